@@ -1,0 +1,81 @@
+"""Configuration profiles (`config/<profile>.yaml`): Spark settings and the data root.
+
+A profile is plain YAML; switching local -> cluster is a change of profile, never of code.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = PROJECT_ROOT / "config" / "local.yaml"
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    mode: str = "local"  # local | connect | cluster
+    master: str = "local[2]"
+    remote: str | None = None  # sc://host:port for Spark Connect
+    app_name: str = "dbsp"
+    conf: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    profile: str
+    spark: SparkSettings
+    data_root: str
+    circuits_dir: str
+    compact_fraction: float = 0.5
+    keep_timesteps: int = 2
+    raw: dict[str, Any] = field(default_factory=dict)
+    path: str = ""
+
+    def with_data_root(self, data_root: str | None) -> "Config":
+        if not data_root:
+            return self
+        return Config(self.profile, self.spark, data_root, self.circuits_dir,
+                      self.compact_fraction, self.keep_timesteps, self.raw, self.path)
+
+
+def _resolve(path: str, base: Path) -> str:
+    """Relative paths in a profile are relative to the project root; URIs stay as they are."""
+    if "://" in path or os.path.isabs(path):
+        return path
+    return str((base / path).resolve())
+
+
+def load_config(path: str | os.PathLike[str] | None = None, data_root: str | None = None) -> Config:
+    """Load a profile. ``path`` defaults to $DBSP_CONFIG, then config/local.yaml.
+
+    A bare profile name (``cluster``) means ``config/cluster.yaml``.
+    """
+    chosen = str(path or os.environ.get("DBSP_CONFIG") or DEFAULT_CONFIG)
+    if not chosen.endswith((".yaml", ".yml")) and os.sep not in chosen:
+        chosen = str(PROJECT_ROOT / "config" / f"{chosen}.yaml")
+    with open(chosen, encoding="utf-8") as fh:
+        raw = yaml.safe_load(fh) or {}
+    spark_raw = raw.get("spark") or {}
+    spark = SparkSettings(
+        mode=str(spark_raw.get("mode", "local")),
+        master=str(spark_raw.get("master", "local[2]")),
+        remote=spark_raw.get("remote"),
+        app_name=str(spark_raw.get("app_name", "dbsp")),
+        conf={str(k): str(v) for k, v in (spark_raw.get("conf") or {}).items()},
+    )
+    state = raw.get("state") or {}
+    root = data_root or os.environ.get("DBSP_DATA_ROOT") or str(raw.get("data_root", "data"))
+    return Config(
+        profile=str(raw.get("profile", Path(chosen).stem)),
+        spark=spark,
+        data_root=_resolve(root, Path.cwd() if data_root else PROJECT_ROOT),
+        circuits_dir=_resolve(str(raw.get("circuits_dir", "circuits")), PROJECT_ROOT),
+        compact_fraction=float(state.get("compact_fraction", 0.5)),
+        keep_timesteps=int(state.get("keep_timesteps", 2)),
+        raw=raw,
+        path=chosen,
+    )

@@ -1,0 +1,43 @@
+"""The compiler pipeline: spec -> query circuit -> distinct consolidation -> incremental circuit."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from spark_jobs.ir.from_spec import build_query_circuit
+from spark_jobs.ir.graph import Circuit
+from spark_jobs.ir.incrementalize import incrementalize
+from spark_jobs.ir.optimize import consolidate_distinct
+from spark_jobs.spec.model import CircuitSpec
+
+
+@dataclass(frozen=True)
+class CompiledCircuit:
+    spec: CircuitSpec
+    query: Circuit  # as translated (Table 1)
+    optimized: Circuit  # after distinct consolidation
+    incremental: Circuit  # Q^Δ: what the executor runs each timestep
+    fingerprint: str  # changes whenever the meaning of the circuit or an input schema changes
+
+
+def compile_spec(spec: CircuitSpec, columns: dict[str, tuple[str, ...]]) -> CompiledCircuit:
+    query = build_query_circuit(spec, columns)
+    optimized = consolidate_distinct(query)
+    incremental = incrementalize(optimized)
+    return CompiledCircuit(spec, query, optimized, incremental, fingerprint(spec, incremental))
+
+
+def fingerprint(spec: CircuitSpec, incremental: Circuit) -> str:
+    """A short hash of the input schemas and the incremental circuit's structure.
+
+    Comments, key order and schedules in the YAML do not change it; anything that changes what
+    the state means (operators, expressions, columns, types) does.
+    """
+    payload = {
+        "inputs": {name: [(c.name, c.type.lower(), c.nullable) for c in inp.columns]
+                   for name, inp in sorted(spec.inputs.items())},
+        "nodes": [(n.id, n.op, n.inputs, repr(n.params), n.columns) for n in incremental],
+        "outputs": sorted(incremental.outputs.items()),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]

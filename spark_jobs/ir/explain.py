@@ -1,0 +1,96 @@
+"""Human-readable views of a compiled circuit: a table (`dbsp explain`) and Graphviz DOT (`dbsp draw`)."""
+from __future__ import annotations
+
+from spark_jobs.ir.graph import BILINEAR_OPS, LINEAR_OPS, Circuit, Node, state_of
+
+SYMBOLS = {
+    "input": "in", "map": "map", "filter": "σ", "plus": "+", "negate": "−", "join": "⋈",
+    "distinct": "distinct", "aggregate": "agg", "integrate": "I", "delay": "z⁻¹",
+    "differentiate": "D", "distinct_h": "H", "aggregate_linear": "agg(linear)",
+    "aggregate_touched": "agg(touched)", "scope": "scope",
+}
+
+
+def linearity(node: Node) -> str:
+    if node.op in LINEAR_OPS:
+        return "linear"
+    if node.op in BILINEAR_OPS:
+        return "bilinear"
+    if node.op in ("integrate", "delay", "differentiate"):
+        return "linear (stream)"
+    return "non-linear"
+
+
+def state_role(circuit: Circuit, node: Node) -> str | None:
+    """What the state of ``node`` is for, in the user's terms."""
+    kind = state_of(circuit, node)
+    if kind is None:
+        return None
+    if node.op != "integrate":
+        return f"{kind} of {node.origin!r}"
+    users: list[str] = []
+    readers = circuit.consumers(node.id)
+    for reader in list(readers):
+        if reader.op == "delay":
+            readers.extend(circuit.consumers(reader.id))
+    for reader in readers:
+        if reader.op == "join":
+            side = "left" if circuit[reader.inputs[0]].inputs == (node.id,) else "right"
+            users.append(f"{side} side of join {reader.origin!r}")
+        elif reader.op == "distinct_h":
+            users.append(f"distinct {reader.origin!r}")
+        elif reader.op == "aggregate_touched":
+            users.append(f"integrated input of aggregate {reader.origin!r}")
+        elif reader.op not in ("delay",):
+            users.append(f"{reader.op} {reader.origin!r}")
+    seen = list(dict.fromkeys(users))
+    return f"integral of {node.inputs[0]!r}" + (f" (for {', '.join(seen)})" if seen else "")
+
+
+def explain_text(circuit: Circuit, title: str = "") -> str:
+    """A table of every operator: inputs, linearity and the state it keeps."""
+    rows = [("node", "op", "linear", "inputs", "state")]
+    for node in circuit:
+        rows.append((node.id, SYMBOLS.get(node.op, node.op) + ("" if node.op == SYMBOLS.get(node.op) else f" ({node.op})"),
+                     linearity(node), ", ".join(node.inputs) or "-", state_role(circuit, node) or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = [title] if title else []
+    for i, r in enumerate(rows):
+        lines.append("  " + "  ".join(r[j].ljust(widths[j]) for j in range(4)) + "  " + r[4])
+        if i == 0:
+            lines.append("  " + "  ".join("-" * w for w in widths) + "  " + "-" * 5)
+    stateful = [n for n in circuit if state_of(circuit, n)]
+    lines.append("")
+    lines.append(f"State kept between timesteps: {len(stateful)} operator(s)")
+    for n in stateful:
+        lines.append(f"  {n.id}: {state_role(circuit, n)}")
+    lines.append("Views: " + ", ".join(f"{v} <- {nid}" for v, nid in circuit.outputs.items()))
+    return "\n".join(lines)
+
+
+def to_dot(circuit: Circuit, title: str = "") -> str:
+    """Graphviz DOT in the paper's box-and-arrow style (stateful operators drawn bold)."""
+    def q(s: str) -> str:
+        return '"' + s.replace('"', '\\"') + '"'
+
+    lines = [f"digraph {q(circuit.name)} {{", "  rankdir=LR;", '  node [shape=box, fontname="Helvetica"];']
+    if title:
+        lines.append(f"  label={q(title)}; labelloc=t;")
+    for node in circuit:
+        label = SYMBOLS.get(node.op, node.op)
+        detail = node.id if node.op != "input" else f"Δ{node.id}" if "^Δ" in circuit.name else node.id
+        attrs = [f"label={q(label + chr(10) + detail)}"]
+        if node.op == "input":
+            attrs.append("shape=plaintext")
+        if state_of(circuit, node):
+            attrs.append("penwidth=2.5")
+        if node.op == "plus":
+            attrs.append("shape=circle")
+        lines.append(f"  {q(node.id)} [{', '.join(attrs)}];")
+        for i in node.inputs:
+            lines.append(f"  {q(i)} -> {q(node.id)};")
+    for view, nid in circuit.outputs.items():
+        lines.append(f"  {q('view:' + view)} [label={q(view)}, shape=plaintext];")
+        lines.append(f"  {q(nid)} -> {q('view:' + view)};")
+    lines.append("}")
+    return "\n".join(lines)

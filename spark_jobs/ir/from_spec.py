@@ -1,0 +1,170 @@
+"""Build the query circuit (Algorithm 4.6 step 1) from a validated circuit spec.
+
+This is the translation of Table 1 of the paper: every SQL-ish operator becomes Z-set operators.
+Set operators get their ``distinct``s here (``union`` = distinct(a + b), ...); the consolidation
+pass (``optimize.py``) removes the ones that are not needed.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from spark_jobs.ir.graph import Circuit, Node, make_node
+from spark_jobs.spec.model import CircuitSpec, NodeSpec
+
+
+class UnsupportedOperator(ValueError):
+    """A spec op that this version of the compiler cannot translate yet."""
+
+
+def build_query_circuit(spec: CircuitSpec, columns: dict[str, tuple[str, ...]]) -> Circuit:
+    """Translate ``spec`` into the (non-incremental) query circuit.
+
+    ``columns`` are the output columns of every input and node (``spec.output_columns``).
+    """
+    circuit = Circuit(spec.name, inputs={n: columns[n] for n in spec.inputs})
+    for name in spec.inputs:
+        circuit.add(make_node(name, "input", out=columns[name], name=name))
+    for node in _in_dependency_order(spec):
+        translate = _TRANSLATIONS.get(node.op)
+        if translate is None:
+            raise UnsupportedOperator(
+                f"{spec.path}:{node.line}: node {node.name!r}: op {node.op!r} cannot be compiled yet")
+        translate(circuit, node, columns)
+    circuit.outputs = {view: view for view in spec.outputs}
+    return circuit
+
+
+def _in_dependency_order(spec: CircuitSpec) -> list[NodeSpec]:
+    """Nodes sorted so that every node comes after the nodes it reads (the spec is acyclic)."""
+    done: set[str] = set(spec.inputs)
+    order: list[NodeSpec] = []
+
+    def visit(name: str) -> None:
+        if name in done:
+            return
+        node = spec.nodes[name]
+        done.add(name)
+        for ref in node.references:
+            visit(ref)
+        order.append(node)
+
+    for name in spec.nodes:
+        visit(name)
+    return order
+
+
+def _unary(op: str) -> Callable[[Circuit, NodeSpec, dict], Node]:
+    def translate(c: Circuit, n: NodeSpec, cols: dict) -> Node:
+        src = c[n.input]
+        return c.add(make_node(n.name, op, [n.input], cols[n.name], is_set=src.is_set and op != "differentiate"))
+    return translate
+
+
+def _select(c: Circuit, n: NodeSpec, cols: dict) -> Node:
+    return c.add(make_node(n.name, "map", [n.input], cols[n.name], columns=n.columns))
+
+
+def _filter(c: Circuit, n: NodeSpec, cols: dict) -> Node:
+    return c.add(make_node(n.name, "filter", [n.input], cols[n.name], is_set=c[n.input].is_set, where=n.where))
+
+
+def _distinct(c: Circuit, n: NodeSpec, cols: dict) -> Node:
+    return c.add(make_node(n.name, "distinct", [n.input], cols[n.name], is_set=True))
+
+
+def _aggregate(c: Circuit, n: NodeSpec, cols: dict) -> Node:
+    aggs = tuple((a.name, a.func, a.arg, a.distinct) for a in n.aggregates)
+    return c.add(make_node(n.name, "aggregate", [n.input], cols[n.name], is_set=True,
+                           group_by=n.group_by, aggs=aggs))
+
+
+def _union_all(c: Circuit, n: NodeSpec, cols: dict) -> Node:
+    return c.add(make_node(n.name, "plus", n.references, cols[n.name]))
+
+
+def _union(c: Circuit, n: NodeSpec, cols: dict) -> Node:
+    total = c.add(make_node(f"{n.name}.sum", "plus", n.references, cols[n.name], origin=n.name))
+    return c.add(make_node(n.name, "distinct", [total.id], cols[n.name], is_set=True))
+
+
+def _set_of(c: Circuit, ref: str, owner: str, side: str) -> str:
+    """``ref`` as a set: itself if it already is one, else a new distinct node."""
+    if c[ref].is_set:
+        return ref
+    node = make_node(f"{owner}.distinct_{side}", "distinct", [ref], c[ref].columns, origin=owner, is_set=True)
+    return c.add(node).id
+
+
+def _difference(c: Circuit, n: NodeSpec, cols: dict) -> Node:
+    """EXCEPT: distinct(distinct(a) - distinct(b)); inner distincts make it right for bags too."""
+    left = _set_of(c, n.left, n.name, "left")
+    right = _set_of(c, n.right, n.name, "right")
+    neg = c.add(make_node(f"{n.name}.neg", "negate", [right], c[right].columns, origin=n.name))
+    total = c.add(make_node(f"{n.name}.sum", "plus", [left, neg.id], cols[n.name], origin=n.name))
+    return c.add(make_node(n.name, "distinct", [total.id], cols[n.name], is_set=True))
+
+
+def _intersect(c: Circuit, n: NodeSpec, cols: dict) -> Node:
+    """INTERSECT: a join of the two sets on every column, nulls equal (SQL set semantics)."""
+    left = _set_of(c, n.left, n.name, "left")
+    right = _set_of(c, n.right, n.name, "right")
+    lcols = c[left].columns
+    return c.add(make_node(n.name, "join", [left, right], cols[n.name], is_set=True,
+                           left_keys=lcols, right_keys=lcols, null_safe=True,
+                           left_out=tuple(zip(lcols, lcols)), right_out=()))
+
+
+def _join_keys(n: NodeSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    if n.on:
+        return n.on, n.on
+    return n.left_on, n.right_on
+
+
+def _join(c: Circuit, n: NodeSpec, cols: dict) -> Node:
+    """Inner equi-join (or product); output column names come from the spec's naming rules."""
+    left, right = c[n.left], c[n.right]
+    lkeys, rkeys = _join_keys(n) if n.op == "join" else ((), ())
+    out = cols[n.name]
+    if n.on:  # USING-style: keys once, then the other columns of each side
+        left_src = tuple(n.on) + tuple(x for x in left.columns if x not in n.on)
+        right_src = tuple(x for x in right.columns if x not in n.on)
+    else:
+        left_src, right_src = left.columns, right.columns
+    left_out = tuple(zip(left_src, out[:len(left_src)]))
+    right_out = tuple(zip(right_src, out[len(left_src):]))
+    return c.add(make_node(n.name, "join", [n.left, n.right], out, is_set=left.is_set and right.is_set,
+                           left_keys=lkeys, right_keys=rkeys, null_safe=False,
+                           left_out=left_out, right_out=right_out))
+
+
+def _antijoin(c: Circuit, n: NodeSpec, cols: dict) -> Node:
+    """a - semijoin(a, distinct(keys of b)) (section 7.5 of the paper)."""
+    lkeys, rkeys = _join_keys(n)
+    keys = c.add(make_node(f"{n.name}.keys", "map", [n.right], rkeys, origin=n.name,
+                           columns=tuple((k, f"`{k}`") for k in rkeys)))
+    keyset = c.add(make_node(f"{n.name}.keyset", "distinct", [keys.id], rkeys, origin=n.name, is_set=True))
+    lcols = c[n.left].columns
+    semi = c.add(make_node(f"{n.name}.semijoin", "join", [n.left, keyset.id], lcols, origin=n.name,
+                           left_keys=lkeys, right_keys=rkeys, null_safe=False,
+                           left_out=tuple(zip(lcols, lcols)), right_out=()))
+    neg = c.add(make_node(f"{n.name}.neg", "negate", [semi.id], lcols, origin=n.name))
+    return c.add(make_node(n.name, "plus", [n.left, neg.id], lcols, is_set=c[n.left].is_set))
+
+
+_TRANSLATIONS: dict[str, Callable[[Circuit, NodeSpec, dict], Node]] = {
+    "select": _select,
+    "map": _select,
+    "filter": _filter,
+    "distinct": _distinct,
+    "aggregate": _aggregate,
+    "union_all": _union_all,
+    "union": _union,
+    "difference": _difference,
+    "intersect": _intersect,
+    "join": _join,
+    "product": _join,
+    "antijoin": _antijoin,
+    "delay": _unary("delay"),
+    "integrate": _unary("integrate"),
+    "differentiate": _unary("differentiate"),
+}

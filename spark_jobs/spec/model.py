@@ -1,0 +1,144 @@
+"""Typed objects for a circuit as a user writes it in YAML.
+
+These are plain data: the loader (``loader.py``) fills them from ``yaml.safe_load`` output and
+the validator (``validate.py``) checks them. Every object keeps the line of the YAML it came from,
+because every error we report must name the file, the node and the line.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+WEIGHT = "_weight"  # reserved column: the Z-set multiplicity of a row
+
+# Operators a user may write in `nodes.<name>.op`.
+UNARY_OPS = ("select", "map", "filter", "distinct", "aggregate", "delay", "integrate", "differentiate")
+BINARY_OPS = ("join", "product", "antijoin", "difference", "intersect")
+NARY_OPS = ("union", "union_all")
+SCOPE_OPS = ("recursive",)
+ALL_OPS = UNARY_OPS + BINARY_OPS + NARY_OPS + SCOPE_OPS
+
+SOURCE_KINDS = ("changes", "snapshots")
+SOURCE_FORMATS = ("parquet", "csv", "json")
+AGGREGATE_FUNCS = ("count", "sum", "avg", "min", "max")
+POLICIES = ("fail", "warn")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One declared input column: a Spark SQL type name and whether nulls are allowed."""
+
+    name: str
+    type: str  # Spark SQL type string as written: long, int, double, string, boolean, date, timestamp, decimal(10,2), ...
+    nullable: bool = True
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the changes of an input come from (`inputs.<name>.source`)."""
+
+    kind: str  # "changes" | "snapshots"
+    path: str  # relative to the data root (or absolute / a URI)
+    format: str = "parquet"  # "parquet" | "csv" | "json" (JSON lines)
+    options: dict[str, Any] = field(default_factory=dict)  # extra Spark reader options (e.g. csv header)
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """A Great Expectations check in GE's own name and arguments, plus our policy."""
+
+    name: str  # e.g. expect_column_values_to_not_be_null
+    kwargs: dict[str, Any]  # GE arguments, `policy` removed
+    policy: str = "fail"  # "fail" | "warn"
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    columns: tuple[Column, ...]
+    source: Source | None
+    expectations: tuple[Expectation, ...] = ()
+    line: int = 0
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+
+@dataclass(frozen=True)
+class AggregateSpec:
+    """One output column of an `aggregate` node, parsed from e.g. "sum(amount)" or "count(distinct x)"."""
+
+    name: str  # output column
+    func: str  # count | sum | avg | min | max
+    arg: str | None  # Spark SQL expression, None for count(*)
+    distinct: bool = False  # count(distinct x) (only count supports it)
+    text: str = ""  # as written, for messages
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One query node (`nodes.<name>`). Fields not used by an op stay at their defaults.
+
+    - select/map: `input`, `columns` (output name -> Spark SQL expression; a list of names is
+      shorthand for name -> name)
+    - filter: `input`, `where`
+    - union / union_all: `inputs` (two or more; `left`/`right` also accepted and put here)
+    - difference / intersect / product: `left`, `right`
+    - join / antijoin: `left`, `right`, and `on` or `left_on` + `right_on`
+    - distinct / delay / integrate / differentiate: `input`
+    - aggregate: `input`, `group_by` (may be empty), `aggregates`
+    - recursive: `body` (a nested mapping of nodes), kept raw for the recursion layer
+    """
+
+    name: str
+    op: str
+    line: int = 0
+    input: str | None = None
+    inputs: tuple[str, ...] = ()
+    left: str | None = None
+    right: str | None = None
+    on: tuple[str, ...] = ()
+    left_on: tuple[str, ...] = ()
+    right_on: tuple[str, ...] = ()
+    where: str | None = None
+    columns: tuple[tuple[str, str], ...] = ()  # (output name, expression)
+    group_by: tuple[str, ...] = ()
+    aggregates: tuple[AggregateSpec, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)  # op-specific fields not modelled above
+
+    @property
+    def references(self) -> tuple[str, ...]:
+        """Names of the inputs/nodes this node reads, in order."""
+        refs: list[str] = []
+        if self.input:
+            refs.append(self.input)
+        refs.extend(self.inputs)
+        if self.left:
+            refs.append(self.left)
+        if self.right:
+            refs.append(self.right)
+        return tuple(refs)
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    name: str  # a node or input name
+    expectations: tuple[Expectation, ...] = ()
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class CircuitSpec:
+    name: str
+    path: str  # file it was loaded from ("<string>" when loaded from text)
+    inputs: dict[str, InputSpec]
+    nodes: dict[str, NodeSpec]  # in file order
+    outputs: dict[str, OutputSpec]
+    schedule: str | None = None
+    description: str = ""
+    text: str = ""  # the YAML as written (for fingerprints and DAG docs)
+    settings: dict[str, Any] = field(default_factory=dict)  # optional `settings:` block (e.g. max_iterations)
