@@ -1,0 +1,84 @@
+"""`dbsp`: validate, explain, draw, step, run, status, show and reset circuits by hand.
+
+Everything a command prints as its result goes to stdout; progress and Spark's chatter go to
+stderr, so `dbsp show ... --format csv > view.csv` gives a clean file.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from spark_jobs.cli import commands
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="profile name (local, connect, cluster) or path to a profile YAML "
+                                         "(default: $DBSP_CONFIG or config/local.yaml)")
+    parser.add_argument("--data-root", help="where inputs, state and outputs live (overrides the profile)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dbsp", description="Incremental view maintenance (DBSP) on Spark.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("validate", help="check circuit YAML files; exit 1 on any error")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    _common(p)
+
+    p = sub.add_parser("explain", help="print the incremental circuit: operators, linearity, state")
+    p.add_argument("circuit", metavar="CIRCUIT", help="YAML file or circuit name")
+    p.add_argument("--query", action="store_true", help="also print the query circuit before incrementalization")
+    _common(p)
+
+    p = sub.add_parser("draw", help="render the query and incremental circuits (Graphviz DOT, or PNG/SVG with dot)")
+    p.add_argument("circuit", metavar="CIRCUIT")
+    p.add_argument("--which", choices=("query", "incremental", "both"), default="both")
+    p.add_argument("--format", choices=("dot", "png", "svg"), default="dot")
+    p.add_argument("-o", "--output", help="file to write (default: stdout for dot; CIRCUIT.<format> otherwise)")
+    _common(p)
+
+    p = sub.add_parser("step", help="run one timestep and print the rows inserted/deleted per input and view")
+    p.add_argument("circuit", metavar="CIRCUIT")
+    _common(p)
+
+    p = sub.add_parser("run", help="run up to N timesteps, stopping when no input has pending changes")
+    p.add_argument("circuit", metavar="CIRCUIT")
+    p.add_argument("--steps", type=int, default=1, metavar="N")
+    _common(p)
+
+    p = sub.add_parser("status", help="last committed timestep and the size of every operator's state")
+    p.add_argument("circuit", metavar="CIRCUIT")
+    _common(p)
+
+    p = sub.add_parser("show", help="print a view (or its delta) at a committed timestep")
+    p.add_argument("circuit", metavar="CIRCUIT")
+    p.add_argument("view", metavar="VIEW")
+    p.add_argument("--at", type=int, metavar="T", help="timestep (default: last committed)")
+    p.add_argument("--delta", action="store_true", help="print the change of timestep T instead of the view")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--limit", type=int, default=None, help="at most this many rows (table format only)")
+    _common(p)
+
+    p = sub.add_parser("reset", help="delete all state and outputs of a circuit (inputs are kept)")
+    p.add_argument("circuit", metavar="CIRCUIT")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    _common(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = getattr(commands, f"cmd_{args.command}")
+    try:
+        return int(handler(args) or 0)
+    except commands.UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Formatting of CLI results: step summaries, status tables, and views as table/CSV/JSON."""
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import decimal
+import io
+import json
+from typing import Any
+
+from spark_jobs.spec.model import WEIGHT
+
+
+def step_report(report) -> str:
+    lines = [f"{report.circuit}: committed timestep {report.timestep} in {report.seconds:.1f}s"]
+    for inp in report.inputs:
+        if inp.files:
+            lines.append(f"  input {inp.name}: +{inp.inserted} -{inp.deleted} rows ({inp.note})")
+        else:
+            lines.append(f"  input {inp.name}: {inp.note}")
+    for view, (ins, dele) in report.views.items():
+        lines.append(f"  view  {view}: +{ins} -{dele} rows")
+    return "\n".join(lines)
+
+
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def status(rt) -> str:
+    info = rt.store.status()
+    last = info.get("last_committed", 0)
+    lines = [f"circuit {rt.name} (fingerprint {rt.compiled.fingerprint})",
+             f"data root: {rt.config.data_root}",
+             f"last committed timestep: {last if last else 'none'}"]
+    traces = info.get("traces", {})
+    if traces:
+        rows = [("state", "kind", "files", "rows", "bytes")]
+        for trace_id, t in sorted(traces.items()):
+            rows.append((trace_id, str(t.get("kind", "")), str(t.get("files", "")), str(t.get("rows", "")),
+                         _human_bytes(int(t.get("bytes", 0)))))
+        lines.append(_table(rows))
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, (dt.date, dt.datetime)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    return value
+
+
+def collect_consolidated(df, columns: tuple[str, ...]) -> list[tuple]:
+    """One row per distinct tuple with its summed weight (zero weights dropped), sorted."""
+    if df is None:
+        return []
+    from pyspark.sql import functions as F
+
+    cols = list(columns)
+    grouped = df.groupBy(*[F.col(f"`{c}`") for c in cols]).agg(F.sum(WEIGHT).alias(WEIGHT))
+    rows = [tuple(r) for r in grouped.where(F.col(WEIGHT) != 0).collect()]
+    return sorted(rows, key=lambda r: tuple((v is None, str(type(v)), v if v is not None else 0) for v in r))
+
+
+def rows(data: list[tuple], columns: list[str], fmt: str, limit: int | None = None) -> str:
+    header = columns + [WEIGHT]
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(header)
+        for r in data:
+            writer.writerow(["" if v is None else _cell(v) for v in r])
+        return buf.getvalue()
+    if fmt == "json":
+        return json.dumps([dict(zip(header, map(_cell, r))) for r in data], indent=1, default=str) + "\n"
+    shown = data if limit is None else data[:limit]
+    table = [tuple(header)] + [tuple("NULL" if v is None else str(_cell(v)) for v in r) for r in shown]
+    more = f"\n({len(data) - len(shown)} more rows)" if len(shown) < len(data) else ""
+    return _table(table) + f"\n({len(data)} rows){more}\n"
+
+
+def _table(rows: list[tuple]) -> str:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for i, r in enumerate(rows):
+        out.append("  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip())
+        if i == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)

@@ -1,0 +1,68 @@
+"""Open a circuit for running: find its YAML, compile it, and attach its state store.
+
+This sits above the four layers (spec, IR, executor, state) and below the CLI and the DAGs.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from spark_jobs.config import Config
+from spark_jobs.ir.compile import CompiledCircuit, compile_spec
+from spark_jobs.spec import load_circuit, output_columns
+
+STATE_DIR = "_dbsp"  # under the data root: <data_root>/_dbsp/<circuit>/...
+
+
+def find_circuit_file(ref: str, config: Config) -> str:
+    """``ref`` is a YAML path, or a circuit name looked up in the profile's circuits folder."""
+    if os.path.exists(ref):
+        return ref
+    for suffix in (".yaml", ".yml"):
+        candidate = Path(config.circuits_dir) / f"{ref}{suffix}"
+        if candidate.exists():
+            return str(candidate)
+    raise FileNotFoundError(f"no circuit file {ref!r} and no circuit named {ref!r} in {config.circuits_dir}")
+
+
+def compile_file(path: str) -> CompiledCircuit:
+    spec = load_circuit(path)
+    return compile_spec(spec, output_columns(spec))
+
+
+def state_root(config: Config, circuit_name: str) -> str:
+    return os.path.join(config.data_root, STATE_DIR, circuit_name)
+
+
+@dataclass
+class CircuitRuntime:
+    """Everything a timestep needs: the compiled circuit, Spark, and the circuit's state store."""
+
+    config: Config
+    compiled: CompiledCircuit
+    path: str
+
+    @property
+    def name(self) -> str:
+        return self.compiled.spec.name
+
+    @cached_property
+    def spark(self):
+        from spark_jobs.executor.session import get_spark
+
+        return get_spark(self.config)
+
+    @cached_property
+    def store(self):
+        from spark_jobs.state import StateStore
+
+        return StateStore(self.spark, state_root(self.config, self.name), self.name,
+                          self.compiled.fingerprint, compact_fraction=self.config.compact_fraction,
+                          keep_timesteps=self.config.keep_timesteps)
+
+
+def open_circuit(ref: str, config: Config) -> CircuitRuntime:
+    path = find_circuit_file(ref, config)
+    return CircuitRuntime(config, compile_file(path), path)
