@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from spark_jobs.config import Config, SparkSettings
 
@@ -17,6 +18,7 @@ def get_spark(settings: SparkSettings | Config | None = None):
     settings = settings or SparkSettings(conf={"spark.sql.shuffle.partitions": "4"})
     for k, v in _LOOPBACK.items():
         os.environ.setdefault(k, v)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers must use this venv's Python
     active = SparkSession.getActiveSession()
     if active is not None:
         return active

@@ -1,0 +1,64 @@
+# dbsp-spark: every target installs what it needs first (scripts/bootstrap.sh is a fast no-op
+# when .venv is up to date), so `make demo` and `make test` work on a fresh clone.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV   := .venv
+PY     := $(abspath $(VENV))/bin/python
+PYTEST := $(PY) -m pytest
+# Spark: bind to loopback, and run Python workers (UDFs) with the venv's python, not `python3`
+# from PATH (which lacks pyarrow/pandas).
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export PYSPARK_PYTHON ?= $(PY)
+export PYSPARK_DRIVER_PYTHON ?= $(PY)
+
+.PHONY: help venv install test test-fast demo lint bench bench-smoke airflow clean
+
+help:
+	@echo "make demo        run the end-to-end demo on local Spark (installs first)"
+	@echo "make test        run the whole test suite"
+	@echo "make test-fast   tests not marked slow / airflow / cluster"
+	@echo "make install     create/refresh .venv from requirements.lock (alias: venv)"
+	@echo "make bench       benchmarks;  make bench-smoke: a quick run of them"
+	@echo "make airflow     local Airflow (standalone) with the project's DAGs"
+	@echo "make lint        byte-compile + ruff if available"
+	@echo "make clean       remove .venv, caches and local Spark leftovers (keeps data/)"
+
+venv install:
+	@echo ">> install: scripts/bootstrap.sh (Java check, .venv, requirements.lock, editable project)"
+	@bash scripts/bootstrap.sh
+
+test: install
+	@echo ">> test: $(PYTEST) -q"
+	@$(PYTEST) -q
+
+test-fast: install
+	@echo ">> test-fast: $(PYTEST) -q -m 'not slow and not airflow and not cluster'"
+	@$(PYTEST) -q -m "not slow and not airflow and not cluster"
+
+demo: install
+	@echo ">> demo: $(PY) -m spark_jobs.demo"
+	@$(PY) -m spark_jobs.demo
+
+lint: install
+	@echo ">> lint: compileall (+ ruff if installed in .venv)"
+	@$(PY) -m compileall -q spark_jobs dags tests $(wildcard bench) >/dev/null
+	@if [ -x $(VENV)/bin/ruff ]; then $(VENV)/bin/ruff check .; else echo "   (ruff not installed; skipped)"; fi
+
+bench: install
+	@echo ">> bench: $(PY) -m bench.run"
+	@$(PY) -m bench.run
+
+bench-smoke: install
+	@echo ">> bench-smoke: $(PY) -m bench.run --smoke"
+	@$(PY) -m bench.run --smoke
+
+airflow: install
+	@echo ">> airflow: scripts/airflow_local.sh"
+	@PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/airflow_local.sh
+
+clean:
+	@echo ">> clean: removing $(VENV), __pycache__, *.egg-info, spark-warehouse, metastore_db, derby.log"
+	@rm -rf $(VENV) *.egg-info spark-warehouse metastore_db derby.log .pytest_cache
+	@find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,71 @@
+"""Packaging invariants: the lock keeps the pins that NOTES.md says matter, and the CLI entry
+point is where the code expects it."""
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _lock() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for raw in (ROOT / "requirements.lock").read_text(encoding="utf-8").splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s;]+)", line)
+        assert m, f"requirements.lock line is not an exact pin: {raw!r}"
+        pins[re.sub(r"[-_.]+", "-", m.group(1)).lower()] = m.group(2)
+    return pins
+
+
+def _pyproject() -> dict:
+    with open(ROOT / "pyproject.toml", "rb") as fh:
+        return tomllib.load(fh)
+
+
+def test_lock_pins_pyspark_420_matching_pyspark_client():
+    pins = _lock()
+    assert pins.get("pyspark") == "4.2.0"
+    # pyspark-client installs into pyspark's own folder: it must be the very same version.
+    if "pyspark-client" in pins:
+        assert pins["pyspark-client"] == pins["pyspark"]
+
+
+def test_lock_pins_pandas_below_3():
+    major = int(_lock()["pandas"].split(".")[0])
+    assert major < 3
+
+
+def test_lock_has_the_core_stack():
+    pins = _lock()
+    for name in ("apache-airflow", "apache-airflow-providers-apache-spark", "great-expectations",
+                 "pyyaml", "jsonschema", "duckdb", "matplotlib", "pytest"):
+        assert name in pins, f"{name} missing from requirements.lock"
+
+
+def test_console_script_points_to_cli_main():
+    assert _pyproject()["project"]["scripts"]["dbsp"] == "spark_jobs.cli.main:main"
+
+
+def test_pyproject_basics():
+    proj = _pyproject()["project"]
+    assert proj["name"] == "dbsp-spark"
+    assert proj["requires-python"] == ">=3.11,<3.12"
+    deps = " ".join(proj["dependencies"])
+    assert "pandas" in deps and "<3" in deps
+
+
+def test_installed_pyspark_matches_lock():
+    """The environment we run in has the locked pyspark (catches the pyspark-client overwrite)."""
+    import importlib.metadata as md
+    import importlib.util
+
+    want = _lock()["pyspark"]
+    assert md.version("pyspark") == want
+    pkg = Path(list(importlib.util.find_spec("pyspark").submodule_search_locations)[0])
+    version_py = (pkg / "version.py").read_text(encoding="utf-8")
+    assert f'"{want}"' in version_py or f"'{want}'" in version_py
+    assert list((pkg / "jars").glob(f"spark-core_*-{want}.jar")), "Spark jars do not match the lock"
