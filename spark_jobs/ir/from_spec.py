@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Callable
 
 from spark_jobs.ir.graph import Circuit, Node, make_node
-from spark_jobs.spec.model import CircuitSpec, NodeSpec
+from spark_jobs.spec.columns import join_layout
+from spark_jobs.spec.model import CircuitSpec, NodeSpec, dependency_order
 
 
 class UnsupportedOperator(ValueError):
@@ -24,7 +25,7 @@ def build_query_circuit(spec: CircuitSpec, columns: dict[str, tuple[str, ...]]) 
     circuit = Circuit(spec.name, inputs={n: columns[n] for n in spec.inputs})
     for name in spec.inputs:
         circuit.add(make_node(name, "input", out=columns[name], name=name))
-    for node in _in_dependency_order(spec):
+    for node in (spec.nodes[name] for name in dependency_order(spec.nodes)):
         translate = _TRANSLATIONS.get(node.op)
         if translate is None:
             raise UnsupportedOperator(
@@ -32,25 +33,6 @@ def build_query_circuit(spec: CircuitSpec, columns: dict[str, tuple[str, ...]]) 
         translate(circuit, node, columns)
     circuit.outputs = {view: view for view in spec.outputs}
     return circuit
-
-
-def _in_dependency_order(spec: CircuitSpec) -> list[NodeSpec]:
-    """Nodes sorted so that every node comes after the nodes it reads (the spec is acyclic)."""
-    done: set[str] = set(spec.inputs)
-    order: list[NodeSpec] = []
-
-    def visit(name: str) -> None:
-        if name in done:
-            return
-        node = spec.nodes[name]
-        done.add(name)
-        for ref in node.references:
-            visit(ref)
-        order.append(node)
-
-    for name in spec.nodes:
-        visit(name)
-    return order
 
 
 def _unary(op: str) -> Callable[[Circuit, NodeSpec, dict], Node]:
@@ -121,20 +103,13 @@ def _join_keys(n: NodeSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def _join(c: Circuit, n: NodeSpec, cols: dict) -> Node:
-    """Inner equi-join (or product); output column names come from the spec's naming rules."""
+    """Inner equi-join (or product); output column names follow the spec's naming rules."""
     left, right = c[n.left], c[n.right]
     lkeys, rkeys = _join_keys(n) if n.op == "join" else ((), ())
-    out = cols[n.name]
-    if n.on:  # USING-style: keys once, then the other columns of each side
-        left_src = tuple(n.on) + tuple(x for x in left.columns if x not in n.on)
-        right_src = tuple(x for x in right.columns if x not in n.on)
-    else:
-        left_src, right_src = left.columns, right.columns
-    left_out = tuple(zip(left_src, out[:len(left_src)]))
-    right_out = tuple(zip(right_src, out[len(left_src):]))
-    return c.add(make_node(n.name, "join", [n.left, n.right], out, is_set=left.is_set and right.is_set,
+    layout = join_layout(left.columns, right.columns, n.right, n.on, n.left_on, n.right_on)
+    return c.add(make_node(n.name, "join", [n.left, n.right], cols[n.name], is_set=left.is_set and right.is_set,
                            left_keys=lkeys, right_keys=rkeys, null_safe=False,
-                           left_out=left_out, right_out=right_out))
+                           left_out=layout.left_out, right_out=layout.right_out))
 
 
 def _antijoin(c: Circuit, n: NodeSpec, cols: dict) -> Node:

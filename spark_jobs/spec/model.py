@@ -91,7 +91,13 @@ class NodeSpec:
     - join / antijoin: `left`, `right`, and `on` or `left_on` + `right_on`
     - distinct / delay / integrate / differentiate: `input`
     - aggregate: `input`, `group_by` (may be empty), `aggregates`
-    - recursive: `body` (a nested mapping of nodes), kept raw for the recursion layer
+    - recursive: `body` (a nested mapping of nodes), kept raw for the recursion layer in
+      ``extra["body"]`` and parsed into ``body``; `outputs` (body node names; the node's value
+      is its first output). Body nodes may read outer inputs/nodes, each other (cycles are the
+      recursion) and the recursive node itself.
+
+    ``field_lines`` maps a field (``"where"``, ``"on"``, ``"on.1"``, ``"columns.amt"``,
+    ``"aggregates.revenue"``) to its line, so a problem can point at the field, not the node.
     """
 
     name: str
@@ -109,6 +115,9 @@ class NodeSpec:
     group_by: tuple[str, ...] = ()
     aggregates: tuple[AggregateSpec, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)  # op-specific fields not modelled above
+    body: dict[str, "NodeSpec"] = field(default_factory=dict)  # recursive: nested nodes, file order
+    outputs: tuple[str, ...] = ()  # recursive: body nodes it exposes (first = the node's value)
+    field_lines: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def references(self) -> tuple[str, ...]:
@@ -122,6 +131,24 @@ class NodeSpec:
         if self.right:
             refs.append(self.right)
         return tuple(refs)
+
+    @property
+    def dependencies(self) -> tuple[str, ...]:
+        """Names from the enclosing scope this node reads: ``references``, or for a recursive
+        node the names its body reads that are neither body nodes nor the node itself."""
+        if not self.body:
+            return self.references
+        inner = set(self.body) | {self.name}
+        deps = (d for n in self.body.values() for d in n.dependencies if d not in inner)
+        return tuple(dict.fromkeys(deps))
+
+    def line_of(self, key: str) -> int:
+        """Line of a field (see ``field_lines``), falling back to the field's parent, then the node."""
+        while key:
+            if key in self.field_lines:
+                return self.field_lines[key]
+            key = key.rpartition(".")[0]
+        return self.line
 
 
 @dataclass(frozen=True)
@@ -142,3 +169,25 @@ class CircuitSpec:
     description: str = ""
     text: str = ""  # the YAML as written (for fingerprints and DAG docs)
     settings: dict[str, Any] = field(default_factory=dict)  # optional `settings:` block (e.g. max_iterations)
+
+
+def dependency_order(nodes: dict[str, NodeSpec]) -> list[str]:
+    """Node names with every node after the nodes it reads (file order where free).
+
+    Edges that close a cycle are ignored, so this never fails; validation reports cycles.
+    """
+    order: list[str] = []
+    state: dict[str, int] = {}  # 1 = on the DFS stack, 2 = done
+
+    def visit(name: str) -> None:
+        state[name] = 1
+        for dep in nodes[name].dependencies:
+            if dep in nodes and dep not in state:
+                visit(dep)
+        state[name] = 2
+        order.append(name)
+
+    for name in nodes:
+        if name not in state:
+            visit(name)
+    return order

@@ -1,0 +1,339 @@
+"""Read a circuit file: YAML text -> plain data with line numbers -> typed ``CircuitSpec``.
+
+``yaml.safe_load`` forgets where things were, but every problem we report must name its line;
+so we compose the YAML node tree once (safe loader), record the line of every key and list item
+by its path, and construct the data from that same tree with the safe constructor. Two YAML 1.1
+habits are corrected on the way: only ``true``/``false`` are booleans (PyYAML would read the key
+``on:`` of a join as ``True``), and duplicate keys, which PyYAML silently overwrites, are reported.
+
+Building the typed objects is forgiving: wrongly shaped values are skipped (the JSON Schema check
+in ``validate.py`` reports them), so one run reports every problem in the file.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import CircuitError, Problem
+from .expressions import ExpressionError, parse_aggregate
+from .model import CircuitSpec, Column, Expectation, InputSpec, NodeSpec, OutputSpec, Source
+from .validate import schema_problems, semantic_problems
+
+YamlPath = tuple[Any, ...]  # keys (str) and list indexes (int) from the document root
+
+
+class _CircuitYamlLoader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 booleans: `on`, `off`, `yes`, `no` stay strings."""
+
+
+_CircuitYamlLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_CircuitYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+
+
+@dataclass
+class Document:
+    """A parsed circuit file: its data, where each part of it was, and YAML-level problems."""
+
+    file: str
+    text: str
+    data: Any = None
+    lines: dict[YamlPath, int] = field(default_factory=dict)  # 1-based line of each key / item
+    problems: list[Problem] = field(default_factory=list)
+    ok: bool = True  # False when the YAML could not be read at all
+
+    def line(self, path: YamlPath) -> int:
+        """Line of ``path``, or of its closest ancestor that has one."""
+        path = tuple(path)
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[:-1]
+        return 1
+
+    def get(self, path: YamlPath) -> Any:
+        """The value at ``path`` (None when absent)."""
+        value = self.data
+        for key in path:
+            if isinstance(value, dict) and key in value:
+                value = value[key]
+            elif isinstance(value, list) and isinstance(key, int) and 0 <= key < len(value):
+                value = value[key]
+            else:
+                return None
+        return value
+
+    def node_of(self, path: YamlPath) -> str | None:
+        """The input, node or output a path belongs to; body nodes are labelled ``rec.body_node``."""
+        path = tuple(path)
+        if len(path) < 2:
+            return None
+        if path[0] == "inputs":
+            return str(path[1])
+        if path[0] == "outputs":
+            view = self.get(path[:2]) if isinstance(path[1], int) else path[1]
+            return view if isinstance(view, str) else None
+        if path[0] == "nodes":
+            label, rest = str(path[1]), path[2:]
+            while len(rest) >= 2 and rest[0] == "body":
+                label, rest = f"{label}.{rest[1]}", rest[2:]
+            return label
+        return None
+
+
+def _plain_key(key: Any) -> str:
+    """Mapping keys as strings, spelled the way YAML writes them."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return "null" if key is None else str(key)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {_plain_key(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def read_yaml(text: str, file: str) -> Document:
+    """Parse YAML safely, recording lines and duplicate keys; syntax errors become problems."""
+    doc = Document(file=file, text=text)
+    loader = _CircuitYamlLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is not None:
+            _walk(root, (), doc, set())
+            doc.data = _plain(loader.construct_document(root))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        what = " ".join(str(s) for s in (exc.context, exc.problem) if s)
+        doc.problems.append(Problem(file, mark.line + 1 if mark else 1, None,
+                                    f"YAML syntax error: {what}"))
+        doc.ok = False
+    except yaml.YAMLError as exc:
+        doc.problems.append(Problem(file, 1, None, f"YAML error: {exc}"))
+        doc.ok = False
+    finally:
+        loader.dispose()
+    return doc
+
+
+def _walk(node: yaml.Node, path: YamlPath, doc: Document, seen: set[int]) -> None:
+    """Record the line of every mapping key and list item under ``node``; report duplicate keys."""
+    if id(node) in seen:  # an alias: its lines were recorded where the anchor is
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key, line = key_node.value, key_node.start_mark.line + 1
+            if key in first:
+                doc.problems.append(Problem(doc.file, line, doc.node_of(path + (key,)) if path else None,
+                                            f"duplicate key '{key}' (first defined on line {first[key]}): "
+                                            f"each key may appear once in a mapping"))
+            else:
+                first[key] = line
+                doc.lines[path + (key,)] = line
+            _walk(value_node, path + (key,), doc, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            doc.lines[path + (i,)] = item.start_mark.line + 1
+            _walk(item, path + (i,), doc, seen)
+
+
+# ---- typed objects -------------------------------------------------------------------------
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _strs(value: Any) -> tuple[str, ...]:
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+
+
+def _field_lines(raw: dict[str, Any], path: YamlPath, doc: Document) -> dict[str, int]:
+    """Line of each field of a node and of each item/entry of its list and mapping fields."""
+    lines: dict[str, int] = {}
+    for key, value in raw.items():
+        lines[key] = doc.line(path + (key,))
+        if isinstance(value, list):
+            lines.update({f"{key}.{i}": doc.line(path + (key, i)) for i in range(len(value))})
+        elif isinstance(value, dict) and key != "body":
+            lines.update({f"{key}.{k}": doc.line(path + (key, k)) for k in value})
+    return lines
+
+
+def build_node(name: str, raw: Any, path: YamlPath, doc: Document, broken: frozenset[str],
+               problems: list[Problem]) -> NodeSpec:
+    """A ``NodeSpec`` from its YAML mapping; aggregate strings are parsed here."""
+    label = doc.node_of(path) or name
+    if not isinstance(raw, dict):
+        return NodeSpec(name=name, op="", line=doc.line(path))
+    lines = _field_lines(raw, path, doc)
+    op = _str(raw.get("op")) or ""
+    inputs, left, right = _strs(raw.get("inputs")), _str(raw.get("left")), _str(raw.get("right"))
+    if op in ("union", "union_all") and not inputs and left and right:
+        inputs, left, right = (left, right), None, None
+        lines.update({"inputs.0": lines["left"], "inputs.1": lines["right"]})
+    columns = raw.get("columns")
+    if isinstance(columns, dict):
+        pairs = tuple((k, v) for k, v in columns.items() if isinstance(v, str))
+    else:
+        pairs = tuple((c, c) for c in _strs(columns))
+    aggregates = []
+    raw_aggregates = raw.get("aggregates")
+    for out, text in raw_aggregates.items() if isinstance(raw_aggregates, dict) else ():
+        if not isinstance(text, str):
+            continue
+        try:
+            aggregates.append(parse_aggregate(out, text))
+        except ExpressionError as exc:
+            if label not in broken:
+                problems.append(Problem(doc.file, lines.get(f"aggregates.{out}", doc.line(path)), label,
+                                        f"aggregate '{out}': {exc}"))
+    body: dict[str, NodeSpec] = {}
+    extra: dict[str, Any] = {}
+    outputs: tuple[str, ...] = ()
+    if op == "recursive":
+        raw_body, raw_outputs = raw.get("body"), raw.get("outputs")
+        if isinstance(raw_body, dict):
+            body = {k: build_node(k, v, path + ("body", k), doc, broken, problems) for k, v in raw_body.items()}
+        outputs = (raw_outputs,) if isinstance(raw_outputs, str) else _strs(raw_outputs)
+        extra = {"body": raw_body, "outputs": raw_outputs}
+    return NodeSpec(
+        name=name, op=op, line=doc.line(path), input=_str(raw.get("input")), inputs=inputs,
+        left=left, right=right, on=_strs(raw.get("on")), left_on=_strs(raw.get("left_on")),
+        right_on=_strs(raw.get("right_on")), where=_str(raw.get("where")), columns=pairs,
+        group_by=_strs(raw.get("group_by")), aggregates=tuple(aggregates), extra=extra, body=body,
+        outputs=outputs, field_lines=lines)
+
+
+def build_expectations(raw: Any, path: YamlPath, doc: Document) -> tuple[Expectation, ...]:
+    """Well-formed ``{expect_name: {kwargs}}`` entries (malformed ones are the schema's to report)."""
+    found = []
+    for i, entry in enumerate(raw if isinstance(raw, list) else ()):
+        if not (isinstance(entry, dict) and len(entry) == 1):
+            continue
+        (name, kwargs), = entry.items()
+        if not isinstance(kwargs, (dict, type(None))):
+            continue
+        kwargs = dict(kwargs or {})
+        policy = kwargs.pop("policy", "fail")
+        found.append(Expectation(name=name, kwargs=kwargs, policy=policy if isinstance(policy, str) else "fail",
+                                 line=doc.line(path + (i,))))
+    return tuple(found)
+
+
+def build_input(name: str, raw: Any, doc: Document) -> InputSpec:
+    path = ("inputs", name)
+    raw = raw if isinstance(raw, dict) else {}
+    columns = []
+    schema = raw.get("schema")
+    for col, typ in schema.items() if isinstance(schema, dict) else ():
+        nullable = typ.get("nullable", True) if isinstance(typ, dict) else True
+        typ = typ.get("type") if isinstance(typ, dict) else typ
+        columns.append(Column(col, typ if isinstance(typ, str) else "",  # "" = reported by the schema
+                              nullable if isinstance(nullable, bool) else True, doc.line(path + ("schema", col))))
+    src = raw.get("source")
+    source = None
+    if isinstance(src, dict):
+        options = src.get("options")
+        source = Source(kind=str(src.get("kind", "")), path=str(src.get("path", "")),
+                        format=str(src.get("format", "parquet")),
+                        options=dict(options) if isinstance(options, dict) else {},
+                        line=doc.line(path + ("source",)))
+    return InputSpec(name=name, columns=tuple(columns), source=source,
+                     expectations=build_expectations(raw.get("expectations"), path + ("expectations",), doc),
+                     line=doc.line(path))
+
+
+def build_outputs(raw: Any, doc: Document) -> dict[str, OutputSpec]:
+    if isinstance(raw, list):
+        return {v: OutputSpec(v, (), doc.line(("outputs", i))) for i, v in enumerate(raw) if isinstance(v, str)}
+    if not isinstance(raw, dict):
+        return {}
+    return {v: OutputSpec(v, build_expectations((body or {}).get("expectations") if isinstance(body, dict) else None,
+                                                ("outputs", v, "expectations"), doc),
+                          doc.line(("outputs", v)))
+            for v, body in raw.items()}
+
+
+def build_spec(doc: Document, broken: frozenset[str] = frozenset()) -> tuple[CircuitSpec, list[Problem]]:
+    """The typed circuit of a document whose top level is a mapping, plus aggregate-parse problems."""
+    data: dict[str, Any] = doc.data
+    problems: list[Problem] = []
+    inputs = data.get("inputs") if isinstance(data.get("inputs"), dict) else {}
+    nodes = data.get("nodes") if isinstance(data.get("nodes"), dict) else {}
+    schedule = data.get("schedule")
+    if isinstance(schedule, str) and schedule.strip().lower() == "none":
+        schedule = None
+    settings = data.get("settings")
+    spec = CircuitSpec(
+        name=str(data.get("name", "")), path=doc.file,
+        inputs={k: build_input(k, v, doc) for k, v in inputs.items()},
+        nodes={k: build_node(k, v, ("nodes", k), doc, broken, problems) for k, v in nodes.items()},
+        outputs=build_outputs(data.get("outputs"), doc),
+        schedule=schedule if isinstance(schedule, str) else None,
+        description=data.get("description") if isinstance(data.get("description"), str) else "",
+        text=doc.text, settings=dict(settings) if isinstance(settings, dict) else {})
+    return spec, problems
+
+
+# ---- public entry points -------------------------------------------------------------------
+
+def check_text(text: str, path: str = "<string>") -> tuple[CircuitSpec | None, list[Problem]]:
+    """Parse and validate; returns the spec (None if the YAML is unusable) and all problems,
+    ordered by line."""
+    doc = read_yaml(text, path)
+    if not doc.ok:
+        return None, doc.problems
+    if not isinstance(doc.data, dict):
+        got = "an empty file" if doc.data is None else f"a {type(doc.data).__name__}"
+        return None, doc.problems + [Problem(path, 1, None, f"the top level must be a mapping with keys "
+                                                             f"name, inputs, nodes and outputs; got {got}")]
+    structural, broken = schema_problems(doc)
+    spec, parse_problems = build_spec(doc, broken)
+    problems = doc.problems + structural + parse_problems + semantic_problems(spec, doc, broken)
+    unique = list(dict.fromkeys(problems))
+    return spec, sorted(unique, key=lambda p: p.line)
+
+
+def load_circuit_text(text: str, path: str = "<string>") -> CircuitSpec:
+    """A validated ``CircuitSpec`` from YAML text; raises ``CircuitError`` listing every problem."""
+    spec, problems = check_text(text, path)
+    if problems or spec is None:
+        raise CircuitError(problems)
+    return spec
+
+
+def _read(path: str | Path) -> tuple[str | None, list[Problem]]:
+    try:
+        return Path(path).read_text(encoding="utf-8"), []
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, [Problem(str(path), 0, None, f"cannot read circuit file: {exc}")]
+
+
+def load_circuit(path: str | Path) -> CircuitSpec:
+    """A validated ``CircuitSpec`` from a file; raises ``CircuitError`` listing every problem."""
+    text, problems = _read(path)
+    if text is None:
+        raise CircuitError(problems)
+    return load_circuit_text(text, str(path))
+
+
+def validate_file(path: str | Path) -> list[Problem]:
+    """Every problem in a circuit file (empty = valid), for ``dbsp validate``."""
+    text, problems = _read(path)
+    return problems if text is None else check_text(text, str(path))[1]

@@ -1,0 +1,414 @@
+"""Checks on a circuit file, in two layers that never report the same thing twice.
+
+1. Shape, by the JSON Schema ``circuit.schema.json`` (which editors also use to autocomplete):
+   required keys, unknown keys and fields, value types, enums (op, source kind/format, policy),
+   name patterns, expectation entry form. jsonschema's errors are rewritten into our messages.
+2. Meaning, in Python: duplicate names, references (with "did you mean"), either/or fields
+   (``on`` vs ``left_on``/``right_on``, ``inputs`` vs ``left``/``right``), cycles, schedules,
+   column types, columns of keys, groups and expressions, expectation columns.
+
+A node the schema found broken is skipped by layer 2 (and its columns count as unknown), so a
+wrong field does not also surface as a string of follow-on errors.
+"""
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+from jsonschema import Draft202012Validator, ValidationError
+
+from .columns import Resolution, resolve
+from .errors import Problem, did_you_mean, listing
+from .expressions import AGGREGATE_FUNCS, ExpressionError, analyze
+from .model import ALL_OPS, CircuitSpec, Expectation, NodeSpec
+
+if TYPE_CHECKING:
+    from .loader import Document, YamlPath
+
+SCHEMA_PATH = Path(__file__).with_name("circuit.schema.json")
+
+_TYPE_WORDS = {"string": "a string", "array": "a list", "object": "a mapping", "boolean": "true or false",
+               "integer": "an integer", "number": "a number", "null": "nothing (null)"}
+
+
+@lru_cache(maxsize=1)
+def _validator() -> Draft202012Validator:
+    return Draft202012Validator(json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
+
+
+# ---- layer 1: the JSON Schema --------------------------------------------------------------
+
+def schema_problems(doc: "Document") -> tuple[list[Problem], frozenset[str]]:
+    """Shape problems, and the labels of the nodes they make unusable (with their ancestors)."""
+    problems: list[Problem] = []
+    broken: set[str] = set()
+    for err in _validator().iter_errors(doc.data):
+        for path, message in _translate(err, doc):
+            label = doc.node_of(path)
+            problems.append(Problem(doc.file, doc.line(path), label, message))
+            if label and path[0] == "nodes":
+                parts = label.split(".")
+                broken.update(".".join(parts[:i + 1]) for i in range(len(parts)))
+    return problems, frozenset(broken)
+
+
+def _entity_depth(path: "YamlPath") -> int:
+    """How many leading path elements name the entity (input/node/output) the path is inside."""
+    if len(path) < 2 or path[0] not in ("inputs", "nodes", "outputs"):
+        return 0
+    depth = 2
+    while path[0] == "nodes" and len(path) >= depth + 2 and path[depth] == "body":
+        depth += 2
+    return depth
+
+
+def _relative(path: "YamlPath") -> str:
+    """A path inside its input/node/output as written in messages, e.g. "source.kind", "on[0]"."""
+    text = ""
+    for part in path[_entity_depth(path):]:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _label(path: "YamlPath") -> str:
+    rel = _relative(path)
+    return f"field '{rel}'" if rel else ""
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "nothing (null)"
+    kind = "a mapping " if isinstance(value, dict) else "a list " if isinstance(value, list) else ""
+    text = repr(value)
+    return kind + (text if len(text) <= 60 else text[:57] + "...")
+
+
+def _expected(schema: dict[str, Any]) -> str:
+    if "title" in schema:
+        return schema["title"]
+    types = schema.get("type", [])
+    return " or ".join(_TYPE_WORDS.get(t, t) for t in ([types] if isinstance(types, str) else types)) or "a value"
+
+
+def _prefix(label: str) -> str:
+    return f"{label}: " if label else ""
+
+
+def _translate(err: ValidationError, doc: "Document") -> Iterator[tuple["YamlPath", str]]:
+    """jsonschema error -> (path of the offending part, message saying what was expected)."""
+    path, kind, inst, schema = tuple(err.absolute_path), err.validator, err.instance, err.schema
+    label = _label(path)
+    op = inst.get("op") if isinstance(inst, dict) and path[:1] == ("nodes",) and not label else None
+    schema_path = list(err.absolute_schema_path)
+    if len(schema_path) >= 2 and schema_path[-2] == "propertyNames":
+        yield path + (inst,), f"invalid name '{inst}': expected {_expected(schema)}"
+    elif kind == "required":
+        for missing in (r for r in err.validator_value if r not in inst):
+            if not path:
+                yield path, f"missing required key '{missing}' (a circuit needs name, inputs, nodes and outputs)"
+            elif op:
+                yield path, (f"missing required field '{missing}' for op '{op}' "
+                             f"(it needs: {listing(err.validator_value)})")
+            elif missing == "op":
+                yield path, f"missing required field 'op' (one of: {listing(ALL_OPS)})"
+            else:
+                rel = _relative(path)
+                yield path, f"missing required field '{rel + '.' if rel else ''}{missing}'"
+    elif kind == "additionalProperties":
+        allowed = list(schema.get("properties", {}))
+        for extra in (k for k in inst if k not in allowed):
+            if not path:
+                what = f"unknown top-level key '{extra}'"
+            elif op:
+                what = f"unknown field '{extra}' for op '{op}'"
+            elif label:
+                what = f"unknown field '{extra}' in {label}"
+            else:
+                what = f"unknown field '{extra}'" + (" for an input" if path[0] == "inputs" else "")
+            yield path + (extra,), f"{what}; expected one of: {listing(allowed)}{did_you_mean(extra, allowed)}"
+    elif kind == "enum":
+        choices = [str(c) for c in err.validator_value]
+        hint = did_you_mean(inst, choices) if isinstance(inst, str) else ""
+        yield path, f"{_prefix(label)}{_describe(inst)} is not allowed; expected one of: {listing(choices)}{hint}"
+    elif kind in ("minItems", "minProperties"):
+        yield path, (f"{_prefix(label)}expected {_expected(schema)} with at least {err.validator_value} "
+                     f"entr{'y' if err.validator_value == 1 else 'ies'}, got {len(inst)}")
+    elif kind == "maxProperties":
+        yield path, (f"{_prefix(label)}expected {_expected(schema)}; got {len(inst)} keys "
+                     f"({listing(map(str, inst))})")
+    elif kind == "uniqueItems":
+        yield path, f"{_prefix(label)}each name may be listed once"
+    elif kind == "minLength":
+        yield path, f"{_prefix(label)}must not be empty; expected {_expected(schema)}"
+    else:  # type, pattern, minimum, ...: "expected X, got Y"
+        bound = f" (at least {err.validator_value})" if kind == "minimum" else ""
+        yield path, f"{_prefix(label)}expected {_expected(schema)}{bound}, got {_describe(inst)}"
+
+
+# ---- layer 2: meaning ----------------------------------------------------------------------
+
+SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly",
+                    "@yearly", "@annually", "@midnight")
+_CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,?#LW-]+$")
+_SIMPLE_TYPES = ("boolean", "tinyint", "byte", "smallint", "short", "int", "integer", "bigint", "long",
+                 "float", "real", "double", "string", "date", "timestamp", "timestamp_ntz", "timestamp_ltz",
+                 "binary", "decimal", "dec", "numeric")
+_DECIMAL = re.compile(r"^(?:decimal|dec|numeric)\s*\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)$", re.IGNORECASE)
+_CHAR = re.compile(r"^(?:var)?char\s*\(\s*\d+\s*\)$", re.IGNORECASE)
+TYPE_HELP = "boolean, tinyint, smallint, int, bigint/long, float, double, string, date, timestamp, decimal(p,s), binary"
+
+
+def semantic_problems(spec: CircuitSpec, doc: "Document", broken: frozenset[str]) -> list[Problem]:
+    """Problems of meaning; nodes in ``broken`` (schema errors) are not checked again."""
+    if not isinstance(doc.get(("inputs",)), dict) or not isinstance(doc.get(("nodes",)), dict):
+        return []  # without both namespaces every reference would look wrong
+    problems = _schedule(spec, doc) + _column_types(spec) + _names(spec)
+    scopes = list(_scopes(spec.nodes, "", frozenset(spec.inputs) | frozenset(spec.nodes), broken))
+    for label, node, visible in scopes:
+        problems += _node_fields(spec, label, node)
+        problems += _references(spec, label, node, visible)
+    cycle_problems, in_cycles = _cycles(spec, broken)
+    problems += cycle_problems
+    resolution, column_problems = resolve(spec, broken | in_cycles)
+    problems += column_problems
+    for label, node, _ in scopes:
+        problems += _expressions(spec, label, node, resolution)
+    problems += _outputs(spec, resolution)
+    return problems
+
+
+def _scopes(nodes: dict[str, NodeSpec], prefix: str, visible: frozenset[str],
+            broken: frozenset[str]) -> Iterator[tuple[str, NodeSpec, frozenset[str]]]:
+    """(label, node, names it may read) for every unbroken node, body nodes included."""
+    for name, node in nodes.items():
+        label = prefix + name
+        if label in broken:
+            continue
+        yield label, node, visible
+        if node.op == "recursive":
+            inner = visible | frozenset(node.body) | {name}
+            yield from _scopes(node.body, label + ".", inner, broken)
+
+
+def _schedule(spec: CircuitSpec, doc: "Document") -> list[Problem]:
+    s = spec.schedule
+    if s is None or s in SCHEDULE_PRESETS:
+        return []
+    fields = s.split()
+    if not s.startswith("@") and len(fields) == 5 and all(_CRON_FIELD.match(f) for f in fields):
+        return []
+    return [Problem(spec.path, doc.line(("schedule",)), None,
+                    f"schedule '{s}' is neither a cron string (5 fields: minute hour day-of-month month "
+                    f"day-of-week) nor a preset ({listing(SCHEDULE_PRESETS)}) nor none"
+                    f"{did_you_mean(s, SCHEDULE_PRESETS) if s.startswith('@') else ''}")]
+
+
+def _type_problem(typ: str) -> str | None:
+    """Why ``typ`` is not a Spark SQL type name we accept (None when it is)."""
+    t = typ.strip()
+    if t.lower() in _SIMPLE_TYPES or _CHAR.match(t):
+        return None
+    if re.match(r"^(?:decimal|dec|numeric)\s*\(\s*\d+\s*$", t, re.IGNORECASE):
+        return (f"type '{typ}' was cut at its comma by YAML's {{...}} syntax: quote it "
+                f"(\"decimal(10, 2)\") or drop the space (decimal(10,2))")
+    if m := _DECIMAL.match(t):
+        precision, scale = int(m.group(1)), int(m.group(2) or 0)
+        if 1 <= precision <= 38 and scale <= precision:
+            return None
+        return f"bad decimal type '{typ}': expected decimal(p,s) with 1 <= p <= 38 and s <= p"
+    return f"unknown type '{typ}'; expected a Spark SQL type: {TYPE_HELP}{did_you_mean(t.lower(), _SIMPLE_TYPES)}"
+
+
+def _column_types(spec: CircuitSpec) -> list[Problem]:
+    problems = []
+    for inp in spec.inputs.values():
+        for col in inp.columns:
+            if col.type and (why := _type_problem(col.type)):
+                problems.append(Problem(spec.path, col.line, inp.name, f"column '{col.name}': {why}"))
+    return problems
+
+
+def _names(spec: CircuitSpec) -> list[Problem]:
+    """Input, node and body node names must all differ (YAML duplicates are found by the loader)."""
+    problems = []
+    owner: dict[str, str] = {name: f"an input (line {inp.line})" for name, inp in spec.inputs.items()}
+
+    def visit(nodes: dict[str, NodeSpec], prefix: str) -> None:
+        for name, node in nodes.items():
+            if name in owner:
+                problems.append(Problem(spec.path, node.line, prefix + name,
+                                        f"name '{name}' is already used by {owner[name]}: input and node "
+                                        f"names must be unique"))
+            else:
+                owner[name] = f"node '{prefix + name}' (line {node.line})"
+            visit(node.body, prefix + name + ".")
+
+    visit(spec.nodes, "")
+    return problems
+
+
+def _node_fields(spec: CircuitSpec, label: str, node: NodeSpec) -> list[Problem]:
+    """Either/or fields the schema leaves open: join keys, union inputs, recursive outputs."""
+    present = set(node.field_lines)
+    found: list[tuple[str, str]] = []  # (field key for the line, message)
+    if node.op in ("join", "antijoin"):
+        if "on" in present and present & {"left_on", "right_on"}:
+            found.append(("on", "give either 'on' or 'left_on' + 'right_on', not both"))
+        elif "on" not in present and not {"left_on", "right_on"} <= present:
+            has = [f for f in ("left_on", "right_on") if f in present]
+            found.append((has[0] if has else "", f"{node.op} needs its key columns: 'on: [cols]' (same names "
+                                                 f"on both sides) or 'left_on' + 'right_on'"
+                                                 + (f" (only '{has[0]}' given)" if has else "")))
+        elif "on" not in present and len(node.left_on) != len(node.right_on):
+            found.append(("left_on", f"'left_on' has {len(node.left_on)} columns and 'right_on' has "
+                                     f"{len(node.right_on)}: they pair up, so they need the same length"))
+    if node.op in ("union", "union_all"):
+        sides = present & {"left", "right"}
+        if "inputs" in present and sides:
+            found.append(("inputs", "give either 'inputs: [a, b, ...]' or 'left' + 'right', not both"))
+        elif "inputs" not in present and sides != {"left", "right"}:
+            found.append(("", f"{node.op} needs 'inputs: [a, b, ...]' (two or more) or 'left' + 'right'"))
+    if node.op == "recursive":
+        found += [("outputs", f"output '{out}' is not a node of its body (body nodes: {listing(node.body)})"
+                              f"{did_you_mean(out, node.body)}")
+                  for out in node.outputs if out not in node.body]
+    return [Problem(spec.path, node.line_of(key), label, message) for key, message in found]
+
+
+def _ref_fields(node: NodeSpec) -> Iterator[tuple[str, str]]:
+    if node.input is not None:
+        yield "input", node.input
+    for i, ref in enumerate(node.inputs):
+        yield f"inputs.{i}", ref
+    if node.left is not None:
+        yield "left", node.left
+    if node.right is not None:
+        yield "right", node.right
+
+
+def _references(spec: CircuitSpec, label: str, node: NodeSpec, visible: frozenset[str]) -> list[Problem]:
+    problems = []
+    for field_name, ref in _ref_fields(node):
+        if ref not in visible:
+            field_text = re.sub(r"\.(\d+)$", r"[\1]", field_name)
+            problems.append(Problem(spec.path, node.line_of(field_name), label,
+                                    f"field '{field_text}' names '{ref}', which is not an input or node "
+                                    f"(known: {listing(sorted(visible - {node.name}))})"
+                                    f"{did_you_mean(ref, visible)}"))
+    return problems
+
+
+def _cycles(spec: CircuitSpec, broken: frozenset[str]) -> tuple[list[Problem], frozenset[str]]:
+    """One problem per cycle among top-level nodes (feedback belongs in a recursive body), and
+    the nodes on cycles. Names that are also inputs are left out: ``_names`` reports those."""
+    nodes = {n: node for n, node in spec.nodes.items() if n not in broken and n not in spec.inputs}
+    edges = {n: [d for d in node.dependencies if d in nodes] for n, node in nodes.items()}
+    problems, done = [], set()
+    for start in nodes:
+        if start in done:
+            continue
+        cycle = _cycle_through(start, edges)
+        if cycle:
+            done.update(cycle)
+            problems.append(Problem(spec.path, nodes[start].line, start,
+                                    f"cycle {' -> '.join(cycle + [start])}: a node may not read its own "
+                                    f"output, except inside the body of a recursive node"))
+    return problems, frozenset(done)
+
+
+def _cycle_through(start: str, edges: dict[str, list[str]]) -> list[str]:
+    """The shortest path start -> ... -> start (without the final start), or [] if none."""
+    parent: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for n in frontier:
+            for d in edges[n]:
+                if d == start:
+                    path = [n]
+                    while path[-1] != start:
+                        path.append(parent[path[-1]])
+                    return path[::-1]
+                if d not in parent:
+                    parent[d] = n
+                    nxt.append(d)
+        frontier = nxt
+    return []
+
+
+def _expressions(spec: CircuitSpec, label: str, node: NodeSpec, res: Resolution) -> list[Problem]:
+    """Unknown columns (and unreadable syntax) in where, select expressions and aggregate args."""
+    source = res.reads.get(label, {}).get(node.input or "")
+    checks: list[tuple[str, str, str]] = []  # (field key, what, expression)
+    if node.op == "filter" and node.where is not None:
+        checks.append(("where", "where", node.where))
+    if node.op in ("select", "map"):
+        for i, (name, expr) in enumerate(node.columns):
+            key = f"columns.{name}" if f"columns.{name}" in node.field_lines else f"columns.{i}"
+            checks.append((key, f"column '{name}'", expr))
+    if node.op == "aggregate":
+        checks += [(f"aggregates.{a.name}", f"aggregate '{a.name}'", a.arg) for a in node.aggregates if a.arg]
+    problems = []
+    for key, what, expr in checks:
+        try:
+            found = analyze(expr)
+        except ExpressionError as exc:
+            problems.append(Problem(spec.path, node.line_of(key), label, f"{what}: cannot read '{expr}': {exc}"))
+            continue
+        aggs = [f for f in found.functions if f in AGGREGATE_FUNCS]
+        if aggs and node.op != "aggregate":
+            problems.append(Problem(spec.path, node.line_of(key), label,
+                                    f"{what}: aggregate function '{aggs[0]}' in a row expression; "
+                                    f"use an aggregate node"))
+        if source is None:
+            continue
+        known = {c.lower() for c in source}
+        for col in found.columns:
+            if col.lower() not in known:
+                problems.append(Problem(spec.path, node.line_of(key), label,
+                                        f"{what}: unknown column '{col}' in '{expr}'; expected a column of "
+                                        f"'{node.input}' ({listing(source)}){did_you_mean(col, source)}"))
+    return problems
+
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_COLUMN_KWARGS = ("column", "column_A", "column_B")
+_COLUMN_LIST_KWARGS = ("column_list", "column_set")
+
+
+def _expectation_columns(spec: CircuitSpec, owner: str, exps: tuple[Expectation, ...],
+                         columns: tuple[str, ...] | None) -> list[Problem]:
+    if columns is None:
+        return []
+    problems = []
+    for exp in exps:
+        named = [exp.kwargs[k] for k in _COLUMN_KWARGS if isinstance(exp.kwargs.get(k), str)]
+        named += [c for k in _COLUMN_LIST_KWARGS if isinstance(exp.kwargs.get(k), list)
+                  for c in exp.kwargs[k] if isinstance(c, str)]
+        problems += [Problem(spec.path, exp.line, owner,
+                             f"{exp.name}: column '{c}' is not a column of '{owner}' "
+                             f"(columns: {listing(columns)}){did_you_mean(c, columns)}")
+                     for c in named if c not in columns]
+    return problems
+
+
+def _outputs(spec: CircuitSpec, res: Resolution) -> list[Problem]:
+    problems = []
+    names = set(spec.inputs) | set(spec.nodes)
+    for name, out in spec.outputs.items():
+        if not _IDENTIFIER.match(name):
+            continue  # the schema reports the name itself
+        if name not in names:
+            problems.append(Problem(spec.path, out.line, name,
+                                    f"output '{name}' names no input or node (known: {listing(sorted(names))})"
+                                    f"{did_you_mean(name, names)}"))
+            continue
+        problems += _expectation_columns(spec, name, out.expectations, res.columns.get(name))
+    for inp in spec.inputs.values():
+        problems += _expectation_columns(spec, inp.name, inp.expectations, res.columns.get(inp.name))
+    return problems
