@@ -1,0 +1,522 @@
+"""The state store of one circuit: committed timesteps, their traces and output deltas.
+
+Commit protocol (why a crash can never leave a half-applied timestep):
+1. ``begin()`` removes leftovers of unfinished timesteps, then opens timestep t = last + 1.
+2. Every write goes to a *new* directory named ``t<t>-<uuid>``; nothing committed is modified.
+3. ``commit()`` compacts, fsyncs the new files, then publishes ``manifests/<t>.json`` with one
+   atomic rename. That rename is the commit point: before it the timestep does not exist.
+4. Only then are manifests older than ``keep_timesteps`` deleted, and trace files that no
+   remaining manifest lists. Output deltas are the published change log and are kept.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Sequence
+
+from spark_jobs.state import layout as L
+from spark_jobs.state.failpoints import failpoint
+from spark_jobs.state.fs import filesystem_for
+from spark_jobs.state.manifest import Manifest, OutputEntry, TraceEntry
+from spark_jobs.state.trace import (consolidate, dir_stats, needs_compaction, read_dirs,
+                                    validate_columns, weight_totals, write_dir)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+VIEW_TRACE_PREFIX = "view:"
+
+
+def view_trace_id(view: str) -> str:
+    """The trace that integrates a view's output deltas (maintained by ``write_output``)."""
+    return f"{VIEW_TRACE_PREFIX}{view}"
+
+
+class FingerprintMismatch(RuntimeError):
+    """The committed state was built by a different circuit definition."""
+
+
+class TimestepNotRetained(LookupError):
+    """The timestep was committed but its manifest has been garbage-collected."""
+
+
+class ConcurrentCommit(RuntimeError):
+    """Another writer committed this timestep first (max_active_runs must be 1)."""
+
+
+class TransactionClosed(RuntimeError):
+    """The transaction was already committed or aborted."""
+
+
+class StateStore:
+    """Checkpointed Parquet traces with one atomic manifest per committed timestep."""
+
+    def __init__(self, spark: "SparkSession", root: str, circuit: str, fingerprint: str, *,
+                 compact_fraction: float = 0.5, keep_timesteps: int = 2) -> None:
+        if keep_timesteps < 1:
+            raise ValueError("keep_timesteps must be >= 1 (the latest timestep is always kept)")
+        self.spark = spark
+        self.fs = filesystem_for(root)
+        self.root = self.fs.normalize(root)
+        self.layout = L.Layout(self.fs, self.root)
+        self.circuit = circuit
+        self.fingerprint = fingerprint
+        self.compact_fraction = compact_fraction
+        self.keep_timesteps = keep_timesteps
+        self._cache: dict[int, Manifest] = {}
+        self._open: Transaction | None = None
+
+    # ---- committed state -------------------------------------------------------------------
+    def timesteps(self) -> list[int]:
+        """Committed timesteps whose manifests are still on disk, oldest first."""
+        names = self.fs.listdir(self.layout.manifests_dir)
+        ts = sorted(t for t in map(L.parse_manifest_name, names) if t is not None)
+        for stale in set(self._cache) - set(ts):  # deleted by GC or a reset elsewhere
+            del self._cache[stale]
+        return ts
+
+    def last_committed(self) -> int:
+        """The latest committed timestep; 0 when nothing was ever committed."""
+        ts = self.timesteps()
+        return ts[-1] if ts else 0
+
+    def manifest(self, t: int | None = None) -> Manifest | None:
+        """The manifest of timestep t (latest if None); None if absent."""
+        if t is None:
+            t = self.last_committed()
+        if t <= 0:
+            return None
+        if t not in self._cache:
+            path = self.layout.manifest_path(t)
+            if not self.fs.exists(path):
+                return None
+            self._cache[t] = Manifest.from_json(self.fs.read_text(path))
+        return self._cache[t]
+
+    def check_fingerprint(self) -> None:
+        """Refuse to continue state built by another version of the circuit."""
+        m = self.manifest()
+        if m is not None and m.fingerprint != self.fingerprint:
+            raise FingerprintMismatch(
+                f"circuit {self.circuit!r} changed since its state was committed: state at "
+                f"{self.root} (timestep {m.timestep}) has fingerprint {m.fingerprint}, the "
+                f"circuit now has fingerprint {self.fingerprint}. Incremental state cannot "
+                f"be carried across a definition change; rebuild it from the inputs with "
+                f"`dbsp reset {self.circuit} --yes`.")
+
+    def _committed(self, t: int | None) -> Manifest | None:
+        """The manifest readers use for t; errors say why a timestep cannot be read."""
+        last = self.last_committed()
+        if t is None:
+            t = last
+        if t <= 0:
+            return None
+        if t > last:
+            raise ValueError(f"timestep {t} is not committed (last committed: {last})")
+        m = self.manifest(t)
+        if m is None:
+            raise TimestepNotRetained(
+                f"timestep {t} is no longer retained (keep_timesteps={self.keep_timesteps}; "
+                f"retained: {self.timesteps()})")
+        return m
+
+    def _read_entry(self, entry: TraceEntry | None) -> "DataFrame | None":
+        if entry is None or not entry.dirs:
+            return None
+        uris = [self.fs.spark_uri(self.layout.abs(d)) for d in entry.dirs]
+        return read_dirs(self.spark, uris, entry.schema)
+
+    def read_trace(self, trace_id: str, t: int | None = None) -> "DataFrame | None":
+        """The union of the trace's files as of committed timestep t (latest if None).
+
+        Not consolidated: rows of one tuple may repeat with partial weights/sums.
+        """
+        m = self._committed(t)
+        return None if m is None else self._read_entry(m.traces.get(trace_id))
+
+    def read_output_delta(self, view: str, t: int) -> "DataFrame | None":
+        """The view's consolidated delta committed at t (None if it was empty)."""
+        last = self.last_committed()
+        if not 0 < t <= last:
+            raise ValueError(f"timestep {t} is not committed (last committed: {last})")
+        m = self.manifest(t)
+        if m is not None:
+            out = m.outputs.get(view)
+            rels = [out.delta] if out is not None and out.delta else []
+        else:
+            rels = self._output_dirs(view, t, t)
+        return self._read_rels(rels, self._view_schema(view))
+
+    def read_view(self, view: str, t: int | None = None) -> "DataFrame | None":
+        """The materialized view at t (latest if None): the consolidated integral of its
+        output deltas up to t. Retained t reads the view trace; older t sums output deltas."""
+        last = self.last_committed()
+        t = last if t is None else t
+        if t <= 0:
+            return None
+        if t > last:
+            raise ValueError(f"timestep {t} is not committed (last committed: {last})")
+        m = self.manifest(t)
+        if m is not None:
+            df = self._read_entry(m.traces.get(view_trace_id(view)))
+        else:
+            df = self._read_rels(self._output_dirs(view, 1, t), self._view_schema(view))
+        return None if df is None else consolidate(df, "zset")
+
+    def _output_dirs(self, view: str, lo: int, hi: int) -> list[str]:
+        """Committed output deltas of ``view`` with lo <= t <= hi, found by listing.
+
+        Valid for t <= last committed: begin() removes every uncommitted directory of a
+        timestep before that timestep can commit, so what remains there was committed.
+        """
+        top = self.layout.output_view_dir(view)
+        out = []
+        for name in self.fs.listdir(self.layout.abs(top)):
+            ts = L.parse_dir_timestep(name)
+            if ts is not None and lo <= ts <= hi:
+                out.append(f"{top}/{name}")
+        return out
+
+    def _view_schema(self, view: str) -> str | None:
+        m = self.manifest()
+        entry = m.traces.get(view_trace_id(view)) if m else None
+        return entry.schema if entry else None
+
+    def _read_rels(self, rels: list[str], schema: str | None) -> "DataFrame | None":
+        if not rels:
+            return None
+        return read_dirs(self.spark, [self.fs.spark_uri(self.layout.abs(r)) for r in rels], schema)
+
+    # ---- writing ---------------------------------------------------------------------------
+    def begin(self) -> "Transaction":
+        """Open timestep last_committed() + 1, after cleaning what failed runs left behind."""
+        self.check_fingerprint()
+        if self._open is not None:  # recover() is about to delete its files: disable it
+            self._open._state = "aborted"
+        self.recover()
+        failpoint("begin")
+        self._open = Transaction(self, self.manifest())
+        return self._open
+
+    def recover(self) -> dict[str, list[str]]:
+        """Delete leftovers: temp manifests, manifests past retention, trace directories no
+        manifest lists, and output directories of timesteps after the last commit."""
+        removed: dict[str, list[str]] = {"temp": [], "manifests": [], "traces": [], "outputs": []}
+        mdir = self.layout.manifests_dir
+        for name in self.fs.listdir(mdir):
+            if name.startswith(L.TMP_PREFIX):
+                self.fs.remove_file(self.fs.join(mdir, name))
+                removed["temp"].append(name)
+        last = self.last_committed()
+        for t in self.timesteps():
+            if t <= last - self.keep_timesteps:
+                self.fs.remove_file(self.layout.manifest_path(t))
+                self._cache.pop(t, None)
+                removed["manifests"].append(L.manifest_name(t))
+        referenced: set[str] = set()
+        for t in self.timesteps():
+            referenced |= self.manifest(t).referenced_dirs()  # type: ignore[union-attr]
+        for rel in self.layout.data_dirs(L.TRACES):
+            if L.timestep_of(rel) is not None and rel not in referenced:
+                self.fs.remove_tree(self.layout.abs(rel))
+                removed["traces"].append(rel)
+        for rel in self.layout.data_dirs(L.OUTPUTS):
+            ts = L.timestep_of(rel)
+            if ts is not None and ts > last and rel not in referenced:
+                self.fs.remove_tree(self.layout.abs(rel))
+                removed["outputs"].append(rel)
+        return removed
+
+    def _collect_garbage(self, t: int, written: Sequence[str]) -> None:
+        """After committing t: drop manifests older than the retention window, then the trace
+        directories only they listed (and this commit's own superseded writes)."""
+        current = self.manifest(t)
+        assert current is not None
+        old = [x for x in self.timesteps() if x <= t - self.keep_timesteps]
+        garbage: set[str] = set(written)
+        for x in old:
+            m = self.manifest(x)
+            if m is not None:
+                garbage |= m.referenced_dirs()
+        for x in old:  # manifests first: a crash then leaves only unlisted files for recover()
+            self.fs.remove_file(self.layout.manifest_path(x))
+            self._cache.pop(x, None)
+        keep: set[str] = set()
+        for x in self.timesteps():
+            keep |= self.manifest(x).referenced_dirs()  # type: ignore[union-attr]
+        for rel in sorted(garbage - keep):
+            if rel.startswith(L.TRACES + "/"):
+                self.fs.remove_tree(self.layout.abs(rel))
+
+    # ---- inspection ------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """What is committed: last timestep and, per trace, kind, files, rows and bytes."""
+        m = self.manifest()
+        traces = {}
+        if m is not None:
+            for tid, e in sorted(m.traces.items()):
+                traces[tid] = {"kind": e.kind, "keys": list(e.keys), "files": len(e.dirs),
+                               "base_files": len(e.base), "delta_files": len(e.deltas),
+                               "rows": e.rows, "bytes": e.bytes}
+        return {
+            "circuit": self.circuit,
+            "root": self.root,
+            "last_committed": m.timestep if m else 0,
+            "committed_at": m.committed_at if m else None,
+            "fingerprint": m.fingerprint if m else None,
+            "retained": self.timesteps(),
+            "traces": traces,
+            "outputs": {v: o.to_dict() for v, o in sorted(m.outputs.items())} if m else {},
+        }
+
+    def reset(self) -> None:
+        """Delete the whole store: the next begin() starts again at timestep 1."""
+        self.fs.remove_tree(self.root)
+        self._cache.clear()
+
+
+def _json_value(what: str, value: Any) -> Any:
+    """Fail at the call, not at commit, if a metadata value cannot go into the manifest."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} must be JSON-serializable: {exc}") from None
+    return value
+
+
+class Transaction:
+    """The writes of one timestep; invisible to readers until ``commit()`` returns.
+
+    Use as a context manager to abort automatically unless committed.
+    """
+
+    def __init__(self, store: StateStore, previous: Manifest | None) -> None:
+        self.store = store
+        self.previous = previous
+        self.timestep = (previous.timestep if previous else 0) + 1
+        carried = previous.copy() if previous else None
+        self._traces: dict[str, TraceEntry] = carried.traces if carried else {}
+        self._inputs: dict[str, dict[str, Any]] = carried.inputs if carried else {}
+        self._outputs: dict[str, OutputEntry] = {}
+        self._meta: dict[str, Any] = {}
+        self._written: list[str] = []  # root-relative dirs this transaction created
+        self._touched: set[str] = set()
+        self._state = "open"  # open -> published -> committed | aborted
+
+    def __enter__(self) -> "Transaction":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._state == "open":
+            self.abort()
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise TransactionClosed(f"transaction for timestep {self.timestep} is {self._state}")
+
+    # ---- writes ----------------------------------------------------------------------------
+    def _write(self, rel: str, df: "DataFrame", *, sort_by: Sequence[str] = (),
+               keys: Sequence[str] = (), rows: int | None = None):
+        """Write one new directory; returns its FileStat, or None if it held no rows."""
+        s = self.store
+        path = s.layout.abs(rel)
+        uri = s.fs.spark_uri(path)
+        self._written.append(rel)
+        write_dir(df, uri, sort_by=sort_by, keys=keys, rows=rows)
+        stat = dir_stats(s.fs, path, s.spark, uri)
+        if stat.rows == 0:
+            self._discard(rel)
+        failpoint("after_state_write")
+        return stat if stat.rows else None
+
+    def _discard(self, rel: str) -> None:
+        """Delete a directory this transaction wrote and no longer needs."""
+        if rel in self._written:
+            self.store.fs.remove_tree(self.store.layout.abs(rel))
+            self._written.remove(rel)
+
+    def _entry_for_append(self, trace_id: str, kind: str, keys: tuple[str, ...]) -> TraceEntry:
+        entry = self._traces.get(trace_id)
+        if entry is not None and entry.dirs:
+            if entry.kind != kind or tuple(entry.keys) != keys:
+                raise ValueError(
+                    f"trace {trace_id!r} is kind={entry.kind} keys={list(entry.keys)}; cannot "
+                    f"append kind={kind} keys={list(keys)} (use replace to redefine it)")
+            return entry
+        return TraceEntry(kind=kind, keys=keys,
+                          sort_by=entry.sort_by if entry is not None else ())
+
+    def append(self, trace_id: str, df: "DataFrame", *, kind: str = "zset",
+               keys: Sequence[str] = (), sort_by: Sequence[str] = (),
+               rows: int | None = None) -> None:
+        """Add ``df`` as a new delta of the trace; writes only ``df`` (rows=0 writes nothing)."""
+        self._check_open()
+        keys = tuple(keys)
+        validate_columns(df.dtypes, kind, keys)
+        entry = self._entry_for_append(trace_id, kind, keys)
+        if sort_by:
+            entry.sort_by = tuple(sort_by)
+        self._traces[trace_id] = entry
+        if rows == 0:
+            return
+        rel = self.store.layout.new_trace_dir(trace_id, self.timestep)
+        stat = self._write(rel, df, sort_by=entry.sort_by, keys=keys, rows=rows)
+        if stat is not None:
+            entry.deltas.append((self.timestep, rel))
+            entry.files[rel] = stat
+            entry.schema = df.schema.json()
+            self._touched.add(trace_id)
+
+    def replace(self, trace_id: str, df: "DataFrame", *, kind: str = "zset",
+                keys: Sequence[str] = (), sort_by: Sequence[str] = (),
+                rows: int | None = None) -> None:
+        """Make ``df`` the trace's whole value (a new base); earlier files stop being listed
+        from this timestep on (older manifests still list them until GC)."""
+        self._check_open()
+        keys = tuple(keys)
+        validate_columns(df.dtypes, kind, keys)
+        old = self._traces.get(trace_id)
+        entry = TraceEntry(kind=kind, keys=keys, sort_by=tuple(sort_by) or (
+            old.sort_by if old is not None and old.kind == kind else ()))
+        if rows != 0:
+            rel = self.store.layout.new_trace_dir(trace_id, self.timestep)
+            stat = self._write(rel, df, sort_by=entry.sort_by, keys=keys, rows=rows)
+            if stat is not None:
+                entry.base = [rel]
+                entry.files[rel] = stat
+                entry.schema = df.schema.json()
+        if old is not None:
+            for rel in old.dirs:
+                self._discard(rel)
+        self._traces[trace_id] = entry
+
+    def drop(self, trace_id: str) -> None:
+        """Stop listing a trace from this timestep on."""
+        self._check_open()
+        old = self._traces.pop(trace_id, None)
+        for rel in old.dirs if old else []:
+            self._discard(rel)
+
+    def write_output(self, view: str, df: "DataFrame", *, rows: int | None = None) -> None:
+        """Record the view's consolidated delta (a Z-set) for this timestep, and append the
+        same directory to trace ``view:<view>`` (one write serves both)."""
+        self._check_open()
+        validate_columns(df.dtypes, "zset", ())
+        vt_id = view_trace_id(view)
+        vt = self._entry_for_append(vt_id, "zset", ())
+        prev = self._outputs.get(view)
+        if prev is not None and prev.delta:  # written twice: the last write wins
+            vt.deltas = [(t, d) for t, d in vt.deltas if d != prev.delta]
+            vt.files.pop(prev.delta, None)
+            self._discard(prev.delta)
+        self._traces[vt_id] = vt
+        self._outputs[view] = OutputEntry(delta=None)
+        if rows == 0:
+            return
+        s = self.store
+        rel = s.layout.new_output_dir(view, self.timestep)
+        stat = self._write(rel, df, rows=rows)
+        if stat is None:
+            return
+        path = s.layout.abs(rel)
+        ins, dels = weight_totals(s.fs, path, s.spark, s.fs.spark_uri(path))
+        self._outputs[view] = OutputEntry(rel, ins, dels, stat.rows, stat.bytes)
+        vt.deltas.append((self.timestep, rel))
+        vt.files[rel] = stat
+        vt.schema = df.schema.json()
+        self._touched.add(vt_id)
+
+    def consume(self, input_name: str, files: list[dict[str, Any]]) -> None:
+        """Record input files read at this timestep (kept cumulatively in the manifest)."""
+        self._check_open()
+        consumed = self._inputs.setdefault(input_name, {}).setdefault("consumed", [])
+        seen = {json.dumps(f, sort_keys=True) for f in consumed}
+        for f in files:
+            if "path" not in f:
+                raise ValueError(f"consumed file record needs a 'path': {f!r}")
+            rec = _json_value("consumed file record", dict(f))
+            key = json.dumps(rec, sort_keys=True)
+            if key not in seen:
+                consumed.append(rec)
+                seen.add(key)
+
+    def set_input_meta(self, input_name: str, key: str, value: Any) -> None:
+        """Per-input metadata carried to later manifests (e.g. a snapshot source's cursor)."""
+        self._check_open()
+        if key == "consumed":
+            raise ValueError("'consumed' is managed by consume()")
+        self._inputs.setdefault(input_name, {})[key] = _json_value(f"input meta {key!r}", value)
+
+    def set_meta(self, key: str, value: Any) -> None:
+        """Free metadata of this timestep only (not carried over)."""
+        self._check_open()
+        self._meta[key] = _json_value(f"meta {key!r}", value)
+
+    def consumed(self, input_name: str) -> list[dict[str, Any]]:
+        """Input files consumed up to now, including this transaction's."""
+        return list(self._inputs.get(input_name, {}).get("consumed", []))
+
+    def read_trace(self, trace_id: str) -> "DataFrame | None":
+        """The trace as this transaction has it so far (its own writes included)."""
+        return self.store._read_entry(self._traces.get(trace_id))
+
+    # ---- commit ----------------------------------------------------------------------------
+    def _compact(self, trace_id: str, entry: TraceEntry) -> None:
+        """Replace base + deltas with one consolidated base (same value, fewer files)."""
+        df = self.store._read_entry(entry)
+        if df is None:
+            return
+        rel = self.store.layout.new_trace_dir(trace_id, self.timestep)
+        stat = self._write(rel, consolidate(df, entry.kind, entry.keys),
+                           sort_by=entry.sort_by, keys=entry.keys, rows=entry.rows)
+        entry.base = [rel] if stat else []
+        entry.deltas = []
+        entry.files = {rel: stat} if stat else {}
+
+    def commit(self) -> Manifest:
+        """Compact, then publish the manifest atomically (the commit point), then GC."""
+        self._check_open()
+        s = self.store
+        for trace_id in sorted(self._touched):
+            entry = self._traces[trace_id]
+            if needs_compaction(entry, s.compact_fraction):
+                self._compact(trace_id, entry)
+        for rel in self._written:
+            path = s.layout.abs(rel)
+            if not s.fs.exists(path):
+                raise ConcurrentCommit(
+                    f"{rel} written by timestep {self.timestep} has vanished (another run of "
+                    f"{s.circuit!r} cleaned this store?); not committing")
+            s.fs.sync_tree(path)
+        failpoint("before_manifest")
+        last = s.last_committed()
+        if last != self.timestep - 1:
+            raise ConcurrentCommit(
+                f"cannot commit timestep {self.timestep}: timestep {last} is already "
+                f"committed (another run of {s.circuit!r} is writing the same state?)")
+        manifest = Manifest(
+            circuit=s.circuit, fingerprint=s.fingerprint, timestep=self.timestep,
+            committed_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            traces=self._traces, outputs=self._outputs, inputs=self._inputs, meta=self._meta)
+        s.fs.publish_text(s.layout.manifest_path(self.timestep), manifest.to_json(),
+                          L.TMP_PREFIX)
+        self._state = "published"
+        manifest = Manifest.from_json(manifest.to_json())  # detach from this transaction
+        s._cache[self.timestep] = manifest
+        failpoint("after_manifest")
+        s._collect_garbage(self.timestep, self._written)
+        self._state = "committed"
+        return manifest
+
+    def abort(self) -> None:
+        """Delete what this transaction wrote. A published commit is kept (it is durable)."""
+        if self._state != "open":
+            return
+        for rel in list(self._written):
+            self.store.fs.remove_tree(self.store.layout.abs(rel))
+        self._written.clear()
+        self._state = "aborted"
+
+
+__all__ = ["StateStore", "Transaction", "FingerprintMismatch", "TimestepNotRetained",
+           "ConcurrentCommit", "TransactionClosed", "view_trace_id"]

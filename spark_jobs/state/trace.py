@@ -1,0 +1,160 @@
+"""Spark-side mechanics of a trace: write one immutable directory, size it, read, consolidate.
+
+No bookkeeping here (that is the manifest's job); these functions only move rows between
+DataFrames and Parquet directories, and measure what was written without a Spark action
+(Parquet footers via pyarrow) so a commit costs as few jobs as possible.
+"""
+from __future__ import annotations
+
+import json
+import math
+from functools import reduce
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+from spark_jobs.state.fs import FileSystem
+from spark_jobs.state.manifest import KINDS, FileStat, TraceEntry
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+WEIGHT = "_weight"  # the Z-set multiplicity column (same name as spark_jobs.spec.model.WEIGHT)
+ROWS_PER_FILE = 1_000_000  # above this a write is split into several files
+SORTED_ROW_GROUP_BYTES = 8 * 1024 * 1024  # smaller row groups when sorted: finer skipping
+_NUMERIC = ("tinyint", "smallint", "int", "bigint", "float", "double", "decimal")  # dtypes names
+
+
+def _col(name: str):
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def validate_columns(dtypes: Sequence[tuple[str, str]], kind: str, keys: Sequence[str]) -> None:
+    """Reject a DataFrame (given as ``df.dtypes``) that cannot be this kind of trace, before
+    anything is written."""
+    columns = [c for c, _ in dtypes]
+    schema_types = dict(dtypes)
+    if kind not in KINDS:
+        raise ValueError(f"trace kind {kind!r}: expected one of {', '.join(KINDS)}")
+    missing = [k for k in keys if k not in columns]
+    if missing:
+        raise ValueError(f"trace keys {missing} are not columns of the DataFrame {list(columns)}")
+    if kind == "zset" and WEIGHT not in columns:
+        raise ValueError(f"a zset trace needs a {WEIGHT!r} column; got {list(columns)}")
+    if kind == "sum":
+        bad = [c for c in columns if c not in keys and schema_types[c].split("(")[0] not in _NUMERIC]
+        if bad:
+            raise ValueError(f"a sum trace sums every non-key column; {bad} are not numeric "
+                             f"(keys={list(keys)})")
+
+
+def write_dir(df: "DataFrame", uri: str, *, sort_by: Sequence[str] = (),
+              keys: Sequence[str] = (), rows: int | None = None) -> None:
+    """Write ``df`` as a new Parquet directory (never overwriting).
+
+    Small writes become one file. Large ones (``rows`` estimate above ROWS_PER_FILE) are split
+    by range of ``sort_by`` (files then cover disjoint key ranges) or by hash of ``keys``.
+    """
+    if rows is not None and rows > ROWS_PER_FILE:
+        n = math.ceil(rows / ROWS_PER_FILE)
+        if sort_by:
+            df = df.repartitionByRange(n, *[_col(c) for c in sort_by])
+        elif keys:
+            df = df.repartition(n, *[_col(c) for c in keys])
+        else:
+            df = df.repartition(n)
+    else:
+        df = df.coalesce(1)
+    writer_df = df.sortWithinPartitions(*[_col(c) for c in sort_by]) if sort_by else df
+    writer = writer_df.write.mode("errorifexists")
+    if sort_by:
+        writer = writer.option("parquet.block.size", SORTED_ROW_GROUP_BYTES)
+    writer.parquet(uri)
+
+
+def dir_stats(fs: FileSystem, path: str, spark: "SparkSession", uri: str) -> FileStat:
+    """Rows and bytes of a written directory, from Parquet footers (no Spark job)."""
+    files = fs.data_files(path)
+    size = sum(s for _, s in files)
+    try:
+        import pyarrow.parquet as pq
+
+        rows = 0
+        for full, _ in files:
+            with fs.open_read(full) as fh:
+                rows += pq.ParquetFile(fh).metadata.num_rows
+    except (ImportError, NotImplementedError):
+        rows = spark.read.parquet(uri).count() if files else 0
+    return FileStat(rows=rows, bytes=size)
+
+
+def weight_totals(fs: FileSystem, path: str, spark: "SparkSession", uri: str) -> tuple[int, int]:
+    """(sum of positive weights, sum of |negative weights|) of a Z-set directory."""
+    files = fs.data_files(path)
+    try:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        ins = dels = 0
+        for full, _ in files:
+            with fs.open_read(full) as fh:
+                w = pq.ParquetFile(fh).read(columns=[WEIGHT]).column(WEIGHT)
+            ins += pc.sum(pc.if_else(pc.greater(w, 0), w, 0)).as_py() or 0
+            dels -= pc.sum(pc.if_else(pc.less(w, 0), w, 0)).as_py() or 0
+        return int(ins), int(dels)
+    except (ImportError, NotImplementedError):
+        from pyspark.sql import functions as F
+
+        w = _col(WEIGHT)
+        row = spark.read.parquet(uri).agg(
+            F.sum(F.when(w > 0, w).otherwise(0)), F.sum(F.when(w < 0, -w).otherwise(0))).first()
+        return int(row[0] or 0), int(row[1] or 0)
+
+
+def read_dirs(spark: "SparkSession", uris: Iterable[str], schema_json: str | None) -> "DataFrame":
+    """The union of several Parquet directories (their files are read as one relation)."""
+    reader = spark.read
+    if schema_json:
+        from pyspark.sql.types import StructType
+
+        reader = reader.schema(StructType.fromJson(json.loads(schema_json)))
+    return reader.parquet(*uris)
+
+
+def consolidate(df: "DataFrame", kind: str, keys: Sequence[str] = ()) -> "DataFrame":
+    """The value a trace denotes, one row per tuple (zset) or per key (sum), zeros dropped.
+
+    Column types and order are preserved (sums are cast back), so a compacted base has the
+    schema of the deltas it replaces.
+    """
+    from pyspark.sql import functions as F
+
+    types = {f.name: f.dataType for f in df.schema.fields}
+    if kind == "zset":
+        data = [c for c in df.columns if c != WEIGHT]
+        out = (df.groupBy(*[_col(c) for c in data])
+               .agg(F.sum(_col(WEIGHT)).cast(types[WEIGHT]).alias(WEIGHT))
+               .where(_col(WEIGHT) != 0))
+    elif kind == "sum":
+        values = [c for c in df.columns if c not in keys]
+        aggs = [F.sum(_col(c)).cast(types[c]).alias(c) for c in values]
+        out = df.groupBy(*[_col(k) for k in keys]).agg(*aggs) if aggs else df.select(
+            *[_col(k) for k in keys]).distinct()
+        if values:
+            nonzero = [F.coalesce(_col(c), F.lit(0)) != 0 for c in values]
+            out = out.where(reduce(lambda a, b: a | b, nonzero))
+    else:
+        raise ValueError(f"trace kind {kind!r}: expected one of {', '.join(KINDS)}")
+    return out.select(*[_col(c) for c in df.columns])
+
+
+def needs_compaction(entry: TraceEntry, fraction: float) -> bool:
+    """Compact when the deltas outweigh ``fraction`` of the base (amortized O(delta) writes).
+
+    With a base: at least 2 deltas and delta bytes > fraction * base bytes.
+    Without a base: at least 4 deltas (so a fresh trace does not compact on every step).
+    """
+    n = len(entry.deltas)
+    if entry.base:
+        return n >= 2 and entry.delta_bytes > fraction * entry.base_bytes
+    return n >= 4
