@@ -36,6 +36,7 @@ def _err(msg: str) -> None:
 def _user_errors() -> Iterator[None]:
     """Turn the errors a user can act on into one clear message."""
     from spark_jobs.executor.sources import InputRefused
+    from spark_jobs.quality import ExpectationConfigError, QualityGateFailed
     from spark_jobs.state import FingerprintMismatch
 
     try:
@@ -45,6 +46,10 @@ def _user_errors() -> Iterator[None]:
     except FileNotFoundError as exc:
         raise UserError(str(exc)) from None
     except FingerprintMismatch as exc:
+        raise UserError(str(exc)) from None
+    except QualityGateFailed as exc:
+        raise UserError(f"quality gate failed; nothing was committed:\n{exc.report.summary()}", exit_code=3) from None
+    except ExpectationConfigError as exc:
         raise UserError(str(exc)) from None
     except InputRefused as exc:
         lines = ["input refused; nothing was committed and the files were left in place:"]

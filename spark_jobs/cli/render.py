@@ -20,6 +20,8 @@ def step_report(report) -> str:
             lines.append(f"  input {inp.name}: {inp.note}")
     for view, (ins, dele) in report.views.items():
         lines.append(f"  view  {view}: +{ins} -{dele} rows")
+    if getattr(report, "quality", ""):
+        lines.append("  " + report.quality.replace("\n", "\n  "))
     return "\n".join(lines)
 
 

@@ -44,9 +44,9 @@ def delta_dependencies(circuit: Circuit, node_id: str) -> set[str]:
     if not is_state_backed(circuit, node_id):
         return {node_id}
     node = circuit[node_id]
-    if node.op == "delay":
-        return set()
-    return delta_dependencies(circuit, node.inputs[0])
+    integrate = circuit[node.inputs[0]] if node.op == "delay" else node
+    # the delta being integrated: its schema is needed even when the state is still empty
+    return delta_dependencies(circuit, integrate.inputs[0])
 
 
 def stage_graph(compiled) -> list[Stage]:

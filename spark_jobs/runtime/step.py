@@ -1,8 +1,9 @@
-"""One timestep of a circuit, end to end: read input changes, evaluate Q^Δ, write state and view
-deltas, commit one manifest.
+"""One timestep of a circuit in one process (`dbsp step` / `dbsp run`): read the input changes,
+evaluate Q^Δ, check the view deltas, write state and view deltas, commit one manifest.
 
 Everything is written before the manifest; a crash anywhere before the manifest's rename leaves
 the circuit at the previous timestep, and the next step cleans up what the crashed one wrote.
+(The Airflow DAGs run the same timestep as separate stage tasks: see ``timestep.py``.)
 """
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.executor.evaluate import evaluate_step
-from spark_jobs.executor.sources import (InputFile, pending_files, read_changes, read_snapshot,
-                                         snapshot_delta, spark_schema)
+from spark_jobs.executor.sources import InputFile, spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
-from spark_jobs.spec.model import WEIGHT, InputSpec
+from spark_jobs.runtime.inputs import pending_inputs as _pending, read_input, snapshot_trace
+from spark_jobs.runtime.quality_gate import check_timestep
+from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state.failpoints import failpoint
 
 Progress = Callable[[str], None]
@@ -42,55 +44,29 @@ class StepReport:
     inputs: list[InputReport]
     views: dict[str, tuple[int, int]]  # view -> (rows inserted, rows deleted)
     seconds: float
+    quality: str = ""  # gate summary
 
 
-class _StoreReader:
-    """The executor's StateReader over the committed state of the store."""
+class StoreReader:
+    """The executor's StateReader over the committed state of a store (None = no state)."""
 
     def __init__(self, store) -> None:
         self.store = store
 
     def read(self, node_id: str) -> DataFrame | None:
-        return self.store.read_trace(node_id)
-
-
-def snapshot_trace(input_name: str) -> str:
-    return f"snapshot:{input_name}"
-
-
-def consumed_paths(manifest, input_name: str) -> set[str]:
-    if manifest is None:
-        return set()
-    entry = (manifest.inputs or {}).get(input_name) or {}
-    return {f["path"] for f in entry.get("consumed", [])}
+        return self.store.read_trace(node_id) if self.store is not None else None
 
 
 def pending_inputs(rt: CircuitRuntime) -> dict[str, list[InputFile]]:
-    """Input files that arrived and were not consumed by a committed timestep."""
-    manifest = rt.store.manifest()
-    return {name: pending_files(spec, rt.config.data_root, consumed_paths(manifest, name))
-            for name, spec in rt.compiled.spec.inputs.items()}
+    """Input files that arrived and no committed timestep consumed."""
+    return _pending(rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest())
 
 
-def _count_changes(df: DataFrame) -> tuple[int, int]:
+def count_changes(df: DataFrame) -> tuple[int, int]:
+    """(rows inserted, rows deleted), weights counted: one Spark job."""
     row = df.agg(F.sum(F.when(F.col(WEIGHT) > 0, F.col(WEIGHT)).otherwise(0)).alias("ins"),
                  F.sum(F.when(F.col(WEIGHT) < 0, -F.col(WEIGHT)).otherwise(0)).alias("del")).first()
     return int(row["ins"] or 0), int(row["del"] or 0)
-
-
-def _read_input(rt: CircuitRuntime, txn, spec: InputSpec, files: list[InputFile]) -> DataFrame | None:
-    """The input's change for this step (None = no change), recording consumed files in ``txn``."""
-    if not files:
-        return None
-    if spec.source is not None and spec.source.kind == "snapshots":
-        newest = read_snapshot(rt.spark, spec, files[-1])
-        previous = rt.store.read_trace(snapshot_trace(spec.name))
-        delta = snapshot_delta(newest, previous)
-        txn.append(snapshot_trace(spec.name), delta, kind="zset")
-    else:
-        delta = read_changes(rt.spark, spec, files)
-    txn.consume(spec.name, [f.as_dict() for f in files])
-    return delta
 
 
 def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport:
@@ -98,41 +74,45 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
     say = progress or (lambda _msg: None)
     started = time.time()
     store = rt.store
-    store.check_fingerprint()
+    spec = rt.compiled.spec
     pending = pending_inputs(rt)
-    txn = store.begin()
-    try:
-        say(f"timestep {txn.timestep}: reading inputs")
+    cached: list[DataFrame] = []
+    with store.begin() as txn:
+        t = txn.timestep
+        say(f"timestep {t}: reading inputs")
         deltas: dict[str, DataFrame] = {}
         reports: list[InputReport] = []
-        for name, spec in rt.compiled.spec.inputs.items():
+        for name, inp in spec.inputs.items():
             report = InputReport(name, [f.path for f in pending[name]])
-            delta = _read_input(rt, txn, spec, pending[name])
-            if delta is not None:
-                delta = delta.cache()
+            change = read_input(rt.spark, inp, pending[name], store.read_trace(snapshot_trace(name)))
+            if change.delta is not None:
+                delta = change.delta.cache()
+                cached.append(delta)
                 deltas[name] = delta
-                report.inserted, report.deleted = _count_changes(delta)
+                report.inserted, report.deleted = count_changes(delta)
+                if change.snapshot is not None:
+                    txn.append(snapshot_trace(name), delta, kind="zset")
+                txn.consume(name, [f.as_dict() for f in pending[name]])
             reports.append(report)
-        say(f"timestep {txn.timestep}: evaluating {len(rt.compiled.incremental.nodes)} operators")
-        schemas = {name: spark_schema(spec) for name, spec in rt.compiled.spec.inputs.items()}
-        result = evaluate_step(rt.compiled.incremental, deltas, _StoreReader(store),
-                               first_step=txn.timestep == 1, input_schemas=schemas)
+        say(f"timestep {t}: evaluating {len(rt.compiled.incremental.nodes)} operators")
+        schemas = {name: spark_schema(inp) for name, inp in spec.inputs.items()}
+        result = evaluate_step(rt.compiled.incremental, deltas, StoreReader(store),
+                               first_step=t == 1, input_schemas=schemas)
+        outputs = {view: df.cache() for view, df in result.outputs.items()}
+        cached.extend(outputs.values())
+        say(f"timestep {t}: checking view deltas")
+        gate = check_timestep(rt, t, outputs, deltas)
+        say(f"timestep {t}: writing state")
         for node_id, update in result.updates.items():
             kind = "sum" if rt.compiled.incremental[node_id].op == "aggregate_linear" else "zset"
             write = txn.replace if update.kind == "replace" else txn.append
             write(node_id, update.df, kind=kind, keys=tuple(update.keys))
-            failpoint("after_state_write")
         failpoint("mid_step")
-        for view, df in result.outputs.items():
+        for view, df in outputs.items():
             txn.write_output(view, df)
-        failpoint("before_manifest")
         manifest = txn.commit()
-    except BaseException:
-        txn.abort()
-        raise
-    finally:
-        for df in locals().get("deltas", {}).values():
-            df.unpersist()
-    views = {view: (int(info.get("rows_inserted", 0)), int(info.get("rows_deleted", 0)))
+    for df in cached:
+        df.unpersist()
+    views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))
              for view, info in (manifest.outputs or {}).items()}
-    return StepReport(rt.name, manifest.timestep, reports, views, time.time() - started)
+    return StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary())

@@ -1,0 +1,296 @@
+"""One timestep as separate, retryable tasks (the Airflow DAG run): plan, stages, check, commit.
+
+Each task may run in its own process and may be retried; every function here is idempotent for a
+given ``run_id``. Nothing is visible to readers before ``commit`` writes the manifest:
+
+- ``plan`` freezes the timestep number (last committed + 1) and the input files of this run in
+  ``staging/<run>/plan.json``. A retry of the same run reuses the plan; a new run replaces any
+  plan left by a run that never committed.
+- ``run_stage`` evaluates one stage's operators. Deltas that later stages read are written to
+  ``staging/<run>/values/``; state updates and view deltas to ``staging/<run>/stages/<stage>/``;
+  a journal (``journal/<stage>.json``, written last) says the stage is done. A retried stage
+  whose journal exists does nothing; one without a journal starts over.
+- ``check`` runs the quality gate on the staged view deltas (``QualityGateFailed`` stops the run).
+- ``commit`` moves every staged update into the state store in one transaction and publishes the
+  manifest (its meta records the run id, so a retried commit is a no-op).
+
+``mode="full_refresh"`` recomputes everything from the retained input files with empty state;
+the view deltas it commits are new view - old view, so readers of deltas stay consistent.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from spark_jobs.executor import zset
+from spark_jobs.executor.evaluate import evaluate_step
+from spark_jobs.executor.sources import InputFile, spark_schema
+from spark_jobs.runtime.circuit import CircuitRuntime
+from spark_jobs.runtime.inputs import (is_snapshot, pending_inputs, read_input, retained_inputs,
+                                       snapshot_trace)
+from spark_jobs.runtime.quality_gate import check_timestep
+from spark_jobs.runtime.stages import Stage, is_state_backed, stage_graph, staged_values
+from spark_jobs.runtime.step import StoreReader, count_changes
+from spark_jobs.state.failpoints import failpoint
+from spark_jobs.state.layout import safe_name
+
+MODES = ("incremental", "full_refresh")
+
+
+# ---- staging layout ------------------------------------------------------------------------
+def staging_root(rt: CircuitRuntime) -> str:
+    return os.path.join(rt.store.root, "staging")
+
+
+def run_dir(rt: CircuitRuntime, run_id: str) -> str:
+    return os.path.join(staging_root(rt), safe_name(run_id))
+
+
+def _write_json(path: str, data: dict) -> None:
+    """Write JSON atomically: a reader sees the old file or the whole new one."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1, default=str)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _read_json(path: str) -> dict | None:
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _committed_by(rt: CircuitRuntime, run_id: str) -> int | None:
+    """The timestep this run committed, if it did (retained manifests only)."""
+    for t in reversed(rt.store.timesteps()):
+        m = rt.store.manifest(t)
+        if m is not None and (m.meta or {}).get("run_id") == run_id:
+            return t
+    return None
+
+
+# ---- plan ------------------------------------------------------------------------------------
+def plan(rt: CircuitRuntime, run_id: str, *, mode: str = "incremental") -> dict:
+    """Freeze this run's timestep and input files (idempotent per run id)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+    rt.store.check_fingerprint()
+    done = _committed_by(rt, run_id)
+    if done is not None:
+        return {"run_id": run_id, "timestep": done, "already_committed": True}
+    t = rt.store.last_committed() + 1
+    path = os.path.join(run_dir(rt, run_id), "plan.json")
+    existing = _read_json(path)
+    if existing and existing["timestep"] == t and existing["mode"] == mode:
+        return existing
+    if os.path.exists(staging_root(rt)):
+        shutil.rmtree(staging_root(rt))  # leftovers of runs that never committed (max_active_runs=1)
+    rt.store.recover()
+    manifest = rt.store.manifest()
+    spec_inputs = rt.compiled.spec.inputs
+    chosen = (retained_inputs if mode == "full_refresh" else pending_inputs)(
+        spec_inputs, rt.config.data_root, manifest)
+    data = {"run_id": run_id, "timestep": t, "mode": mode, "created_at": time.time(),
+            "inputs": {name: [f.as_dict() for f in files] for name, files in chosen.items()}}
+    _write_json(path, data)
+    return data
+
+
+def load_plan(rt: CircuitRuntime, run_id: str) -> dict:
+    data = _read_json(os.path.join(run_dir(rt, run_id), "plan.json"))
+    if data is None:
+        raise RuntimeError(f"run {run_id!r} of {rt.name} has no plan: run the plan task first")
+    return data
+
+
+# ---- stages ----------------------------------------------------------------------------------
+def _stage(rt: CircuitRuntime, name: str) -> Stage:
+    for stage in stage_graph(rt.compiled):
+        if stage.name == name:
+            return stage
+    raise KeyError(f"{rt.name} has no stage {name!r}")
+
+
+def _journal_path(rt: CircuitRuntime, run_id: str, stage: str) -> str:
+    return os.path.join(run_dir(rt, run_id), "journal", f"{stage}.json")
+
+
+def _value_dir(rt: CircuitRuntime, run_id: str, node_id: str) -> str:
+    return os.path.join(run_dir(rt, run_id), "values", safe_name(node_id))
+
+
+class _EmptyState:
+    """A full refresh starts from no state at all."""
+
+    def read(self, node_id: str) -> DataFrame | None:
+        return None
+
+
+def _write_parquet(df: DataFrame, path: str) -> None:
+    df.write.mode("overwrite").parquet(path)
+
+
+def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
+    """Evaluate one stage of this run into the staging area (idempotent per run id)."""
+    started = time.time()
+    p = load_plan(rt, run_id)
+    if p.get("already_committed"):
+        return {"stage": stage_name, "skipped": "timestep already committed by this run"}
+    journal_path = _journal_path(rt, run_id, stage_name)
+    done = _read_json(journal_path)
+    if done is not None:
+        return dict(done["summary"], note="already done by an earlier attempt")
+    stage = _stage(rt, stage_name)
+    spark, circuit, store = rt.spark, rt.compiled.incremental, rt.store
+    full = p["mode"] == "full_refresh"
+    state = _EmptyState() if full else StoreReader(store)
+    stage_dir = os.path.join(run_dir(rt, run_id), "stages", stage_name)
+    if os.path.exists(stage_dir):
+        shutil.rmtree(stage_dir)  # a killed earlier attempt
+    journal: dict[str, Any] = {"updates": [], "outputs": {}, "consumed": {}, "inputs": {}}
+    summary: dict[str, Any] = {"stage": stage_name, "timestep": p["timestep"], "nodes": list(stage.nodes)}
+
+    # inputs of an input stage: read (and validate) the planned files
+    inputs: dict[str, DataFrame] = {}
+    for node_id in stage.nodes:
+        node = circuit[node_id]
+        if node.op != "input":
+            continue
+        name = node.param("name") or node_id
+        spec = rt.compiled.spec.inputs[name]
+        files = [InputFile(f["path"], f["size"], f["mtime"]) for f in p["inputs"].get(name, [])]
+        previous = None if full else store.read_trace(snapshot_trace(name))
+        change = read_input(spark, spec, files, previous)
+        if change.delta is None:
+            summary.setdefault("inputs", {})[name] = "no new files: no changes"
+            continue
+        delta = change.delta.cache()
+        inputs[name] = delta
+        ins, dels = count_changes(delta)
+        summary.setdefault("inputs", {})[name] = {"files": len(files), "inserted": ins, "deleted": dels}
+        journal["inputs"][name] = {"inserted": ins, "deleted": dels}
+        journal["consumed"][name] = [f.as_dict() for f in files]
+        if is_snapshot(spec):
+            path = os.path.join(stage_dir, "state", safe_name(snapshot_trace(name)))
+            _write_parquet(delta, path)
+            journal["updates"].append({"trace": snapshot_trace(name), "op": "replace" if full else "append",
+                                       "kind": "zset", "keys": [], "path": path})
+
+    def external(node_id: str) -> DataFrame:
+        """Values produced outside this stage: committed state, or another stage's staged delta."""
+        node = circuit[node_id]
+        if is_state_backed(circuit, node_id):
+            if node.op == "delay":
+                prev = state.read(node.inputs[0])
+                return prev if prev is not None else zset.empty_like(external(node.inputs[0]))
+            prev, delta = state.read(node_id), external(node.inputs[0])
+            return delta if prev is None else zset.plus(prev, delta)
+        return spark.read.parquet(_value_dir(rt, run_id, node_id))
+
+    schemas = {name: spark_schema(inp) for name, inp in rt.compiled.spec.inputs.items()}
+    result = evaluate_step(circuit, inputs, state, first_step=full or p["timestep"] == 1,
+                           input_schemas=schemas, spark=spark, only=set(stage.nodes), external=external)
+    needed = staged_values(rt.compiled)
+    for node_id in stage.nodes:
+        if node_id in needed:
+            _write_parquet(result.values[node_id], _value_dir(rt, run_id, node_id))
+    for node_id, update in result.updates.items():
+        path = os.path.join(stage_dir, "state", safe_name(node_id))
+        _write_parquet(update.df, path)
+        failpoint("after_state_write")
+        kind = "sum" if circuit[node_id].op == "aggregate_linear" else "zset"
+        op = "replace" if full or update.kind == "replace" else "append"
+        journal["updates"].append({"trace": node_id, "op": op, "kind": kind, "keys": list(update.keys), "path": path})
+    failpoint("mid_step")
+    for view, df in result.outputs.items():
+        if full:  # the change of the view = new view - old view
+            old = store.read_view(view)
+            df = zset.consolidate(zset.plus(df, zset.negate(old))) if old is not None else df
+        path = os.path.join(stage_dir, "outputs", safe_name(view))
+        _write_parquet(df, path)
+        journal["outputs"][view] = path
+    for df in inputs.values():
+        df.unpersist()
+    summary["seconds"] = round(time.time() - started, 2)
+    summary["state_updates"] = [u["trace"] for u in journal["updates"]]
+    summary["views"] = sorted(journal["outputs"])
+    journal["summary"] = summary
+    _write_json(journal_path, journal)
+    return summary
+
+
+def _journals(rt: CircuitRuntime, run_id: str) -> dict[str, dict]:
+    out = {}
+    for stage in stage_graph(rt.compiled):
+        j = _read_json(_journal_path(rt, run_id, stage.name))
+        if j is None:
+            raise RuntimeError(f"stage {stage.name!r} of run {run_id!r} has not finished; cannot go on")
+        out[stage.name] = j
+    return out
+
+
+# ---- check and commit --------------------------------------------------------------------------
+def check(rt: CircuitRuntime, run_id: str) -> dict:
+    """Quality gate on the staged view deltas; raises ``QualityGateFailed`` on a `fail` check."""
+    p = load_plan(rt, run_id)
+    if p.get("already_committed"):
+        return {"skipped": "timestep already committed by this run"}
+    journals = _journals(rt, run_id)
+    spark = rt.spark
+    views = {v: spark.read.parquet(path) for j in journals.values() for v, path in j["outputs"].items()}
+    inputs: dict[str, DataFrame] = {}
+    checked = {n for n, i in rt.compiled.spec.inputs.items() if i.expectations}
+    for j in journals.values():
+        for name in checked & set(j["inputs"]):
+            files = [InputFile(f["path"], f["size"], f["mtime"]) for f in j["consumed"][name]]
+            spec = rt.compiled.spec.inputs[name]
+            if not is_snapshot(spec):  # snapshot changes are staged as the snapshot trace update
+                inputs[name] = read_input(spark, spec, files, None).delta
+            else:
+                staged = [u["path"] for u in j["updates"] if u["trace"] == snapshot_trace(name)]
+                inputs[name] = spark.read.parquet(staged[0])
+    report = check_timestep(rt, p["timestep"], views, inputs)
+    return {"timestep": p["timestep"], "summary": report.summary(), "failed": len(report.failed),
+            "warnings": len(report.warnings)}
+
+
+def commit(rt: CircuitRuntime, run_id: str) -> dict:
+    """Move the staged updates into the store and publish the manifest (idempotent per run id)."""
+    done = _committed_by(rt, run_id)
+    if done is not None:
+        return {"timestep": done, "note": "already committed by an earlier attempt"}
+    p = load_plan(rt, run_id)
+    journals = _journals(rt, run_id)
+    spark = rt.spark
+    with rt.store.begin() as txn:
+        if txn.timestep != p["timestep"]:
+            raise RuntimeError(f"run {run_id!r} planned timestep {p['timestep']} but the store is at "
+                               f"{txn.timestep - 1}; re-run the plan")
+        if p["mode"] == "full_refresh":
+            for trace_id in list(txn.previous.traces if txn.previous else {}):
+                if not trace_id.startswith("view:"):
+                    txn.drop(trace_id)
+        for j in journals.values():
+            for u in j["updates"]:
+                write = txn.replace if u["op"] == "replace" else txn.append
+                write(u["trace"], spark.read.parquet(u["path"]), kind=u["kind"], keys=tuple(u["keys"]))
+            for view, path in j["outputs"].items():
+                txn.write_output(view, spark.read.parquet(path))
+            for name, files in j["consumed"].items():
+                txn.consume(name, files)
+        txn.set_meta("run_id", run_id)
+        txn.set_meta("mode", p["mode"])
+        manifest = txn.commit()
+    shutil.rmtree(run_dir(rt, run_id), ignore_errors=True)
+    return {"timestep": manifest.timestep,
+            "views": {v: {"inserted": o.rows_inserted, "deleted": o.rows_deleted}
+                      for v, o in (manifest.outputs or {}).items()}}
