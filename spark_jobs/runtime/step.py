@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.executor.evaluate import evaluate_step
-from spark_jobs.executor.sources import InputFile, spark_schema
+from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.runtime.inputs import pending_inputs as _pending, read_input, snapshot_trace
 from spark_jobs.runtime.quality_gate import check_timestep
@@ -82,9 +82,15 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
         say(f"timestep {t}: reading inputs")
         deltas: dict[str, DataFrame] = {}
         reports: list[InputReport] = []
+        refused: list[InputRefused] = []
         for name, inp in spec.inputs.items():
             report = InputReport(name, [f.path for f in pending[name]])
-            change = read_input(rt.spark, inp, pending[name], store.read_trace(snapshot_trace(name)))
+            reports.append(report)
+            try:
+                change = read_input(rt.spark, inp, pending[name], store.read_trace(snapshot_trace(name)))
+            except InputRefused as exc:  # keep going: report every refused file of the step at once
+                refused.append(exc)
+                continue
             if change.delta is not None:
                 delta = change.delta.cache()
                 cached.append(delta)
@@ -93,7 +99,8 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
                 if change.snapshot is not None:
                     txn.append(snapshot_trace(name), delta, kind="zset")
                 txn.consume(name, [f.as_dict() for f in pending[name]])
-            reports.append(report)
+        if refused:
+            raise InputRefused.combine(refused)
         say(f"timestep {t}: evaluating {len(rt.compiled.incremental.nodes)} operators")
         schemas = {name: spark_schema(inp) for name, inp in spec.inputs.items()}
         result = evaluate_step(rt.compiled.incremental, deltas, StoreReader(store),

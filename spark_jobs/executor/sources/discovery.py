@@ -1,0 +1,231 @@
+"""Which input files a timestep has to read: listing, naming rules, and what was consumed.
+
+Listing runs in the driver through ``pyarrow.fs`` (local paths, and s3/hdfs/gcs URIs when
+pyarrow can reach them), so it costs no Spark job. Naming rules, as Spark's own file index:
+a file or folder whose name starts with ``_`` or ``.`` is not data (``_SUCCESS``, ``.crc``,
+``_temporary/``), which also gives writers an atomic drop: write ``.name`` and rename it.
+Data files are recognised by extension; files of another data format are still returned, so
+the reader can refuse them instead of silently skipping data.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable
+
+import pyarrow.fs as pafs
+
+from spark_jobs.spec.model import InputSpec, Source
+
+FORMAT_EXTENSIONS: dict[str, tuple[str, ...]] = {
+    "parquet": (".parquet", ".parq"),
+    "csv": (".csv",),
+    "json": (".json", ".jsonl", ".ndjson"),
+}
+TEXT_COMPRESSIONS = (".gz", ".bz2")  # Spark and the driver-side header reader both decode these
+SUCCESS_MARKER = "_SUCCESS"
+IN_PROGRESS_DIR = "_temporary"
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One pending item: a data file, or (snapshots) a folder; ``path`` is its identity in manifests."""
+
+    path: str
+    size: int
+    mtime: float
+
+    @property
+    def name(self) -> str:
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
+
+    def as_dict(self) -> dict:
+        return {"path": self.path, "size": self.size, "mtime": self.mtime}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "InputFile":
+        return cls(str(d["path"]), int(d.get("size", 0)), float(d.get("mtime", 0.0)))
+
+
+def is_hidden(name: str) -> bool:
+    return name.startswith(("_", "."))
+
+
+def file_format(path: str) -> str | None:
+    """The data format a file name says (``x.csv.gz`` -> csv), None if it names no data format."""
+    name = path.rsplit("/", 1)[-1].lower()
+    compressed = name.endswith(TEXT_COMPRESSIONS)
+    if compressed:
+        name = name.rsplit(".", 1)[0]
+    for fmt, extensions in FORMAT_EXTENSIONS.items():
+        if name.endswith(extensions):
+            return None if compressed and fmt == "parquet" else fmt
+    return None
+
+
+# ---- locations -------------------------------------------------------------------------------
+
+def _strip_file_scheme(path: str) -> str:
+    if path.startswith("file://"):
+        return path[len("file://"):]
+    if path.startswith("file:"):
+        return path[len("file:"):]
+    return path
+
+
+def is_local(path: str) -> bool:
+    return "://" not in _strip_file_scheme(path)
+
+
+def normalize(path: str) -> str:
+    """The identity form of a path: absolute plain path for local files, the URI otherwise."""
+    return os.path.abspath(_strip_file_scheme(path)) if is_local(path) else path.rstrip("/")
+
+
+def resolve_path(source: Source, data_root: str) -> str:
+    """``source.path`` made absolute: as is if absolute or a URI, else under ``data_root``."""
+    path = source.path
+    if "://" in path or path.startswith("file:") or os.path.isabs(path):
+        return normalize(path)
+    if is_local(data_root):
+        return normalize(os.path.join(_strip_file_scheme(data_root), path))
+    return data_root.rstrip("/") + "/" + path.strip("/")
+
+
+_GLOB_CHARS = re.compile(r"([\\{}\[\]*?])")
+
+
+def spark_uri(path: str) -> str:
+    """What to hand Spark for one file: an explicit file: URI locally (a cluster's default FS is
+    not ours), glob characters escaped (Spark would read ``x[1].csv`` as ``x1.csv``)."""
+    uri = "file://" + normalize(path) if is_local(path) else path
+    return _GLOB_CHARS.sub(r"\\\1", uri)
+
+
+@lru_cache(maxsize=None)
+def _remote_fs(scheme: str, authority: str) -> pafs.FileSystem:
+    scheme = "s3" if scheme in ("s3a", "s3n") else scheme
+    return pafs.FileSystem.from_uri(f"{scheme}://{authority}/")[0]
+
+
+@dataclass(frozen=True)
+class Location:
+    """A path as pyarrow sees it (``inner``) and as we report it (``uri``)."""
+
+    fs: pafs.FileSystem
+    inner: str
+    uri: str
+
+    def outer(self, inner_child: str) -> str:
+        return self.uri + inner_child[len(self.inner):]
+
+
+def locate(path: str) -> Location:
+    path = normalize(path)
+    if is_local(path):
+        return Location(pafs.LocalFileSystem(), path, path)
+    scheme, rest = path.split("://", 1)
+    authority, _, key = rest.partition("/")
+    fs = _remote_fs(scheme, authority)
+    inner = rest if fs.type_name == "s3" or fs.type_name == "gcs" else "/" + key
+    return Location(fs, inner.rstrip("/"), path)
+
+
+# ---- listing ---------------------------------------------------------------------------------
+
+def _walk(loc: Location, recursive: bool) -> list[pafs.FileInfo]:
+    selector = pafs.FileSelector(loc.inner, recursive=recursive, allow_not_found=True)
+    try:
+        return loc.fs.get_file_info(selector)
+    except (NotADirectoryError, FileNotFoundError):
+        return []
+
+
+def _rel_parts(loc: Location, info: pafs.FileInfo) -> list[str]:
+    return info.path[len(loc.inner):].strip("/").split("/")
+
+
+def data_files(path: str) -> list[InputFile]:
+    """Data files under ``path`` (recursive, hidden names skipped), sorted by path.
+
+    A single data file as ``path`` lists as itself; a missing path lists as nothing.
+    """
+    loc = locate(path)
+    top = loc.fs.get_file_info(loc.inner)
+    if top.type == pafs.FileType.File:
+        return [InputFile(loc.uri, top.size, top.mtime_ns / 1e9)] if file_format(top.path) else []
+    out = []
+    for info in _walk(loc, recursive=True):
+        if info.type != pafs.FileType.File or file_format(info.base_name) is None:
+            continue
+        if any(is_hidden(part) for part in _rel_parts(loc, info)):
+            continue
+        out.append(InputFile(loc.outer(info.path), info.size, info.mtime_ns / 1e9))
+    return sorted(out, key=lambda f: f.path)
+
+
+def _ready_snapshot_folder(loc: Location, info: pafs.FileInfo) -> InputFile | None:
+    """A snapshot folder, once complete: no ``_temporary`` inside, and data files or ``_SUCCESS``."""
+    folder = Location(loc.fs, info.path, loc.outer(info.path))
+    size, mtime, has_data, has_success = 0, info.mtime_ns / 1e9, False, False
+    for entry in _walk(folder, recursive=True):
+        parts = _rel_parts(folder, entry)
+        if IN_PROGRESS_DIR in parts:
+            return None
+        if entry.type != pafs.FileType.File:
+            continue
+        mtime = max(mtime, entry.mtime_ns / 1e9)
+        has_success |= parts == [SUCCESS_MARKER]
+        if file_format(entry.base_name) and not any(is_hidden(p) for p in parts):
+            has_data = True
+            size += entry.size
+    return InputFile(folder.uri, size, mtime) if has_data or has_success else None
+
+
+def _snapshot_items(loc: Location, consumed: set[str]) -> list[InputFile]:
+    """New snapshots: entries directly under the folder named after the newest consumed one."""
+    mine = [p.rsplit("/", 1)[1] for p in consumed if p.rsplit("/", 1)[0] == loc.uri]
+    newest = max(mine, default=None)
+    items = []
+    for info in sorted(_walk(loc, recursive=False), key=lambda i: i.base_name):
+        name = info.base_name
+        if is_hidden(name) or (newest is not None and name <= newest):
+            continue
+        if info.type == pafs.FileType.File and file_format(name):
+            items.append(InputFile(loc.outer(info.path), info.size, info.mtime_ns / 1e9))
+        elif info.type == pafs.FileType.Directory:
+            folder = _ready_snapshot_folder(loc, info)
+            if folder is not None:
+                items.append(folder)
+    return items
+
+
+def pending_files(spec: InputSpec, data_root: str, consumed: Iterable[str]) -> list[InputFile]:
+    """Items of ``spec``'s source not consumed yet, sorted (path for changes, name for snapshots).
+
+    For snapshots only items named after the newest consumed snapshot count: an older snapshot
+    that arrives late is superseded already. The caller reads the last one and records all.
+    """
+    if spec.source is None:
+        return []
+    root = resolve_path(spec.source, data_root)
+    done = {normalize(p) for p in consumed}
+    if spec.source.kind == "snapshots":
+        return _snapshot_items(locate(root), done)
+    return [f for f in data_files(root) if f.path not in done]
+
+
+def exists(path: str) -> bool:
+    loc = locate(path)
+    return loc.fs.get_file_info(loc.inner).type != pafs.FileType.NotFound
+
+
+def open_text_head(path: str, limit: int = 1 << 20) -> bytes:
+    """The first bytes of a file (decompressed for .gz/.bz2), for header checks in the driver."""
+    loc = locate(path)
+    lower = path.lower()
+    compression = "gzip" if lower.endswith(".gz") else "bz2" if lower.endswith(".bz2") else None
+    with loc.fs.open_input_stream(loc.inner, compression=compression) as stream:
+        return stream.read(limit)

@@ -1,0 +1,258 @@
+"""One reader per file format: static checks first, then the Spark read of the files that pass.
+
+Every reader returns a ``ReadPlan``: problems found without Spark (footer, header), the groups
+of files to read (one Spark read per distinct layout), and the row checks the groups answer.
+CSV is read as strings and cast here, so a bad value is reported, never silently nulled.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from pyspark.sql import Column, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (DataType, DateType, DecimalType, LongType, StringType, StructField,
+                               StructType, TimestampType)
+
+from spark_jobs.spec.model import WEIGHT
+
+from .checks import FILE_COL, Check, Group
+from .discovery import InputFile, spark_uri
+from .schema_check import (UnreadableFile, column_problems, csv_header, diagnose_json_line,
+                           header_problems, read_parquet_footer)
+from .spark_types import type_label
+
+CORRUPT = "__corrupt"
+EXAMPLE_CHARS = 200
+# Reader options we set ourselves; a user's value for them would break the checks.
+_CONTROLLED = {"header", "mode", "columnnameofcorruptrecord", "enforceschema", "inferschema",
+               "multiline", "mergeschema"}
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What the files must hold."""
+
+    types: dict[str, DataType]  # declared order
+    not_null: tuple[str, ...]
+    allow_weight: bool  # changes may carry _weight; snapshots may not
+    options: Mapping[str, Any]
+
+    def reader_options(self, **ours: str) -> dict[str, str]:
+        opts = {k: str(v) for k, v in self.options.items() if k.lower() not in _CONTROLLED}
+        return {**opts, **ours}
+
+
+@dataclass
+class ReadPlan:
+    groups: list[Group] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    problems: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _col(name: str) -> Column:
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _file_path() -> Column:
+    return F.col("_metadata.file_path").alias(FILE_COL)
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return repr(text if len(text) <= EXAMPLE_CHARS else text[:EXAMPLE_CHARS] + "...")
+
+
+# ---- checks every format shares ------------------------------------------------------------
+
+def _null_check(name: str) -> Check:
+    return Check(f"null:{name}", lambda n, _x: f"column {name} is declared not nullable but has "
+                                               f"{n} null value(s)")
+
+
+_WEIGHT_NULL = Check("weight:null", lambda n, _x: f"column _weight has {n} null value(s); "
+                                                  "leave the column out for +1")
+_WEIGHT_INT = Check("weight:int", lambda n, x: f"column _weight must hold integers: {n} value(s) "
+                                               f"are not, e.g. {_short(x)}")
+
+
+def _shared_checks(d: Declared) -> list[Check]:
+    return [_null_check(c) for c in d.not_null] + ([_WEIGHT_NULL, _WEIGHT_INT] if d.allow_weight else [])
+
+
+# ---- Parquet -----------------------------------------------------------------------------------
+
+def plan_parquet(spark: SparkSession, files: Sequence[InputFile], d: Declared) -> ReadPlan:
+    """Footer checks per file (no Spark job); row checks only where footer statistics cannot
+    prove there are no nulls."""
+    plan = ReadPlan(checks=_shared_checks(d))
+    layouts: dict[str, list[InputFile]] = defaultdict(list)
+    schemas: dict[str, StructType] = {}
+    unproven: set[str] = set()
+    for f in files:
+        try:
+            footer = read_parquet_footer(f.path)
+        except UnreadableFile as exc:
+            plan.problems.append((f.path, str(exc)))
+            continue
+        found: dict[str, DataType | None] = {fld.name: fld.dataType for fld in footer.schema}
+        found.update({name: None for name in footer.null_counts if name not in found})
+        reasons = list(footer.problems) + column_problems(found, d.types, d.allow_weight)
+        must_hold = list(d.not_null) + ([WEIGHT] if d.allow_weight and WEIGHT in found else [])
+        counts = {c: footer.null_counts.get(c) for c in must_hold}
+        reasons += [f"column {c} is declared not nullable but has {n} null value(s)" if c != WEIGHT
+                    else _WEIGHT_NULL.describe(n, None) for c, n in counts.items() if n]
+        if reasons:
+            plan.problems.extend((f.path, r) for r in reasons)
+            continue
+        key = footer.schema.json()
+        layouts[key].append(f)
+        schemas[key] = footer.schema
+        if any(n is None for n in counts.values()):
+            unproven.add(key)
+    for key, group_files in layouts.items():
+        plan.groups.append(_parquet_group(spark, group_files, schemas[key], d, key in unproven))
+    return plan
+
+
+def _parquet_group(spark: SparkSession, files: Sequence[InputFile], schema: StructType,
+                   d: Declared, needs_checks: bool) -> Group:
+    # Reading with the file's own schema skips Spark's schema-inference job.
+    frame = (spark.read.schema(schema).options(**d.reader_options())
+             .parquet(*[spark_uri(f.path) for f in files]).select("*", _file_path()))
+    has_weight = WEIGHT in schema.fieldNames()
+    checks = {f"null:{c}": (_col(c).isNull(), None) for c in d.not_null}
+    if has_weight:
+        checks[_WEIGHT_NULL.key] = (_col(WEIGHT).isNull(), None)
+    return Group(frame, {c: _col(c).cast(t) for c, t in d.types.items()},
+                 _col(WEIGHT).cast(LongType()) if has_weight else F.lit(1).cast(LongType()),
+                 checks, needs_checks)
+
+
+# ---- CSV ---------------------------------------------------------------------------------------
+
+def _parse_csv_value(raw: Column, t: DataType, options: Mapping[str, Any]) -> Column:
+    """A CSV string as the declared type; null when it does not convert exactly."""
+    if isinstance(t, StringType):
+        return raw
+    if isinstance(t, DateType) and options.get("dateFormat"):
+        return F.try_to_date(raw, str(options["dateFormat"]))
+    if isinstance(t, TimestampType) and options.get("timestampFormat"):
+        return F.try_to_timestamp(raw, F.lit(str(options["timestampFormat"])))
+    value = raw.try_cast(t)
+    if isinstance(t, DecimalType):  # a cast rounds extra decimals; refuse them instead
+        wide = DecimalType(38, 38 - (t.precision - t.scale))
+        value = F.when(raw.try_cast(wide) == value, value)
+    return value
+
+
+def _cast_check(name: str, t: DataType) -> Check:
+    return Check(f"cast:{name}", lambda n, x: f"column {name}: {n} value(s) are not a valid "
+                                              f"{type_label(t)}, e.g. {_short(x)}")
+
+
+_MALFORMED = Check("malformed", lambda n, x: f"{n} malformed row(s) (wrong number of fields), "
+                                             f"e.g. {_short(x)}")
+
+
+def plan_csv(spark: SparkSession, files: Sequence[InputFile], d: Declared) -> ReadPlan:
+    """Header checked in the driver; values read as strings, then cast and checked in Spark."""
+    plan = ReadPlan(checks=[_MALFORMED] + [_cast_check(c, t) for c, t in d.types.items()
+                                           if not isinstance(t, StringType)] + _shared_checks(d))
+    layouts: dict[tuple[str, ...], list[InputFile]] = defaultdict(list)
+    for f in files:
+        try:
+            header = csv_header(f.path, d.options)
+        except UnreadableFile as exc:
+            plan.problems.append((f.path, str(exc)))
+            continue
+        if header is None:
+            continue  # an empty file holds no rows
+        reasons = header_problems(header) or column_problems(dict.fromkeys(header), d.types, d.allow_weight)
+        if reasons:
+            plan.problems.extend((f.path, r) for r in reasons)
+        else:
+            layouts[tuple(header)].append(f)
+    for header, group_files in layouts.items():
+        plan.groups.append(_csv_group(spark, group_files, header, d))
+    return plan
+
+
+def _csv_group(spark: SparkSession, files: Sequence[InputFile], header: tuple[str, ...],
+               d: Declared) -> Group:
+    schema = StructType([StructField(h, StringType()) for h in header] + [StructField(CORRUPT, StringType())])
+    opts = d.reader_options(header="true", enforceSchema="true", mode="PERMISSIVE",
+                            columnNameOfCorruptRecord=CORRUPT)
+    frame = (spark.read.schema(schema).options(**opts).csv([spark_uri(f.path) for f in files])
+             .select("*", _file_path()))
+    typed = {c: _parse_csv_value(_col(c), t, d.options) for c, t in d.types.items()}
+    # The example names every column: with CSV column pruning, Spark flags a row with a wrong
+    # number of fields only when all the columns are read.
+    every = F.concat_ws(",", *[_col(h) for h in header])
+    checks: dict[str, tuple[Column, Column | None]] = {
+        _MALFORMED.key: (_col(CORRUPT).isNotNull(), F.coalesce(_col(CORRUPT), every))}
+    for c, t in d.types.items():
+        if not isinstance(t, StringType):
+            checks[f"cast:{c}"] = (_col(c).isNotNull() & typed[c].isNull(), _col(c))
+    checks.update({f"null:{c}": (_col(c).isNull(), None) for c in d.not_null})
+    weight = F.lit(1).cast(LongType())
+    if WEIGHT in header:
+        weight = _col(WEIGHT).try_cast(LongType())
+        checks[_WEIGHT_NULL.key] = (_col(WEIGHT).isNull(), None)
+        checks[_WEIGHT_INT.key] = (_col(WEIGHT).isNotNull() & weight.isNull(), _col(WEIGHT))
+    return Group(frame, typed, weight, checks)
+
+
+# ---- JSON lines --------------------------------------------------------------------------------
+
+def _corrupt_check(d: Declared) -> Check:
+    return Check("corrupt", lambda n, x: f"{diagnose_json_line(x, d.types)}: {n} bad line(s), "
+                                         f"e.g. {_short(x)}")
+
+
+_EXTRA_KEYS = Check("extra", lambda _n, xs: "unexpected column(s) "
+                    + ", ".join(sorted({k for x in xs for k in x.split("\n")})), all_examples=True)
+
+
+def plan_json(spark: SparkSession, files: Sequence[InputFile], d: Declared) -> ReadPlan:
+    """Lines read as text and parsed with the declared schema, so corrupt lines and unexpected
+    keys are both visible to the one check aggregate."""
+    plan = ReadPlan(checks=[_corrupt_check(d), _EXTRA_KEYS] + _shared_checks(d))
+    files = [f for f in files if f.size > 0]
+    if files:
+        plan.groups.append(_json_group(spark, files, d))
+    return plan
+
+
+def _json_group(spark: SparkSession, files: Sequence[InputFile], d: Declared) -> Group:
+    fields = [StructField(c, t) for c, t in d.types.items()]
+    allowed = list(d.types) + ([WEIGHT] if d.allow_weight else [])
+    if d.allow_weight:
+        fields.append(StructField(WEIGHT, StringType()))  # raw text: "1.5" is reported, not dropped
+    schema = StructType(fields + [StructField(CORRUPT, StringType())])
+    opts = d.reader_options(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT)
+    text = spark.read.text([spark_uri(f.path) for f in files])
+    frame = (text.where(F.trim("value") != "")
+             .select(F.from_json("value", schema, opts).alias("__row"),
+                     F.json_object_keys("value").alias("__keys"), "value", _file_path()))
+    row = F.col("__row")
+    ok = row[CORRUPT].isNull()
+    extra = F.array_except(F.col("__keys"), F.array(*[F.lit(a) for a in allowed]))
+    checks: dict[str, tuple[Column, Column | None]] = {
+        "corrupt": (~ok, F.col("value")),
+        "extra": (F.size(extra) > 0, F.array_join(extra, "\n")),
+    }
+    checks.update({f"null:{c}": (ok & row[c].isNull(), None) for c in d.not_null})
+    weight = F.lit(1).cast(LongType())
+    if d.allow_weight:
+        parsed = row[WEIGHT].try_cast(LongType())
+        weight = F.coalesce(parsed, F.lit(1).cast(LongType()))
+        checks[_WEIGHT_NULL.key] = (ok & F.array_contains("__keys", WEIGHT) & row[WEIGHT].isNull(), None)
+        checks[_WEIGHT_INT.key] = (ok & row[WEIGHT].isNotNull() & parsed.isNull(), row[WEIGHT])
+    return Group(frame, {c: row[c] for c in d.types}, weight, checks)
+
+
+PLANNERS: dict[str, Callable[[SparkSession, Sequence[InputFile], Declared], ReadPlan]] = {
+    "parquet": plan_parquet, "csv": plan_csv, "json": plan_json,
+}

@@ -1,0 +1,53 @@
+"""Read a step's input files as a validated Z-set, or refuse them all before anything is used.
+
+Validation costs at most one Spark action per call (the fused check aggregate; none for Parquet
+whose footers prove the checks). The returned DataFrame is lazy: it reads the same immutable
+files again when used, so cache it if it is used more than once.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+
+from spark_jobs.spec.model import WEIGHT, InputSpec
+
+from .checks import InputRefused, failed_checks, zset_of
+from .discovery import InputFile, data_files, exists, file_format
+from .formats import PLANNERS, Declared
+from .spark_types import declared_types, spark_schema
+
+
+def _declared(spec: InputSpec, allow_weight: bool) -> Declared:
+    options = spec.source.options if spec.source is not None else {}
+    return Declared(declared_types(spec), tuple(c.name for c in spec.columns if not c.nullable),
+                    allow_weight, dict(options or {}))
+
+
+def _read(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], allow_weight: bool) -> DataFrame:
+    if spec.source is None:
+        raise ValueError(f"input {spec.name} has no source to read")
+    fmt = spec.source.format
+    problems = [(f.path, f"a {file_format(f.path)} file in a {fmt} source")
+                for f in files if file_format(f.path) != fmt]
+    wanted = [f for f in files if file_format(f.path) == fmt]
+    plan = PLANNERS[fmt](spark, wanted, _declared(spec, allow_weight))
+    problems += plan.problems + failed_checks(plan.groups, plan.checks, [f.path for f in wanted])
+    if problems:
+        raise InputRefused(problems, spec.name)
+    if not plan.groups:
+        return spark.createDataFrame([], spark_schema(spec))
+    return zset_of(plan.groups, spec.column_names, WEIGHT)
+
+
+def read_changes(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile]) -> DataFrame:
+    """The union of the files' changes: declared columns (declared types, declared order) plus
+    ``_weight`` (+1 when the file has none); rows of weight 0 dropped, not consolidated."""
+    return _read(spark, spec, files, allow_weight=True)
+
+
+def read_snapshot(spark: SparkSession, spec: InputSpec, item: InputFile) -> DataFrame:
+    """A full snapshot (a file, or a folder of data files) as a Z-set of +1 rows."""
+    if not exists(item.path):
+        raise InputRefused([(item.path, "the snapshot disappeared before it was read")], spec.name)
+    return _read(spark, spec, data_files(item.path), allow_weight=False)
