@@ -17,6 +17,6 @@ def spark():
     from spark_jobs.config import load_config
     from spark_jobs.executor.session import get_spark
 
-    session = get_spark(load_config())
-    yield session
-    session.stop()
+    # Not stopped at teardown: SparkSession.stop() can hang in pyspark's accumulator-server
+    # shutdown; the JVM goes away with this process anyway.
+    return get_spark(load_config())

@@ -58,6 +58,15 @@ def _cell(value: Any) -> Any:
     return value
 
 
+def _display(value: Any) -> str:
+    """Table cells: NULL for null, floats without binary noise (12 significant digits)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return f"{value:.12g}"
+    return str(_cell(value))
+
+
 def collect_consolidated(df, columns: tuple[str, ...]) -> list[tuple]:
     """One row per distinct tuple with its summed weight (zero weights dropped), sorted."""
     if df is None:
@@ -82,7 +91,7 @@ def rows(data: list[tuple], columns: list[str], fmt: str, limit: int | None = No
     if fmt == "json":
         return json.dumps([dict(zip(header, map(_cell, r))) for r in data], indent=1, default=str) + "\n"
     shown = data if limit is None else data[:limit]
-    table = [tuple(header)] + [tuple("NULL" if v is None else str(_cell(v)) for v in r) for r in shown]
+    table = [tuple(header)] + [tuple(_display(v) for v in r) for r in shown]
     more = f"\n({len(data) - len(shown)} more rows)" if len(shown) < len(data) else ""
     return _table(table) + f"\n({len(data)} rows){more}\n"
 
