@@ -56,12 +56,21 @@ def _env_names() -> set[str]:
     return {part.strip() for part in raw.split(",") if part.strip()}
 
 
+KILL_VAR = "DBSP_FAILPOINT_KILL"  # "1": die on the spot (exit 137), like a killed process
+
+
 def failpoint(name: str) -> None:
-    """Raise ``InjectedFailure`` if ``name`` is armed; otherwise do nothing (cheap)."""
+    """Raise ``InjectedFailure`` if ``name`` is armed; otherwise do nothing (cheap).
+
+    With ``DBSP_FAILPOINT_KILL=1`` an environment-armed failpoint ends the process at once,
+    without cleanup, as ``kill -9`` would.
+    """
     if name in _armed:
         if _armed[name] > 0:
             _armed[name] -= 1
             return
         raise InjectedFailure(name)
     if name in _env_names():
+        if os.environ.get(KILL_VAR) == "1":
+            os._exit(137)
         raise InjectedFailure(name)

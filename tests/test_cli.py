@@ -1,0 +1,63 @@
+"""The `dbsp` commands that need no Spark: validate, explain, draw, and argument handling."""
+from __future__ import annotations
+
+import pytest
+
+from spark_jobs.cli.main import main
+from spark_jobs.config import PROJECT_ROOT
+
+PAPER = str(PROJECT_ROOT / "circuits" / "paper_example.yaml")
+
+
+def test_validate_ok_and_errors(tmp_path, capsys):
+    assert main(["validate", *map(str, sorted((PROJECT_ROOT / "circuits").glob("*.yaml")))]) == 0
+    assert capsys.readouterr().out.count(": ok") >= 2
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\ninputs:\n  t: {schema: {a: long}, source: {kind: changes, path: t}}\n"
+                   "nodes:\n  f: {op: filtre, input: t}\noutputs: [f]\n")
+    assert main(["validate", str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert f"{bad}:5" in out and "'f'" in out and "filter" in out
+
+
+def test_explain_paper_example_keeps_three_states(capsys):
+    assert main(["explain", PAPER]) == 0
+    out = capsys.readouterr().out
+    assert "State kept between timesteps: 3 operator(s)" in out
+    assert "left side of join 'joined'" in out and "right side of join 'joined'" in out
+    assert "distinct 'v'" in out
+
+
+def test_explain_by_circuit_name_and_query(capsys):
+    assert main(["explain", "paper_example", "--query"]) == 0
+    out = capsys.readouterr().out
+    assert "Query circuit of paper_example" in out and "Incremental circuit of paper_example" in out
+
+
+def test_draw_dot(tmp_path, capsys):
+    assert main(["draw", PAPER]) == 0
+    out = capsys.readouterr().out
+    assert out.count("digraph") == 2 and "penwidth" in out
+    target = tmp_path / "c.dot"
+    assert main(["draw", PAPER, "--which", "incremental", "-o", str(target)]) == 0
+    assert target.read_text().startswith("digraph")
+
+
+def test_unknown_circuit_is_a_clear_error(capsys):
+    assert main(["explain", "no_such_circuit"]) == 1
+    assert "no circuit named 'no_such_circuit'" in capsys.readouterr().err
+
+
+def test_reset_needs_confirmation(tmp_path, capsys):
+    root = tmp_path / "_dbsp" / "paper_example"
+    root.mkdir(parents=True)
+    (root / "x").write_text("state")
+    assert main(["reset", PAPER, "--data-root", str(tmp_path)]) == 1  # no tty, no --yes
+    assert root.exists()
+    assert main(["reset", PAPER, "--data-root", str(tmp_path), "--yes"]) == 0
+    assert not root.exists()
+
+
+def test_commands_need_arguments():
+    with pytest.raises(SystemExit):
+        main(["show", PAPER])
