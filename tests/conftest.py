@@ -19,4 +19,7 @@ def spark():
 
     # Not stopped at teardown: SparkSession.stop() can hang in pyspark's accumulator-server
     # shutdown; the JVM goes away with this process anyway.
-    return get_spark(load_config())
+    session = get_spark(load_config())
+    # Test data is tiny: one shuffle partition per stage keeps the per-task overhead down.
+    session.conf.set("spark.sql.shuffle.partitions", "1")
+    return session
