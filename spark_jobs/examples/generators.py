@@ -131,8 +131,11 @@ class PaperExampleGenerator:
     def __init__(self, data_root: str, seed: int = 11) -> None:
         self.data_root = data_root
         self.rng = random.Random(seed)
-        self.live: dict[str, list[dict]] = {"t": [], "r": []}
-        self.batch = 0
+        self.live: dict[str, list[dict]] = {"t": [], "r": []}  # rows this instance inserted
+        # continue the numbering of earlier runs: a file name is never reused (consumed names are final)
+        existing = [f for rel in ("t", "r") if os.path.isdir(d := os.path.join(data_root, "inbox", rel))
+                    for f in os.listdir(d) if f.endswith(".parquet")]
+        self.batch = max((int(f.rsplit("-", 1)[1].split(".")[0]) for f in existing), default=0)
 
     def write_batch(self, inserts: int = 20, deletes: int = 5) -> None:
         self.batch += 1
