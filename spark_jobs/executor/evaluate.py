@@ -1,0 +1,260 @@
+"""Evaluate one timestep of an incremental circuit on Spark DataFrames.
+
+``evaluate_step`` walks the IR nodes in (topological) order, applies each node's kernel to the
+values of its inputs, and collects two things besides the values: the output deltas of the views
+and, per stateful node, the state update to commit. Nothing runs here: every value is a lazy
+DataFrame over the inputs and the *previous* committed state, so the caller decides when to run
+jobs (writing outputs and state) and commits all updates together.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Collection, Literal, Mapping, Protocol
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from spark_jobs.executor import zset
+from spark_jobs.executor.operators import aggregate, distinct, join, linear, stream
+from spark_jobs.executor.zset import WEIGHT, col
+from spark_jobs.ir.graph import Circuit, Node, state_of
+
+
+class NotSupported(NotImplementedError):
+    """An IR construct this executor cannot evaluate yet."""
+
+
+class StateReader(Protocol):
+    """Read side of a state store: the last committed state of a stateful node."""
+
+    def read(self, node_id: str) -> DataFrame | None:
+        """The node's state as of the previous timestep, or None if it has none yet."""
+        ...
+
+
+@dataclass(frozen=True)
+class StateUpdate:
+    """What a stateful node commits: ``append`` a delta to its trace, or ``replace`` the value.
+
+    ``keys`` are the columns the state is looked up by (a store may sort/cluster files on them).
+    """
+
+    kind: Literal["append", "replace"]
+    df: DataFrame
+    keys: tuple[str, ...] = ()
+
+
+@dataclass
+class StepResult:
+    values: dict[str, DataFrame] = field(default_factory=dict)  # every node's value at this step
+    outputs: dict[str, DataFrame] = field(default_factory=dict)  # view -> consolidated delta
+    updates: dict[str, StateUpdate] = field(default_factory=dict)  # node id -> state to commit
+    persisted: list[DataFrame] = field(default_factory=list)  # values cached by ``persist=True``
+
+    def release(self) -> None:
+        """Drop the cached values (after outputs and state have been written)."""
+        for df in self.persisted:
+            df.unpersist()
+        self.persisted.clear()
+
+
+# Operators whose result is already consolidated (no second groupBy before publishing).
+_CONSOLIDATED = frozenset({"distinct", "distinct_h", "aggregate", "aggregate_linear", "aggregate_touched"})
+
+
+@dataclass
+class _Step:
+    """The mutable context of one evaluation."""
+
+    circuit: Circuit
+    inputs: Mapping[str, DataFrame]
+    state: StateReader
+    first_step: bool
+    input_schemas: Mapping[str, StructType]
+    spark: SparkSession | None
+    broadcast_deltas: bool
+    result: StepResult
+    external: Callable[[str], DataFrame] | None = None  # values of nodes evaluated elsewhere
+
+    def value(self, node_id: str) -> DataFrame:
+        if node_id not in self.result.values and self.external is not None:
+            self.result.values[node_id] = self.external(node_id)
+        return self.result.values[node_id]
+
+    def args(self, node: Node) -> list[DataFrame]:
+        return [self.value(i) for i in node.inputs]
+
+
+def _lookup_keys(circuit: Circuit, node: Node) -> tuple[str, ...]:
+    """Columns an integrator's state is looked up by: its reader's join or group keys, else the tuple."""
+    sources = {node.id} | {r.id for r in circuit.consumers(node.id) if r.op == "delay"}
+    for reader in circuit:
+        for pos, source in enumerate(reader.inputs):
+            if source not in sources:
+                continue
+            if reader.op == "join":
+                return tuple(reader.param("left_keys" if pos == 0 else "right_keys") or ())
+            if reader.op in ("aggregate_touched", "aggregate_linear"):
+                return tuple(reader.param("group_by") or ())
+    return tuple(node.columns)
+
+
+def _input(s: _Step, node: Node) -> DataFrame:
+    name = node.param("name") or node.id
+    columns = list(s.circuit.inputs.get(name, node.columns))
+    df = s.inputs.get(name)
+    if df is None:
+        schema = s.input_schemas.get(name)
+        if schema is None:
+            raise ValueError(f"input {name!r} has no delta for this step and no schema in input_schemas")
+        spark = s.spark or SparkSession.getActiveSession()
+        if spark is None:
+            raise ValueError(f"input {name!r}: no delta and no SparkSession to build an empty Z-set")
+        df = zset.empty(spark, schema)
+    missing = [c for c in [*columns, WEIGHT] if c not in df.columns]
+    if missing:
+        raise ValueError(f"input {name!r}: delta lacks columns {missing} (has {df.columns})")
+    return df.select(*[col(c) for c in columns], col(WEIGHT).cast("long").alias(WEIGHT))
+
+
+def _is_integral(s: _Step, node_id: str) -> bool:
+    """Is this value an integral (state-sized): I(x), or z^-1(I(x))?"""
+    node = s.circuit[node_id]
+    return node.op == "integrate" or (node.op == "delay" and s.circuit[node.inputs[0]].op == "integrate")
+
+
+def _join(s: _Step, node: Node) -> DataFrame:
+    """A join term; when one side is an integral (state), the other (a delta) is broadcast."""
+    left, right = s.args(node)
+    broadcast = None
+    if s.broadcast_deltas:
+        left_state, right_state = (_is_integral(s, i) for i in node.inputs)
+        broadcast = "right" if left_state and not right_state else "left" if right_state and not left_state else None
+    return join.join(left, right, node.param("left_keys", ()), node.param("right_keys", ()),
+                     bool(node.param("null_safe", False)), node.param("left_out", ()), node.param("right_out", ()),
+                     broadcast=broadcast)
+
+
+def _integrate(s: _Step, node: Node) -> DataFrame:
+    (delta,) = s.args(node)
+    s.result.updates[node.id] = StateUpdate("append", zset.consolidate(delta), _lookup_keys(s.circuit, node))
+    return stream.integrate_value(s.state.read(node.id), delta)
+
+
+def _delay(s: _Step, node: Node) -> DataFrame:
+    (current,) = s.args(node)
+    if state_of(s.circuit, node) is None:  # z^-1(I x): the integrator's committed state
+        return stream.delay_value(s.state.read(node.inputs[0]), current)
+    s.result.updates[node.id] = StateUpdate("replace", zset.consolidate(current), tuple(node.columns))
+    return stream.delay_value(s.state.read(node.id), current)
+
+
+def _differentiate(s: _Step, node: Node) -> DataFrame:
+    (current,) = s.args(node)
+    s.result.updates[node.id] = StateUpdate("replace", zset.consolidate(current), tuple(node.columns))
+    return stream.differentiate_value(current, s.state.read(node.id))
+
+
+def _distinct_h(s: _Step, node: Node) -> DataFrame:
+    delta, prev_integral = s.args(node)
+    return distinct.distinct_h(delta, prev_integral, broadcast_delta=s.broadcast_deltas)
+
+
+def _aggregate_linear(s: _Step, node: Node) -> DataFrame:
+    (delta,) = s.args(node)
+    group_by = tuple(node.param("group_by", ()))
+    out, totals = aggregate.aggregate_linear_step(delta, s.state.read(node.id), group_by,
+                                                  node.param("aggs"), s.first_step,
+                                                  broadcast_delta=s.broadcast_deltas)
+    s.result.updates[node.id] = StateUpdate("append", totals, group_by)
+    return out
+
+
+def _aggregate_touched(s: _Step, node: Node) -> DataFrame:
+    delta, integral = s.args(node)
+    group_by = tuple(node.param("group_by", ()))
+    out = aggregate.aggregate_touched_step(delta, integral, s.state.read(node.id), group_by,
+                                           node.param("aggs"), s.first_step,
+                                           broadcast_delta=s.broadcast_deltas)
+    s.result.updates[node.id] = StateUpdate("append", out, group_by)
+    return out
+
+
+def _scope(s: _Step, node: Node) -> DataFrame:
+    raise NotSupported(f"IR node {node.id!r}: nested scopes (recursion) are not supported by the executor yet")
+
+
+_EVAL: dict[str, Callable[[_Step, Node], DataFrame]] = {
+    "input": _input,
+    "map": lambda s, n: linear.map(s.value(n.inputs[0]), n.param("columns")),
+    "filter": lambda s, n: linear.filter(s.value(n.inputs[0]), n.param("where")),
+    "plus": lambda s, n: linear.plus(*s.args(n)),
+    "negate": lambda s, n: linear.negate(s.value(n.inputs[0])),
+    "join": _join,
+    "distinct": lambda s, n: distinct.distinct(s.value(n.inputs[0])),
+    "aggregate": lambda s, n: aggregate.aggregate(s.value(n.inputs[0]), tuple(n.param("group_by", ())),
+                                                  n.param("aggs")),
+    "integrate": _integrate,
+    "delay": _delay,
+    "differentiate": _differentiate,
+    "distinct_h": _distinct_h,
+    "aggregate_linear": _aggregate_linear,
+    "aggregate_touched": _aggregate_touched,
+    "scope": _scope,
+}
+
+
+def _reused(circuit: Circuit) -> set[str]:
+    """Nodes whose value is read more than once in a step (by nodes, views or a state update).
+
+    Integrals are left out: they are as large as the state, and each reader looks up only a part.
+    """
+    uses: dict[str, int] = {n.id: 0 for n in circuit}
+    for node in circuit:
+        for i in node.inputs:
+            uses[i] += 1
+        if node.op == "aggregate_touched":  # its output is also its state update
+            uses[node.id] += 1
+        elif state_of(circuit, node) is not None:  # the update re-reads the (delta) input
+            uses[node.inputs[0]] += 1
+    for node_id in circuit.outputs.values():
+        uses[node_id] += 1
+    return {nid for nid, n in uses.items() if n > 1 and circuit[nid].op not in ("integrate", "delay")}
+
+
+def evaluate_step(circuit: Circuit, inputs: Mapping[str, DataFrame], state: StateReader, *,
+                  first_step: bool, input_schemas: Mapping[str, StructType] | None = None,
+                  spark: SparkSession | None = None, broadcast_deltas: bool = True,
+                  persist: bool = False, only: Collection[str] | None = None,
+                  external: Callable[[str], DataFrame] | None = None) -> StepResult:
+    """Evaluate one timestep of ``circuit`` (lazily) on the input deltas and the committed state.
+
+    ``inputs`` maps input names to delta Z-sets (data columns + ``_weight``); a missing input is
+    the empty Z-set of ``input_schemas[name]``. ``first_step`` is True when nothing has been
+    committed yet (global aggregates then emit their initial row). ``broadcast_deltas``: look
+    state up by broadcasting the (small) deltas; turn it off for a step with a huge delta.
+    ``persist``: cache the delta-sized values read more than once, so writing the outputs and
+    the state (separate Spark jobs) computes each only once; call ``release()`` afterwards.
+    ``only`` evaluates just these nodes (one stage of a DAG run); the values they read from
+    other nodes come from ``external(node_id)``.
+    """
+    step = _Step(circuit, inputs, state, first_step, input_schemas or {}, spark, broadcast_deltas, StepResult(),
+                 external)
+    reused = _reused(circuit) if persist else set()
+    for node in circuit:
+        if only is not None and node.id not in only:
+            continue
+        evaluate = _EVAL.get(node.op)
+        if evaluate is None:
+            raise NotSupported(f"IR node {node.id!r}: no evaluator for op {node.op!r}")
+        value = evaluate(step, node)
+        if node.id in reused:
+            value = value.persist()
+            step.result.persisted.append(value)
+        step.result.values[node.id] = value
+    for view, node_id in circuit.outputs.items():
+        if only is not None and node_id not in only:
+            continue
+        value = step.value(node_id)
+        step.result.outputs[view] = value if circuit[node_id].op in _CONSOLIDATED else zset.consolidate(value)
+    return step.result
