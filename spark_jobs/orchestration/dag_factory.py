@@ -1,0 +1,230 @@
+"""One Airflow DAG per circuit; one DAG run per DBSP timestep.
+
+``build_dags()`` reads every ``*.yaml`` in the circuits folder and returns ``{dag_id: DAG}``:
+
+    plan >> inputs.<input stages> >> stages.<operator stages> >> quality_check >> commit
+
+A circuit that does not validate must not hide the others. Airflow's DagBag calls
+``dag.validate()`` on every DAG of a file before bagging it and records an exception there as the
+file's import error; so ``build_error_dags()`` collects every broken circuit into one
+``InvalidCircuitsDAG`` whose ``validate()`` raises the validator's own message (``dbsp validate``),
+for all broken circuits at once since import errors are keyed by file. That DAG is loaded by a
+file of its own (dags/dbsp_circuit_errors.py): Airflow 3.3 marks every DAG of a file with an
+import error as stale, so the valid DAGs (dags/dbsp_circuits.py) must not share its file.
+
+Parsing is Spark-free and cheap (spec + IR only); tasks import the runtime when they run.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk import DAG, Param, TaskGroup
+
+import spark_jobs
+from spark_jobs.config import Config, load_config
+from spark_jobs.ir.compile import CompiledCircuit
+from spark_jobs.orchestration import docs, tasks
+from spark_jobs.orchestration.submission import Submission, submission_for
+from spark_jobs.runtime.circuit import compile_file
+from spark_jobs.runtime.stages import Stage, stage_graph
+from spark_jobs.spec import CircuitError, Problem
+
+CIRCUITS_DIR_ENV = "DBSP_CIRCUITS_DIR"
+RETRY_DELAY_ENV = "DBSP_TASK_RETRY_DELAY_SECONDS"
+START_DATE = datetime(2024, 1, 1, tzinfo=timezone.utc)  # fixed: a moving start_date confuses the scheduler
+RETRIES = 2  # safe: every step is idempotent for its run id
+DEFAULT_RETRY_DELAY = 30.0
+TAGS = ["dbsp"]
+INVALID_DAG_ID = "dbsp_invalid_circuits"
+STAGE_MAIN = Path(spark_jobs.__file__).resolve().parent / "runtime" / "stage_main.py"
+
+
+# ---- finding circuits ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LoadedCircuit:
+    path: str
+    compiled: CompiledCircuit
+    stages: list[Stage]
+
+    @property
+    def name(self) -> str:
+        return self.compiled.spec.name
+
+
+@dataclass
+class Discovery:
+    circuits: list[LoadedCircuit] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)  # of the circuits that could not be loaded
+
+
+def circuits_dir(config: Config | None = None) -> str:
+    """$DBSP_CIRCUITS_DIR, else the profile's ``circuits_dir``."""
+    return os.environ.get(CIRCUITS_DIR_ENV) or (config or load_config()).circuits_dir
+
+
+def circuit_files(folder: str) -> list[str]:
+    """Circuit files of a folder (not recursive); names starting with ``.`` or ``_`` are skipped."""
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"circuits folder {folder!r} does not exist "
+                                f"(set ${CIRCUITS_DIR_ENV} or circuits_dir in the profile)")
+    return sorted(os.path.join(folder, n) for n in os.listdir(folder)
+                  if n.endswith((".yaml", ".yml")) and not n.startswith((".", "_")))
+
+
+def _failure(path: str, what: str, exc: BaseException) -> list[Problem]:
+    if isinstance(exc, CircuitError):
+        return list(exc.problems)  # exactly what `dbsp validate` prints
+    return [Problem(path, 1, None, f"{what}: {type(exc).__name__}: {exc}")]
+
+
+def discover(folder: str) -> Discovery:
+    """Load and compile every circuit; collect the problems of those that fail."""
+    found = Discovery()
+    names: dict[str, str] = {}
+    for path in circuit_files(folder):
+        try:
+            compiled = compile_file(path)
+            loaded = LoadedCircuit(path, compiled, stage_graph(compiled))
+        except Exception as exc:  # noqa: BLE001 - every failure must become a visible import error
+            found.problems += _failure(path, "cannot compile the circuit", exc)
+            continue
+        if loaded.name in names:
+            found.problems.append(Problem(path, 1, None, f"circuit name '{loaded.name}' is already used by "
+                                          f"{names[loaded.name]}: each circuit is a DAG and DAG ids must be unique"))
+            continue
+        names[loaded.name] = path
+        found.circuits.append(loaded)
+    return found
+
+
+# ---- building one DAG -------------------------------------------------------------------------------
+def retry_delay() -> timedelta:
+    return timedelta(seconds=float(os.environ.get(RETRY_DELAY_ENV, DEFAULT_RETRY_DELAY)))
+
+
+def _make_task(dag: DAG, sub: Submission, circuit: LoadedCircuit, task_id: str, step: str,
+               stage: str | None = None, group: TaskGroup | None = None, doc: str | None = None):
+    common: dict[str, Any] = {"task_id": task_id, "dag": dag, "task_group": group, "doc_md": doc}
+    if sub.kind == "spark_submit":
+        from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+        return SparkSubmitOperator(
+            application=str(STAGE_MAIN), conn_id=sub.conn_id, conf=sub.conf,
+            application_args=tasks.stage_main_args(circuit.path, step, stage, sub.profile),
+            name=f"dbsp-{circuit.name}-{stage or step}", **common)
+    return PythonOperator(python_callable=tasks.run_step,
+                          op_kwargs={"step": step, "circuit": circuit.path, "stage": stage}, **common)
+
+
+def task_ids(stages: list[Stage]) -> dict[str, str]:
+    """Stage name -> task id: input stages in group ``inputs``, operator stages in ``stages``."""
+    return {s.name: f"{'inputs' if s.kind == 'input' else 'stages'}.{s.name}" for s in stages}
+
+
+def build_dag(circuit: LoadedCircuit, config: Config) -> DAG:
+    """The DAG of one circuit: plan >> stages (by their delta dependencies) >> quality_check >> commit."""
+    spec, sub = circuit.compiled.spec, submission_for(config)
+    ids = task_ids(circuit.stages)
+    dag = DAG(
+        dag_id=circuit.name, schedule=spec.schedule, start_date=START_DATE, catchup=False,
+        max_active_runs=1, tags=list(TAGS), auto_register=False,
+        description=(spec.description or f"DBSP circuit {circuit.name}")[:200],
+        doc_md=docs.dag_doc(circuit.path, circuit.compiled, circuit.stages, ids, sub.describe(config)),
+        params={"mode": Param("incremental", type="string", enum=list(tasks.MODES), title="mode",
+                              description="incremental: apply the new input changes; full_refresh: "
+                                          "rebuild all state from the retained input files")},
+        default_args={"owner": "dbsp", "retries": RETRIES, "retry_delay": retry_delay()},
+    )
+    plan = _make_task(dag, sub, circuit, "plan", "plan",
+                      doc="Freezes this run's timestep (last committed + 1) and its input files.")
+    groups: dict[str, TaskGroup] = {}
+    made: dict[str, Any] = {}
+    for s in circuit.stages:
+        group_id = ids[s.name].split(".", 1)[0]
+        if group_id not in groups:
+            tip = "read input changes" if group_id == "inputs" else "operator stages of the incremental circuit"
+            groups[group_id] = TaskGroup(group_id, dag=dag, tooltip=tip)
+        made[s.name] = _make_task(dag, sub, circuit, s.name, "stage", s.name, groups[group_id],
+                                  doc="Operators: " + ", ".join(f"`{n}`" for n in s.nodes))
+    check = _make_task(dag, sub, circuit, "quality_check", "check",
+                       doc="Great Expectations and the Z-set checks on the staged view deltas.")
+    commit = _make_task(dag, sub, circuit, "commit", "commit",
+                        doc="Publishes the manifest: the only step that makes the timestep visible.")
+    feeding = {u for s in circuit.stages for u in s.upstream}
+    for s in circuit.stages:
+        for up in s.upstream:
+            made[up] >> made[s.name]
+        if not s.upstream:
+            plan >> made[s.name]
+        if s.name not in feeding:
+            made[s.name] >> check
+    if not circuit.stages:
+        plan >> check
+    check >> commit
+    return dag
+
+
+# ---- broken circuits as an import error ------------------------------------------------------------
+class InvalidCircuits(Exception):
+    """Circuits that could not be turned into DAGs; the message is what ``dbsp validate`` says."""
+
+    def __init__(self, folder: str, problems: list[Problem]):
+        self.problems = problems
+        files = sorted({p.file for p in problems})
+        head = (f"{len(files)} circuit file(s) in {folder} could not be loaded; their DAGs are missing "
+                f"(the other circuits' DAGs are fine). Fix them and check with `dbsp validate`:")
+        super().__init__("\n".join([head, *map(str, problems)]))
+
+
+class InvalidCircuitsDAG(DAG):
+    """Never scheduled: its ``validate()`` raises, so DagBag reports the error and skips only it."""
+
+    def validate(self) -> None:
+        raise self.__dict__["_dbsp_error"]
+
+
+def invalid_circuits_dag(folder: str, problems: list[Problem]) -> DAG:
+    dag = InvalidCircuitsDAG(dag_id=INVALID_DAG_ID, schedule=None, start_date=START_DATE,
+                             auto_register=False, tags=list(TAGS))
+    dag.__dict__["_dbsp_error"] = InvalidCircuits(folder, problems)
+    return dag
+
+
+# ---- the loaders' entry points -------------------------------------------------------------------------
+def _build(folder: str | None, config: Config | None) -> tuple[dict[str, DAG], list[Problem], str]:
+    config = config or load_config()
+    folder = folder or circuits_dir(config)
+    found = discover(folder)
+    dags: dict[str, DAG] = {}
+    for circuit in found.circuits:
+        try:
+            dag = build_dag(circuit, config)
+            dag.validate()  # here, so that a DAG Airflow would refuse is reported like a broken circuit
+        except Exception as exc:  # noqa: BLE001 - e.g. a cron string Airflow rejects
+            found.problems += _failure(circuit.path, "cannot build the DAG", exc)
+            continue
+        dags[dag.dag_id] = dag
+    return dags, found.problems, folder
+
+
+def build_dags(folder: str | None = None, config: Config | None = None) -> dict[str, DAG]:
+    """``{dag_id: DAG}`` for every valid circuit in ``folder`` (dags/dbsp_circuits.py)."""
+    return _build(folder, config)[0]
+
+
+def build_error_dags(folder: str | None = None, config: Config | None = None) -> dict[str, DAG]:
+    """The invalid-circuits DAG when some circuit is broken, else nothing (dags/dbsp_circuit_errors.py).
+
+    It must live in another file than the valid DAGs: Airflow 3.3 marks every DAG of a file that
+    has an import error as stale (not scheduled, hidden in the UI).
+    """
+    _, problems, folder = _build(folder, config)
+    if not problems:
+        return {}
+    bad = invalid_circuits_dag(folder, problems)
+    return {bad.dag_id: bad}

@@ -1,0 +1,176 @@
+"""The DAG factory seen through Airflow's own DagBag: one DAG per circuit, the task graph of the
+stages, and broken circuits reported as import errors with the validator's message."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.config import load_config
+from spark_jobs.runtime.circuit import compile_file
+from spark_jobs.runtime.stages import stage_graph
+from spark_jobs.spec import CircuitError, validate_file
+from tests.airflow_support import ERRORS, LOADER, ROOT, dagbag, use_isolated_home
+
+pytestmark = pytest.mark.airflow
+CIRCUITS = sorted((ROOT / "circuits").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def airflow_home(tmp_path_factory):
+    use_isolated_home(tmp_path_factory.mktemp("airflow_home"))
+
+
+@pytest.fixture
+def circuits_env(monkeypatch):
+    """Point the loader at a circuits folder (and the default profile) for one test."""
+    monkeypatch.delenv("DBSP_CONFIG", raising=False)
+
+    def use(folder: Path) -> None:
+        monkeypatch.setenv("DBSP_CIRCUITS_DIR", str(folder))
+    return use
+
+
+def test_one_dag_per_circuit_with_the_stage_graph(circuits_env):
+    circuits_env(ROOT / "circuits")
+    bag = dagbag()
+    assert bag.import_errors == {}
+    compiled = {c.spec.name: c for c in map(compile_file, map(str, CIRCUITS))}
+    assert set(bag.dags) == set(compiled)
+    for name, c in compiled.items():
+        dag = bag.dags[name]
+        assert dag.max_active_runs == 1 and dag.catchup is False and "dbsp" in dag.tags
+        assert dag.schedule == c.spec.schedule  # None for circuits without a schedule
+        assert dag.params["mode"] == "incremental"
+        assert dag.params.get_param("mode").schema["enum"] == ["incremental", "full_refresh"]
+        stages = stage_graph(c)
+        ids = {s.name: ("inputs." if s.kind == "input" else "stages.") + s.name for s in stages}
+        assert set(dag.task_ids) == {"plan", "quality_check", "commit", *ids.values()}
+        for s in stages:
+            task = dag.get_task(ids[s.name])
+            expected = {ids[u] for u in s.upstream} or {"plan"}
+            assert task.upstream_task_ids == expected, s.name
+            assert task.retries == 2 and task.retry_delay.total_seconds() <= 60
+        sinks = {ids[s.name] for s in stages} - {ids[u] for s in stages for u in s.upstream}
+        assert dag.get_task("quality_check").upstream_task_ids == sinks
+        assert dag.get_task("commit").upstream_task_ids == {"quality_check"}
+        assert "State kept between timesteps" in dag.doc_md and c.spec.text.strip() in dag.doc_md
+        assert "```mermaid" in dag.doc_md
+
+
+def test_the_schedule_of_the_yaml(circuits_env, tmp_path):
+    for i, schedule in enumerate(["@daily", "*/15 * * * *", "none"]):
+        text = (ROOT / "circuits" / "paper_example.yaml").read_text()
+        text = text.replace("name: paper_example", f"name: c{i}\nschedule: \"{schedule}\"")
+        (tmp_path / f"c{i}.yaml").write_text(text)
+    circuits_env(tmp_path)
+    bag = dagbag()
+    assert bag.import_errors == {}
+    assert [bag.dags[f"c{i}"].schedule for i in range(3)] == ["@daily", "*/15 * * * *", None]
+
+
+BROKEN = textwrap.dedent("""\
+    name: broken
+    inputs:
+      t:
+        schema: {id: long, a: long}
+        source: {kind: changes, path: inbox/t, format: parquet}
+    nodes:
+      big: {op: filter, input: tt, where: "a > 2"}
+    outputs:
+      big: {}
+    """)
+
+
+def test_a_broken_circuit_is_an_import_error_and_hides_nothing(circuits_env, tmp_path):
+    shutil.copy(ROOT / "circuits" / "paper_example.yaml", tmp_path / "good.yaml")
+    bad = tmp_path / "broken.yaml"
+    bad.write_text(BROKEN)
+    circuits_env(tmp_path)
+    bag = dagbag()
+    assert set(bag.dags) == {"paper_example"}
+    assert list(bag.import_errors) == [ERRORS.name]  # not the file of the valid DAGs: see the factory
+    assert bag.dags["paper_example"].fileloc == str(LOADER)
+    message = bag.import_errors[ERRORS.name]
+    expected = str(CircuitError(validate_file(str(bad))))  # what `dbsp validate` prints
+    assert expected in message
+    assert f"{bad}:7: node 'big'" in message and "'tt'" in message and "did you mean 't'" in message
+
+
+def test_every_broken_circuit_is_reported_in_the_one_error(circuits_env, tmp_path):
+    shutil.copy(ROOT / "circuits" / "paper_example.yaml", tmp_path / "a.yaml")
+    shutil.copy(ROOT / "circuits" / "paper_example.yaml", tmp_path / "b_same_name.yaml")
+    (tmp_path / "broken.yaml").write_text(BROKEN)
+    (tmp_path / "yaml_error.yaml").write_text("name: x\ninputs: [\n")
+    (tmp_path / "_ignored.yaml").write_text("not: a circuit")
+    circuits_env(tmp_path)
+    bag = dagbag()
+    assert set(bag.dags) == {"paper_example"}
+    message = bag.import_errors[ERRORS.name]
+    assert "3 circuit file(s)" in message
+    for problem in validate_file(str(tmp_path / "yaml_error.yaml")) + validate_file(str(tmp_path / "broken.yaml")):
+        assert str(problem) in message
+    assert "circuit name 'paper_example' is already used by" in message
+
+
+def test_spark_submit_profile_makes_spark_submit_tasks(circuits_env, tmp_path, monkeypatch):
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from spark_jobs.orchestration.airflow_env import spark_settings
+
+    profile = tmp_path / "submit.yaml"
+    profile.write_text((ROOT / "config" / "cluster.yaml").read_text().replace(
+        "  mode: cluster ", "  submit: spark-submit\n  mode: cluster "))
+    monkeypatch.setenv("DBSP_CONFIG", str(profile))
+    monkeypatch.setenv("DBSP_CIRCUITS_DIR", str(ROOT / "circuits"))
+    bag = dagbag()
+    assert bag.import_errors == {}
+    dag = bag.dags["paper_example"]
+    stage = dag.get_task("stages.joined")
+    assert isinstance(stage, SparkSubmitOperator) and isinstance(dag.get_task("commit"), SparkSubmitOperator)
+    assert stage._conn_id == "spark_dbsp" and Path(stage.application).name == "stage_main.py"
+    args = stage.application_args
+    assert args[args.index("--step") + 1] == "stage" and args[args.index("--stage") + 1] == "joined"
+    assert "{{ run_id }}" in args and args[args.index("--config") + 1] == str(profile)
+    # the connection the launcher exports resolves to the profile's master
+    env = spark_settings(load_config(str(profile)))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DBSP", env["AIRFLOW_CONN_SPARK_DBSP"])
+    assert SparkSubmitHook(conn_id="spark_dbsp")._resolve_connection()["master"] == "spark://127.0.0.1:7077"
+
+
+def test_parsing_never_imports_spark():
+    code = ("import runpy, sys, time; t = time.time(); g = {}; [g.update(runpy.run_path(f)) for f in sys.argv[1:]]; "
+            "assert 'pyspark' not in sys.modules, 'pyspark imported at parse time'; "
+            "print(sorted(k for k, v in g.items() if type(v).__name__ == 'DAG'), round(time.time() - t, 1))")
+    out = subprocess.run([sys.executable, "-c", code, str(LOADER), str(ERRORS)], capture_output=True, text=True,
+                         env={**os.environ, "DBSP_CIRCUITS_DIR": str(ROOT / "circuits")}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "paper_example" in out.stdout and "revenue_by_region" in out.stdout
+
+
+def test_failpoints_are_armed_only_when_allowed_and_on_the_chosen_try(monkeypatch):
+    from spark_jobs.orchestration.tasks import arm_failpoint
+
+    class TI:
+        task_id, try_number = "stages.joined", 1
+
+    class Run:
+        conf = {"dbsp_failpoint": {"task": "stages.joined", "point": "mid_step", "kill": True}}
+
+    context = {"ti": TI(), "dag_run": Run()}
+    monkeypatch.delenv("DBSP_FAILPOINT", raising=False)
+    monkeypatch.delenv("DBSP_FAILPOINT_KILL", raising=False)
+    monkeypatch.delenv("DBSP_ALLOW_FAILPOINTS", raising=False)
+    assert arm_failpoint(context) is None
+    monkeypatch.setenv("DBSP_ALLOW_FAILPOINTS", "1")
+    TI.try_number = 2
+    assert arm_failpoint(context) is None
+    TI.try_number = 1
+    assert arm_failpoint(context) == "mid_step"
+    assert os.environ["DBSP_FAILPOINT"] == "mid_step" and os.environ["DBSP_FAILPOINT_KILL"] == "1"
