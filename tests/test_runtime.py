@@ -96,7 +96,6 @@ def test_bytes_written_by_a_small_step_do_not_grow_with_the_state(spark, tmp_pat
     for size in (1_000, 100_000):
         root = tmp_path / f"s{size}"
         _write_t_rows(root / "inbox" / "t", "load.parquet", size)
-        _write_t_rows(root / "inbox" / "r", "load.parquet", 0)
         rt = _rt(PAPER, root)
         run_step(rt)
         _write_t_rows(root / "inbox" / "t", "change.parquet", 10, start=size)
