@@ -62,16 +62,7 @@ def execute(step: str, circuit: str, run_id: str, stage: str | None = None, mode
 
     if step not in STEPS:
         raise ValueError(f"unknown step {step!r}; expected one of {STEPS}")
-    rt = open_circuit(circuit, load_config(config))
-    if step == "plan":
-        return timestep.plan(rt, run_id, mode=mode)
-    if step == "stage":
-        if not stage:
-            raise ValueError("step 'stage' needs a stage name")
-        return timestep.run_stage(rt, run_id, stage)
-    if step == "check":
-        return timestep.check(rt, run_id)
-    return timestep.commit(rt, run_id)
+    return timestep.run_task(open_circuit(circuit, load_config(config)), step, run_id, stage, mode)
 
 
 def compact(summary: dict) -> dict:

@@ -14,24 +14,13 @@ from spark_jobs.config import load_config
 from spark_jobs.runtime import timestep
 from spark_jobs.runtime.circuit import open_circuit
 
-STEPS = ("plan", "stage", "check", "commit")
+STEPS = timestep.STEPS
 
 
 def run_task(circuit: str, run_id: str, step: str, stage: str | None = None, mode: str = "incremental",
              config: str | None = None) -> dict:
     """Run one task of a timestep and return its summary (logged by Airflow)."""
-    rt = open_circuit(circuit, load_config(config))
-    if step == "plan":
-        return timestep.plan(rt, run_id, mode=mode)
-    if step == "stage":
-        if not stage:
-            raise ValueError("--stage is required for --step stage")
-        return timestep.run_stage(rt, run_id, stage)
-    if step == "check":
-        return timestep.check(rt, run_id)
-    if step == "commit":
-        return timestep.commit(rt, run_id)
-    raise ValueError(f"unknown step {step!r}; expected one of {STEPS}")
+    return timestep.run_task(open_circuit(circuit, load_config(config)), step, run_id, stage, mode)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,6 +40,7 @@ from spark_jobs.state.failpoints import failpoint
 from spark_jobs.state.layout import safe_name
 
 MODES = ("incremental", "full_refresh")
+STEPS = ("plan", "stage", "check", "commit")
 
 
 # ---- staging layout ------------------------------------------------------------------------
@@ -294,3 +295,19 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
     return {"timestep": manifest.timestep,
             "views": {v: {"inserted": o.rows_inserted, "deleted": o.rows_deleted}
                       for v, o in (manifest.outputs or {}).items()}}
+
+
+def run_task(rt: CircuitRuntime, step: str, run_id: str, stage: str | None = None,
+             mode: str = "incremental") -> dict:
+    """Dispatch one task of a DAG run (the Airflow callables and spark-submit both come here)."""
+    if step == "plan":
+        return plan(rt, run_id, mode=mode)
+    if step == "stage":
+        if not stage:
+            raise ValueError("step 'stage' needs a stage name")
+        return run_stage(rt, run_id, stage)
+    if step == "check":
+        return check(rt, run_id)
+    if step == "commit":
+        return commit(rt, run_id)
+    raise ValueError(f"unknown step {step!r}; expected one of {STEPS}")
