@@ -183,14 +183,18 @@ cmd_start() {
   eval "$exports"
   { printf '%s\n' "$exports"; export -p | grep -E '^declare -x (SPARK_CONNECT_|SPARK_CLUSTER_|SPARK_MASTER_|SPARK_WORKER_)' || true; } > "$ENV_FILE"
   rm -f "$SERVICES_FILE"
-  start_spark_service
 
-  export DBSP_AIRFLOW_LOCAL="$MARKER"
   log "starting airflow standalone (AIRFLOW_HOME=$AIRFLOW_HOME, port $PORT, log $LOG)"
-  # its own session/process group: Ctrl-C here does not reach it half-way, stop kills all of it
-  setsid "$(dirname "$PY")/airflow" standalone >> "$LOG" 2>&1 < /dev/null &
+  # its own session/process group: Ctrl-C here does not reach it half-way, stop kills all of it;
+  # the marker in its environment (only there) finds its processes that leave the group
+  DBSP_AIRFLOW_LOCAL="$MARKER" setsid "$(dirname "$PY")/airflow" standalone >> "$LOG" 2>&1 < /dev/null &
   local pid=$!
   echo "$pid" > "$PID_FILE"
+  # the Spark service starts while Airflow boots (tasks need it only once a run starts)
+  if ! start_spark_service; then
+    cmd_stop
+    die "the Spark service of profile $DBSP_CONFIG did not start"
+  fi
   if ! "$PY" -m spark_jobs.orchestration.airflow_env wait --port "$PORT" --pid "$pid" --timeout "$START_TIMEOUT"; then
     log "last lines of $LOG:"; tail -n 30 "$LOG" | sed 's/^/    /' >&2
     cmd_stop

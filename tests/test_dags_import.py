@@ -122,7 +122,7 @@ def test_spark_submit_profile_makes_spark_submit_tasks(circuits_env, tmp_path, m
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    from spark_jobs.orchestration.airflow_env import spark_settings
+    from spark_jobs.orchestration.airflow_env import environment, spark_settings
 
     profile = tmp_path / "submit.yaml"
     profile.write_text((ROOT / "config" / "cluster.yaml").read_text().replace(
@@ -142,6 +142,8 @@ def test_spark_submit_profile_makes_spark_submit_tasks(circuits_env, tmp_path, m
     env = spark_settings(load_config(str(profile)))
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DBSP", env["AIRFLOW_CONN_SPARK_DBSP"])
     assert SparkSubmitHook(conn_id="spark_dbsp")._resolve_connection()["master"] == "spark://127.0.0.1:7077"
+    full = environment(str(tmp_path / "home"), config=load_config(str(profile)), base={"PATH": "/usr/bin"})
+    assert shutil.which("spark-submit", path=full["PATH"])  # the hook runs `spark-submit` from PATH
 
 
 def test_parsing_never_imports_spark():
@@ -174,3 +176,25 @@ def test_failpoints_are_armed_only_when_allowed_and_on_the_chosen_try(monkeypatc
     TI.try_number = 1
     assert arm_failpoint(context) == "mid_step"
     assert os.environ["DBSP_FAILPOINT"] == "mid_step" and os.environ["DBSP_FAILPOINT_KILL"] == "1"
+
+
+def test_task_callable_passes_mode_and_fails_fast_on_errors_retries_cannot_fix(monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from spark_jobs.orchestration import tasks
+    from spark_jobs.spec import Problem
+
+    calls = []
+
+    def fake(step, circuit, run_id, stage=None, mode="incremental", config=None):
+        calls.append((step, circuit, run_id, stage, mode))
+        if step == "check":
+            raise CircuitError([Problem("c.yaml", 3, "v", "bad")])
+        return {"timestep": 4, "inputs": {"orders": [{"path": "a"}, {"path": "b"}]}}
+
+    monkeypatch.setattr(tasks, "execute", fake)
+    context = {"run_id": "manual__1", "params": {"mode": "full_refresh"}}
+    assert tasks.run_step("plan", "c.yaml", **context) == {"timestep": 4, "inputs": {"orders": 2}}
+    assert calls == [("plan", "c.yaml", "manual__1", None, "full_refresh")]
+    with pytest.raises(AirflowFailException, match="c.yaml:3: node 'v': bad"):
+        tasks.run_step("check", "c.yaml", **context)

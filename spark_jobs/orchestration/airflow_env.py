@@ -43,9 +43,9 @@ def pyspark_bin() -> str | None:
     import importlib.util
 
     spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submission_search_locations:
+    if spec is None or not spec.submodule_search_locations:
         return None
-    folder = os.path.join(list(spec.submission_search_locations)[0], "bin")
+    folder = os.path.join(list(spec.submodule_search_locations)[0], "bin")
     return folder if os.path.isdir(folder) else None
 
 

@@ -43,7 +43,8 @@ def mermaid(circuit: Circuit, stages: Sequence, task_ids: Mapping[str, str]) -> 
         lines.append(f"  subgraph t{k}[{_label(task_ids.get(s.name, s.name))}]")
         for nid in s.nodes:
             node = circuit[nid]
-            text = f"{SYMBOLS.get(node.op, node.op)} {nid}"
+            # integrators and delays are named after what they do already: I(x), z(I(x))
+            text = nid if node.op in ("integrate", "delay") else f"{SYMBOLS.get(node.op, node.op)} {nid}"
             suffix = ":::stateful" if state_of(circuit, node) else ""
             lines.append(f"    {ids[nid]}[{_label(text)}]{suffix}")
         lines.append("  end")
