@@ -128,7 +128,7 @@ def ref_group(z: Counter, group_by: list[str], aggs) -> Counter:
     for k, rows in groups.items():
         values = []
         for func, c in aggs:
-            xs = [(r[c], w) for r, w in rows if c is None or r[c] is not None]
+            xs = [(1 if c is None else r[c], w) for r, w in rows if c is None or r[c] is not None]
             if func == "count":
                 values.append(sum(w for _, w in xs))
             elif func == "count_distinct":
