@@ -132,13 +132,17 @@ class LocalFileSystem:
             os.close(fd)
 
 
+class UnsupportedFileSystem(NotImplementedError):
+    """A state root on a file system the commit protocol has no implementation for (yet)."""
+
+
 def filesystem_for(root: str) -> FileSystem:
     """Pick the implementation from the root's scheme (plain paths and file:// are local)."""
     if root.startswith("file://"):
         return LocalFileSystem()
     if "://" in root:
         scheme = root.split("://", 1)[0]
-        raise NotImplementedError(
+        raise UnsupportedFileSystem(
             f"state root {root!r}: no {scheme}:// file system yet; add one to "
             "spark_jobs/state/fs.py (it needs list, read, delete and an atomic rename)")
     return LocalFileSystem()
