@@ -66,7 +66,7 @@ def write_dir(df: "DataFrame", uri: str, *, sort_by: Sequence[str] = (),
     else:
         df = df.coalesce(1)
     writer_df = df.sortWithinPartitions(*[_col(c) for c in sort_by]) if sort_by else df
-    writer = writer_df.write.mode("errorifexists")
+    writer = writer_df.write.mode("error")
     if sort_by:
         writer = writer.option("parquet.block.size", SORTED_ROW_GROUP_BYTES)
     writer.parquet(uri)
