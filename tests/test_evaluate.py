@@ -87,8 +87,8 @@ def random_changes(rng: random.Random, orders: Counter, customers: Counter) -> d
     changes: dict[str, list] = {}
     rows: list = []
     live = sorted((t for t, w in orders.items() if w > 0), key=repr)
-    for _ in range(rng.randint(0, 5)):
-        if live and rng.random() < 0.4:
+    for _ in range(rng.randint(1, 6)):
+        if live and rng.random() < 0.45:
             old = live.pop(rng.randrange(len(live)))
             rows.append((old, -1))
             if rng.random() < 0.5:  # an update: same order, new status or amount
@@ -178,10 +178,10 @@ def test_incremental_circuit_matches_full_recompute(spark):
     query = shop_circuit()
     inc = incrementalize(query)
     state = MemoryState(eager=False)
-    rng = random.Random(5)
+    rng = random.Random(4)
     integrals = {"orders": Counter(), "customers": Counter()}
     views = {v: Counter() for v in query.outputs}
-    steps = 8
+    steps = 6
     for step in range(steps):
         changes = random_changes(rng, integrals["orders"], integrals["customers"])
         deltas = {name: zset.from_rows(spark, rows, SCHEMAS[name]) for name, rows in changes.items()}

@@ -64,7 +64,7 @@ def test_distinct_h_stream_integrates_to_distinct(spark):
     state = MemoryState(compact=False)  # the integral stays a trace of deltas (several rows per tuple)
     integral: Counter = Counter()
     integrated_out: Counter = Counter()
-    for step in range(22):
+    for step in range(20):
         rows = random_delta(rng, integral, rng.randint(0, 8))
         delta = zset.from_rows(spark, rows, SCHEMA)
         prev = state.read("I")

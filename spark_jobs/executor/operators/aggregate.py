@@ -10,11 +10,11 @@ gives for the input schema, so a view has the same schema however it was compute
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, LongType, StructType
+from pyspark.sql.types import DataType, StructType
 
 from spark_jobs.executor.zset import WEIGHT, col, consolidate, restrict
 
@@ -81,45 +81,57 @@ def output_schema(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg]) -
     return _types(df, group_by, aggs)[0]
 
 
+def q(name: str) -> str:
+    """``name`` as a quoted SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# Expressions below are SQL text: one JVM call per expression instead of dozens per Column tree
+# (PySpark's Column API costs a round trip per node; on a step that is most of the driver's time).
+W = q(WEIGHT)
+
+
 @dataclass(frozen=True)
 class _Acc:
-    """One running-total column: the sum over rows of ``term`` (already weighted)."""
+    """One running-total column: the sum over rows of ``term`` (SQL, already weighted)."""
 
     name: str
-    term: Column
-    type: DataType
+    term: str
+    type: str  # SQL type name
 
 
 def _accumulators(aggs: Sequence[Agg], sum_types: dict[int, DataType]) -> list[_Acc]:
     """Accumulators of the linear aggregates: rows, and per agg non-null count and weighted sum."""
-    w = col(WEIGHT)
-    accs = [_Acc(ROWS, w, LongType())]
+    accs = [_Acc(ROWS, W, "bigint")]
     for i, (_, func, arg, distinct) in enumerate(aggs):
         if func not in LINEAR_FUNCS or distinct or arg is None:
             continue
-        x = F.expr(arg)
-        accs.append(_Acc(f"__c{i}", F.when(x.isNotNull(), w).otherwise(F.lit(0)), LongType()))
+        accs.append(_Acc(f"__c{i}", f"CASE WHEN ({arg}) IS NOT NULL THEN {W} ELSE 0 END", "bigint"))
         if func in ("sum", "avg"):
-            accs.append(_Acc(f"__s{i}", x * w, sum_types[i]))
+            accs.append(_Acc(f"__s{i}", f"({arg}) * {W}", sum_types[i].simpleString()))
     return accs
 
 
-def _summed(acc: _Acc) -> Column:
+def _summed(acc: _Acc, term: str | None = None, name: str | None = None) -> Column:
     """sum(term) of a group, 0 (not null) when nothing contributed, in the accumulator's type."""
-    return F.coalesce(F.sum(acc.term), F.lit(0)).cast(acc.type).alias(acc.name)
+    return F.expr(f"CAST(coalesce(sum({term or acc.term}), 0) AS {acc.type}) AS {q(name or acc.name)}")
 
 
-def _finish(i: int, func: str, arg: str | None, acc: Callable[[str], Column]) -> Column:
-    """A linear aggregate's value from its group's totals (``acc(name)`` reads a total)."""
+def _finish(i: int, func: str, arg: str | None, prefix: str = "") -> str:
+    """SQL of a linear aggregate's value from its group's totals (columns ``prefix + name``)."""
     if arg is None:
-        return acc(ROWS)
-    count = acc(f"__c{i}")
+        return q(prefix + ROWS)
+    count = q(f"{prefix}__c{i}")
     if func == "count":
         return count
-    total = acc(f"__s{i}")
+    total = q(f"{prefix}__s{i}")
     if func == "sum":
-        return F.when(count > 0, total)  # SUM of no non-null value is NULL
-    return F.when(count > 0, total / count)  # AVG; the guard also avoids ANSI division by zero
+        return f"CASE WHEN {count} > 0 THEN {total} END"  # SUM of no non-null value is NULL
+    return f"CASE WHEN {count} > 0 THEN {total} / {count} END"  # AVG; also no ANSI division by 0
 
 
 def aggregate(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg]) -> DataFrame:
@@ -130,24 +142,14 @@ def aggregate(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg]) -> Da
     """
     target, sum_types = _types(df, group_by, aggs)
     accs = _accumulators(aggs, sum_types)
-    nonlinear = [(i, _native(func, arg, distinct)) for i, (_, func, arg, distinct) in enumerate(aggs)
-                 if not (func in LINEAR_FUNCS and not distinct)]
-    positive = consolidate(df).where(col(WEIGHT) > 0)
+    nonlinear = {i: _native(func, arg, distinct) for i, (_, func, arg, distinct) in enumerate(aggs)
+                 if not (func in LINEAR_FUNCS and not distinct)}
+    positive = consolidate(df).where(f"{W} > 0")
     groups = positive.groupBy(*[col(g) for g in group_by]).agg(
-        *[_summed(a) for a in accs], *[expr.alias(f"__v{i}") for i, expr in nonlinear])
-    native_ix = {i for i, _ in nonlinear}
-    outs = []
-    for i, (out, func, arg, _) in enumerate(aggs):
-        value = F.col(f"__v{i}") if i in native_ix else _finish(i, func, arg, F.col)
-        outs.append(value.cast(target[out].dataType).alias(out))
-    return groups.select(*[col(g) for g in group_by], *outs, F.lit(1).cast("long").alias(WEIGHT))
-
-
-def _has_change(accs: Sequence[_Acc]) -> Column:
-    cond = F.lit(False)
-    for a in accs:
-        cond = cond | (F.col(a.name) != F.lit(0))
-    return cond
+        *[_summed(a) for a in accs], *[expr.alias(f"__v{i}") for i, expr in nonlinear.items()])
+    outs = [f"CAST({q(f'__v{i}') if i in nonlinear else _finish(i, func, arg)} AS "
+            f"{target[out].dataType.simpleString()}) AS {q(out)}" for i, (out, func, arg, _) in enumerate(aggs)]
+    return groups.selectExpr(*[q(g) for g in group_by], *outs, f"CAST(1 AS bigint) AS {W}")
 
 
 def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group_by: Sequence[str],
@@ -167,47 +169,46 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
         raise ValueError("aggregate_linear_step supports count/sum/avg without DISTINCT only")
     target, sum_types = _types(delta, group_by, aggs)
     accs = _accumulators(aggs, sum_types)
-    keys = [col(g) for g in group_by]
-    acc_delta = delta.groupBy(*keys).agg(*[_summed(a) for a in accs])
+    keys = [q(g) for g in group_by]
+    acc_delta = delta.groupBy(*[col(g) for g in group_by]).agg(*[_summed(a) for a in accs])
     is_global = not group_by
     if not (is_global and (first_step or prev_totals is None)):
-        acc_delta = acc_delta.where(_has_change(accs))
+        acc_delta = acc_delta.where(" OR ".join(f"{q(a.name)} != 0" for a in accs))  # drop no-op groups
     totals_delta = acc_delta
 
-    acc_names = [a.name for a in accs]
-    parts = [acc_delta.withColumn(_PREV, F.lit(0))]
+    parts = [acc_delta.selectExpr(*keys, *[q(a.name) for a in accs], f"0 AS {_PREV}")]
     if prev_totals is not None:
-        prev = prev_totals.select(*keys, *[col(n) for n in acc_names])
+        prev = prev_totals.selectExpr(*keys, *[q(a.name) for a in accs], f"1 AS {_PREV}")
         if not is_global:
             prev = restrict(prev, acc_delta, group_by, group_by, broadcast_delta)
-        parts.append(prev.withColumn(_PREV, F.lit(1)))
+        parts.append(prev)
     union = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-    both = union.groupBy(*keys).agg(
-        F.max(_PREV).alias("__had_prev"),
-        *[F.coalesce(F.sum(F.when(F.col(_PREV) == 1, F.col(a.name))), F.lit(0)).cast(a.type).alias(f"old{a.name}")
-          for a in accs],
-        *[F.coalesce(F.sum(F.col(a.name)), F.lit(0)).cast(a.type).alias(f"new{a.name}") for a in accs])
+    both = union.groupBy(*[col(g) for g in group_by]).agg(
+        F.expr(f"max({_PREV}) AS __had_prev"),
+        *[_summed(a, f"CASE WHEN {_PREV} = 1 THEN {q(a.name)} END", f"old{a.name}") for a in accs],
+        *[_summed(a, q(a.name), f"new{a.name}") for a in accs])
 
-    def row(prefix: str, weight: int, exists: Column) -> Column:
+    outs = [out for out, *_ in aggs]
+
+    def row(prefix: str, weight: int, exists: str) -> str:
         """The output row computed from the old or new totals, as a struct to explode."""
-        read = lambda name: F.col(f"{prefix}{name}")  # noqa: E731
-        values = [_finish(i, func, arg, read).cast(target[out].dataType).alias(out)
+        fields = [f"{_sql_str(out)}, CAST({_finish(i, func, arg, prefix)} AS {target[out].dataType.simpleString()})"
                   for i, (out, func, arg, _) in enumerate(aggs)]
-        return F.struct(*values, F.lit(weight).cast("long").alias(WEIGHT), exists.alias("__exists"))
+        return (f"named_struct({', '.join([*fields, f'{_sql_str(WEIGHT)}, CAST({weight} AS bigint)'])}, "
+                f"'__exists', {exists}) AS __{prefix}")
 
     if is_global:
-        old_exists, new_exists = F.coalesce(F.col("__had_prev"), F.lit(0)) == 1, F.lit(True)
+        old_exists, new_exists = "coalesce(__had_prev, 0) = 1", "TRUE"
     else:
-        old_exists, new_exists = F.col(f"old{ROWS}") > 0, F.col(f"new{ROWS}") > 0
-    pairs = both.select(*keys, row("old", -1, old_exists).alias("__old"), row("new", 1, new_exists).alias("__new"))
-    outs = [out for out, *_ in aggs]
-    same = F.col("__old.__exists") & F.col("__new.__exists")
-    for out in outs:  # a group whose row did not change emits nothing (the pair would cancel)
-        same = same & F.col("__old").getField(out).eqNullSafe(F.col("__new").getField(out))
-    emitted = (pairs.where(~same)
-               .select(*keys, F.explode(F.array("__old", "__new")).alias("__row"))
-               .where(F.col("__row.__exists")))
-    out_delta = emitted.select(*keys, *[F.col("__row").getField(o).alias(o) for o in [*outs, WEIGHT]])
+        old_exists, new_exists = f"{q('old' + ROWS)} > 0", f"{q('new' + ROWS)} > 0"
+    pairs = both.selectExpr(*keys, row("old", -1, old_exists), row("new", 1, new_exists))
+    # a group whose row did not change emits nothing (the pair would cancel)
+    same = " AND ".join(["__old.__exists", "__new.__exists",
+                         *[f"__old.{q(o)} <=> __new.{q(o)}" for o in outs]])
+    emitted = (pairs.where(f"NOT ({same})")
+               .selectExpr(*keys, "explode(array(__old, __new)) AS __row")
+               .where("__row.__exists"))
+    out_delta = emitted.selectExpr(*keys, *[f"__row.{q(o)} AS {q(o)}" for o in [*outs, WEIGHT]])
     return out_delta, totals_delta
 
 
@@ -231,7 +232,8 @@ def aggregate_touched_step(delta: DataFrame, integral_after: DataFrame, prev_out
         new, old = aggregate(integral_after, group_by, aggs), prev_output
     else:
         # the single group is touched iff the delta has a row: a one-row marker, empty otherwise
-        marker = F.broadcast(delta.select(F.lit(1).alias("__touched")).limit(1))
+        marker = delta.select(F.lit(1).alias("__touched")).limit(1)
+        marker = F.broadcast(marker) if broadcast_delta else marker
         new = aggregate(integral_after.join(marker, how="left_semi"), group_by, aggs).join(marker, how="left_semi")
         old = prev_output.join(marker, how="left_semi")
     data = [c for c in new.columns if c != WEIGHT]
