@@ -19,7 +19,12 @@ def spark():
 
     # Not stopped at teardown: SparkSession.stop() can hang in pyspark's accumulator-server
     # shutdown; the JVM goes away with this process anyway.
-    session = get_spark(load_config())
-    # Test data is tiny: one shuffle partition per stage keeps the per-task overhead down.
-    session.conf.set("spark.sql.shuffle.partitions", "1")
-    return session
+    config = load_config()
+    # Test data is tiny and this machine has 2 cores: the time is Spark's per-stage and per-task
+    # overhead, so one partition everywhere and no adaptive re-planning (AQE splits a query into a
+    # job per shuffle stage), and no automatic broadcasts (each is a job of its own; explicit
+    # broadcast hints still apply). Results are the same; production keeps the profile's settings.
+    config.spark.conf.update({"spark.default.parallelism": "1", "spark.sql.shuffle.partitions": "1",
+                              "spark.sql.adaptive.enabled": "false",
+                              "spark.sql.autoBroadcastJoinThreshold": "-1"})
+    return get_spark(config)

@@ -11,12 +11,13 @@ import random
 from collections import Counter
 from typing import Any, Callable
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from spark_jobs.executor.evaluate import evaluate_step
 from spark_jobs.executor.memory_state import MemoryState
 from spark_jobs.executor.sources import spark_schema
+from spark_jobs.executor.zset import from_tuples
 from spark_jobs.ir.compile import CompiledCircuit, compile_spec
 from spark_jobs.spec import load_circuit, load_circuit_text, output_columns
 from spark_jobs.spec.model import WEIGHT
@@ -25,23 +26,21 @@ Row = tuple
 Domain = dict[str, Callable[[random.Random], Any]]
 
 
-class BatchedMemoryState(MemoryState):
-    """MemoryState whose ``apply`` checkpoints every new state in one Spark job, not one each.
+class LiteralState(MemoryState):
+    """MemoryState whose states are literal rows (VALUES relations) collected by the step's job.
 
-    Lazy local checkpoints are materialized (and their lineage cut) by the first job that
-    computes them, so one count over all of them does it at once; the test's time is dominated
-    by the number of Spark jobs.
+    A test step's time is Spark's per-job and per-stage overhead: recomputing the new states in a
+    second job (a checkpoint) nearly doubles it. Here the new states come back to the driver in the
+    same job as the views (``check_script``) and are rebuilt as local relations; test states are
+    a few hundred rows, and a VALUES scan costs no job.
     """
 
-    def apply(self, updates) -> None:
-        from functools import reduce
+    def pending(self, updates) -> dict[str, DataFrame]:
+        """The new state of every updated node, lazily (old state combined with the update)."""
+        return {node_id: self._combine(node_id, u) for node_id, u in updates.items()}
 
-        from pyspark.sql import functions as F
-
-        new = {node_id: self._combine(node_id, u).localCheckpoint(eager=False) for node_id, u in updates.items()}
-        if new:
-            reduce(lambda a, b: a.unionByName(b), [df.select(F.lit(1).alias("one")) for df in new.values()]).count()
-        self._state.update(new)
+    def replace(self, spark: SparkSession, rows: dict[str, tuple[StructType, list[tuple]]]) -> None:
+        self._state.update({node_id: from_tuples(spark, data, schema) for node_id, (schema, data) in rows.items()})
 
 
 def compile_text(text: str) -> CompiledCircuit:
@@ -78,43 +77,65 @@ class RandomRelation:
 
 
 def zset_df(spark: SparkSession, schema: StructType, rows: Counter):
-    data = [tuple(r) + (w,) for r, w in rows.items() if w]
-    return spark.createDataFrame(data, schema=schema)
+    """A Z-set built in the JVM (a VALUES relation): no Python worker re-reads it at every scan."""
+    return from_tuples(spark, [tuple(r) + (w,) for r, w in rows.items() if w], schema)
 
 
-def to_counter(df, columns: tuple[str, ...]) -> Counter:
-    out: Counter = Counter()
-    if df is None:
-        return out
-    for r in df.select(*[f"`{c}`" for c in columns], WEIGHT).collect():
-        out[_norm(tuple(r)[:-1])] += r[WEIGHT]
-    return Counter({k: v for k, v in out.items() if v})
+def collect_all(frames: dict[Any, DataFrame]) -> dict[Any, list[tuple]]:
+    """Collect many Z-sets with ONE Spark job, as typed tuples (weight last).
 
-
-def collect_all(frames: dict[tuple[str, str], Any]) -> dict[tuple[str, str], Counter]:
-    """Collect many Z-sets with one Spark job: each row becomes (tag, JSON of its columns, weight).
-
-    Spark actions dominate the test's time, so all views of both circuits come back together.
+    Each row travels as (tag, JSON of its columns); the JSON is read back with the frame's schema.
     """
     from functools import reduce
 
     from pyspark.sql import functions as F
 
-    tagged = []
-    for i, (key, df) in enumerate(frames.items()):
-        types = dict(df.dtypes)
-        cols = [c for c in df.columns if c != WEIGHT]
-        # doubles summed in a different order differ in the last bits: compare them rounded
-        values = [(F.round(F.col(f"`{c}`"), 6) + F.lit(0.0)) if types[c] in ("double", "float") else F.col(f"`{c}`")
-                  for c in cols]
-        payload = F.to_json(F.array(*[v.cast("string") for v in values])) if cols else F.lit("[]")
-        tagged.append(df.select(F.lit(i).alias("_tag"), payload.alias("_row"), F.col(WEIGHT)))
-    rows = reduce(lambda a, b: a.unionByName(b), tagged).collect()
+    tagged = [df.select(F.lit(i).alias("_tag"), F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns])).alias("_row"))
+              for i, df in enumerate(frames.values())]
+    rows = reduce(lambda a, b: a.unionByName(b), tagged).collect() if tagged else []
     keys = list(frames)
-    out: dict[tuple[str, str], Counter] = {k: Counter() for k in keys}
+    decoders = [_decoder(df.schema) for df in frames.values()]
+    out: dict[Any, list[tuple]] = {k: [] for k in keys}
     for r in rows:
-        out[keys[r["_tag"]]][r["_row"]] += r[WEIGHT]
-    return {k: Counter({row: w for row, w in c.items() if w}) for k, c in out.items()}
+        out[keys[r["_tag"]]].append(decoders[r["_tag"]](r["_row"]))
+    return out
+
+
+def _decoder(schema: StructType) -> Callable[[str], tuple]:
+    """JSON (from ``to_json``; null fields omitted) back to a tuple of Python values of ``schema``."""
+    import datetime
+    import decimal
+    import json
+
+    from pyspark.sql import types as T
+
+    def convert(dtype):
+        if isinstance(dtype, (T.DoubleType, T.FloatType)):
+            return lambda v: float(v) if not isinstance(v, str) else float(v.replace("Infinity", "inf"))
+        if isinstance(dtype, T.DecimalType):
+            return lambda v: decimal.Decimal(str(v))
+        if isinstance(dtype, (T.LongType, T.IntegerType, T.ShortType, T.ByteType)):
+            return int
+        if isinstance(dtype, T.DateType):
+            return datetime.date.fromisoformat
+        if isinstance(dtype, (T.TimestampType, T.TimestampNTZType)):
+            return lambda v: datetime.datetime.fromisoformat(v).replace(tzinfo=None)
+        return lambda v: v
+
+    fields = [(f.name, convert(f.dataType)) for f in schema.fields]
+
+    def decode(text: str) -> tuple:
+        obj = json.loads(text, parse_float=decimal.Decimal)
+        return tuple(None if obj.get(name) is None else conv(obj[name]) for name, conv in fields)
+
+    return decode
+
+
+def _counter(rows: list[tuple]) -> Counter:
+    out: Counter = Counter()
+    for r in rows:
+        out[_norm(r[:-1])] += r[-1]
+    return Counter({k: v for k, v in out.items() if v})
 
 
 def _norm(row: tuple) -> tuple:
@@ -134,7 +155,7 @@ def check_script(spark: SparkSession, compiled: CompiledCircuit, script) -> None
     I(Q^Δ(Δx)) = Q(I(Δx)) for every view after every step."""
     spec = compiled.spec
     schemas = {name: spark_schema(inp) for name, inp in spec.inputs.items()}
-    inc_state, query_state = BatchedMemoryState(), BatchedMemoryState()
+    inc_state, query_state = LiteralState(), LiteralState()
     integrals: dict[str, Counter] = {v: Counter() for v in spec.outputs}
     bags: dict[str, Counter] = {name: Counter() for name in spec.inputs}
     for t, deltas in enumerate(script, start=1):
@@ -143,18 +164,23 @@ def check_script(spark: SparkSession, compiled: CompiledCircuit, script) -> None
             bags[name] = Counter({k: v for k, v in bags[name].items() if v})
         delta_dfs = {name: zset_df(spark, schemas[name], d) for name, d in deltas.items() if d}
         full_dfs = {name: zset_df(spark, schemas[name], bag) for name, bag in bags.items()}
-        inc = evaluate_step(compiled.incremental, delta_dfs, inc_state, first_step=t == 1, input_schemas=schemas)
-        full = evaluate_step(compiled.query, full_dfs, query_state, first_step=t == 1, input_schemas=schemas)
-        got = collect_all({("inc", v): df for v, df in inc.outputs.items()} |
-                          {("full", v): df for v, df in full.outputs.items()})
+        inc = evaluate_step(compiled.incremental, delta_dfs, inc_state, first_step=t == 1, input_schemas=schemas,
+                            broadcast_deltas=False)
+        full = evaluate_step(compiled.query, full_dfs, query_state, first_step=t == 1, input_schemas=schemas,
+                            broadcast_deltas=False)
+        states = {("inc_state", k): df for k, df in inc_state.pending(inc.updates).items()} | \
+                 {("full_state", k): df for k, df in query_state.pending(full.updates).items()}
+        frames = {("inc", v): df for v, df in inc.outputs.items()} | \
+                 {("full", v): df for v, df in full.outputs.items()} | states
+        got = collect_all(frames)  # the step's one Spark job: views and new states
         for view in spec.outputs:
-            integrals[view].update(got[("inc", view)])
+            integrals[view].update(_counter(got[("inc", view)]))
             integrals[view] = Counter({k: v for k, v in integrals[view].items() if v})
-            expected = got[("full", view)]
+            expected = _counter(got[("full", view)])
             assert integrals[view] == expected, (
                 f"step {t}, view {view}: incremental != recompute\n"
                 f"  only incremental: {dict(integrals[view] - expected)}\n"
                 f"  only recompute:   {dict(expected - integrals[view])}\n"
                 f"  deltas: {deltas}")
-        inc_state.apply(inc.updates)
-        query_state.apply(full.updates)
+        for state, tag in ((inc_state, "inc_state"), (query_state, "full_state")):
+            state.replace(spark, {k: (df.schema, got[(t_, k)]) for (t_, k), df in states.items() if t_ == tag})
