@@ -28,3 +28,12 @@ def spark():
                               "spark.sql.adaptive.enabled": "false",
                               "spark.sql.autoBroadcastJoinThreshold": "-1"})
     return get_spark(config)
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_failpoints():
+    """A failpoint armed through the environment must not outlive its test: with
+    DBSP_FAILPOINT_KILL=1 it would end the whole test run at the next step."""
+    yield
+    leaked = {k: os.environ.pop(k) for k in ("DBSP_FAILPOINT", "DBSP_FAILPOINT_KILL") if k in os.environ}
+    assert not leaked, f"a test left failpoints armed in the environment: {leaked}"

@@ -166,9 +166,12 @@ def test_failpoints_are_armed_only_when_allowed_and_on_the_chosen_try(monkeypatc
         conf = {"dbsp_failpoint": {"task": "stages.joined", "point": "mid_step", "kill": True}}
 
     context = {"ti": TI(), "dag_run": Run()}
-    monkeypatch.delenv("DBSP_FAILPOINT", raising=False)
-    monkeypatch.delenv("DBSP_FAILPOINT_KILL", raising=False)
-    monkeypatch.delenv("DBSP_ALLOW_FAILPOINTS", raising=False)
+    # arm_failpoint writes os.environ itself: setenv first so that monkeypatch records the
+    # variables and removes them again after the test (a leaked DBSP_FAILPOINT_KILL=1 would
+    # end the next test that runs a step in this process with exit code 137)
+    for name in ("DBSP_FAILPOINT", "DBSP_FAILPOINT_KILL", "DBSP_ALLOW_FAILPOINTS"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     assert arm_failpoint(context) is None
     monkeypatch.setenv("DBSP_ALLOW_FAILPOINTS", "1")
     TI.try_number = 2
