@@ -28,8 +28,8 @@ ORDER = ("identity", "w1", "w1q10", "w2")  # the floor first: it is what the oth
 
 # Smoke: every code path once, on tiny data, so CI can afford it (the sweep and the profile
 # only on the cheap identity circuit).
-SMOKE_PLAN = Plan(change_rows=100, warmup=0, steps=1, recompute_runs=1, sweep_changes=(300,),
-                  sweep_steps=1, profile=True, duckdb=True, only=("identity",))
+SMOKE_PLAN = Plan(change_rows=100, warmup=0, steps=1, recompute_runs=1, recompute_warmup=False,
+                  sweep_changes=(300,), sweep_steps=1, profile=True, duckdb=True, only=("identity",))
 
 
 def _log(msg: str) -> None:
@@ -48,18 +48,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scale", help="W1 scale factors (same as --sizes w1=...): SF 1 = 150k customers, "
                                    "1.5M orders, ~6M line items")
     p.add_argument("--change-rows", type=int, help="rows per change of the measured steps (default 1000)")
-    p.add_argument("--warmup", type=int, help="warm-up steps per size (default 2)")
+    p.add_argument("--warmup", type=int, help="warm-up steps per size (default 1)")
     p.add_argument("--steps", type=int, help="measured steps per size (default 5)")
-    p.add_argument("--recompute-runs", type=int, help="measured full recomputes per size (default 3)")
+    p.add_argument("--recompute-runs", type=int, help="measured full recomputes per size (default 2)")
     p.add_argument("--sweep", help="extra change sizes at the largest state, e.g. 10000,100000 ('' = none)")
-    p.add_argument("--sweep-steps", type=int, help="steps per sweep point (default 2)")
+    p.add_argument("--sweep-steps", type=int, help="steps per sweep point (default 1)")
     p.add_argument("--no-profile", action="store_true", help="skip the per-phase profile of one step")
     p.add_argument("--ab", action="append", default=[], metavar="KEY=VALUE",
                    help="A/B a runtime Spark SQL conf at the largest size: steps alternate between the "
                         "base conf and this one (default: none)")
     p.add_argument("--no-ab", action="store_true", help="skip the A/B")
     p.add_argument("--ab-rounds", type=int, help="(base, variant) step pairs of the A/B (default 2)")
-    p.add_argument("--extras-only", help="workloads that get the sweep, profile and A/B (default: all)")
+    p.add_argument("--extras-only", help="workloads that get the sweep, profile and A/B (default: identity,w1,w2)")
     p.add_argument("--no-duckdb", action="store_true", help="skip the DuckDB reference")
     p.add_argument("--out", help="results folder (default bench/results, or bench/results/smoke)")
     p.add_argument("--work-dir", help="scratch data roots (default: a temp folder, removed at the end)")

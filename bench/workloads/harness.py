@@ -128,9 +128,12 @@ class StepSample:
     timestep: int
     reference_s: float | None = None  # the hand-written step on the same change and state
     reference_jobs: int | None = None
+    reference_view: str | None = None  # where the hand-written step wrote its view delta
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        del out["reference_view"]  # a scratch path, not a result
+        return out
 
 
 Reference = Callable[[CircuitRuntime], dict[str, Any]]
@@ -152,7 +155,7 @@ def measure_step(rt: CircuitRuntime, write_change: Callable[[], int], label: str
     cur = rt.store.manifest(report.timestep)
     assert cur is not None
     return StepSample(rows, seconds, jobs.count, timestep=report.timestep, reference_s=ref.get("seconds"),
-                      reference_jobs=ref.get("jobs"), **state_io(prev, cur))
+                      reference_jobs=ref.get("jobs"), reference_view=ref.get("view_dir"), **state_io(prev, cur))
 
 
 # ---- the full recompute ---------------------------------------------------------------------

@@ -26,7 +26,7 @@ WORKLOAD = Workload(
     view="ranges",
     float_cols=(),
     make_generator=lambda root, n: ZipfGenerator(root, int(n)),
-    sizes=(Size("n50k", 50_000), Size("n200k", 200_000), Size("n800k", 800_000)),
+    sizes=(Size("n100k", 100_000), Size("n1M", 1_000_000)),
     smoke_sizes=(Size("n2k", 2_000),),
     size_help="events in the initial load (users = events / 10, Zipf s = 1.1)",
     duckdb_sql=duckdb_ranges,
