@@ -29,6 +29,7 @@ PHASES: list[tuple[str, Any, str]] = [
     ("plan circuit (lazy)", step_module, "evaluate_step"),
     ("quality gate (computes view deltas)", step_module, "check_timestep"),
     ("write state traces", Transaction, "append"),
+    ("write state traces", Transaction, "append_many"),
     ("write state traces", Transaction, "replace"),
     ("write view deltas", Transaction, "write_output"),
     ("commit (compact, fsync, manifest, GC)", Transaction, "commit"),
