@@ -107,7 +107,7 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         f"Run {meta.get('started_at', '?')}{' (smoke)' if meta.get('smoke') else ''}: "
         f"{meta.get('spark_conf', {}).get('spark.master', '?')}, {meta.get('cpus', '?')} CPUs, "
-        f"pyspark {meta.get('pyspark', '?')}, load average {_load(meta)}, "
+        f"pyspark {meta.get('pyspark', '?')}, commit {meta.get('commit') or '?'}, load average {_load(meta)}, "
         f"{meta.get('duration_s', 0) / 60:.1f} min"
         + (f", extra conf {meta['extra_conf']}" if meta.get("extra_conf") else "") + ".",
         f"Each step figure is the median of {plan.get('steps')} steps of ~{plan.get('change_rows')} changed "

@@ -127,6 +127,18 @@ def spark_config(args: argparse.Namespace):
     return cfg, extra
 
 
+def _git_commit() -> str | None:
+    """The commit the run measured (None outside a git checkout)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=10)
+    except OSError:
+        return None
+    return out.stdout.strip() or None
+
+
 def environment(spark, extra_conf: dict[str, str]) -> dict[str, Any]:
     import pyspark
 
@@ -134,7 +146,7 @@ def environment(spark, extra_conf: dict[str, str]) -> dict[str, Any]:
     keys = ("spark.master", "spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled",
             "spark.driver.memory", "spark.default.parallelism")
     return {"python": platform.python_version(), "pyspark": pyspark.__version__,
-            "cpus": os.cpu_count(), "platform": platform.platform(),
+            "cpus": os.cpu_count(), "platform": platform.platform(), "commit": _git_commit(),
             "spark_conf": {k: conf.get(k, None) for k in keys}, "extra_conf": extra_conf}
 
 
