@@ -44,6 +44,7 @@ class Workload:
     # a hand-written step (runtime -> {"seconds", "jobs", "view_dir"}) run before each measured
     # engine step on the same change and state
     reference: Callable[..., dict] | None = None
+    in_smoke: bool = True  # part of `--smoke` (CI time is scarce: a variant of another workload is not)
     notes: list[str] = field(default_factory=list)
 
     @property
