@@ -194,3 +194,35 @@ def test_fingerprint_mismatch(spark, tmp_path):
         assert tx.timestep == 1
         tx.commit()
     other.check_fingerprint()
+
+
+def test_append_many_writes_several_traces_in_one_job(spark, tmp_path):
+    """One batch write serves several traces: each reads back only its own rows and columns,
+    an empty slot adds no file, and GC keeps the batch folder while a manifest lists a slot."""
+    s = store(spark, tmp_path / "st", keep_timesteps=1)
+    for t in (1, 2):
+        tx = s.begin()
+        tx.append_many([
+            ("a", spark.createDataFrame([(t, "x", 1)], SCHEMA), "zset", ("k",)),
+            ("b", spark.createDataFrame([(t, 2.5 * t, 1)], SUM_SCHEMA), "sum", ("k",)),
+            ("c", spark.createDataFrame([], SCHEMA), "zset", ()),
+        ])
+        tx.commit()
+    assert zset(s.read_trace("a")) == {(("k", 1), ("v", "x")): 1, (("k", 2), ("v", "x")): 1}
+    assert sorted(tuple(r) for r in s.read_trace("b").collect()) == [(1, 2.5, 1), (2, 5.0, 1)]
+    assert s.read_trace("c") is None
+    dirs = s.manifest().traces["a"].dirs
+    assert len(dirs) == 2 and all("/~batches/" in d and d.endswith("dbsp_slot=0") for d in dirs)
+    assert s.recover() == {"temp": [], "manifests": [], "traces": [], "outputs": []}
+    assert all(os.path.isdir(os.path.join(tmp_path, "st", *d.split("/"))) for d in dirs)
+
+
+def test_append_many_falls_back_on_type_clash(spark, tmp_path):
+    """A column name with two types cannot share one write: each trace is appended on its own."""
+    s = store(spark, tmp_path / "st")
+    tx = s.begin()
+    tx.append_many([("a", spark.createDataFrame([(1, "x", 1)], SCHEMA), "zset", ()),
+                    ("b", spark.createDataFrame([("1", 1)], "k string, _weight long"), "zset", ())])
+    tx.commit()
+    assert all("~batches" not in d for t in ("a", "b") for d in s.manifest().traces[t].dirs)
+    assert [tuple(r) for r in s.read_trace("b").collect()] == [("1", 1)]

@@ -137,7 +137,9 @@ def _join(s: _Step, node: Node) -> DataFrame:
 
 def _integrate(s: _Step, node: Node) -> DataFrame:
     (delta,) = s.args(node)
-    s.result.updates[node.id] = StateUpdate("append", zset.consolidate(delta), _lookup_keys(s.circuit, node))
+    # Appended as is: a trace is a sum of Z-sets, so nothing reading it needs one row per tuple
+    # (readers sum weights; compaction consolidates). Consolidating here cost a shuffle per trace.
+    s.result.updates[node.id] = StateUpdate("append", delta, _lookup_keys(s.circuit, node))
     return stream.integrate_value(s.state.read(node.id), delta)
 
 

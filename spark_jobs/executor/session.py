@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
+from typing import Iterator
 
 from spark_jobs.config import Config, SparkSettings
 
@@ -33,3 +35,35 @@ def get_spark(settings: SparkSettings | Config | None = None):
     if settings.mode != "connect":
         spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+# A change up to this many rows is "small": it is broadcast to look state up, and the step runs
+# without adaptive execution (AQE submits every shuffle and broadcast stage as a Spark job of its
+# own, ~50-100 ms each, and has nothing to coalesce or re-plan on delta-sized data). A larger
+# change (an initial load) keeps AQE and joins without broadcasting (it may not fit in memory).
+# Also: two shuffle partitions (delta-sized shuffles; one task per core), and a small file-open
+# cost so the many small files of a trace (a base and its deltas) are read by a few tasks, not
+# one task per file.
+SMALL_CHANGE_ROWS = 200_000
+_STEP_CONF = {"spark.sql.adaptive.enabled": "false",
+              "spark.sql.shuffle.partitions": "2",
+              "spark.sql.files.openCostInBytes": str(64 * 1024)}
+
+
+@contextmanager
+def step_conf(spark, small_change: bool) -> Iterator[None]:
+    """Run the body with the Spark SQL settings of a small-change step; restore them after."""
+    if not small_change:
+        yield
+        return
+    saved = {k: spark.conf.get(k, None) for k in _STEP_CONF}
+    for k, v in _STEP_CONF.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)

@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.executor.evaluate import evaluate_step
+from spark_jobs.executor.session import SMALL_CHANGE_ROWS, step_conf
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.runtime.inputs import pending_inputs as _pending, read_input, snapshot_trace
@@ -62,11 +63,27 @@ def pending_inputs(rt: CircuitRuntime) -> dict[str, list[InputFile]]:
     return _pending(rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest())
 
 
+def _change_totals(df: DataFrame) -> DataFrame:
+    w = F.col(WEIGHT)
+    return df.agg(F.sum(F.when(w > 0, w).otherwise(0)).alias("ins"),
+                  F.sum(F.when(w < 0, -w).otherwise(0)).alias("del"))
+
+
 def count_changes(df: DataFrame) -> tuple[int, int]:
     """(rows inserted, rows deleted), weights counted: one Spark job."""
-    row = df.agg(F.sum(F.when(F.col(WEIGHT) > 0, F.col(WEIGHT)).otherwise(0)).alias("ins"),
-                 F.sum(F.when(F.col(WEIGHT) < 0, -F.col(WEIGHT)).otherwise(0)).alias("del")).first()
+    row = _change_totals(df).first()
     return int(row["ins"] or 0), int(row["del"] or 0)
+
+
+def count_all_changes(deltas: dict[str, DataFrame]) -> dict[str, tuple[int, int]]:
+    """``count_changes`` of several inputs in one Spark job (a union of their totals), not one each."""
+    if not deltas:
+        return {}
+    parts = [_change_totals(df).select(F.lit(name).alias("name"), "ins", "del") for name, df in deltas.items()]
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.unionByName(part)
+    return {r["name"]: (int(r["ins"] or 0), int(r["del"] or 0)) for r in union.collect()}
 
 
 def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport:
@@ -95,29 +112,45 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
                 delta = change.delta.cache()
                 cached.append(delta)
                 deltas[name] = delta
-                report.inserted, report.deleted = count_changes(delta)
                 if change.snapshot is not None:
                     txn.append(snapshot_trace(name), delta, kind="zset")
                 txn.consume(name, [f.as_dict() for f in pending[name]])
         if refused:
             raise InputRefused.combine(refused)
+        with step_conf(rt.spark, True):  # a global count has nothing for AQE to adapt
+            counts = count_all_changes(deltas)  # also caches the inputs, which every later job reads
+        for report in reports:
+            report.inserted, report.deleted = counts.get(report.name, (0, 0))
+        small = sum(i + d for i, d in counts.values()) <= SMALL_CHANGE_ROWS
         say(f"timestep {t}: evaluating {len(rt.compiled.incremental.nodes)} operators")
         schemas = {name: spark_schema(inp) for name, inp in spec.inputs.items()}
-        result = evaluate_step(rt.compiled.incremental, deltas, StoreReader(store),
-                               first_step=t == 1, input_schemas=schemas)
-        outputs = {view: df.cache() for view, df in result.outputs.items()}
-        cached.extend(outputs.values())
-        say(f"timestep {t}: checking view deltas")
-        gate = check_timestep(rt, t, outputs, deltas)
-        say(f"timestep {t}: writing state")
-        for node_id, update in result.updates.items():
-            kind = "sum" if rt.compiled.incremental[node_id].op == "aggregate_linear" else "zset"
-            write = txn.replace if update.kind == "replace" else txn.append
-            write(node_id, update.df, kind=kind, keys=tuple(update.keys))
-        failpoint("mid_step")
-        for view, df in outputs.items():
-            txn.write_output(view, df)
-        manifest = txn.commit()
+        with step_conf(rt.spark, small):
+            # persist: a delta read by several operators and state writes is computed once
+            result = evaluate_step(rt.compiled.incremental, deltas, StoreReader(store),
+                                   first_step=t == 1, input_schemas=schemas,
+                                   broadcast_deltas=small, persist=True)
+            try:
+                outputs = {view: df.cache() for view, df in result.outputs.items()}
+                cached.extend(outputs.values())
+                say(f"timestep {t}: checking view deltas")
+                gate = check_timestep(rt, t, outputs, deltas)
+                say(f"timestep {t}: writing state")
+                appends = []
+                for node_id, update in result.updates.items():
+                    kind = "sum" if rt.compiled.incremental[node_id].op == "aggregate_linear" else "zset"
+                    if update.kind == "replace":
+                        txn.replace(node_id, update.df, kind=kind, keys=tuple(update.keys))
+                    elif small:  # delta-sized: every trace's delta in one write job
+                        appends.append((node_id, update.df, kind, tuple(update.keys)))
+                    else:
+                        txn.append(node_id, update.df, kind=kind, keys=tuple(update.keys))
+                txn.append_many(appends)
+                failpoint("mid_step")
+                for view, df in outputs.items():
+                    txn.write_output(view, df)
+                manifest = txn.commit()
+            finally:
+                result.release()
     for df in cached:
         df.unpersist()
     views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))

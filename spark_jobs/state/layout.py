@@ -2,6 +2,8 @@
 
     <root>/manifests/<t:012d>.json            one per committed timestep (the commit record)
     <root>/traces/<trace>/t<t:012d>-<uuid8>/  immutable Parquet directories of a trace
+    <root>/traces/~batches/t<t:012d>-<uuid8>/dbsp_slot=<i>/  deltas of several traces written
+                                              by one Spark job (slot i belongs to one trace)
     <root>/outputs/<view>/t<t:012d>-<uuid8>/  the view's delta at t (the published change log)
 
 Manifests refer to data directories by paths *relative to the root* ("traces/x/t...-..."), so
@@ -20,6 +22,7 @@ MANIFESTS = "manifests"
 TRACES = "traces"
 OUTPUTS = "outputs"
 TMP_PREFIX = ".tmp-"
+BATCHES = "~batches"  # traces/~batches/t<t>-<uuid>/dbsp_slot=<i>/: one write, several traces
 
 _MANIFEST_RE = re.compile(r"^(\d{12})\.json$")
 _DATA_DIR_RE = re.compile(r"^t(\d{12})-[0-9a-f]{8}$")
@@ -65,8 +68,22 @@ def parse_dir_timestep(name: str) -> int | None:
 
 
 def timestep_of(rel: str) -> int | None:
-    """Timestep of a relative data-directory path such as 'traces/x/t000000000003-ab12cd34'."""
-    return parse_dir_timestep(rel.rsplit("/", 1)[-1])
+    """Timestep of a relative data-directory path such as 'traces/x/t000000000003-ab12cd34'
+    (or a slot inside a batch: 'traces/~batches/t000000000003-ab12cd34/dbsp_slot=1')."""
+    for part in reversed(rel.split("/")):
+        t = parse_dir_timestep(part)
+        if t is not None:
+            return t
+    return None
+
+
+def with_parents(rels: set[str]) -> set[str]:
+    """``rels`` and every folder above them (a batch folder is needed while one slot is)."""
+    out = set(rels)
+    for rel in rels:
+        parts = rel.split("/")
+        out.update("/".join(parts[:i]) for i in range(1, len(parts)))
+    return out
 
 
 class Layout:
@@ -90,6 +107,11 @@ class Layout:
     def new_trace_dir(self, trace_id: str, t: int) -> str:
         """A fresh root-relative directory for one write to a trace."""
         return f"{TRACES}/{safe_name(trace_id)}/{new_dir_name(t)}"
+
+    def new_batch_dir(self, t: int) -> str:
+        """A fresh folder for one write that serves several traces (one slot sub-folder each).
+        BATCHES cannot be a trace's folder: ``safe_name`` never yields a '~'."""
+        return f"{TRACES}/{BATCHES}/{new_dir_name(t)}"
 
     def new_output_dir(self, view: str, t: int) -> str:
         return f"{OUTPUTS}/{safe_name(view)}/{new_dir_name(t)}"

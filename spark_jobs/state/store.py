@@ -18,8 +18,9 @@ from spark_jobs.state import layout as L
 from spark_jobs.state.failpoints import failpoint
 from spark_jobs.state.fs import filesystem_for
 from spark_jobs.state.manifest import Manifest, OutputEntry, TraceEntry
-from spark_jobs.state.trace import (consolidate, dir_stats, needs_compaction, read_dirs,
-                                    validate_columns, weight_totals, write_dir)
+from spark_jobs.state.trace import (consolidate, dir_stats, needs_compaction, read_dirs, slot_dir,
+                                    slots_compatible, validate_columns, weight_totals, write_dir,
+                                    write_slots)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -216,6 +217,7 @@ class StateStore:
         referenced: set[str] = set()
         for t in self.timesteps():
             referenced |= self.manifest(t).referenced_dirs()  # type: ignore[union-attr]
+        referenced = L.with_parents(referenced)
         for rel in self.layout.data_dirs(L.TRACES):
             if L.timestep_of(rel) is not None and rel not in referenced:
                 self.fs.remove_tree(self.layout.abs(rel))
@@ -244,6 +246,7 @@ class StateStore:
         keep: set[str] = set()
         for x in self.timesteps():
             keep |= self.manifest(x).referenced_dirs()  # type: ignore[union-attr]
+        keep = L.with_parents(keep)
         for rel in sorted(garbage - keep):
             if rel.startswith(L.TRACES + "/"):
                 self.fs.remove_tree(self.layout.abs(rel))
@@ -366,6 +369,42 @@ class Transaction:
             entry.files[rel] = stat
             entry.schema = df.schema.json()
             self._touched.add(trace_id)
+
+    def append_many(self, items: Sequence[tuple[str, "DataFrame", str, Sequence[str]]]) -> None:
+        """``append`` to several traces, ``(trace_id, df, kind, keys)`` each, with one Spark job.
+
+        The deltas go to slots of one batch folder (a union written partitioned by slot), so a
+        step pays one write job instead of one per stateful operator. Falls back to one
+        ``append`` each where one write cannot serve: a single item, sorted traces, or columns of
+        one name with different types.
+        """
+        self._check_open()
+        prepared = []
+        for trace_id, df, kind, keys in items:
+            validate_columns(df.dtypes, kind, tuple(keys))
+            prepared.append((trace_id, df, self._entry_for_append(trace_id, kind, tuple(keys))))
+        dfs = [df for _, df, _ in prepared]
+        if len(prepared) < 2 or any(e.sort_by for _, _, e in prepared) or not slots_compatible(dfs):
+            for trace_id, df, entry in prepared:
+                self.append(trace_id, df, kind=entry.kind, keys=entry.keys)
+            return
+        s = self.store
+        batch = s.layout.new_batch_dir(self.timestep)
+        self._written.append(batch)
+        write_slots(dfs, s.fs.spark_uri(s.layout.abs(batch)))
+        for i, (trace_id, df, entry) in enumerate(prepared):
+            self._traces[trace_id] = entry
+            rel = f"{batch}/{slot_dir(i)}"
+            path = s.layout.abs(rel)
+            if not s.fs.exists(path):  # no rows for this trace: Spark wrote no folder
+                continue
+            stat = dir_stats(s.fs, path, s.spark, s.fs.spark_uri(path))
+            if stat.rows:
+                entry.deltas.append((self.timestep, rel))
+                entry.files[rel] = stat
+                entry.schema = df.schema.json()
+                self._touched.add(trace_id)
+        failpoint("after_state_write")
 
     def replace(self, trace_id: str, df: "DataFrame", *, kind: str = "zset",
                 keys: Sequence[str] = (), sort_by: Sequence[str] = (),

@@ -72,6 +72,46 @@ def write_dir(df: "DataFrame", uri: str, *, sort_by: Sequence[str] = (),
     writer.parquet(uri)
 
 
+SLOT = "dbsp_slot"  # the partition column of a batch write (one value per trace)
+
+
+def slot_dir(i: int) -> str:
+    """The folder of slot ``i`` inside a batch folder (Spark's partition folder name)."""
+    return f"{SLOT}={i}"
+
+
+def slots_compatible(dfs: Sequence["DataFrame"]) -> bool:
+    """Can these DataFrames share one batch write? (a column name means one type; no SLOT column)"""
+    types: dict[str, str] = {}
+    for df in dfs:
+        for name, dtype in df.dtypes:
+            if name == SLOT or types.setdefault(name, dtype) != dtype:
+                return False
+    return True
+
+
+def write_slots(dfs: Sequence["DataFrame"], uri: str) -> None:
+    """Write several DataFrames with ONE Spark job, ``dfs[i]`` to ``uri/dbsp_slot=i/``.
+
+    They are unioned over the union of their columns (a column a DataFrame lacks is NULL in its
+    rows) and written partitioned by slot, one file per slot. Reading a slot with its own schema
+    (as traces are read) sees only its own columns. For delta-sized writes: one task writes all.
+    """
+    from pyspark.sql import functions as F
+
+    fields: dict[str, object] = {}
+    for df in dfs:
+        for f in df.schema.fields:
+            fields.setdefault(f.name, f.dataType)
+    parts = []
+    for i, df in enumerate(dfs):
+        have = set(df.columns)
+        parts.append(df.select(*[_col(c) if c in have else F.lit(None).cast(t).alias(c)  # type: ignore[arg-type]
+                                 for c, t in fields.items()], F.lit(i).alias(SLOT)))
+    union = reduce(lambda a, b: a.unionByName(b), parts)
+    union.coalesce(1).write.mode("error").partitionBy(SLOT).parquet(uri)
+
+
 def dir_stats(fs: FileSystem, path: str, spark: "SparkSession", uri: str) -> FileStat:
     """Rows and bytes of a written directory, from Parquet footers (no Spark job)."""
     files = fs.data_files(path)

@@ -1,0 +1,1 @@
+"""Benchmark suite of the DBSP-on-Spark engine: `python -m bench.run` (see bench/README.md)."""

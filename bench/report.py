@@ -1,0 +1,295 @@
+"""Turn a benchmark run into files: results.json (everything), results.csv (one row per workload
+and size), results.md (the tables for the README) and step_vs_recompute.png (matplotlib, Agg).
+
+Only formatting here: every number is computed by the runner, so the JSON is the source of
+truth and the other files can be regenerated from it (``python -m bench.report results.json``).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+CSV_COLUMNS = [
+    "workload", "size", "input_rows_total", "change_rows_median", "step_median_s", "jobs_median",
+    "recompute_s", "ratio_step_over_recompute", "speedup_recompute_over_step", "duckdb_s",
+    "floor_s", "reference_s", "step_over_reference", "bytes_written_median", "bytes_read_median", "view_bytes_read_median", "state_bytes",
+    "break_even_rows", "changes_per_s_largest", "correct",
+]
+
+
+def floor(results: dict[str, Any]) -> dict[str, Any] | None:
+    """The identity circuit's step at the fixed change size (the first size measured)."""
+    ident = results.get("workloads", {}).get("identity")
+    sizes = _ok(ident["sizes"]) if ident else []
+    if not sizes:
+        return None
+    s = sizes[0]
+    return {"step_median_s": s["step_median_s"], "jobs_median": s["jobs_median"],
+            "change_rows_median": s["change_rows_median"], "size": s["size"]}
+
+
+def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One flat record per workload and size (the CSV and the main table)."""
+    fl = floor(results)
+    out = []
+    for key, wl in results.get("workloads", {}).items():
+        for s in _ok(wl["sizes"]):
+            out.append({
+                "workload": key, "size": s["size"], "input_rows_total": s["input_rows_total"],
+                "change_rows_median": s["change_rows_median"], "step_median_s": s["step_median_s"],
+                "jobs_median": s["jobs_median"], "recompute_s": s["recompute"]["median_s"],
+                "ratio_step_over_recompute": s["ratio_step_over_recompute"],
+                "speedup_recompute_over_step": s["speedup_recompute_over_step"],
+                "duckdb_s": (s.get("duckdb") or {}).get("median_s"),
+                "floor_s": fl["step_median_s"] if fl else None,
+                "reference_s": s.get("reference_median_s"),
+                "step_over_reference": s.get("step_over_reference"),
+                "bytes_written_median": s["bytes_written_median"],
+                "bytes_read_median": s["bytes_read_median"],
+                "view_bytes_read_median": s["view_bytes_read_median"],
+                "state_bytes": s["state_bytes"],
+                "break_even_rows": (s.get("break_even") or {}).get("rows"),
+                "changes_per_s_largest": s.get("changes_per_s_largest"),
+                "correct": (s["correct"]["ok"] and (s.get("duckdb") or {}).get("matches_spark", True)
+                            and (s.get("reference_correct") or {}).get("ok", True)),
+            })
+    return out
+
+
+def _ok(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Sizes whose steps were measured (a size that failed early has only an error)."""
+    return [s for s in sizes if "step_median_s" in s]
+
+
+def failures(results: dict[str, Any]) -> list[str]:
+    """Every error the run recorded: failed sizes, failed sweep points, failed extras."""
+    out = []
+    for key, wl in results.get("workloads", {}).items():
+        for s in wl["sizes"]:
+            for p in s.get("sweep") or []:
+                if "error" in p:
+                    out.append(f"{key} {s['size']}, sweep step of {p['change_rows_target']:,} changed rows: {p['error']}")
+            if "error" in s and not any("error" in p for p in s.get("sweep") or []):
+                out.append(f"{key} {s['size']}: {s['error']}")
+    return out
+
+
+def write_csv(results: dict[str, Any], path: Path) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows(results))
+
+
+# ---- markdown ------------------------------------------------------------------------------
+
+def _kb(n: float | None) -> str:
+    return "-" if n is None else f"{n / 1024:,.0f} KiB" if n < 10 * 1024 * 1024 else f"{n / 1048576:,.1f} MiB"
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _table(header: list[str], body: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+    return lines + [""]
+
+
+def markdown(results: dict[str, Any]) -> str:
+    meta = results.get("meta", {})
+    plan = results.get("plan", {})
+    fl = floor(results)
+    lines = [
+        f"Run {meta.get('started_at', '?')}{' (smoke)' if meta.get('smoke') else ''}: "
+        f"{meta.get('spark_conf', {}).get('spark.master', '?')}, {meta.get('cpus', '?')} CPUs, "
+        f"pyspark {meta.get('pyspark', '?')}, commit {meta.get('commit') or '?'}, load average {_load(meta)}, "
+        f"{meta.get('duration_s', 0) / 60:.1f} min"
+        + (f", extra conf {meta['extra_conf']}" if meta.get("extra_conf") else "") + ".",
+        f"Each step figure is the median of {plan.get('steps')} steps of ~{plan.get('change_rows')} changed "
+        f"rows after {plan.get('warmup')} warm-up steps; recompute and DuckDB are medians of "
+        f"{plan.get('recompute_runs')} runs after one warm-up; all in one Spark session.",
+        "",
+    ]
+    body = []
+    for r in rows(results):
+        body.append([r["workload"], r["size"], f"{r['input_rows_total']:,}", f"{r['change_rows_median']:,}",
+                     _s(r["step_median_s"]), r["jobs_median"], _s(r["recompute_s"]),
+                     f"{r['speedup_recompute_over_step']:.2f}x", _s(r["duckdb_s"]),
+                     _s(r["reference_s"]), "-" if r["step_over_reference"] is None else f"{r['step_over_reference']:.2f}x",
+                     _kb(r["bytes_written_median"]), _kb(r["bytes_read_median"]), _kb(r["state_bytes"]),
+                     "yes" if r["correct"] else "**NO**"])
+    lines += _table(["workload", "size", "input rows", "change rows", "step s", "jobs/step", "recompute s",
+                     "recompute ÷ step", "DuckDB s", "hand-written step s", "step ÷ hand-written",
+                     "written/step", "state read/step", "state", "correct"], body)
+    lines += targets(results)
+    if fl:
+        lines.append(f"**Floor** (identity circuit, {fl['change_rows_median']:,}-row change, {fl['size']}): "
+                     f"{fl['step_median_s']:.2f} s and {fl['jobs_median']} Spark jobs per step.")
+        lines.append("")
+    sweeps = [(k, s) for k, wl in results.get("workloads", {}).items() for s in _ok(wl["sizes"]) if s.get("sweep")]
+    if sweeps:
+        lines.append("Change-size sweep (at the largest state of each workload):")
+        lines.append("")
+        body = []
+        for key, s in sweeps:
+            for p in s["sweep"]:
+                if "error" in p:
+                    body.append([key, s["size"], f"{p['change_rows_target']:,}", "**failed**", "-", "-", "-", "-"])
+                    continue
+                body.append([key, s["size"], f"{p['change_rows_median']:,}", _s(p["step_median_s"]), p["jobs_median"],
+                             _s(s["recompute"]["median_s"]), f"{p['changes_per_s']:,.0f}", _kb(p["bytes_written_median"])])
+        lines += _table(["workload", "size", "change rows", "step s", "jobs", "recompute s", "changes/s",
+                         "written/step"], body)
+        for key, s in sweeps:
+            be = s.get("break_even") or {}
+            lines.append(f"- {key} {s['size']}: break-even change size "
+                         f"{'~' + format(be['rows'], ',') + ' rows' if be.get('rows') else 'n/a'} ({be.get('note', '')}).")
+        lines.append("")
+    slopes = [(k, wl["slope"]) for k, wl in results.get("workloads", {}).items() if wl.get("slope")]
+    if slopes:
+        lines.append("Growth with the state (fixed change size):")
+        lines.append("")
+        body = [[k, f"{sl['state_growth']}x", f"{sl['step_growth']}x", f"{sl['recompute_growth']}x",
+                 f"{sl['step_s_per_million_rows']:.2f}", f"{sl['recompute_s_per_million_rows']:.2f}"]
+                for k, sl in slopes]
+        lines += _table(["workload", "state grew", "step grew", "recompute grew", "step s per 1M rows",
+                         "recompute s per 1M rows"], body)
+    fails = failures(results)
+    if fails:
+        lines.append("**Failures** (recorded, the run went on):")
+        lines.append("")
+        lines += [f"- {f}" for f in fails] + [""]
+    abs_ = [(k, s) for k, wl in results.get("workloads", {}).items() for s in wl["sizes"] if s.get("ab")]
+    if abs_:
+        lines.append("A/B of a Spark setting (steps alternate base/variant in one session, ABBA order):")
+        lines.append("")
+        body = []
+        for key, s in abs_:
+            ab = s["ab"]
+            conf = ", ".join(f"{k}={v}" for k, v in ab["conf"].items())
+            body.append([key, s["size"], conf, f"{_s(ab['base']['step_median_s'])} s / {ab['base']['jobs_median']}",
+                         f"{_s(ab['variant']['step_median_s'])} s / {ab['variant']['jobs_median']}",
+                         f"{ab['speedup']:.2f}x"])
+        lines += _table(["workload", "size", "variant", "base: step / jobs", "variant: step / jobs",
+                         "speedup"], body)
+    profiles = [(k, s) for k, wl in results.get("workloads", {}).items() for s in wl["sizes"] if s.get("profile")]
+    for key, s in profiles:
+        p = s["profile"]
+        lines.append(f"Where one {key} {s['size']} step spends its time ({p['seconds']:.2f} s, {p['jobs']} Spark jobs "
+                     f"with {p['tasks']} tasks, {p['single_task_jobs']} jobs single-task; some Spark job was running "
+                     f"during {p['jobs_busy_s']:.2f} s of it):")
+        lines.append("")
+        body = [[ph["phase"], _s(ph["seconds"]), ph["jobs"], _s(ph["jobs_busy_s"]),
+                 _s(max(0.0, ph["seconds"] - ph["jobs_busy_s"]))]
+                for ph in sorted(p["phases"], key=lambda ph: -ph["seconds"])]
+        lines += _table(["phase", "seconds", "jobs", "seconds with a job running", "seconds driver only"], body)
+        sites = p.get("call_sites") or []
+        if sites:
+            top = ", ".join(f"`{c['call_site']}` ({c['jobs']} jobs)" for c in sites[:4])
+            lines.append(f"Jobs by call site: {top}.")
+            lines.append("")
+    return "\n".join(lines)
+
+
+def targets(results: dict[str, Any]) -> list[str]:
+    """The issue's targets for W1 (join + aggregate, 1,000-row change) against what was measured."""
+    out = []
+    for key in ("w1", "w1q10"):
+        sizes = _ok((results.get("workloads", {}).get(key) or {}).get("sizes", []))
+        if not sizes:
+            continue
+        big = sizes[-1]
+        jobs = max(s["jobs_median"] for s in sizes)
+        parts = [f"jobs/step {jobs} (target <= 6)",
+                 f"recompute ÷ step {big['speedup_recompute_over_step']:.2f}x at {big['size']} (target >= 8x at SF3)"]
+        if big.get("step_over_reference") is not None:
+            parts.append(f"step ÷ hand-written {max(s['step_over_reference'] for s in sizes):.2f}x (target <= 1.5x)")
+        sl = (results["workloads"][key].get("slope") or {})
+        if sl:
+            parts.append(f"step grew {sl['step_growth']}x while the state grew {sl['state_growth']}x (target < 1.2x)")
+        out.append(f"- **{key}** targets: " + "; ".join(parts) + ".")
+    return out + [""] if out else []
+
+
+def _load(meta: dict[str, Any]) -> str:
+    a, b = meta.get("loadavg_start"), meta.get("loadavg_end")
+    if not a:
+        return "?"
+    return f"{a[0]:.1f}" + (f" -> {b[0]:.1f}" if b else "")
+
+
+# ---- plot ----------------------------------------------------------------------------------
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Left: step vs recompute (and DuckDB, floor) as the state grows. Right: step time vs
+    change size at the largest state, with the recompute as the break-even line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    wls = results.get("workloads", {})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    colors = {"w1": "tab:blue", "w1q10": "tab:green", "w2": "tab:orange", "identity": "tab:gray"}
+    for key, wl in wls.items():
+        c = colors.get(key, None)
+        sizes = _ok(wl["sizes"])
+        if not sizes:
+            continue
+        xs = [s["input_rows_total"] for s in sizes]
+        left.plot(xs, [s["step_median_s"] for s in sizes], "o-", color=c, label=f"{key} step")
+        if key != "identity":
+            left.plot(xs, [s["recompute"]["median_s"] for s in sizes], "s--", color=c,
+                      label=f"{key} Spark recompute")
+            dd = [(x, s["duckdb"]["median_s"]) for x, s in zip(xs, sizes) if s.get("duckdb")]
+            if dd:
+                left.plot(*zip(*dd), "^:", color=c, label=f"{key} DuckDB recompute")
+        for s in sizes:
+            if s.get("sweep"):
+                pts = [(p["change_rows_median"], p["step_median_s"]) for p in s["sweep"] if "error" not in p]
+                right.plot(*zip(*pts), "o-", color=c, label=f"{key} {s['size']} step")
+                if key != "identity":
+                    right.axhline(s["recompute"]["median_s"], color=c, ls="--", lw=1,
+                                  label=f"{key} {s['size']} recompute")
+    fl = floor(results)
+    if fl:
+        left.axhline(fl["step_median_s"], color="black", ls=":", lw=1, label="floor (identity step)")
+    change = results.get("plan", {}).get("change_rows", 1000)
+    for ax, title, xlabel in ((left, f"Step ({change:,}-row change) vs full recompute", "input rows (state size)"),
+                              (right, "Step time vs change size", "changed rows per step")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("seconds (median)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:g}"))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:,.0f}"))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        if ax.has_data():
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_all(results: dict[str, Any], out: Path, plots: bool = True) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    results["floor"] = floor(results)
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n", encoding="utf-8")
+    write_csv(results, out / "results.csv")
+    (out / "results.md").write_text(markdown(results) + "\n", encoding="utf-8")
+    if plots:
+        plot(results, out / "step_vs_recompute.png")
+
+
+if __name__ == "__main__":  # regenerate csv/md/png from a results.json
+    src = Path(sys.argv[1] if len(sys.argv) > 1 else "bench/results/results.json")
+    write_all(json.loads(src.read_text(encoding="utf-8")), src.parent)
