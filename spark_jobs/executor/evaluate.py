@@ -14,7 +14,7 @@ from typing import Callable, Collection, Literal, Mapping, Protocol
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from spark_jobs.executor import zset
+from spark_jobs.executor import recursion, zset
 from spark_jobs.executor.operators import aggregate, distinct, join, linear, stream
 from spark_jobs.executor.zset import WEIGHT, col
 from spark_jobs.ir.graph import Circuit, Node, state_of
@@ -59,7 +59,7 @@ class StepResult:
 
 
 # Operators whose result is already consolidated (no second groupBy before publishing).
-_CONSOLIDATED = frozenset({"distinct", "distinct_h", "aggregate", "aggregate_linear", "aggregate_touched"})
+_CONSOLIDATED = frozenset({"distinct", "distinct_h", "aggregate", "aggregate_linear", "aggregate_touched", "scope"})
 
 
 @dataclass
@@ -83,6 +83,13 @@ class _Step:
 
     def args(self, node: Node) -> list[DataFrame]:
         return [self.value(i) for i in node.inputs]
+
+
+def trace_kind(circuit: Circuit, state_id: str) -> str:
+    """How a store keeps a state update: "sum" (running totals) or "zset". A scope's traces are
+    named ``<scope>/<body node>`` and are Z-sets."""
+    node = circuit.nodes.get(state_id)
+    return "sum" if node is not None and node.op == "aggregate_linear" else "zset"
 
 
 def _lookup_keys(circuit: Circuit, node: Node) -> tuple[str, ...]:
@@ -183,7 +190,14 @@ def _aggregate_touched(s: _Step, node: Node) -> DataFrame:
 
 
 def _scope(s: _Step, node: Node) -> DataFrame:
-    raise NotSupported(f"IR node {node.id!r}: nested scopes (recursion) are not supported by the executor yet")
+    """A recursive scope: its fixed-point loop runs Spark jobs now (one per iteration)."""
+    incremental = bool(node.param("incremental"))
+    done = recursion.run_scope(node, s.args(node), s.state.read if incremental else None,
+                               broadcast_imports=s.broadcast_deltas and incremental, spark=s.spark)
+    for trace, (kind, df, keys) in done.updates.items():
+        if incremental:
+            s.result.updates[trace] = StateUpdate(kind, df, keys)
+    return done.output
 
 
 _EVAL: dict[str, Callable[[_Step, Node], DataFrame]] = {

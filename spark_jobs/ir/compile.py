@@ -37,7 +37,15 @@ def fingerprint(spec: CircuitSpec, incremental: Circuit) -> str:
     payload = {
         "inputs": {name: [(c.name, c.type.lower(), c.nullable) for c in inp.columns]
                    for name, inp in sorted(spec.inputs.items())},
-        "nodes": [(n.id, n.op, n.inputs, repr(n.params), n.columns) for n in incremental],
+        "nodes": [(n.id, n.op, n.inputs, repr(_meaning(n.params)), n.columns) for n in incremental],
         "outputs": sorted(incremental.outputs.items()),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# Params that bound or tune the work without changing what the state means.
+_NOT_MEANING = frozenset({"max_iterations"})
+
+
+def _meaning(params: tuple) -> tuple:
+    return tuple((k, v) for k, v in params if k not in _NOT_MEANING)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Callable
 
 from spark_jobs.ir.graph import Circuit, Node, make_node
-from spark_jobs.spec.columns import join_layout
+from spark_jobs.ir.scope import DEFAULT_MAX_ITERATIONS, build_scope
+from spark_jobs.spec.columns import body_columns, join_layout
 from spark_jobs.spec.model import CircuitSpec, NodeSpec, dependency_order
 
 
@@ -26,6 +27,10 @@ def build_query_circuit(spec: CircuitSpec, columns: dict[str, tuple[str, ...]]) 
     for name in spec.inputs:
         circuit.add(make_node(name, "input", out=columns[name], name=name))
     for node in (spec.nodes[name] for name in dependency_order(spec.nodes)):
+        if node.op == "recursive":
+            limit = int(spec.settings.get("max_iterations", DEFAULT_MAX_ITERATIONS))
+            build_scope(circuit, node, body_columns(spec, node.name), columns[node.name], _translate_body, limit)
+            continue
         translate = _TRANSLATIONS.get(node.op)
         if translate is None:
             raise UnsupportedOperator(
@@ -106,7 +111,9 @@ def _join(c: Circuit, n: NodeSpec, cols: dict) -> Node:
     """Inner equi-join (or product); output column names follow the spec's naming rules."""
     left, right = c[n.left], c[n.right]
     lkeys, rkeys = _join_keys(n) if n.op == "join" else ((), ())
-    layout = join_layout(left.columns, right.columns, n.right, n.on, n.left_on, n.right_on)
+    # inside a recursive body n.right may be a renamed reference: clashes are named as written
+    layout = join_layout(left.columns, right.columns, n.extra.get("right_name", n.right), n.on, n.left_on,
+                         n.right_on)
     return c.add(make_node(n.name, "join", [n.left, n.right], cols[n.name], is_set=left.is_set and right.is_set,
                            left_keys=lkeys, right_keys=rkeys, null_safe=False,
                            left_out=layout.left_out, right_out=layout.right_out))
@@ -143,3 +150,11 @@ _TRANSLATIONS: dict[str, Callable[[Circuit, NodeSpec, dict], Node]] = {
     "integrate": _unary("integrate"),
     "differentiate": _unary("differentiate"),
 }
+
+
+def _translate_body(c: Circuit, n: NodeSpec, cols: dict) -> Node:
+    """A body node of a recursive node (validation has rejected ops a body cannot hold)."""
+    translate = _TRANSLATIONS.get(n.op)
+    if translate is None:
+        raise UnsupportedOperator(f"{n.name!r}: op {n.op!r} cannot be compiled inside a recursive body")
+    return translate(c, n, cols)

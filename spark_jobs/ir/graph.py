@@ -28,7 +28,22 @@ aggregate_linear    1        group_by, aggs: linear aggregates from the delta; k
                              running totals
 aggregate_touched   2        group_by, aggs; inputs (delta, integral): recompute only the
                              groups the delta touches; keeps the previous output per group
-scope               any      body: Circuit (nested, own clock); outputs: names
+scope               any      body: Circuit (nested, own clock: the iterations of a fixed
+                             point); outputs: body node names (first = the value);
+                             max_iterations; incremental: True in Q^Δ (body on 2-D deltas)
+==================  =======  ==============================================================
+
+Inside a scope's body (see ``scope.py``), besides the linear ops, join and distinct:
+
+==================  =======  ==============================================================
+delta0              0        port: index into the scope's inputs; name: outer node id. δ0:
+                             the outer relation enters the inner clock at iteration 0
+feedback            0        source: body node id. z⁻¹ on the inner clock (iteration i reads
+                             iteration i-1 of ``source``): the back edge of the recursion
+integrate_nested    1        keys: lookup columns. Per-iteration trace: for each iteration
+                             i, the sum over earlier timesteps of the input's 2-D delta at i
+join_nested         4        join params; inputs (Δa, Δb, I(Δa), I(Δb)): the 2-D bilinear rule
+distinct_nested     2        inputs (Δx, I(Δx)): the 2-D incremental distinct
 ==================  =======  ==============================================================
 """
 from __future__ import annotations
@@ -40,7 +55,8 @@ LINEAR_OPS = frozenset({"input", "map", "filter", "plus", "negate"})
 BILINEAR_OPS = frozenset({"join"})
 STREAM_OPS = frozenset({"integrate", "delay", "differentiate"})
 INCREMENTAL_OPS = frozenset({"distinct_h", "aggregate_linear", "aggregate_touched"})
-ALL_OPS = LINEAR_OPS | BILINEAR_OPS | STREAM_OPS | INCREMENTAL_OPS | {"distinct", "aggregate", "scope"}
+NESTED_OPS = frozenset({"delta0", "feedback", "integrate_nested", "join_nested", "distinct_nested"})
+ALL_OPS = LINEAR_OPS | BILINEAR_OPS | STREAM_OPS | INCREMENTAL_OPS | NESTED_OPS | {"distinct", "aggregate", "scope"}
 
 LINEAR_AGGREGATES = frozenset({"count", "sum", "avg"})
 
@@ -198,6 +214,7 @@ STATE_KINDS = {
     "differentiate": "previous value of its input",
     "aggregate_linear": "per-group running totals (sums and counts)",
     "aggregate_touched": "previous output row per group",
+    "integrate_nested": "per-iteration trace (rows tagged with their iteration, summed over timesteps)",
 }
 
 
@@ -209,4 +226,7 @@ def state_of(circuit: Circuit, node: Node) -> str | None:
     """
     if node.op == "delay" and circuit[node.inputs[0]].op == "integrate":
         return None
+    if node.op == "scope" and node.param("incremental"):
+        traces = [n.id for n in node.body if n.op == "integrate_nested"]
+        return f"{len(traces)} per-iteration trace(s) and the fixed point's depth"
     return STATE_KINDS.get(node.op)

@@ -8,7 +8,9 @@ version, reading the *delta* streams of its inputs. One small rule per operator 
 - distinct becomes H(Δx, z⁻¹(I x)) (Proposition 4.7);
 - aggregates: linear ones (count, sum, avg) keep per-group totals; the others recompute only the
   groups the delta touches from the integrated input (section 7);
-- the stream operators I, z⁻¹, D are invariant: inc(I) = I, inc(z⁻¹) = z⁻¹, inc(D) = D.
+- the stream operators I, z⁻¹, D are invariant: inc(I) = I, inc(z⁻¹) = z⁻¹, inc(D) = D;
+- a recursive scope becomes its nested incremental version (section 6, eq. 6.1): its body runs on
+  2-D deltas (timestep × iteration); joins and distincts get per-iteration traces.
 
 Integrators are shared: a stream integrated for two operators is integrated once.
 """
@@ -87,6 +89,45 @@ def rule_stream_invariant(b: Builder, node: Node, deltas: list[str]) -> str:
     return b.add(node.with_(inputs=tuple(deltas)))
 
 
+def incrementalize_body(body: Circuit) -> Circuit:
+    """The body of a scope on 2-D deltas: inc(lift(inc(lift T))) of section 6, operator by operator.
+
+    Linear operators, ``δ0`` and the back edges ``z⁻¹`` apply to 2-D deltas unchanged. A join
+    reads the 2-D deltas of its inputs and their per-iteration traces (the 4-term rule); a
+    distinct reads its input's delta and trace. One trace per stream, shared by its readers.
+    """
+    inc = Circuit(f"{body.name}^Δ", inputs=dict(body.inputs))
+
+    def trace(stream: str, keys: tuple[str, ...]) -> str:
+        node_id = f"I({stream})"
+        if node_id not in inc:
+            src = inc[stream]
+            inc.add(make_node(node_id, "integrate_nested", [stream], src.columns, origin=src.origin, keys=keys))
+        return node_id
+
+    for node in body:
+        if node.op in LINEAR_OPS or node.op in ("delta0", "feedback"):
+            inc.add(node)
+        elif node.op == "join":
+            a, b = node.inputs
+            ta = trace(a, tuple(node.param("left_keys") or inc[a].columns))
+            tb = trace(b, tuple(node.param("right_keys") or inc[b].columns))
+            inc.add(node.with_(op="join_nested", inputs=(a, b, ta, tb)))
+        elif node.op == "distinct":
+            (x,) = node.inputs
+            inc.add(node.with_(op="distinct_nested", inputs=(x, trace(x, inc[x].columns))))
+        else:
+            raise ValueError(f"operator {node.op!r} (node {node.id!r}) cannot run inside a recursive scope")
+    inc.outputs = dict(body.outputs)
+    return inc
+
+
+def rule_scope(b: Builder, node: Node, deltas: list[str]) -> str:
+    """Equation (6.1): the scope on the outer deltas, its body incremental in both clocks."""
+    params = tuple((k, incrementalize_body(v) if k == "body" else v) for k, v in node.params)
+    return b.add(node.with_(inputs=tuple(deltas), params=params + (("incremental", True),)))
+
+
 RULES: dict[str, Rule] = {
     **{op: rule_linear for op in LINEAR_OPS if op != "input"},
     "join": rule_bilinear,
@@ -95,6 +136,7 @@ RULES: dict[str, Rule] = {
     "integrate": rule_stream_invariant,
     "delay": rule_stream_invariant,
     "differentiate": rule_stream_invariant,
+    "scope": rule_scope,
 }
 
 

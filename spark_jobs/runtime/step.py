@@ -14,7 +14,7 @@ from typing import Callable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.executor.evaluate import evaluate_step
+from spark_jobs.executor.evaluate import evaluate_step, trace_kind
 from spark_jobs.executor.session import SMALL_CHANGE_ROWS, step_conf
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
@@ -137,7 +137,7 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
                 say(f"timestep {t}: writing state")
                 appends = []
                 for node_id, update in result.updates.items():
-                    kind = "sum" if rt.compiled.incremental[node_id].op == "aggregate_linear" else "zset"
+                    kind = trace_kind(rt.compiled.incremental, node_id)
                     if update.kind == "replace":
                         txn.replace(node_id, update.df, kind=kind, keys=tuple(update.keys))
                     elif small:  # delta-sized: every trace's delta in one write job

@@ -28,7 +28,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from spark_jobs.executor import zset
-from spark_jobs.executor.evaluate import evaluate_step
+from spark_jobs.executor.evaluate import evaluate_step, trace_kind
 from spark_jobs.executor.sources import InputFile, spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.runtime.inputs import (is_snapshot, pending_inputs, read_input, retained_inputs,
@@ -208,7 +208,7 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
         path = os.path.join(stage_dir, "state", safe_name(node_id))
         _write_parquet(update.df, path)
         failpoint("after_state_write")
-        kind = "sum" if circuit[node_id].op == "aggregate_linear" else "zset"
+        kind = trace_kind(circuit, node_id)
         op = "replace" if full or update.kind == "replace" else "append"
         journal["updates"].append({"trace": node_id, "op": op, "kind": kind, "keys": list(update.keys), "path": path})
     failpoint("mid_step")

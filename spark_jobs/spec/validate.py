@@ -179,6 +179,76 @@ def semantic_problems(spec: CircuitSpec, doc: "Document", broken: frozenset[str]
     for label, node, _ in scopes:
         problems += _expressions(spec, label, node, resolution)
     problems += _outputs(spec, resolution)
+    for label, node, _ in scopes:
+        if node.op == "recursive":
+            problems += _stratification(spec, label, node)
+    return problems
+
+
+# ops a recursive stratum may hold: monotone, and linear/bilinear/distinct once incrementalized
+_RECURSIVE_OK = ("select", "map", "filter", "union", "union_all", "join", "product", "intersect", "distinct",
+                 "antijoin", "difference")
+_NEGATING = {"antijoin": "right", "difference": "right"}
+
+
+def _recursive_part(node: NodeSpec) -> set[str]:
+    """Body nodes that depend on the recursion: read the recursive node, lie on a cycle of the
+    body, or read such a node (the same stratum). The others are a lower stratum."""
+    refs = {name: set(b.references) for name, b in node.body.items()}
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, stack = set(), list(refs[start])
+        while stack:
+            r = stack.pop()
+            if r == goal:
+                return True
+            if r in refs and r not in seen:
+                seen.add(r)
+                stack.extend(refs[r])
+        return False
+
+    part = {name for name in node.body if reaches(name, name) or reaches(name, node.name)}
+    changed = True
+    while changed:
+        changed = False
+        for name, rs in refs.items():
+            if name not in part and rs & part:
+                part.add(name)
+                changed = True
+    return part
+
+
+def _stratification(spec: CircuitSpec, label: str, node: NodeSpec) -> list[Problem]:
+    """Negation and aggregation only of a lower stratum; only monotone ops in the recursion."""
+    part = _recursive_part(node)
+    same = part | {node.name}
+    problems = []
+    for name, body_node in node.body.items():
+        where = f"{label}.{name}"
+        if body_node.op == "recursive":
+            problems.append(Problem(spec.path, body_node.line, where,
+                                    "a recursive node inside a recursive body is not supported: write the "
+                                    "inner relations into the same body (mutual recursion is allowed)"))
+            continue
+        if name not in part:
+            continue  # lower stratum: computed once per timestep, outside the loop
+        side = _NEGATING.get(body_node.op)
+        if side and getattr(body_node, side) in same:
+            problems.append(Problem(spec.path, body_node.line_of(side), where,
+                                    f"negation through recursion: the {side} side of this {body_node.op} "
+                                    f"('{getattr(body_node, side)}') depends on the recursive relations of "
+                                    f"'{node.name}'; only a relation of a lower stratum (one that does not "
+                                    f"read '{node.name}' or its body cycle) may be negated"))
+        elif body_node.op == "aggregate":
+            problems.append(Problem(spec.path, body_node.line, where,
+                                    f"aggregate inside the recursion of '{node.name}': its input depends on "
+                                    f"the recursive relations, and aggregation through recursion is not "
+                                    f"monotone; aggregate the recursive node's result outside its body"))
+        elif body_node.op not in _RECURSIVE_OK:
+            problems.append(Problem(spec.path, body_node.line, where,
+                                    f"op '{body_node.op}' cannot depend on the recursion of '{node.name}' "
+                                    f"(allowed: {listing(_RECURSIVE_OK)}); stream operators run on the "
+                                    f"outer clock"))
     return problems
 
 

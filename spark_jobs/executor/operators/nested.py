@@ -1,0 +1,125 @@
+"""Join and distinct on 2-D deltas (timestep t × iteration i): the kernels of incremental recursion.
+
+A body relation's value is V[t][i]; its 2-D delta is d[t][i] = V[t][i] - V[t-1][i] - V[t][i-1]
++ V[t-1][i-1], so V[t][i] = Σ_{t'<=t, i'<=i} d[t'][i']. Per stream the evaluator knows
+
+- ``cur``    = d[t][i], this timestep's delta at this iteration;
+- ``before`` = Σ_{i'<i} d[t][i'], this timestep's deltas at earlier iterations (consolidated);
+- ``trace``  = rows (tuple, ``_iter`` = j, weight) holding Σ_{t'<t} d[t'][j]: so the old delta at
+  exactly i is the rows with ``_iter = i`` and the old value V[t-1][i] those with ``_iter <= i``.
+
+Lookups into the trace are restricted to the keys of the (small) current changes, as for the
+one-dimensional join and distinct; nothing here reads a whole trace when the change is small.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from spark_jobs.executor.operators.join import join
+from spark_jobs.executor.zset import WEIGHT, col, data_columns, local_plus, plus, restrict
+
+ITER = "_iter"  # the iteration column of a per-iteration trace
+
+
+@dataclass
+class Stream:
+    """What the 2-D rules need of one input stream at iteration i (see the module docstring)."""
+
+    cur: DataFrame
+    before: DataFrame
+    trace: DataFrame | None
+    cur_empty: bool
+    before_empty: bool
+    cur_small: bool = True  # small enough to broadcast for a lookup
+    before_small: bool = True
+
+    def parts(self) -> list[DataFrame]:
+        """This timestep's deltas up to and including i (cur + before), the non-empty ones."""
+        return [df for df, empty in ((self.cur, self.cur_empty), (self.before, self.before_empty)) if not empty]
+
+
+def old_at(trace: DataFrame, i: int) -> DataFrame:
+    """Σ_{t'<t} d[t'][i]: the stored deltas of iteration exactly i."""
+    return trace.where(col(ITER) == i).drop(ITER)
+
+
+def old_upto(trace: DataFrame, i: int) -> DataFrame:
+    """V[t-1][i] = Σ_{t'<t, j<=i} d[t'][j] (not consolidated)."""
+    return trace.where(col(ITER) <= i).drop(ITER)
+
+
+def join_nested(a: Stream, b: Stream, i: int, left_keys: Sequence[str], right_keys: Sequence[str],
+                null_safe: bool, left_out: Sequence[tuple[str, str]],
+                right_out: Sequence[tuple[str, str]]) -> list[DataFrame]:
+    """The terms of d(A⋈B)[t][i]: Σ dA[t1][i1] ⋈ dB[t2][i2] over max(t1,t2)=t, max(i1,i2)=i.
+
+    Splitting A's side by (this timestep or earlier) × (iteration i or earlier) gives four terms:
+    A_cur⋈V_b[t][i] + A_before⋈(B_cur + B_old@i) + A_old@i⋈(B_cur + B_before) + V_a[t-1][i-1]⋈B_cur.
+    At t = 1 (no traces) this is semi-naive evaluation: ΔR⋈E and R⋈ΔE. Empty terms are left out.
+    """
+    def term(left: DataFrame, right: DataFrame, side: str, small: bool) -> DataFrame:
+        return join(left, right, left_keys, right_keys, null_safe, left_out, right_out,
+                    broadcast=side if small else None)  # type: ignore[arg-type]
+
+    terms: list[DataFrame] = []
+    if not a.cur_empty:
+        parts = b.parts()
+        if b.trace is not None:
+            parts.append(restrict(old_upto(b.trace, i), a.cur, right_keys, left_keys, a.cur_small))
+        if parts:
+            terms.append(term(a.cur, local_plus(*parts), "left", a.cur_small))
+    if not a.before_empty:
+        parts = [] if b.cur_empty else [b.cur]
+        if b.trace is not None:
+            parts.append(restrict(old_at(b.trace, i), a.before, right_keys, left_keys, a.before_small))
+        if parts:
+            terms.append(term(a.before, local_plus(*parts), "left", a.before_small))
+    if a.trace is not None and b.parts():
+        b_now = local_plus(*b.parts())
+        small = b.cur_small and b.before_small
+        terms.append(term(restrict(old_at(a.trace, i), b_now, left_keys, right_keys, small), b_now, "right", small))
+    if a.trace is not None and not b.cur_empty and i >= 1:
+        old = restrict(old_upto(a.trace, i - 1), b.cur, left_keys, right_keys, b.cur_small)
+        terms.append(term(old, b.cur, "right", b.cur_small))
+    return terms
+
+
+_O, _OI, _B, _C = "__o", "__oi", "__b", "__c"  # old up to i-1, old at i, before, cur
+
+
+def distinct_nested(x: Stream, i: int) -> DataFrame | None:
+    """d(distinct V)[t][i] = [V[t][i]] - [V[t-1][i]] - [V[t][i-1]] + [V[t-1][i-1]], [v] = 1 if v > 0.
+
+    Only tuples touched at this timestep (in ``cur`` or ``before``) can change; for those the four
+    values come from the trace (restricted to them), ``before`` and ``cur``. None = known empty.
+    """
+    if x.cur_empty and (x.before_empty or x.trace is None):
+        return None  # nothing new at i, and no old activity at i can meet an earlier change
+    cols = data_columns(x.cur)
+    zero = F.lit(0).cast("long")
+
+    def tagged(df: DataFrame, o=zero, oi=zero, b=zero, c=zero) -> DataFrame:
+        return df.select(*[col(k) for k in cols], o.alias(_O), oi.alias(_OI), b.alias(_B), c.alias(_C))
+
+    w = col(WEIGHT).cast("long")
+    rows = []
+    if not x.cur_empty:
+        rows.append(tagged(x.cur, c=w))
+    if not x.before_empty:
+        rows.append(tagged(x.before, b=w))
+    if x.trace is not None:
+        keys = local_plus(*[df.select(*[col(k) for k in cols]) for df in x.parts()])
+        old = restrict(x.trace.where(col(ITER) <= i), keys, cols, cols, x.cur_small and x.before_small)
+        rows.append(tagged(old, o=F.when(col(ITER) < i, w).otherwise(zero), oi=F.when(col(ITER) == i, w).otherwise(zero)))
+    sums = plus(*rows).groupBy(*[col(k) for k in cols]).agg(*[F.sum(c).alias(c) for c in (_O, _OI, _B, _C)])
+
+    def pos(v):
+        return F.when(v > 0, F.lit(1)).otherwise(F.lit(0))
+
+    o, oi, b, c = (F.col(n) for n in (_O, _OI, _B, _C))
+    d = pos(o + oi + b + c) - pos(o + oi) - pos(o + b) + pos(o)
+    return sums.select(*[col(k) for k in cols], d.cast("long").alias(WEIGHT)).where(col(WEIGHT) != 0)

@@ -1,0 +1,372 @@
+"""One timestep of a recursive scope: the fixed-point loop over the inner clock, on 2-D deltas.
+
+Iteration i computes d[t][i] of every body node (``operators/nested.py`` has the rules), then
+runs ONE Spark job that materializes (``localCheckpoint``) the deltas later iterations read and
+counts them. The counts say which deltas are empty (so later terms are skipped, not planned) and
+when to stop: at the first iteration at or beyond the previous timestep's depth whose back edges
+carry nothing. Before that depth a zero change does not mean the end: old facts derived at deeper
+iterations may still meet this timestep's changes (DESIGN.md, "Incremental recursion").
+
+The scope's outer delta is ∫ (the sum over i) of its output's d[t][i]. State, per join/distinct
+input stream: one trace with an ``_iter`` column, appended with this timestep's d[t][i] tagged
+``_iter = i``; plus the depth (the iteration the loop stopped at) for the stopping rule.
+
+In a query circuit (no state: a fixed point from scratch) the same loop runs with empty traces:
+at t = 1 the 2-D rules are semi-naive evaluation (eq. 5.1 of the paper).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import Callable, Iterator, Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.executor import zset
+from spark_jobs.executor.operators import linear
+from spark_jobs.executor.operators.join import join
+from spark_jobs.executor.operators.nested import ITER, Stream, distinct_nested, join_nested
+from spark_jobs.executor.zset import WEIGHT, col, consolidate, empty_like
+from spark_jobs.ir.graph import Circuit, Node
+from spark_jobs.ir.incrementalize import incrementalize_body
+
+BROADCAST_ROWS = 200_000  # a delta with at most this many rows is broadcast for lookups...
+BIG_STATE_ROWS = 200_000  # ...when the traces hold more rows than this (else one job does all)
+LOCAL_ROWS = 50_000  # an iteration's deltas up to this many rows are kept on the driver
+DEPTH = "depth"
+
+ReadState = Callable[[str], "DataFrame | None"]
+
+
+class RecursionLimitExceeded(RuntimeError):
+    """The fixed point was not reached within ``settings.max_iterations`` iterations."""
+
+
+def trace_id(scope: str, node_id: str) -> str:
+    """The state id of a scope's per-iteration trace (or of its ``depth``)."""
+    return f"{scope}/{node_id}"
+
+
+@dataclass
+class ScopeStep:
+    output: DataFrame  # consolidated: the change of the scope's value (its value, from scratch)
+    updates: dict[str, tuple[str, DataFrame, tuple[str, ...]]] = field(default_factory=dict)  # id -> (kind, df, keys)
+    iterations: int = 0
+
+
+@dataclass
+class _Loop:
+    """Per-iteration bookkeeping of one scope evaluation."""
+
+    body: Circuit
+    zero: dict[str, DataFrame]
+    cur: dict[str, DataFrame] = field(default_factory=dict)
+    empty: set[str] = field(default_factory=set)
+    small: set[str] = field(default_factory=set)
+    before: dict[str, DataFrame] = field(default_factory=dict)  # stream -> Σ_{i'<i} d[t][i']
+    before_empty: set[str] = field(default_factory=set)
+    before_small: set[str] = field(default_factory=set)
+    history: dict[str, list[tuple[int, DataFrame]]] = field(default_factory=dict)
+    local: bool = True  # keep this iteration's deltas on the driver (they are small)
+    broadcast: bool = False  # broadcast small deltas for lookups (the state is big)
+
+    def stream(self, node_id: str, trace: DataFrame | None) -> Stream:
+        return Stream(self.cur[node_id], self.before[node_id], trace, node_id in self.empty,
+                      node_id in self.before_empty, self.broadcast and node_id in self.small,
+                      self.broadcast and node_id in self.before_small)
+
+
+def run_scope(node: Node, imports: Sequence[DataFrame], read: ReadState | None, *,
+              broadcast_imports: bool, spark: SparkSession | None = None) -> ScopeStep:
+    """Evaluate one timestep of scope ``node`` on its imports' deltas (``read`` None: from scratch)."""
+    body: Circuit = node.body if node.param("incremental") else incrementalize_body(node.body)
+    traces = {n.id: (read(trace_id(node.id, n.id)) if read else None)
+              for n in body if n.op == "integrate_nested"}
+    spark = spark or _spark_of(imports)
+    prev_depth, state_rows = _read_depth(read, node.id, traces)
+    with _loop_settings(spark, broadcast=state_rows > BIG_STATE_ROWS):
+        return _iterate(node, body, imports, traces, prev_depth, broadcast_imports, spark,
+                        broadcast=state_rows > BIG_STATE_ROWS)
+
+
+@contextmanager
+def _loop_settings(spark: SparkSession, broadcast: bool) -> Iterator[None]:
+    """Spark settings for the loop, restored afterwards.
+
+    Adaptive execution runs every shuffle stage as a job of its own, and a broadcast is a job
+    too; an iteration's deltas are small and re-planned every iteration anyway, so the loop runs
+    with one job per iteration: AQE off, and broadcasts only where the state is big enough that
+    scanning it beats a job (explicit hints; automatic broadcasts off).
+    """
+    wanted = {"spark.sql.adaptive.enabled": "false"}
+    if not broadcast:  # small state: tiny plans, planned afresh each iteration; compiling costs more
+        wanted.update({"spark.sql.autoBroadcastJoinThreshold": "-1", "spark.sql.codegen.wholeStage": "false"})
+    saved = {k: spark.conf.get(k, None) for k in wanted}
+    for k, v in wanted.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def _iterate(node: Node, body: Circuit, imports: Sequence[DataFrame], traces: dict[str, DataFrame | None],
+             prev_depth: int, broadcast_imports: bool, spark: SparkSession, *, broadcast: bool) -> ScopeStep:
+    """The loop proper (see the module docstring)."""
+    limit = int(node.param("max_iterations"))
+    streams = {body[t].inputs[0] for t in traces}
+    sources = {n.param("source") for n in body if n.op == "feedback"}
+    out = body.outputs[node.param("outputs")[0]]
+    kept = sources | streams | {out}
+    loop = _Loop(body, _zeros(body, imports), local=broadcast_imports, broadcast=broadcast)
+    for s in streams:
+        loop.before[s] = loop.zero[s]
+        loop.before_empty.add(s)
+        loop.before_small.add(s)
+    loop.history = {k: [] for k in streams | {out}}
+    for i in range(limit):
+        previous = _Previous(dict(loop.cur), set(loop.empty), set(loop.small))
+        loop.cur, loop.empty, loop.small = {}, set(), set()
+        for n in body:
+            if n.op != "integrate_nested":
+                _evaluate(loop, n, i, imports, previous, traces, broadcast_imports)
+        _materialize(loop, kept, streams)
+        for k in loop.history:
+            if k not in loop.empty:
+                loop.history[k].append((i, loop.cur[k]))
+        if sources <= loop.empty and i >= prev_depth:
+            return _finish(node, body, loop, traces, out, i, spark)
+    raise RecursionLimitExceeded(
+        f"recursive node {node.id!r} did not reach a fixed point within {limit} iterations: its relations "
+        f"still changed at iteration {limit}. The recursion may diverge (e.g. a value that grows without "
+        f"bound, such as n + 1); if it only converges slowly, raise settings.max_iterations in the circuit "
+        f"file. Nothing was committed for this timestep.")
+
+
+def _spark_of(imports: Sequence[DataFrame]) -> SparkSession:
+    return imports[0].sparkSession if imports else SparkSession.getActiveSession()  # type: ignore[return-value]
+
+
+def _read_depth(read: ReadState | None, scope: str, traces: dict[str, DataFrame | None]) -> tuple[int, int]:
+    """The iteration the previous timestep stopped at (-1 before the first one) and the number
+    of rows in the traces (to decide whether lookups should broadcast): one small job."""
+    depth = read(trace_id(scope, DEPTH)) if read else None
+    parts = [df.select(F.lit(0).alias("_d"), F.lit(1).alias("_n")) for df in traces.values() if df is not None]
+    if depth is not None:
+        parts.append(depth.select(F.col(DEPTH).alias("_d"), F.lit(0).alias("_n")))
+    if not parts:
+        return -1, 0
+    row = reduce(lambda a, b: a.unionByName(b), parts).agg(F.max("_d"), F.sum("_n")).first()
+    found = depth is not None and row is not None and row[0] is not None
+    return (int(row[0]) if found else -1), int((row[1] if row is not None else 0) or 0)
+
+
+def _zeros(body: Circuit, imports: Sequence[DataFrame]) -> dict[str, DataFrame]:
+    """An empty, typed Z-set per body node (plans only, no Spark job).
+
+    Back edges make the body cyclic, so types are found by passes until every node has one: a
+    feedback node takes its source's type, a plus the type of whichever inputs are known.
+    """
+    zero: dict[str, DataFrame] = {}
+    for _ in range(len(body.nodes) + 1):
+        before = len(zero)
+        for n in body:
+            if n.id in zero:
+                continue
+            if n.op == "delta0":
+                zero[n.id] = empty_like(imports[n.param("port")])
+            elif n.op == "feedback":
+                if n.param("source") in zero:
+                    zero[n.id] = zero[n.param("source")]
+            elif n.op == "plus":
+                known = [zero[i] for i in n.inputs if i in zero]
+                if known:
+                    zero[n.id] = empty_like(linear.plus(*known))
+            elif all(i in zero for i in n.inputs):
+                args = [zero[i] for i in n.inputs]
+                zero[n.id] = empty_like(_linear_or_whole(n, args)) if n.op != "integrate_nested" else args[0]
+        if len(zero) == before:
+            break
+    missing = [n.id for n in body if n.id not in zero]
+    if missing:
+        raise ValueError(f"cannot type the body nodes {missing}: no path from an input reaches them")
+    return zero
+
+
+def _linear_or_whole(n: Node, args: list[DataFrame]) -> DataFrame:
+    """The node's operator applied to whole Z-sets (used on empty ones, to learn result types)."""
+    if n.op == "map":
+        return linear.map(args[0], n.param("columns"))
+    if n.op == "filter":
+        return linear.filter(args[0], n.param("where"))
+    if n.op == "negate":
+        return linear.negate(args[0])
+    if n.op == "join_nested":
+        return join(args[0], args[1], n.param("left_keys", ()), n.param("right_keys", ()),
+                    bool(n.param("null_safe", False)), n.param("left_out", ()), n.param("right_out", ()))
+    if n.op == "distinct_nested":
+        return args[0]
+    raise ValueError(f"operator {n.op!r} (node {n.id!r}) cannot run inside a recursive scope")
+
+
+@dataclass
+class _Previous:
+    """The deltas of iteration i-1 (what the back edges read at i)."""
+
+    cur: dict[str, DataFrame]
+    empty: set[str]
+    small: set[str]
+
+
+def _evaluate(loop: _Loop, n: Node, i: int, imports: Sequence[DataFrame], previous: _Previous,
+              traces: dict[str, DataFrame | None], broadcast_imports: bool) -> None:
+    """d[t][i] of body node ``n``: known-empty values are the typed zero and skip all work.
+
+    Smallness (may be broadcast) is known from the last count for back edges and propagated
+    through operators whose inputs are all small; it is only a hint to the join planner.
+    """
+    value: DataFrame | None
+    small = all(x in loop.small or x in loop.empty for x in n.inputs if loop.body[x].op != "integrate_nested")
+    if n.op == "delta0":
+        value = imports[n.param("port")] if i == 0 else None
+        small = broadcast_imports
+    elif n.op == "feedback":
+        src = n.param("source")
+        value = None if i == 0 or src in previous.empty else previous.cur[src]
+        small = src in previous.small
+    elif n.op == "plus":
+        parts = [loop.cur[x] for x in n.inputs if x not in loop.empty]
+        value = linear.plus(*parts) if parts else None
+    elif n.op == "join_nested":
+        a, b, ta, tb = n.inputs
+        terms = join_nested(loop.stream(a, traces[ta]), loop.stream(b, traces[tb]), i,
+                            n.param("left_keys", ()), n.param("right_keys", ()), bool(n.param("null_safe", False)),
+                            n.param("left_out", ()), n.param("right_out", ()))
+        value = linear.plus(*terms) if terms else None
+    elif n.op == "distinct_nested":
+        x, tx = n.inputs
+        value = distinct_nested(loop.stream(x, traces[tx]), i)
+    else:
+        value = None if n.inputs[0] in loop.empty else _linear_or_whole(n, [loop.cur[n.inputs[0]]])
+    if n.op in ("join_nested", "distinct_nested"):
+        small = small and all(x in loop.before_small for x in n.inputs if x in loop.before)
+    if small:
+        loop.small.add(n.id)
+    if value is None:
+        loop.cur[n.id] = loop.zero[n.id]
+        loop.empty.add(n.id)
+    else:
+        loop.cur[n.id] = value
+
+
+def _materialize(loop: _Loop, kept: set[str], streams: set[str]) -> None:
+    """Materialize what later iterations read (the kept deltas, the running sums) and count it.
+
+    Small deltas (the usual case of an incremental step) are collected into local relations:
+    one Spark job, and later lookups broadcast them without a job. Large ones (a first step, a
+    big batch) are checkpointed on the executors instead.
+    """
+    pending: dict[tuple[str, str], DataFrame] = {}
+    for k in sorted(kept - loop.empty):
+        pending[("cur", k)] = loop.cur[k]
+    if not pending:
+        return
+    frames = list(pending.values())
+    result = collect_together(frames) if loop.local else None
+    if result is None:
+        result = checkpoint_together(frames)
+    values, counts = result
+    loop.local = sum(counts) <= LOCAL_ROWS // 2
+    sums = {}
+    for s in sorted(streams - loop.empty):  # Σ_{i'<=i}: rows are concatenated, not consolidated
+        cur = values[list(pending).index(("cur", s))]
+        sums[("before", s)] = cur if s in loop.before_empty else zset.local_plus(loop.before[s], cur)
+    if any(not zset.is_local(df) for df in sums.values()):
+        extra_values, extra_counts = checkpoint_together(list(sums.values()))
+    else:
+        extra_values = list(sums.values())
+        extra_counts = [max(1, counts[list(pending).index(("cur", k))]) for _, k in sums]
+    pending.update(sums)
+    values += extra_values
+    counts += extra_counts
+    for key, value, n in zip(pending, values, counts):
+        kind, k = key
+        target, empty, small = ((loop.cur, loop.empty, loop.small) if kind == "cur" else
+                                (loop.before, loop.before_empty, loop.before_small))
+        target[k] = value
+        (empty.add if n == 0 else empty.discard)(k)
+        (small.add if n <= BROADCAST_ROWS else small.discard)(k)
+
+
+def _packed(frames: list[DataFrame]) -> DataFrame:
+    """One union of several Z-sets of different schemas: row tag ``_k``, frame j in struct ``_s<j>``."""
+    structs = [F.struct(*[col(c) for c in df.columns]) for df in frames]
+    types = [df.select(s).schema[0].dataType for df, s in zip(frames, structs)]
+    packed = []
+    for j, df in enumerate(frames):
+        cells = [structs[j].alias(f"_s{j}") if m == j else F.lit(None).cast(types[m]).alias(f"_s{m}")
+                 for m in range(len(frames))]
+        packed.append(df.select(F.lit(j).alias("_k"), *cells))
+    union = reduce(lambda a, b: a.unionByName(b), packed)
+    # a union has the partitions of all its parts: without this, tasks multiply every iteration
+    width = int(union.sparkSession.conf.get("spark.sql.shuffle.partitions") or 1)
+    return union.coalesce(max(1, width))
+
+
+def _unpacked(stored: DataFrame, n: int) -> list[DataFrame]:
+    return [stored.where(F.col("_k") == j).select(f"_s{j}.*") for j in range(n)]
+
+
+def collect_together(frames: list[DataFrame]) -> tuple[list[DataFrame], list[int]] | None:
+    """Compute several small DataFrames with one Spark job into a local relation on the driver
+    (rows stay in the JVM); None when they hold more than LOCAL_ROWS rows (or under Spark Connect).
+
+    A filter/projection of a local relation is folded by the optimizer into a local relation, so
+    each frame and its row count come back without another job.
+    """
+    union = _packed(frames)
+    jdf = getattr(union, "_jdf", None)
+    if jdf is None:
+        return None
+    limited = union.limit(LOCAL_ROWS + 1)._jdf
+    rows = limited.collectAsList()
+    if rows.size() > LOCAL_ROWS:
+        return None
+    spark = union.sparkSession
+    local = DataFrame(spark._jsparkSession.createDataFrame(rows, limited.schema()), spark)  # type: ignore[attr-defined]
+    tags = Counter(r[0] for r in local.select("_k").collect())
+    return _unpacked(local, len(frames)), [tags.get(j, 0) for j in range(len(frames))]
+
+
+def checkpoint_together(frames: list[DataFrame]) -> tuple[list[DataFrame], list[int]]:
+    """Materialize several DataFrames on the executors with one Spark job; return them (lineage
+    cut) and their row counts. The union is checkpointed lazily and counted: the count job
+    computes and stores it; every frame is then a filter of the stored rows."""
+    stored = _packed(frames).localCheckpoint(eager=False)
+    found = {r["_k"]: r["count"] for r in stored.groupBy("_k").count().collect()}
+    return _unpacked(stored, len(frames)), [int(found.get(j, 0)) for j in range(len(frames))]
+
+
+def _finish(node: Node, body: Circuit, loop: _Loop, traces: dict[str, DataFrame | None], out: str,
+            depth: int, spark: SparkSession) -> ScopeStep:
+    """∫ of the output's deltas, and the state: per-iteration deltas of each stream, the depth."""
+    parts = [df for _, df in loop.history[out]]
+    output = consolidate(linear.plus(*parts)) if parts else loop.zero[out]
+    step = ScopeStep(output, iterations=depth + 1)
+    for t in traces:
+        stream = body[t].inputs[0]
+        rows = [df.withColumn(ITER, F.lit(i).cast("int")) for i, df in loop.history[stream]]
+        if rows:
+            cols = zset.data_columns(rows[0])
+            tagged = consolidate(linear.plus(*rows)).select(*[col(c) for c in cols], col(WEIGHT))
+            step.updates[trace_id(node.id, t)] = ("append", tagged, tuple(body[t].param("keys") or ()) + (ITER,))
+    depth_df = zset.from_tuples(spark, [(depth, 1)], f"{DEPTH} int, {WEIGHT} long")
+    step.updates[trace_id(node.id, DEPTH)] = ("replace", depth_df, ())
+    return step
