@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from spark_jobs.executor import zset
 from spark_jobs.executor.operators import linear
 from spark_jobs.executor.operators.join import join
-from spark_jobs.executor.operators.nested import ITER, Stream, distinct_nested, join_nested
+from spark_jobs.executor.operators.nested import ITER, Stream, distinct_nested, join_nested, total
 from spark_jobs.executor.zset import WEIGHT, col, consolidate, empty_like
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.ir.incrementalize import incrementalize_body
@@ -76,7 +76,7 @@ class _Loop:
     def stream(self, node_id: str, trace: DataFrame | None) -> Stream:
         return Stream(self.cur[node_id], self.before[node_id], trace, node_id in self.empty,
                       node_id in self.before_empty, self.broadcast and node_id in self.small,
-                      self.broadcast and node_id in self.before_small)
+                      self.broadcast and node_id in self.before_small, single=not self.broadcast)
 
 
 def run_scope(node: Node, imports: Sequence[DataFrame], read: ReadState | None, *,
@@ -87,9 +87,12 @@ def run_scope(node: Node, imports: Sequence[DataFrame], read: ReadState | None, 
               for n in body if n.op == "integrate_nested"}
     spark = spark or _spark_of(imports)
     prev_depth, state_rows = _read_depth(read, node.id, traces)
-    with _loop_settings(spark, broadcast=state_rows > BIG_STATE_ROWS):
-        return _iterate(node, body, imports, traces, prev_depth, broadcast_imports, spark,
-                        broadcast=state_rows > BIG_STATE_ROWS)
+    big = state_rows > BIG_STATE_ROWS
+    if not big:  # small state, small deltas: one partition each, so an iteration is one stage
+        traces = {k: None if df is None else df.coalesce(1) for k, df in traces.items()}
+        imports = [df.coalesce(1) for df in imports]
+    with _loop_settings(spark, broadcast=big):
+        return _iterate(node, body, imports, traces, prev_depth, broadcast_imports, spark, broadcast=big)
 
 
 @contextmanager
@@ -243,13 +246,13 @@ def _evaluate(loop: _Loop, n: Node, i: int, imports: Sequence[DataFrame], previo
         small = src in previous.small
     elif n.op == "plus":
         parts = [loop.cur[x] for x in n.inputs if x not in loop.empty]
-        value = linear.plus(*parts) if parts else None
+        value = total(parts, not loop.broadcast) if parts else None
     elif n.op == "join_nested":
         a, b, ta, tb = n.inputs
         terms = join_nested(loop.stream(a, traces[ta]), loop.stream(b, traces[tb]), i,
                             n.param("left_keys", ()), n.param("right_keys", ()), bool(n.param("null_safe", False)),
                             n.param("left_out", ()), n.param("right_out", ()))
-        value = linear.plus(*terms) if terms else None
+        value = total(terms, not loop.broadcast) if terms else None
     elif n.op == "distinct_nested":
         x, tx = n.inputs
         value = distinct_nested(loop.stream(x, traces[tx]), i)
@@ -270,32 +273,23 @@ def _materialize(loop: _Loop, kept: set[str], streams: set[str]) -> None:
     """Materialize what later iterations read (the kept deltas, the running sums) and count it.
 
     Small deltas (the usual case of an incremental step) are collected into local relations:
-    one Spark job, and later lookups broadcast them without a job. Large ones (a first step, a
-    big batch) are checkpointed on the executors instead.
+    one Spark job. Large ones (a first step, a big batch) are checkpointed on the executors.
     """
+    single = not loop.broadcast
     pending: dict[tuple[str, str], DataFrame] = {}
     for k in sorted(kept - loop.empty):
         pending[("cur", k)] = loop.cur[k]
+    for s in sorted(streams - loop.empty):  # Σ_{i'<=i}: rows concatenated, not consolidated
+        parts = [loop.cur[s]] if s in loop.before_empty else [loop.before[s], loop.cur[s]]
+        pending[("before", s)] = total(parts, single)
     if not pending:
         return
     frames = list(pending.values())
-    result = collect_together(frames) if loop.local else None
+    result = collect_together(frames, single) if loop.local else None
     if result is None:
-        result = checkpoint_together(frames)
+        result = checkpoint_together(frames, single)
     values, counts = result
     loop.local = sum(counts) <= LOCAL_ROWS // 2
-    sums = {}
-    for s in sorted(streams - loop.empty):  # Σ_{i'<=i}: rows are concatenated, not consolidated
-        cur = values[list(pending).index(("cur", s))]
-        sums[("before", s)] = cur if s in loop.before_empty else zset.local_plus(loop.before[s], cur)
-    if any(not zset.is_local(df) for df in sums.values()):
-        extra_values, extra_counts = checkpoint_together(list(sums.values()))
-    else:
-        extra_values = list(sums.values())
-        extra_counts = [max(1, counts[list(pending).index(("cur", k))]) for _, k in sums]
-    pending.update(sums)
-    values += extra_values
-    counts += extra_counts
     for key, value, n in zip(pending, values, counts):
         kind, k = key
         target, empty, small = ((loop.cur, loop.empty, loop.small) if kind == "cur" else
@@ -305,7 +299,7 @@ def _materialize(loop: _Loop, kept: set[str], streams: set[str]) -> None:
         (small.add if n <= BROADCAST_ROWS else small.discard)(k)
 
 
-def _packed(frames: list[DataFrame]) -> DataFrame:
+def _packed(frames: list[DataFrame], single: bool) -> DataFrame:
     """One union of several Z-sets of different schemas: row tag ``_k``, frame j in struct ``_s<j>``."""
     structs = [F.struct(*[col(c) for c in df.columns]) for df in frames]
     types = [df.select(s).schema[0].dataType for df, s in zip(frames, structs)]
@@ -316,7 +310,7 @@ def _packed(frames: list[DataFrame]) -> DataFrame:
         packed.append(df.select(F.lit(j).alias("_k"), *cells))
     union = reduce(lambda a, b: a.unionByName(b), packed)
     # a union has the partitions of all its parts: without this, tasks multiply every iteration
-    width = int(union.sparkSession.conf.get("spark.sql.shuffle.partitions") or 1)
+    width = 1 if single else int(union.sparkSession.conf.get("spark.sql.shuffle.partitions") or 1)
     return union.coalesce(max(1, width))
 
 
@@ -324,14 +318,14 @@ def _unpacked(stored: DataFrame, n: int) -> list[DataFrame]:
     return [stored.where(F.col("_k") == j).select(f"_s{j}.*") for j in range(n)]
 
 
-def collect_together(frames: list[DataFrame]) -> tuple[list[DataFrame], list[int]] | None:
+def collect_together(frames: list[DataFrame], single: bool) -> tuple[list[DataFrame], list[int]] | None:
     """Compute several small DataFrames with one Spark job into a local relation on the driver
     (rows stay in the JVM); None when they hold more than LOCAL_ROWS rows (or under Spark Connect).
 
     A filter/projection of a local relation is folded by the optimizer into a local relation, so
     each frame and its row count come back without another job.
     """
-    union = _packed(frames)
+    union = _packed(frames, single)
     jdf = getattr(union, "_jdf", None)
     if jdf is None:
         return None
@@ -342,14 +336,15 @@ def collect_together(frames: list[DataFrame]) -> tuple[list[DataFrame], list[int
     spark = union.sparkSession
     local = DataFrame(spark._jsparkSession.createDataFrame(rows, limited.schema()), spark)  # type: ignore[attr-defined]
     tags = Counter(r[0] for r in local.select("_k").collect())
-    return _unpacked(local, len(frames)), [tags.get(j, 0) for j in range(len(frames))]
+    values = _unpacked(local, len(frames))
+    return [v.coalesce(1) for v in values] if single else values, [tags.get(j, 0) for j in range(len(frames))]
 
 
-def checkpoint_together(frames: list[DataFrame]) -> tuple[list[DataFrame], list[int]]:
+def checkpoint_together(frames: list[DataFrame], single: bool) -> tuple[list[DataFrame], list[int]]:
     """Materialize several DataFrames on the executors with one Spark job; return them (lineage
     cut) and their row counts. The union is checkpointed lazily and counted: the count job
     computes and stores it; every frame is then a filter of the stored rows."""
-    stored = _packed(frames).localCheckpoint(eager=False)
+    stored = _packed(frames, single).localCheckpoint(eager=False)
     found = {r["_k"]: r["count"] for r in stored.groupBy("_k").count().collect()}
     return _unpacked(stored, len(frames)), [int(found.get(j, 0)) for j in range(len(frames))]
 

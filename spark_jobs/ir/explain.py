@@ -7,14 +7,24 @@ SYMBOLS = {
     "input": "in", "map": "map", "filter": "σ", "plus": "+", "negate": "−", "join": "⋈",
     "distinct": "distinct", "aggregate": "agg", "integrate": "I", "delay": "z⁻¹",
     "differentiate": "D", "distinct_h": "H", "aggregate_linear": "agg(linear)",
-    "aggregate_touched": "agg(touched)", "scope": "scope",
+    "aggregate_touched": "agg(touched)", "scope": "fix (recursive scope)",
+    "delta0": "δ0", "feedback": "z⁻¹ (iteration)", "integrate_nested": "I (per iteration)",
+    "join_nested": "⋈ (2-D)", "distinct_nested": "H (2-D)",
+}
+
+NESTED_NOTE = {
+    "delta0": "δ0: the outer value enters at iteration 0",
+    "feedback": "z⁻¹ on the inner clock: reads iteration i-1 of {source!r}",
+    "join_nested": "Δ(a⋈b) in 2-D: 4 terms over (this/earlier timestep) × (this/earlier iteration)",
+    "distinct_nested": "distinct in 2-D: touched tuples only, 4 looked-up values each",
+    "integrate_nested": "state: one trace, rows tagged _iter = i, summed over timesteps",
 }
 
 
 def linearity(node: Node) -> str:
-    if node.op in LINEAR_OPS:
+    if node.op in LINEAR_OPS or node.op in ("delta0", "feedback"):
         return "linear"
-    if node.op in BILINEAR_OPS:
+    if node.op in BILINEAR_OPS or node.op == "join_nested":
         return "bilinear"
     if node.op in ("integrate", "delay", "differentiate"):
         return "linear (stream)"
@@ -65,7 +75,36 @@ def explain_text(circuit: Circuit, title: str = "") -> str:
     for n in stateful:
         lines.append(f"  {n.id}: {state_role(circuit, n)}")
     lines.append("Views: " + ", ".join(f"{v} <- {nid}" for v, nid in circuit.outputs.items()))
+    for scope in (n for n in circuit if n.op == "scope"):
+        lines += ["", *_scope_text(scope)]
     return "\n".join(lines)
+
+
+def _scope_text(scope: Node) -> list[str]:
+    """The nested circuit of a recursive scope: its inner clock, back edges and state."""
+    body: Circuit = scope.body
+    incremental = bool(scope.param("incremental"))
+    ports = ", ".join(f"δ0({name})" for name in scope.inputs) or "-"
+    lines = [f"Recursive scope {scope.id!r}: a fixed point over an inner clock (iterations i = 0, 1, ...); "
+             f"at most {scope.param('max_iterations')} iterations (settings.max_iterations)",
+             f"  reads {ports}; value = ∫ (sum over i) of {body.outputs[scope.param('outputs')[0]]!r}"
+             + (", per timestep: the change of the fixed point" if incremental else "")]
+    rows = [("  node", "op", "inputs", "note")]
+    for n in body:
+        note = NESTED_NOTE.get(n.op, "linear: applied to the delta as is" if n.op in LINEAR_OPS else "")
+        rows.append((f"  {n.id}", SYMBOLS.get(n.op, n.op), ", ".join(n.inputs) or "-",
+                     note.format(source=n.param("source"))))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines += ["  ".join(r[j].ljust(widths[j]) for j in range(3)) + "  " + r[3] for r in rows]
+    traces = [n for n in body if n.op == "integrate_nested"]
+    if incremental:
+        lines.append(f"  State of {scope.id!r}: {len(traces)} per-iteration trace(s) + its depth (where the "
+                     f"last timestep's loop stopped):")
+        lines += [f"    {scope.id}/{n.id}: 2-D deltas of {n.inputs[0]!r} by iteration, looked up by "
+                  f"{', '.join(n.param('keys') or ())}" for n in traces]
+        lines.append("  Stops at the first iteration at or beyond the previous depth whose back edges carry "
+                     "no change; grows with (iterations × changes).")
+    return lines
 
 
 def to_dot(circuit: Circuit, title: str = "") -> str:

@@ -36,10 +36,17 @@ class Stream:
     before_empty: bool
     cur_small: bool = True  # small enough to broadcast for a lookup
     before_small: bool = True
+    single: bool = False  # everything is small: keep one partition (no shuffle stage at all)
 
     def parts(self) -> list[DataFrame]:
         """This timestep's deltas up to and including i (cur + before), the non-empty ones."""
         return [df for df, empty in ((self.cur, self.cur_empty), (self.before, self.before_empty)) if not empty]
+
+
+def total(dfs: Sequence[DataFrame], single: bool) -> DataFrame:
+    """Z-set sum; with ``single``, kept in one partition so joins and groupings need no shuffle."""
+    out = local_plus(*dfs)
+    return out.coalesce(1) if single and len(dfs) > 1 else out
 
 
 def old_at(trace: DataFrame, i: int) -> DataFrame:
@@ -71,15 +78,15 @@ def join_nested(a: Stream, b: Stream, i: int, left_keys: Sequence[str], right_ke
         if b.trace is not None:
             parts.append(restrict(old_upto(b.trace, i), a.cur, right_keys, left_keys, a.cur_small))
         if parts:
-            terms.append(term(a.cur, local_plus(*parts), "left", a.cur_small))
+            terms.append(term(a.cur, total(parts, a.single), "left", a.cur_small))
     if not a.before_empty:
         parts = [] if b.cur_empty else [b.cur]
         if b.trace is not None:
             parts.append(restrict(old_at(b.trace, i), a.before, right_keys, left_keys, a.before_small))
         if parts:
-            terms.append(term(a.before, local_plus(*parts), "left", a.before_small))
+            terms.append(term(a.before, total(parts, a.single), "left", a.before_small))
     if a.trace is not None and b.parts():
-        b_now = local_plus(*b.parts())
+        b_now = total(b.parts(), a.single)
         small = b.cur_small and b.before_small
         terms.append(term(restrict(old_at(a.trace, i), b_now, left_keys, right_keys, small), b_now, "right", small))
     if a.trace is not None and not b.cur_empty and i >= 1:
@@ -112,10 +119,10 @@ def distinct_nested(x: Stream, i: int) -> DataFrame | None:
     if not x.before_empty:
         rows.append(tagged(x.before, b=w))
     if x.trace is not None:
-        keys = local_plus(*[df.select(*[col(k) for k in cols]) for df in x.parts()])
+        keys = total([df.select(*[col(k) for k in cols]) for df in x.parts()], x.single)
         old = restrict(x.trace.where(col(ITER) <= i), keys, cols, cols, x.cur_small and x.before_small)
         rows.append(tagged(old, o=F.when(col(ITER) < i, w).otherwise(zero), oi=F.when(col(ITER) == i, w).otherwise(zero)))
-    sums = plus(*rows).groupBy(*[col(k) for k in cols]).agg(*[F.sum(c).alias(c) for c in (_O, _OI, _B, _C)])
+    sums = total(rows, x.single).groupBy(*[col(k) for k in cols]).agg(*[F.sum(c).alias(c) for c in (_O, _OI, _B, _C)])
 
     def pos(v):
         return F.when(v > 0, F.lit(1)).otherwise(F.lit(0))

@@ -1,0 +1,149 @@
+"""Recursive circuits for real: Parquet state through run_step, the iteration limit, validation.
+
+The maintained closure through the state store equals the in-memory run and a Python fixed
+point; a divergent recursion fails at the limit with nothing committed; a one-edge delete writes
+state proportional to what it changes; negation and aggregation through recursion are refused.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from spark_jobs.config import PROJECT_ROOT, load_config
+from spark_jobs.executor.recursion import RecursionLimitExceeded
+from spark_jobs.runtime.circuit import open_circuit
+from spark_jobs.runtime.step import run_step
+from spark_jobs.spec import CircuitError, load_circuit_text
+from spark_jobs.spec.errors import Problem
+from tests.test_recursion import closure
+
+pytestmark = pytest.mark.slow
+TC = str(PROJECT_ROOT / "circuits" / "transitive_closure.yaml")
+
+
+def _write(root, folder: str, name: str, rows: dict[tuple, int], columns: tuple[str, ...]) -> None:
+    path = os.path.join(str(root), "inbox", folder)
+    os.makedirs(path, exist_ok=True)
+    data = {c: pa.array([r[i] for r in rows], pa.int64()) for i, c in enumerate(columns)}
+    data["_weight"] = pa.array(list(rows.values()), pa.int64())
+    pq.write_table(pa.table(data), os.path.join(path, name))
+
+
+def _view(rt, view: str) -> set[tuple]:
+    df = rt.store.read_view(view)
+    return set() if df is None else {tuple(r[:-1]) for r in df.collect() if r[-1] == 1}
+
+
+def test_closure_through_the_state_store_matches_python(spark, tmp_path):
+    rt = open_circuit(TC, load_config(data_root=str(tmp_path)))
+    edges: set[tuple[int, int]] = set()
+    steps = [{(1, 2): 1, (2, 3): 1, (3, 4): 1, (4, 2): 1, (5, 5): 1},
+             {(3, 4): -1, (0, 1): 1},
+             {(4, 2): -1, (3, 4): 1, (2, 3): -1},
+             {(2, 3): 1, (4, 2): 1, (5, 5): -1}]
+    for t, change in enumerate(steps, start=1):
+        _write(tmp_path, "edges", f"b{t:03d}.parquet", change, ("src", "dst"))
+        for e, w in change.items():
+            (edges.add if w > 0 else edges.discard)(e)
+        report = run_step(rt)
+        assert report.timestep == t
+        assert _view(rt, "closure") == closure(edges), f"timestep {t}"
+    traces = rt.store.status()["traces"]
+    assert {"closure/depth"} < set(traces) and any(k.startswith("closure/I(") for k in traces)
+
+
+COUNTER = """\
+name: counter
+settings: {max_iterations: 6}
+inputs:
+  seeds:
+    schema: {n: long}
+    source: {kind: changes, path: inbox/seeds, format: parquet}
+nodes:
+  counting:
+    op: recursive
+    body:
+      next: {op: select, input: counting, columns: {n: "n + 1"}}
+      all:  {op: union, inputs: [seeds, next]}
+    outputs: [all]
+outputs: [counting]
+"""
+
+
+def test_divergent_recursion_stops_at_the_limit_and_commits_nothing(spark, tmp_path):
+    path = tmp_path / "counter.yaml"
+    path.write_text(COUNTER)
+    rt = open_circuit(str(path), load_config(data_root=str(tmp_path / "data")))
+    run_step(rt)  # no seeds: the fixed point is empty, committed
+    assert rt.store.last_committed() == 1
+    _write(tmp_path / "data", "seeds", "s1.parquet", {(0,): 1}, ("n",))
+    with pytest.raises(RecursionLimitExceeded) as err:
+        run_step(rt)
+    message = str(err.value)
+    assert "'counting'" in message and "6 iterations" in message and "settings.max_iterations" in message
+    assert rt.store.last_committed() == 1
+    fresh = open_circuit(str(path), load_config(data_root=str(tmp_path / "data")))
+    assert fresh.store.last_committed() == 1 and _view(fresh, "counting") == set()
+
+
+def _written_rows(rt, t: int) -> int:
+    m = rt.store.manifest(t)
+    return sum(stat.rows for entry in m.traces.values() for rel, stat in entry.files.items()
+               if f"/t{t:012d}-" in f"/{rel}")
+
+
+def test_a_one_edge_delete_writes_state_proportional_to_its_change(spark, tmp_path):
+    rt = open_circuit(TC, load_config(data_root=str(tmp_path)))
+    chains = {(100 * c + i, 100 * c + i + 1): 1 for c in range(40) for i in range(8)}  # 40 chains of 9 nodes
+    _write(tmp_path, "edges", "b1.parquet", chains, ("src", "dst"))
+    run_step(rt)
+    state_rows = sum(t["rows"] for k, t in rt.store.status()["traces"].items() if k.startswith("closure/"))
+    _write(tmp_path, "edges", "b2.parquet", {(307, 308): -1}, ("src", "dst"))  # the last edge of chain 3
+    run_step(rt)
+    assert _view(rt, "closure") == closure(set(chains) - {(307, 308)})
+    written = _written_rows(rt, 2)
+    assert state_rows > 40 * 36 and 0 < written < state_rows / 20, (written, state_rows)
+
+
+BAD = """\
+name: bad
+inputs:
+  edges: {schema: {src: long, dst: long}}
+nodes:
+  reach:
+    op: recursive
+    body:
+      step: {op: join, left: reach, right: edges, left_on: [dst], right_on: [src]}
+      hop: {op: select, input: step, columns: {src: src, dst: edges_dst}}
+      fresh: {op: difference, left: hop, right: paths}
+      sizes: {op: aggregate, input: paths, group_by: [src], aggregates: {n: "count(*)"}}
+      paths: {op: union, inputs: [edges, fresh]}
+    outputs: [paths]
+outputs: [reach]
+"""
+
+
+def _problems(text: str) -> list[Problem]:
+    with pytest.raises(CircuitError) as err:
+        load_circuit_text(text, "bad.yaml")
+    return err.value.problems
+
+
+def test_negation_and_aggregation_through_recursion_are_refused_with_file_line_node():
+    found = {(p.line, p.node): p.message for p in _problems(BAD)}
+    negation = found[(10, "reach.fresh")]
+    assert "negation through recursion" in negation and "'paths'" in negation and "lower stratum" in negation
+    assert "aggregate inside the recursion of 'reach'" in found[(11, "reach.sizes")]
+    assert all(str(p).startswith("bad.yaml:") for p in _problems(BAD))
+
+
+def test_stratified_negation_and_lower_stratum_aggregates_are_accepted():
+    text = BAD.replace("right: paths}", "right: blocked}").replace("input: paths, group_by", "input: edges, group_by")
+    text = text.replace("  edges: {schema: {src: long, dst: long}}",
+                        "  edges: {schema: {src: long, dst: long}}\n  blocked: {schema: {src: long, dst: long}}")
+    spec = load_circuit_text(text, "ok.yaml")
+    assert spec.nodes["reach"].op == "recursive"
