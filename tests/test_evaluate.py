@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_jobs.executor import zset
-from spark_jobs.executor.evaluate import NotSupported, StateUpdate, evaluate_step
+from spark_jobs.executor.evaluate import StateUpdate, evaluate_step
 from spark_jobs.executor.memory_state import MemoryState
 from spark_jobs.executor.zset import WEIGHT
 from spark_jobs.ir.graph import Circuit, make_node
@@ -254,7 +254,7 @@ def test_stream_operators_over_three_steps(spark):
     assert [s["dx"] for s in seen] == [Counter({a: 1}), Counter({b: 2}), Counter({a: -1, b: -2})]
 
 
-def test_missing_input_without_schema_and_scopes_are_errors(spark):
+def test_missing_input_without_schema_and_scope_without_output_are_errors(spark):
     circuit = stream_circuit()
     with pytest.raises(ValueError, match="'x'"):
         evaluate_step(circuit, {}, MemoryState(), first_step=True)
@@ -262,7 +262,7 @@ def test_missing_input_without_schema_and_scopes_are_errors(spark):
     scoped.add(make_node("x", "input", columns=("k",), name="x"))
     scoped.add(make_node("loop", "scope", ["x"], ("k",), body=Circuit("body"), outputs=("k",)))
     scoped.outputs = {"loop": "loop"}
-    with pytest.raises(NotSupported, match="loop"):
+    with pytest.raises(ValueError, match="'loop'.*no output"):  # a scope must define its value
         evaluate_step(scoped, {"x": zset.from_rows(spark, {}, "k string")}, MemoryState(), first_step=True)
     update = StateUpdate("append", zset.from_rows(spark, {}, "k string"))
     assert update.keys == ()

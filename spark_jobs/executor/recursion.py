@@ -83,6 +83,9 @@ def run_scope(node: Node, imports: Sequence[DataFrame], read: ReadState | None, 
               broadcast_imports: bool, spark: SparkSession | None = None) -> ScopeStep:
     """Evaluate one timestep of scope ``node`` on its imports' deltas (``read`` None: from scratch)."""
     body: Circuit = node.body if node.param("incremental") else incrementalize_body(node.body)
+    outputs = node.param("outputs") or ()
+    if not outputs or outputs[0] not in body.outputs:
+        raise ValueError(f"recursive scope {node.id!r}: its body defines no output {outputs[:1]}")
     traces = {n.id: (read(trace_id(node.id, n.id)) if read else None)
               for n in body if n.op == "integrate_nested"}
     spark = spark or _spark_of(imports)
