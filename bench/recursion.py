@@ -87,6 +87,7 @@ def main() -> None:
         status = rt.store.status()["traces"]
         result["closure_rows"] = status["view:closure"]["rows"]
         result["state_rows"] = sum(t["rows"] for k, t in status.items() if k.startswith("closure/"))
+        save(result, args.smoke)
         print(f"{len(edges)} edges, closure {result['closure_rows']} rows, state {result['state_rows']} rows, "
               f"first step {result['initial_step_seconds']} s", flush=True)
         n = 1
@@ -117,13 +118,18 @@ def main() -> None:
                              "from_scratch_iterations": iterations}
                     result["steps"].append(entry)
                     print(entry, flush=True)
+                    save(result, args.smoke)  # after every step: a long run leaves partial results
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    save(result, args.smoke)
+    print(markdown(result))
+
+
+def save(result: dict, smoke: bool) -> None:
     RESULTS.mkdir(exist_ok=True)
-    suffix = "-smoke" if args.smoke else ""
+    suffix = "-smoke" if smoke else ""
     (RESULTS / f"recursion{suffix}.json").write_text(json.dumps(result, indent=2) + "\n")
     (RESULTS / f"recursion{suffix}.md").write_text(markdown(result))
-    print(markdown(result))
 
 
 def markdown(result: dict) -> str:

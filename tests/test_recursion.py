@@ -113,9 +113,13 @@ def edge(nodes: int) -> Callable[[random.Random], Pair]:
 def test_transitive_closure_random_inserts_and_deletes(spark):
     rng = random.Random(7)
     edges = SetStream(rng, edge(7))
-    script = [{"edges": edges.change(inserts=4 if t < 4 else 2, deletes=0 if t < 4 else 2)} for t in range(20)]
-    script[12] = {"edges": edges.change(inserts=0, deletes=len(edges.rows))}  # everything deleted at once
-    script[13:] = [{"edges": edges.change(inserts=3, deletes=1)} for _ in script[13:]]
+
+    def change(t: int) -> Counter:  # generated lazily, in step order
+        if t == 12:
+            return edges.change(inserts=0, deletes=len(edges.rows))  # everything deleted at once
+        return edges.change(inserts=4 if t < 4 else 2, deletes=0 if t < 4 else 2)
+
+    script = ({"edges": change(t)} for t in range(20))
     steps = run_stream(spark, compile_path(TC), script, lambda cur: {"closure": closure(cur["edges"])})
     assert steps == 20
 
@@ -124,9 +128,9 @@ def test_bill_of_materials_with_the_negated_relation_changing(spark):
     rng = random.Random(11)
     contains = SetStream(rng, edge(7))
     discontinued = SetStream(rng, lambda r: (r.randrange(7),))
-    script = [{"contains": contains.change(3, 1 if t > 2 else 0),
+    script = ({"contains": contains.change(3, 1 if t > 2 else 0),
                "discontinued": discontinued.change(1 if t % 3 == 0 else 0, 1 if t % 4 == 3 else 0)}
-              for t in range(12)]
+              for t in range(12))
 
     def expected(cur):
         live = needs(cur["contains"], {p for (p,) in cur["discontinued"]})
@@ -158,7 +162,7 @@ outputs: [even]
 def test_mutual_recursion(spark):
     rng = random.Random(5)
     edges = SetStream(rng, edge(6))
-    script = [{"edges": edges.change(3, 1 if t > 1 else 0)} for t in range(8)]
+    script = ({"edges": edges.change(3, 1 if t > 1 else 0)} for t in range(8))
     assert run_stream(spark, compile_text(MUTUAL), script, lambda cur: {"even": parity(cur["edges"])}) == 8
 
 
