@@ -6,7 +6,6 @@ limit; and the same circuits through the Parquet state store (see test_recursion
 """
 from __future__ import annotations
 
-import json
 import random
 from collections import Counter
 from typing import Callable, Iterable
@@ -16,7 +15,7 @@ import pytest
 from spark_jobs.config import PROJECT_ROOT
 from spark_jobs.executor.evaluate import evaluate_step
 from spark_jobs.executor.sources import spark_schema
-from tests.streams import BatchedMemoryState, collect_all, compile_path, compile_text, zset_df
+from tests.streams import LiteralState, collect_all, compile_path, compile_text, zset_df
 
 pytestmark = pytest.mark.slow
 TC = str(PROJECT_ROOT / "circuits" / "transitive_closure.yaml")
@@ -81,7 +80,7 @@ def run_stream(spark, compiled, script, expected: Callable[[dict[str, set]], dic
     step the integrated view must equal ``expected(current input sets)``. Returns the steps run."""
     spec = compiled.spec
     schemas = {n: spark_schema(i) for n, i in spec.inputs.items()}
-    state = BatchedMemoryState()
+    state = LiteralState()
     current: dict[str, set] = {n: set() for n in spec.inputs}
     views: dict[str, Counter] = {v: Counter() for v in spec.outputs}
     steps = 0
@@ -90,18 +89,19 @@ def run_stream(spark, compiled, script, expected: Callable[[dict[str, set]], dic
             for row, w in d.items():
                 (current[name].add if w > 0 else current[name].discard)(row)
         dfs = {n: zset_df(spark, schemas[n], d) for n, d in deltas.items() if d}
-        result = evaluate_step(compiled.incremental, dfs, state, first_step=t == 1, input_schemas=schemas)
-        got = collect_all({(v,): df for v, df in result.outputs.items()})
+        result = evaluate_step(compiled.incremental, dfs, state, first_step=t == 1, input_schemas=schemas,
+                               broadcast_deltas=False)
+        states = {("state", k): df for k, df in state.pending(result.updates).items()}
+        got = collect_all({(v,): df for v, df in result.outputs.items()} | states)  # one job: views + states
         want = expected(current)
         for view in want:
-            views[view].update(got[(view,)])
+            for *row, w in got[(view,)]:
+                views[view][tuple(row)] += w
             views[view] = +views[view]
-            rows = Counter({tuple(json.loads(k)): w for k, w in views[view].items()})
-            assert rows == Counter({tuple(str(x) for x in r): 1 for r in want[view]}), (
+            assert views[view] == Counter({r: 1 for r in want[view]}), (
                 f"step {t}, view {view}: maintained != from scratch\n deltas {deltas}\n"
-                f" extra {set(rows) - {tuple(map(str, r)) for r in want[view]}}\n"
-                f" missing {({tuple(map(str, r)) for r in want[view]}) - set(rows)}")
-        state.apply(result.updates)
+                f" extra {set(views[view]) - want[view]}\n missing {want[view] - set(views[view])}")
+        state.replace(spark, {k: (df.schema, got[(tag, k)]) for (tag, k), df in states.items()})
         steps = t
     return steps
 
@@ -172,8 +172,8 @@ def test_query_circuit_fixed_point_from_scratch(spark):
     schemas = {n: spark_schema(i) for n, i in compiled.spec.inputs.items()}
     graph = {(1, 2), (2, 3), (3, 1), (4, 4), (4, 5)}
     full = zset_df(spark, schemas["edges"], Counter({e: 1 for e in graph}))
-    result = evaluate_step(compiled.query, {"edges": full}, BatchedMemoryState(), first_step=True,
+    result = evaluate_step(compiled.query, {"edges": full}, LiteralState(), first_step=True,
                            input_schemas=schemas)
     got = collect_all({("v",): result.outputs["closure"]})[("v",)]
-    assert {tuple(map(int, json.loads(k))) for k, w in got.items() if w == 1} == closure(graph)
-    assert all(w == 1 for w in got.values()) and not result.updates
+    assert {(a, b) for a, b, _ in got} == closure(graph) and len(got) == len(closure(graph))
+    assert all(w == 1 for *_, w in got) and not result.updates

@@ -95,7 +95,8 @@ def run_scope(node: Node, imports: Sequence[DataFrame], read: ReadState | None, 
         traces = {k: None if df is None else df.coalesce(1) for k, df in traces.items()}
         imports = [df.coalesce(1) for df in imports]
     with _loop_settings(spark, broadcast=big):
-        return _iterate(node, body, imports, traces, prev_depth, broadcast_imports, spark, broadcast=big)
+        return _iterate(node, body, imports, traces, prev_depth, broadcast_imports, spark, broadcast=big,
+                        local=read is not None)
 
 
 @contextmanager
@@ -124,14 +125,16 @@ def _loop_settings(spark: SparkSession, broadcast: bool) -> Iterator[None]:
 
 
 def _iterate(node: Node, body: Circuit, imports: Sequence[DataFrame], traces: dict[str, DataFrame | None],
-             prev_depth: int, broadcast_imports: bool, spark: SparkSession, *, broadcast: bool) -> ScopeStep:
+             prev_depth: int, broadcast_imports: bool, spark: SparkSession, *, broadcast: bool,
+             local: bool) -> ScopeStep:
     """The loop proper (see the module docstring)."""
     limit = int(node.param("max_iterations"))
     streams = {body[t].inputs[0] for t in traces}
     sources = {n.param("source") for n in body if n.op == "feedback"}
     out = body.outputs[node.param("outputs")[0]]
     kept = sources | streams | {out}
-    loop = _Loop(body, _zeros(body, imports), local=broadcast_imports, broadcast=broadcast)
+    # an incremental step starts on small deltas (kept on the driver); from scratch, on whole relations
+    loop = _Loop(body, _zeros(body, imports), local=local, broadcast=broadcast)
     for s in streams:
         loop.before[s] = loop.zero[s]
         loop.before_empty.add(s)
