@@ -112,7 +112,7 @@ def edge(nodes: int) -> Callable[[random.Random], Pair]:
 
 def test_transitive_closure_random_inserts_and_deletes(spark):
     rng = random.Random(7)
-    edges = SetStream(rng, edge(7))
+    edges = SetStream(rng, edge(6))
 
     def change(t: int) -> Counter:  # generated lazily, in step order
         if t == 12:
@@ -130,14 +130,14 @@ def test_bill_of_materials_with_the_negated_relation_changing(spark):
     discontinued = SetStream(rng, lambda r: (r.randrange(7),))
     script = ({"contains": contains.change(3, 1 if t > 2 else 0),
                "discontinued": discontinued.change(1 if t % 3 == 0 else 0, 1 if t % 4 == 3 else 0)}
-              for t in range(12))
+              for t in range(8))
 
     def expected(cur):
         live = needs(cur["contains"], {p for (p,) in cur["discontinued"]})
         counts = Counter(a for a, _ in live)
         return {"needs": live, "parts_per_assembly": {(a, n) for a, n in counts.items()}}
 
-    assert run_stream(spark, compile_path(BOM), script, expected) == 12
+    assert run_stream(spark, compile_path(BOM), script, expected) == 8
 
 
 MUTUAL = """\
@@ -162,8 +162,8 @@ outputs: [even]
 def test_mutual_recursion(spark):
     rng = random.Random(5)
     edges = SetStream(rng, edge(6))
-    script = ({"edges": edges.change(3, 1 if t > 1 else 0)} for t in range(8))
-    assert run_stream(spark, compile_text(MUTUAL), script, lambda cur: {"even": parity(cur["edges"])}) == 8
+    script = ({"edges": edges.change(3, 1 if t > 1 else 0)} for t in range(6))
+    assert run_stream(spark, compile_text(MUTUAL), script, lambda cur: {"even": parity(cur["edges"])}) == 6
 
 
 def test_query_circuit_fixed_point_from_scratch(spark):
