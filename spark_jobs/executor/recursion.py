@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from spark_jobs.executor import zset
 from spark_jobs.executor.operators import linear
 from spark_jobs.executor.operators.join import join
+from spark_jobs.executor.session import temporary_conf
 from spark_jobs.executor.operators.nested import ITER, Stream, distinct_nested, join_nested, total
 from spark_jobs.executor.zset import WEIGHT, col, consolidate, empty_like
 from spark_jobs.ir.graph import Circuit, Node
@@ -111,17 +112,8 @@ def _loop_settings(spark: SparkSession, broadcast: bool) -> Iterator[None]:
     wanted = {"spark.sql.adaptive.enabled": "false"}
     if not broadcast:  # small state: tiny plans, planned afresh each iteration; compiling costs more
         wanted.update({"spark.sql.autoBroadcastJoinThreshold": "-1", "spark.sql.codegen.wholeStage": "false"})
-    saved = {k: spark.conf.get(k, None) for k in wanted}
-    for k, v in wanted.items():
-        spark.conf.set(k, v)
-    try:
+    with temporary_conf(spark, wanted):
         yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
 
 
 def _iterate(node: Node, body: Circuit, imports: Sequence[DataFrame], traces: dict[str, DataFrame | None],

@@ -51,13 +51,10 @@ _STEP_CONF = {"spark.sql.adaptive.enabled": "false",
 
 
 @contextmanager
-def step_conf(spark, small_change: bool) -> Iterator[None]:
-    """Run the body with the Spark SQL settings of a small-change step; restore them after."""
-    if not small_change:
-        yield
-        return
-    saved = {k: spark.conf.get(k, None) for k in _STEP_CONF}
-    for k, v in _STEP_CONF.items():
+def temporary_conf(spark, settings: dict[str, str]) -> Iterator[None]:
+    """Run the body with these runtime Spark SQL settings; restore the previous values after."""
+    saved = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
         spark.conf.set(k, v)
     try:
         yield
@@ -67,3 +64,13 @@ def step_conf(spark, small_change: bool) -> Iterator[None]:
                 spark.conf.unset(k)
             else:
                 spark.conf.set(k, v)
+
+
+@contextmanager
+def step_conf(spark, small_change: bool) -> Iterator[None]:
+    """Run the body with the Spark SQL settings of a small-change step; restore them after."""
+    if not small_change:
+        yield
+        return
+    with temporary_conf(spark, _STEP_CONF):
+        yield
