@@ -5,7 +5,7 @@ A profile is plain YAML; switching local -> cluster is a change of profile, neve
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ import yaml
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = PROJECT_ROOT / "config" / "local.yaml"
+STATE_DIR = "_dbsp"  # default state root under the data root: <data_root>/_dbsp/<circuit>/...
 
 
 @dataclass(frozen=True)
@@ -34,12 +35,16 @@ class Config:
     keep_timesteps: int = 2
     raw: dict[str, Any] = field(default_factory=dict)
     path: str = ""
+    state_root: str | None = None  # None: <data_root>/_dbsp
 
     def with_data_root(self, data_root: str | None) -> "Config":
-        if not data_root:
-            return self
-        return Config(self.profile, self.spark, data_root, self.circuits_dir,
-                      self.compact_fraction, self.keep_timesteps, self.raw, self.path)
+        """The same profile on another data root (an explicit ``state_root`` stays)."""
+        return self if not data_root else replace(self, data_root=data_root)
+
+    @property
+    def states_root(self) -> str:
+        """Where every circuit's state store lives: ``state_root``, else ``<data_root>/_dbsp``."""
+        return self.state_root or self.data_root.rstrip("/") + "/" + STATE_DIR
 
 
 def _resolve(path: str, base: Path) -> str:
@@ -78,4 +83,11 @@ def load_config(path: str | os.PathLike[str] | None = None, data_root: str | Non
         keep_timesteps=int(state.get("keep_timesteps", 2)),
         raw=raw,
         path=chosen,
+        state_root=_state_root(raw),
     )
+
+
+def _state_root(raw: dict[str, Any]) -> str | None:
+    """``state_root`` of the profile ($DBSP_STATE_ROOT wins); None means under the data root."""
+    root = os.environ.get("DBSP_STATE_ROOT") or raw.get("state_root")
+    return _resolve(str(root), PROJECT_ROOT).rstrip("/") if root else None

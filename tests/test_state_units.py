@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from spark_jobs.state import failpoints as fp
+from spark_jobs.state.arrow_fs import ArrowFileSystem
 from spark_jobs.state.fs import LocalFileSystem, filesystem_for
 from spark_jobs.state.layout import (parse_dir_timestep, parse_manifest_name, safe_name,
                                      new_dir_name, manifest_name)
@@ -93,11 +94,12 @@ def test_compaction_rule():
 def test_filesystem_choice_and_atomic_publish(tmp_path):
     assert isinstance(filesystem_for(str(tmp_path)), LocalFileSystem)
     assert isinstance(filesystem_for(f"file://{tmp_path}"), LocalFileSystem)
-    with pytest.raises(NotImplementedError, match="s3a"):
-        filesystem_for("s3a://bucket/state")
+    assert isinstance(filesystem_for("s3a://bucket/state"), ArrowFileSystem)  # no I/O until used
     fs = LocalFileSystem()
     target = str(tmp_path / "m" / "000000000001.json")
     fs.publish_text(target, "one", ".tmp-")
     fs.publish_text(target, "two", ".tmp-")
     assert fs.read_text(target) == "two"
+    with pytest.raises(FileExistsError):
+        fs.publish_text(target, "three", ".tmp-", exclusive=True)
     assert fs.listdir(str(tmp_path / "m")) == ["000000000001.json"]

@@ -167,9 +167,12 @@ def cmd_reset(args: argparse.Namespace) -> int:
         path = find_circuit_file(args.circuit, config)
         name = compile_file(path).spec.name
     from spark_jobs.runtime.circuit import state_root
+    from spark_jobs.state.fs import filesystem_for
 
     root = state_root(config, name)
-    if not os.path.exists(root):
+    fs = filesystem_for(root)
+    root = fs.normalize(root)
+    if not fs.exists(root):
         print(f"{name}: nothing to reset ({root} does not exist)")
         return 0
     if not args.yes:
@@ -179,7 +182,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             print("aborted")
             return 1
-    shutil.rmtree(root)
+    fs.remove_tree(root)
     print(f"{name}: state and outputs removed ({root}); the next step starts from timestep 1 "
           f"and re-reads every input file still in the inbox")
     return 0

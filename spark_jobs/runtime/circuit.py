@@ -13,7 +13,6 @@ from spark_jobs.config import Config
 from spark_jobs.ir.compile import CompiledCircuit, compile_spec
 from spark_jobs.spec import load_circuit, output_columns
 
-STATE_DIR = "_dbsp"  # under the data root: <data_root>/_dbsp/<circuit>/...
 
 
 def find_circuit_file(ref: str, config: Config) -> str:
@@ -33,7 +32,7 @@ def compile_file(path: str) -> CompiledCircuit:
 
 
 def state_root(config: Config, circuit_name: str) -> str:
-    return os.path.join(config.data_root, STATE_DIR, circuit_name)
+    return config.states_root + "/" + circuit_name
 
 
 @dataclass

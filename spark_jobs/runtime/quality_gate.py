@@ -1,8 +1,6 @@
 """Run the data-quality gate of a timestep (shared by `dbsp step` and the DAG's check task)."""
 from __future__ import annotations
 
-import os
-
 from pyspark.sql import DataFrame
 
 from spark_jobs.quality import GateReport, enforce, run_gate, write_report
@@ -10,7 +8,7 @@ from spark_jobs.runtime.circuit import CircuitRuntime
 
 
 def quality_dir(rt: CircuitRuntime) -> str:
-    return os.path.join(rt.store.root, "quality")
+    return rt.store.fs.join(rt.store.root, "quality")
 
 
 def set_views(rt: CircuitRuntime) -> set[str]:

@@ -20,8 +20,6 @@ the view deltas it commits are new view - old view, so readers of deltas stay co
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 from typing import Any
 
@@ -44,30 +42,31 @@ STEPS = ("plan", "stage", "check", "commit")
 
 
 # ---- staging layout ------------------------------------------------------------------------
+# Staging lives under the state root, on the store's file system (local, hdfs://, s3a://, ...).
 def staging_root(rt: CircuitRuntime) -> str:
-    return os.path.join(rt.store.root, "staging")
+    return rt.store.fs.join(rt.store.root, "staging")
 
 
 def run_dir(rt: CircuitRuntime, run_id: str) -> str:
-    return os.path.join(staging_root(rt), safe_name(run_id))
+    return rt.store.fs.join(staging_root(rt), safe_name(run_id))
 
 
-def _write_json(path: str, data: dict) -> None:
+def _write_json(rt: CircuitRuntime, path: str, data: dict) -> None:
     """Write JSON atomically: a reader sees the old file or the whole new one."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    rt.store.fs.publish_text(path, json.dumps(data, indent=1, default=str), tmp_prefix=".tmp-")
 
 
-def _read_json(path: str) -> dict | None:
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
+def _read_json(rt: CircuitRuntime, path: str) -> dict | None:
+    fs = rt.store.fs
+    return json.loads(fs.read_text(path)) if fs.exists(path) else None
+
+
+def _write_parquet(rt: CircuitRuntime, df: DataFrame, path: str) -> None:
+    df.write.mode("overwrite").parquet(rt.store.fs.spark_uri(path))
+
+
+def _read_parquet(rt: CircuitRuntime, path: str) -> DataFrame:
+    return rt.spark.read.parquet(rt.store.fs.spark_uri(path))
 
 
 def _committed_by(rt: CircuitRuntime, run_id: str) -> int | None:
@@ -89,12 +88,12 @@ def plan(rt: CircuitRuntime, run_id: str, *, mode: str = "incremental") -> dict:
     if done is not None:
         return {"run_id": run_id, "timestep": done, "already_committed": True}
     t = rt.store.last_committed() + 1
-    path = os.path.join(run_dir(rt, run_id), "plan.json")
-    existing = _read_json(path)
+    path = rt.store.fs.join(run_dir(rt, run_id), "plan.json")
+    existing = _read_json(rt, path)
     if existing and existing["timestep"] == t and existing["mode"] == mode:
         return existing
-    if os.path.exists(staging_root(rt)):
-        shutil.rmtree(staging_root(rt))  # leftovers of runs that never committed (max_active_runs=1)
+    if rt.store.fs.exists(staging_root(rt)):
+        rt.store.fs.remove_tree(staging_root(rt))  # leftovers of runs that never committed (max_active_runs=1)
     rt.store.recover()
     manifest = rt.store.manifest()
     spec_inputs = rt.compiled.spec.inputs
@@ -102,12 +101,12 @@ def plan(rt: CircuitRuntime, run_id: str, *, mode: str = "incremental") -> dict:
         spec_inputs, rt.config.data_root, manifest)
     data = {"run_id": run_id, "timestep": t, "mode": mode, "created_at": time.time(),
             "inputs": {name: [f.as_dict() for f in files] for name, files in chosen.items()}}
-    _write_json(path, data)
+    _write_json(rt, path, data)
     return data
 
 
 def load_plan(rt: CircuitRuntime, run_id: str) -> dict:
-    data = _read_json(os.path.join(run_dir(rt, run_id), "plan.json"))
+    data = _read_json(rt, rt.store.fs.join(run_dir(rt, run_id), "plan.json"))
     if data is None:
         raise RuntimeError(f"run {run_id!r} of {rt.name} has no plan: run the plan task first")
     return data
@@ -122,11 +121,11 @@ def _stage(rt: CircuitRuntime, name: str) -> Stage:
 
 
 def _journal_path(rt: CircuitRuntime, run_id: str, stage: str) -> str:
-    return os.path.join(run_dir(rt, run_id), "journal", f"{stage}.json")
+    return rt.store.fs.join(run_dir(rt, run_id), "journal", f"{stage}.json")
 
 
 def _value_dir(rt: CircuitRuntime, run_id: str, node_id: str) -> str:
-    return os.path.join(run_dir(rt, run_id), "values", safe_name(node_id))
+    return rt.store.fs.join(run_dir(rt, run_id), "values", safe_name(node_id))
 
 
 class _EmptyState:
@@ -136,10 +135,6 @@ class _EmptyState:
         return None
 
 
-def _write_parquet(df: DataFrame, path: str) -> None:
-    df.write.mode("overwrite").parquet(path)
-
-
 def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
     """Evaluate one stage of this run into the staging area (idempotent per run id)."""
     started = time.time()
@@ -147,16 +142,17 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
     if p.get("already_committed"):
         return {"stage": stage_name, "skipped": "timestep already committed by this run"}
     journal_path = _journal_path(rt, run_id, stage_name)
-    done = _read_json(journal_path)
+    done = _read_json(rt, journal_path)
     if done is not None:
         return dict(done["summary"], note="already done by an earlier attempt")
     stage = _stage(rt, stage_name)
     spark, circuit, store = rt.spark, rt.compiled.incremental, rt.store
     full = p["mode"] == "full_refresh"
     state = _EmptyState() if full else StoreReader(store)
-    stage_dir = os.path.join(run_dir(rt, run_id), "stages", stage_name)
-    if os.path.exists(stage_dir):
-        shutil.rmtree(stage_dir)  # a killed earlier attempt
+    fs = store.fs
+    stage_dir = fs.join(run_dir(rt, run_id), "stages", stage_name)
+    if fs.exists(stage_dir):
+        fs.remove_tree(stage_dir)  # a killed earlier attempt
     journal: dict[str, Any] = {"updates": [], "outputs": {}, "consumed": {}, "inputs": {}}
     summary: dict[str, Any] = {"stage": stage_name, "timestep": p["timestep"], "nodes": list(stage.nodes)}
 
@@ -181,8 +177,8 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
         journal["inputs"][name] = {"inserted": ins, "deleted": dels}
         journal["consumed"][name] = [f.as_dict() for f in files]
         if is_snapshot(spec):
-            path = os.path.join(stage_dir, "state", safe_name(snapshot_trace(name)))
-            _write_parquet(delta, path)
+            path = fs.join(stage_dir, "state", safe_name(snapshot_trace(name)))
+            _write_parquet(rt, delta, path)
             journal["updates"].append({"trace": snapshot_trace(name), "op": "replace" if full else "append",
                                        "kind": "zset", "keys": [], "path": path})
 
@@ -195,7 +191,7 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
                 return prev if prev is not None else zset.empty_like(external(node.inputs[0]))
             prev, delta = state.read(node_id), external(node.inputs[0])
             return delta if prev is None else zset.plus(prev, delta)
-        return spark.read.parquet(_value_dir(rt, run_id, node_id))
+        return _read_parquet(rt, _value_dir(rt, run_id, node_id))
 
     schemas = {name: spark_schema(inp) for name, inp in rt.compiled.spec.inputs.items()}
     result = evaluate_step(circuit, inputs, state, first_step=full or p["timestep"] == 1,
@@ -203,10 +199,10 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
     needed = staged_values(rt.compiled)
     for node_id in stage.nodes:
         if node_id in needed:
-            _write_parquet(result.values[node_id], _value_dir(rt, run_id, node_id))
+            _write_parquet(rt, result.values[node_id], _value_dir(rt, run_id, node_id))
     for node_id, update in result.updates.items():
-        path = os.path.join(stage_dir, "state", safe_name(node_id))
-        _write_parquet(update.df, path)
+        path = fs.join(stage_dir, "state", safe_name(node_id))
+        _write_parquet(rt, update.df, path)
         failpoint("after_state_write")
         kind = trace_kind(circuit, node_id)
         op = "replace" if full or update.kind == "replace" else "append"
@@ -216,8 +212,8 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
         if full:  # the change of the view = new view - old view
             old = store.read_view(view)
             df = zset.consolidate(zset.plus(df, zset.negate(old))) if old is not None else df
-        path = os.path.join(stage_dir, "outputs", safe_name(view))
-        _write_parquet(df, path)
+        path = fs.join(stage_dir, "outputs", safe_name(view))
+        _write_parquet(rt, df, path)
         journal["outputs"][view] = path
     for df in inputs.values():
         df.unpersist()
@@ -225,14 +221,14 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
     summary["state_updates"] = [u["trace"] for u in journal["updates"]]
     summary["views"] = sorted(journal["outputs"])
     journal["summary"] = summary
-    _write_json(journal_path, journal)
+    _write_json(rt, journal_path, journal)
     return summary
 
 
 def _journals(rt: CircuitRuntime, run_id: str) -> dict[str, dict]:
     out = {}
     for stage in stage_graph(rt.compiled):
-        j = _read_json(_journal_path(rt, run_id, stage.name))
+        j = _read_json(rt, _journal_path(rt, run_id, stage.name))
         if j is None:
             raise RuntimeError(f"stage {stage.name!r} of run {run_id!r} has not finished; cannot go on")
         out[stage.name] = j
@@ -247,7 +243,7 @@ def check(rt: CircuitRuntime, run_id: str) -> dict:
         return {"skipped": "timestep already committed by this run"}
     journals = _journals(rt, run_id)
     spark = rt.spark
-    views = {v: spark.read.parquet(path) for j in journals.values() for v, path in j["outputs"].items()}
+    views = {v: _read_parquet(rt, path) for j in journals.values() for v, path in j["outputs"].items()}
     inputs: dict[str, DataFrame] = {}
     checked = {n for n, i in rt.compiled.spec.inputs.items() if i.expectations}
     for j in journals.values():
@@ -258,7 +254,7 @@ def check(rt: CircuitRuntime, run_id: str) -> dict:
                 inputs[name] = read_input(spark, spec, files, None).delta
             else:
                 staged = [u["path"] for u in j["updates"] if u["trace"] == snapshot_trace(name)]
-                inputs[name] = spark.read.parquet(staged[0])
+                inputs[name] = _read_parquet(rt, staged[0])
     report = check_timestep(rt, p["timestep"], views, inputs)
     return {"timestep": p["timestep"], "summary": report.summary(), "failed": len(report.failed),
             "warnings": len(report.warnings)}
@@ -271,7 +267,6 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
         return {"timestep": done, "note": "already committed by an earlier attempt"}
     p = load_plan(rt, run_id)
     journals = _journals(rt, run_id)
-    spark = rt.spark
     with rt.store.begin() as txn:
         if txn.timestep != p["timestep"]:
             raise RuntimeError(f"run {run_id!r} planned timestep {p['timestep']} but the store is at "
@@ -283,15 +278,15 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
         for j in journals.values():
             for u in j["updates"]:
                 write = txn.replace if u["op"] == "replace" else txn.append
-                write(u["trace"], spark.read.parquet(u["path"]), kind=u["kind"], keys=tuple(u["keys"]))
+                write(u["trace"], _read_parquet(rt, u["path"]), kind=u["kind"], keys=tuple(u["keys"]))
             for view, path in j["outputs"].items():
-                txn.write_output(view, spark.read.parquet(path))
+                txn.write_output(view, _read_parquet(rt, path))
             for name, files in j["consumed"].items():
                 txn.consume(name, files)
         txn.set_meta("run_id", run_id)
         txn.set_meta("mode", p["mode"])
         manifest = txn.commit()
-    shutil.rmtree(run_dir(rt, run_id), ignore_errors=True)
+    rt.store.fs.remove_tree(run_dir(rt, run_id))
     return {"timestep": manifest.timestep,
             "views": {v: {"inserted": o.rows_inserted, "deleted": o.rows_deleted}
                       for v, o in (manifest.outputs or {}).items()}}

@@ -2,9 +2,12 @@
 
 The commit protocol needs only: list a directory, read/write small files, delete trees, and
 publish a small file atomically (write a temp file in the same directory, then rename it over
-the final name). Spark writes the Parquet directories itself; it gets paths from ``spark_uri``.
-A Hadoop-URI implementation (hdfs://, s3a://) is a second class here, chosen by
-``filesystem_for``; nothing else in the package touches ``os`` or ``shutil``.
+the final name; or one whole PUT on an object store). Spark writes the Parquet directories
+itself; it gets paths from ``spark_uri``. ``filesystem_for`` picks the implementation from the
+root: ``LocalFileSystem`` for paths and file:// URIs, ``ArrowFileSystem`` (spark_jobs/state/
+arrow_fs.py) for every other URI, backed by the Spark session's own Hadoop file system
+(hdfs://, s3a://, abfs://, gs://, viewfs://: spark_jobs/state/hadoop_fs.py) or, for a Spark
+Connect client, by pyarrow's native one.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ class FileSystem(Protocol):
     def listdir(self, path: str) -> list[str]: ...
     def makedirs(self, path: str) -> None: ...
     def read_text(self, path: str) -> str: ...
-    def publish_text(self, path: str, text: str, tmp_prefix: str) -> None: ...
+    def publish_text(self, path: str, text: str, tmp_prefix: str, *, exclusive: bool = False) -> None: ...
     def remove_file(self, path: str) -> None: ...
     def remove_tree(self, path: str) -> None: ...
     def data_files(self, path: str) -> list[tuple[str, int]]: ...
@@ -60,8 +63,11 @@ class LocalFileSystem:
         with open(path, encoding="utf-8") as fh:
             return fh.read()
 
-    def publish_text(self, path: str, text: str, tmp_prefix: str) -> None:
-        """Make ``path`` hold ``text`` all at once: readers see the old state or the new one."""
+    def publish_text(self, path: str, text: str, tmp_prefix: str, *, exclusive: bool = False) -> None:
+        """Make ``path`` hold ``text`` all at once: readers see the old state or the new one.
+
+        ``exclusive``: the name must not exist yet (a manifest); link() refuses atomically.
+        """
         directory = os.path.dirname(path)
         self.makedirs(directory)
         tmp = os.path.join(directory, f"{tmp_prefix}{os.path.basename(path)}.{uuid.uuid4().hex[:8]}")
@@ -70,7 +76,14 @@ class LocalFileSystem:
                 fh.write(text)
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.replace(tmp, path)
+            if exclusive:
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    raise FileExistsError(f"{path} exists already: another writer committed it") from None
+                os.remove(tmp)
+            else:
+                os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):
                 os.remove(tmp)
@@ -118,10 +131,10 @@ class LocalFileSystem:
         return "file://" + os.path.abspath(path)
 
     def normalize(self, root: str) -> str:
-        """An absolute plain path (a file:// prefix is dropped)."""
-        if root.startswith("file://"):
-            root = root[len("file://"):]
-        return os.path.abspath(root)
+        """An absolute plain path (a file: prefix is dropped)."""
+        from spark_jobs.state.arrow_fs import normalize
+
+        return normalize(root)
 
     @staticmethod
     def _fsync_dir(path: str) -> None:
@@ -132,18 +145,8 @@ class LocalFileSystem:
             os.close(fd)
 
 
-class UnsupportedFileSystem(NotImplementedError):
-    """A state root on a file system the commit protocol has no implementation for (yet)."""
-
-
 def filesystem_for(root: str) -> FileSystem:
     """Pick the implementation from the root's scheme (plain paths and file:// are local)."""
-    if root.startswith("file://"):
-        return LocalFileSystem()
-    if "://" in root:
-        scheme = root.split("://", 1)[0]
-        raise UnsupportedFileSystem(
-            f"state root {root!r}: no {scheme}:// file system yet; add one to "
-            "spark_jobs/state/fs.py (it needs list, read, delete and an atomic rename)")
-    return LocalFileSystem()
+    from spark_jobs.state.arrow_fs import ArrowFileSystem, is_local
 
+    return LocalFileSystem() if is_local(root) else ArrowFileSystem()

@@ -537,8 +537,11 @@ class Transaction:
             circuit=s.circuit, fingerprint=s.fingerprint, timestep=self.timestep,
             committed_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             traces=self._traces, outputs=self._outputs, inputs=self._inputs, meta=self._meta)
-        s.fs.publish_text(s.layout.manifest_path(self.timestep), manifest.to_json(),
-                          L.TMP_PREFIX)
+        try:
+            s.fs.publish_text(s.layout.manifest_path(self.timestep), manifest.to_json(),
+                              L.TMP_PREFIX, exclusive=True)
+        except FileExistsError as exc:  # lost a race the check above could not see
+            raise ConcurrentCommit(f"cannot commit timestep {self.timestep}: {exc}") from exc
         self._state = "published"
         manifest = Manifest.from_json(manifest.to_json())  # detach from this transaction
         s._cache[self.timestep] = manifest

@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Iterable
 
 import pyarrow.fs as pafs
 
 from spark_jobs.spec.model import InputSpec, Source
+from spark_jobs.state.arrow_fs import Location, is_local, locate, normalize, strip_file_scheme
 
 FORMAT_EXTENSIONS: dict[str, tuple[str, ...]] = {
     "parquet": (".parquet", ".parq"),
@@ -65,24 +65,7 @@ def file_format(path: str) -> str | None:
     return None
 
 
-# ---- locations -------------------------------------------------------------------------------
-
-def _strip_file_scheme(path: str) -> str:
-    if path.startswith("file://"):
-        return path[len("file://"):]
-    if path.startswith("file:"):
-        return path[len("file:"):]
-    return path
-
-
-def is_local(path: str) -> bool:
-    return "://" not in _strip_file_scheme(path)
-
-
-def normalize(path: str) -> str:
-    """The identity form of a path: absolute plain path for local files, the URI otherwise."""
-    return os.path.abspath(_strip_file_scheme(path)) if is_local(path) else path.rstrip("/")
-
+# ---- locations (shared with the state store: spark_jobs/state/arrow_fs.py) --------------------
 
 def resolve_path(source: Source, data_root: str) -> str:
     """``source.path`` made absolute: as is if absolute or a URI, else under ``data_root``."""
@@ -90,7 +73,7 @@ def resolve_path(source: Source, data_root: str) -> str:
     if "://" in path or path.startswith("file:") or os.path.isabs(path):
         return normalize(path)
     if is_local(data_root):
-        return normalize(os.path.join(_strip_file_scheme(data_root), path))
+        return normalize(os.path.join(strip_file_scheme(data_root), path))
     return data_root.rstrip("/") + "/" + path.strip("/")
 
 
@@ -102,35 +85,6 @@ def spark_uri(path: str) -> str:
     not ours), glob characters escaped (Spark would read ``x[1].csv`` as ``x1.csv``)."""
     uri = "file://" + normalize(path) if is_local(path) else path
     return _GLOB_CHARS.sub(r"\\\1", uri)
-
-
-@lru_cache(maxsize=None)
-def _remote_fs(scheme: str, authority: str) -> pafs.FileSystem:
-    scheme = "s3" if scheme in ("s3a", "s3n") else scheme
-    return pafs.FileSystem.from_uri(f"{scheme}://{authority}/")[0]
-
-
-@dataclass(frozen=True)
-class Location:
-    """A path as pyarrow sees it (``inner``) and as we report it (``uri``)."""
-
-    fs: pafs.FileSystem
-    inner: str
-    uri: str
-
-    def outer(self, inner_child: str) -> str:
-        return self.uri + inner_child[len(self.inner):]
-
-
-def locate(path: str) -> Location:
-    path = normalize(path)
-    if is_local(path):
-        return Location(pafs.LocalFileSystem(), path, path)
-    scheme, rest = path.split("://", 1)
-    authority, _, key = rest.partition("/")
-    fs = _remote_fs(scheme, authority)
-    inner = rest if fs.type_name == "s3" or fs.type_name == "gcs" else "/" + key
-    return Location(fs, inner.rstrip("/"), path)
 
 
 # ---- listing ---------------------------------------------------------------------------------
