@@ -18,6 +18,18 @@ DAGS = ROOT / "dags"
 LOADER = DAGS / "dbsp_circuits.py"  # the valid circuits' DAGs
 ERRORS = DAGS / "dbsp_circuit_errors.py"  # import error for the broken ones
 LAUNCHER = ROOT / "scripts" / "airflow_local.sh"
+# A circuit the validator refuses (line 7: node 'big' reads 'tt', a typo of input 't').
+BROKEN_CIRCUIT = """\
+name: broken_circuit
+inputs:
+  t:
+    schema: {id: long, a: long}
+    source: {kind: changes, path: inbox/t, format: parquet}
+nodes:
+  big: {op: filter, input: tt, where: "a > 2"}
+outputs:
+  big: {}
+"""
 
 
 def use_isolated_home(home: Path) -> None:

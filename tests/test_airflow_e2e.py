@@ -36,7 +36,7 @@ from spark_jobs.runtime.circuit import state_root
 from spark_jobs.spec import CircuitError, validate_file
 from spark_jobs.state import StateStore
 from tests import oracle
-from tests.airflow_support import ERRORS, ROOT, LocalAirflow, free_port, task_log
+from tests.airflow_support import BROKEN_CIRCUIT, ERRORS, ROOT, LocalAirflow, free_port, task_log
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
@@ -56,17 +56,6 @@ outputs:
     expectations:
       - expect_column_values_to_be_between: {column: amount, min_value: 0}   # policy fail
 """
-BROKEN_YAML = """\
-name: broken_circuit
-inputs:
-  t:
-    schema: {id: long}
-    source: {kind: changes, path: inbox/t, format: parquet}
-nodes:
-  kept: {op: filter, input: t, where: "nope > 1"}
-outputs:
-  kept: {}
-"""
 PAYMENTS = pa.schema([("payment_id", pa.int64()), ("amount", pa.float64())])
 
 
@@ -83,7 +72,7 @@ class Env:
         # manual runs only: an @hourly schedule would add a run of its own when unpaused
         (self.circuits / f"{REVENUE}.yaml").write_text(text.replace('schedule: "@hourly"', "schedule: none"))
         (self.circuits / f"{CHECKED}.yaml").write_text(CHECKED_YAML)
-        (self.circuits / "broken.yaml").write_text(BROKEN_YAML)
+        (self.circuits / "broken.yaml").write_text(BROKEN_CIRCUIT)
         self.profile = base / "profile.yaml"
         # Spark Connect when the server script is there (tasks then start no JVM); override with
         # DBSP_E2E_SPARK=local|connect
@@ -160,7 +149,7 @@ def test_a_broken_circuit_is_an_import_error_next_to_working_dags(world):
     assert len(errors) == 1 and errors[0]["filename"].endswith(ERRORS.name), errors
     expected = str(CircuitError(validate_file(str(world.circuits / "broken.yaml"))))
     assert expected in errors[0]["stack_trace"]
-    assert "broken.yaml:7: node 'kept'" in errors[0]["stack_trace"]
+    assert "broken.yaml:7: node 'big'" in errors[0]["stack_trace"]
     # listed (the list hides stale DAGs) and free of import errors: they stay scheduled
     dags = {d["dag_id"]: d for d in world.airflow.api.call("GET", "/api/v2/dags")["dags"]}
     assert {REVENUE, CHECKED} <= set(dags) and "broken_circuit" not in dags, dags

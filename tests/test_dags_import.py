@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from spark_jobs.config import load_config
 from spark_jobs.runtime.circuit import compile_file
 from spark_jobs.runtime.stages import stage_graph
 from spark_jobs.spec import CircuitError, validate_file
-from tests.airflow_support import ERRORS, LOADER, ROOT, dagbag, use_isolated_home
+from tests.airflow_support import BROKEN_CIRCUIT, ERRORS, LOADER, ROOT, dagbag, use_isolated_home
 
 pytestmark = pytest.mark.airflow
 CIRCUITS = sorted((ROOT / "circuits").glob("*.yaml"))
@@ -74,23 +73,12 @@ def test_the_schedule_of_the_yaml(circuits_env, tmp_path):
     assert [bag.dags[f"c{i}"].schedule for i in range(3)] == ["@daily", "*/15 * * * *", None]
 
 
-BROKEN = textwrap.dedent("""\
-    name: broken
-    inputs:
-      t:
-        schema: {id: long, a: long}
-        source: {kind: changes, path: inbox/t, format: parquet}
-    nodes:
-      big: {op: filter, input: tt, where: "a > 2"}
-    outputs:
-      big: {}
-    """)
 
 
 def test_a_broken_circuit_is_an_import_error_and_hides_nothing(circuits_env, tmp_path):
     shutil.copy(ROOT / "circuits" / "paper_example.yaml", tmp_path / "good.yaml")
     bad = tmp_path / "broken.yaml"
-    bad.write_text(BROKEN)
+    bad.write_text(BROKEN_CIRCUIT)
     circuits_env(tmp_path)
     bag = dagbag()
     assert set(bag.dags) == {"paper_example"}
@@ -105,7 +93,7 @@ def test_a_broken_circuit_is_an_import_error_and_hides_nothing(circuits_env, tmp
 def test_every_broken_circuit_is_reported_in_the_one_error(circuits_env, tmp_path):
     shutil.copy(ROOT / "circuits" / "paper_example.yaml", tmp_path / "a.yaml")
     shutil.copy(ROOT / "circuits" / "paper_example.yaml", tmp_path / "b_same_name.yaml")
-    (tmp_path / "broken.yaml").write_text(BROKEN)
+    (tmp_path / "broken.yaml").write_text(BROKEN_CIRCUIT)
     (tmp_path / "yaml_error.yaml").write_text("name: x\ninputs: [\n")
     (tmp_path / "_ignored.yaml").write_text("not: a circuit")
     circuits_env(tmp_path)
