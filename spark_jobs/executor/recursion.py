@@ -3,25 +3,35 @@
 Iteration i computes d[t][i] of every body node (``operators/nested.py`` has the rules), then
 runs ONE Spark job that materializes (``localCheckpoint``) the deltas later iterations read and
 counts them. The counts say which deltas are empty (so later terms are skipped, not planned) and
-when to stop: at the first iteration at or beyond the previous timestep's depth whose back edges
-carry nothing. Before that depth a zero change does not mean the end: old facts derived at deeper
-iterations may still meet this timestep's changes (DESIGN.md, "Incremental recursion").
+when to stop. A zero change at i is not the end by itself: old facts derived at deeper iterations
+may still meet this timestep's changes (DESIGN.md, "Incremental recursion"). So when the back
+edges carry nothing at i, one more small job asks the traces whether any row beyond i matches the
+keys of this timestep's changes so far; if none does, every later iteration is provably zero and
+the loop stops. A small change therefore runs as many iterations as its consequences need, not as
+many as the deepest fixed point ever did.
+
+Traces are read once per timestep into a cache sorted on their lookup key (``LOOKUP``), and every
+lookup first filters key ranges of the change, so an iteration reads the cached batches the change
+touches, not the whole trace.
 
 The scope's outer delta is ∫ (the sum over i) of its output's d[t][i]. State, per join/distinct
 input stream: one trace with an ``_iter`` column, appended with this timestep's d[t][i] tagged
-``_iter = i``; plus the depth (the iteration the loop stopped at) for the stopping rule.
+``_iter = i``; plus the depth (the iteration the loop stopped at; shown by status, not needed to stop).
 
 In a query circuit (no state: a fixed point from scratch) the same loop runs with empty traces:
 at t = 1 the 2-D rules are semi-naive evaluation (eq. 5.1 of the paper).
 """
 from __future__ import annotations
 
+import logging
+import time
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Callable, Iterator, Sequence
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -29,7 +39,7 @@ from spark_jobs.executor import zset
 from spark_jobs.executor.operators import linear
 from spark_jobs.executor.operators.join import join
 from spark_jobs.executor.session import temporary_conf
-from spark_jobs.executor.operators.nested import ITER, Stream, distinct_nested, join_nested, total
+from spark_jobs.executor.operators.nested import ITER, Stream, distinct_nested, join_nested, lookup, total
 from spark_jobs.executor.zset import WEIGHT, col, consolidate, empty_like
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.ir.incrementalize import incrementalize_body
@@ -38,6 +48,13 @@ BROADCAST_ROWS = 200_000  # a delta with at most this many rows is broadcast for
 BIG_STATE_ROWS = 200_000  # ...when the traces hold more rows than this (else one job does all)
 LOCAL_ROWS = 50_000  # an iteration's deltas up to this many rows are kept on the driver
 DEPTH = "depth"
+LOOKUPS = ("sorted", "cached", "scan")
+# how iterations read the traces: "sorted" = cached once per timestep, sorted on the lookup key, and
+# filtered on key ranges first (skips cached batches); "cached" = cached, unsorted, no range filter;
+# "scan" = the Parquet files read by every lookup (a broadcast semi-join over the whole trace)
+LOOKUP = "sorted"
+CACHE_BATCH_ROWS = 1024  # rows per cached batch of a sorted trace (the unit a range filter skips)
+log = logging.getLogger(__name__)
 
 ReadState = Callable[[str], "DataFrame | None"]
 
@@ -73,11 +90,13 @@ class _Loop:
     history: dict[str, list[tuple[int, DataFrame]]] = field(default_factory=dict)
     local: bool = True  # keep this iteration's deltas on the driver (they are small)
     broadcast: bool = False  # broadcast small deltas for lookups (the state is big)
+    prune: bool = False  # filter lookups on key ranges first (the traces are sorted on the key)
 
     def stream(self, node_id: str, trace: DataFrame | None) -> Stream:
         return Stream(self.cur[node_id], self.before[node_id], trace, node_id in self.empty,
                       node_id in self.before_empty, self.broadcast and node_id in self.small,
-                      self.broadcast and node_id in self.before_small, single=not self.broadcast)
+                      self.broadcast and node_id in self.before_small, single=not self.broadcast,
+                      prune=self.prune)
 
 
 def run_scope(node: Node, imports: Sequence[DataFrame], read: ReadState | None, *,
@@ -87,17 +106,43 @@ def run_scope(node: Node, imports: Sequence[DataFrame], read: ReadState | None, 
     outputs = node.param("outputs") or ()
     if not outputs or outputs[0] not in body.outputs:
         raise ValueError(f"recursive scope {node.id!r}: its body defines no output {outputs[:1]}")
-    traces = {n.id: (read(trace_id(node.id, n.id)) if read else None)
+    stored = {n.id: (read(trace_id(node.id, n.id)) if read else None)
               for n in body if n.op == "integrate_nested"}
     spark = spark or _spark_of(imports)
-    prev_depth, state_rows = _read_depth(read, node.id, traces)
-    big = state_rows > BIG_STATE_ROWS
-    if not big:  # small state, small deltas: one partition each, so an iteration is one stage
-        traces = {k: None if df is None else df.coalesce(1) for k, df in traces.items()}
-        imports = [df.coalesce(1) for df in imports]
-    with _loop_settings(spark, broadcast=big):
-        return _iterate(node, body, imports, traces, prev_depth, broadcast_imports, spark, broadcast=big,
-                        local=read is not None)
+    traces = _cached(body, stored, spark)
+    try:
+        with temporary_conf(spark, {"spark.sql.inMemoryColumnarStorage.batchSize": str(CACHE_BATCH_ROWS)}):
+            state = _read_state(traces)  # this job also fills the caches
+        big = state.rows > BIG_STATE_ROWS
+        if not big:  # small state, small deltas: one partition each, so an iteration is one stage
+            traces = {k: None if df is None else df.coalesce(1) for k, df in traces.items()}
+            imports = [df.coalesce(1) for df in imports]
+        with _loop_settings(spark, broadcast=big):
+            return _iterate(node, body, imports, traces, state, broadcast_imports, spark, broadcast=big,
+                            local=read is not None)
+    finally:
+        for df in traces.values():
+            if df is not None and LOOKUP != "scan":
+                df.unpersist()
+
+
+def _cached(body: Circuit, traces: dict[str, DataFrame | None], spark: SparkSession) -> dict[str, DataFrame | None]:
+    """The traces as every iteration reads them (see LOOKUP): lazily cached, so the first job
+    reading them (``_read_state``) stores them; with "sorted", each partition sorted on the
+    trace's first key so a cached batch covers a narrow key range."""
+    if LOOKUP == "scan":
+        return traces
+    width = max(1, spark.sparkContext.defaultParallelism)
+    out: dict[str, DataFrame | None] = {}
+    for t, df in traces.items():
+        if df is not None:
+            df = df.coalesce(width)  # one partition per core, however many files the trace has
+            keys = body[t].param("keys") or ()
+            if LOOKUP == "sorted" and keys:
+                df = df.sortWithinPartitions(col(keys[0]), col(ITER))
+            df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        out[t] = df
+    return out
 
 
 @contextmanager
@@ -117,7 +162,7 @@ def _loop_settings(spark: SparkSession, broadcast: bool) -> Iterator[None]:
 
 
 def _iterate(node: Node, body: Circuit, imports: Sequence[DataFrame], traces: dict[str, DataFrame | None],
-             prev_depth: int, broadcast_imports: bool, spark: SparkSession, *, broadcast: bool,
+             state: "_State", broadcast_imports: bool, spark: SparkSession, *, broadcast: bool,
              local: bool) -> ScopeStep:
     """The loop proper (see the module docstring)."""
     limit = int(node.param("max_iterations"))
@@ -126,12 +171,13 @@ def _iterate(node: Node, body: Circuit, imports: Sequence[DataFrame], traces: di
     out = body.outputs[node.param("outputs")[0]]
     kept = sources | streams | {out}
     # an incremental step starts on small deltas (kept on the driver); from scratch, on whole relations
-    loop = _Loop(body, _zeros(body, imports), local=local, broadcast=broadcast)
+    loop = _Loop(body, _zeros(body, imports), local=local, broadcast=broadcast, prune=LOOKUP == "sorted")
     for s in streams:
         loop.before[s] = loop.zero[s]
         loop.before_empty.add(s)
         loop.before_small.add(s)
     loop.history = {k: [] for k in streams | {out}}
+    profile = _Profile(spark)
     for i in range(limit):
         previous = _Previous(dict(loop.cur), set(loop.empty), set(loop.small))
         loop.cur, loop.empty, loop.small = {}, set(), set()
@@ -142,7 +188,10 @@ def _iterate(node: Node, body: Circuit, imports: Sequence[DataFrame], traces: di
         for k in loop.history:
             if k not in loop.empty:
                 loop.history[k].append((i, loop.cur[k]))
-        if sources <= loop.empty and i >= prev_depth:
+        done = sources <= loop.empty and (i >= state.deepest or not _deeper_rows_match(loop, traces, i))
+        profile.lap()
+        if done:
+            profile.log(node.id)
             return _finish(node, body, loop, traces, out, i, spark)
     raise RecursionLimitExceeded(
         f"recursive node {node.id!r} did not reach a fixed point within {limit} iterations: its relations "
@@ -155,18 +204,78 @@ def _spark_of(imports: Sequence[DataFrame]) -> SparkSession:
     return imports[0].sparkSession if imports else SparkSession.getActiveSession()  # type: ignore[return-value]
 
 
-def _read_depth(read: ReadState | None, scope: str, traces: dict[str, DataFrame | None]) -> tuple[int, int]:
-    """The iteration the previous timestep stopped at (-1 before the first one) and the number
-    of rows in the traces (to decide whether lookups should broadcast): one small job."""
-    depth = read(trace_id(scope, DEPTH)) if read else None
-    parts = [df.select(F.lit(0).alias("_d"), F.lit(1).alias("_n")) for df in traces.values() if df is not None]
-    if depth is not None:
-        parts.append(depth.select(F.col(DEPTH).alias("_d"), F.lit(0).alias("_n")))
+@dataclass
+class _State:
+    """What one small job learns of the stored state before the loop."""
+
+    rows: int  # rows in the traces (big state: broadcast the small deltas for lookups)
+    deepest: int  # the deepest iteration any trace holds rows of (-1: none)
+
+
+def _read_state(traces: dict[str, DataFrame | None]) -> _State:
+    """Count the traces' rows and find their deepest iteration: one job (which also fills the
+    traces' caches). Beyond the deepest iteration no old fact can meet a change."""
+    parts = [df.select(col(ITER).alias("_d"), F.lit(1).alias("_n")) for df in traces.values() if df is not None]
     if not parts:
-        return -1, 0
+        return _State(0, -1)
     row = reduce(lambda a, b: a.unionByName(b), parts).agg(F.max("_d"), F.sum("_n")).first()
-    found = depth is not None and row is not None and row[0] is not None
-    return (int(row[0]) if found else -1), int((row[1] if row is not None else 0) or 0)
+    deepest = -1 if row is None or row[0] is None else int(row[0])
+    return _State(int((row[1] if row is not None else 0) or 0), deepest)
+
+
+def _deeper_rows_match(loop: _Loop, traces: dict[str, DataFrame | None], i: int) -> bool:
+    """Can an iteration after i produce anything, now that the back edges carried nothing at i?
+
+    From i + 1 on, every ``cur`` is zero, so the only non-zero terms of a join or distinct read a
+    trace's rows of an iteration beyond i that match this timestep's changes so far (``before``,
+    which then stays fixed). One job looks for any such row; none means every later iteration is
+    zero. (Sums are not consolidated: a match may be spurious, which costs iterations, never facts.)
+    """
+    probes: list[DataFrame] = []
+
+    def probe(trace: DataFrame | None, changes: str, trace_keys: Sequence[str], keys: Sequence[str]) -> None:
+        if trace is not None and changes not in loop.before_empty:
+            deeper = trace.where(col(ITER) > i)
+            found = lookup(deeper, loop.before[changes], trace_keys, keys, changes in loop.before_small, loop.prune)
+            probes.append(found.select(F.lit(1).alias("_hit")).limit(1))
+
+    for n in loop.body:
+        if n.op == "join_nested":
+            a, b, ta, tb = n.inputs
+            lk, rk = n.param("left_keys", ()), n.param("right_keys", ())
+            probe(traces[ta], b, lk, rk)
+            probe(traces[tb], a, rk, lk)
+        elif n.op == "distinct_nested":
+            x, tx = n.inputs
+            cols = zset.data_columns(loop.before[x])
+            probe(traces[tx], x, cols, cols)
+    return bool(probes) and bool(reduce(lambda p, q: p.unionByName(q), probes).take(1))
+
+
+class _Profile:
+    """Seconds and Spark jobs per iteration, logged at DEBUG for benchmarks (``extra["profile"]``)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark, self.seconds, self.jobs = spark, [], 0
+        self.started, self.first_job = time.time(), _jobs_submitted(spark)
+
+    def lap(self) -> None:
+        now = time.time()
+        self.seconds.append(now - self.started)
+        self.started = now
+
+    def log(self, scope: str) -> None:
+        jobs = _jobs_submitted(self.spark) - self.first_job
+        log.debug("scope %s: %d iterations, %.2f s, %d Spark jobs", scope, len(self.seconds), sum(self.seconds),
+                  jobs, extra={"profile": {"iterations": len(self.seconds), "seconds": self.seconds, "jobs": jobs}})
+
+
+def _jobs_submitted(spark: SparkSession) -> int:
+    """Spark jobs submitted so far by this application (0 where the scheduler is not reachable)."""
+    try:
+        return int(spark.sparkContext._jsc.sc().dagScheduler().nextJobId().get())  # type: ignore[union-attr]
+    except Exception:  # Spark Connect, or another Spark version: profiling only
+        return 0
 
 
 def _zeros(body: Circuit, imports: Sequence[DataFrame]) -> dict[str, DataFrame]:
