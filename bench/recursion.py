@@ -113,6 +113,8 @@ def main() -> None:
     ap.add_argument("--lookup", choices=recursion.LOOKUPS, default=recursion.LOOKUP,
                     help="how an iteration reads the per-iteration traces (see recursion.LOOKUPS)")
     ap.add_argument("--no-scratch", action="store_true", help="time the incremental steps only")
+    ap.add_argument("--compare", nargs="*", default=["scan"], choices=recursion.LOOKUPS,
+                    help="other lookups timed afterwards on the smallest batch (incremental steps only)")
     ap.add_argument("--out", default="recursion", help="results file name (bench/results/<out>.json/.md)")
     args = ap.parse_args()
     recursion.LOOKUP = args.lookup
@@ -144,35 +146,38 @@ def main() -> None:
         print(f"{len(edges)} edges, closure {result['closure_rows']} rows, state {result['state_rows']} rows, "
               f"first step {result['initial_step_seconds']} s", flush=True)
         n = 1
-        for size in batches:
-            for _ in range(args.repeats):
-                for kind in ("insert", "delete"):
-                    if kind == "insert":
-                        change = {}
-                        while len(change) < size:
-                            c = rng.randrange(comps)
-                            a = rng.randrange(nodes - 1)
-                            e = (c * 1000 + a, c * 1000 + rng.randrange(a + 1, nodes))
-                            if e not in edges:
-                                change[e] = 1
-                        edges |= set(change)
-                    else:
-                        change = {e: -1 for e in rng.sample(sorted(edges), size)}
-                        edges -= set(change)
-                    write_batch(root, f"b{n:06d}.parquet", change)
-                    n += 1
-                    with Measured(rt.spark, loops, f"step{n}") as m:
-                        report = run_step(rt)
-                    entry = {"kind": kind, "batch": size, **m.summary("step"),
-                             "view_changes": report.views.get("closure"),
-                             "load_average": round(os.getloadavg()[0], 2)}
-                    if not args.no_scratch:
-                        scratch, rows = from_scratch(rt, edges, loops, f"scratch{n}")
-                        entry.update(scratch.summary("from_scratch"))
-                        entry["closure_rows"] = rows
-                    result["steps"].append(entry)
-                    print({k: v for k, v in entry.items() if not k.endswith("iteration_seconds")}, flush=True)
-                    save(result, out)  # after every step: a long run leaves partial results
+        # the main lookup on every batch size; then each other lookup on the smallest batch
+        plan = [(size, args.lookup, args.no_scratch) for size in batches for _ in range(args.repeats)]
+        plan += [(batches[0], other, True) for other in args.compare]
+        for size, lookup, no_scratch in plan:
+            recursion.LOOKUP = lookup
+            for kind in ("insert", "delete"):
+                if kind == "insert":
+                    change = {}
+                    while len(change) < size:
+                        c = rng.randrange(comps)
+                        a = rng.randrange(nodes - 1)
+                        e = (c * 1000 + a, c * 1000 + rng.randrange(a + 1, nodes))
+                        if e not in edges:
+                            change[e] = 1
+                    edges |= set(change)
+                else:
+                    change = {e: -1 for e in rng.sample(sorted(edges), size)}
+                    edges -= set(change)
+                write_batch(root, f"b{n:06d}.parquet", change)
+                n += 1
+                with Measured(rt.spark, loops, f"step{n}") as m:
+                    report = run_step(rt)
+                entry = {"kind": kind, "batch": size, "lookup": lookup, **m.summary("step"),
+                         "view_changes": report.views.get("closure"),
+                         "load_average": round(os.getloadavg()[0], 2)}
+                if not no_scratch:
+                    scratch, rows = from_scratch(rt, edges, loops, f"scratch{n}")
+                    entry.update(scratch.summary("from_scratch"))
+                    entry["closure_rows"] = rows
+                result["steps"].append(entry)
+                print({k: v for k, v in entry.items() if not k.endswith("iteration_seconds")}, flush=True)
+                save(result, out)  # after every step: a long run leaves partial results
     finally:
         logger.removeHandler(loops)
         shutil.rmtree(root, ignore_errors=True)
@@ -192,13 +197,13 @@ def markdown(result: dict) -> str:
              f"state; first (from-empty) step {result.get('initial_step_seconds')} s "
              f"({result.get('initial_step_iterations')} iterations). Trace lookups: {result.get('lookup')}; "
              f"{result.get('cores')} cores.", "",
-             "| change | edges | incremental step (s) | iterations | loop jobs / iteration | step jobs "
+             "| change | edges | lookup | incremental step (s) | iterations | loop jobs / iteration | step jobs "
              "| from scratch (s) | iterations | speed-up | load avg |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in result["steps"]:
         scratch = s.get("from_scratch_seconds")
         speed = f"{scratch / s['step_seconds']:.1f}x" if scratch and s["step_seconds"] else "-"
-        lines.append(f"| {s['kind']} | {s['batch']} | {s['step_seconds']} | {s.get('step_iterations')} | "
+        lines.append(f"| {s['kind']} | {s['batch']} | {s.get('lookup', result.get('lookup'))} | {s['step_seconds']} | {s.get('step_iterations')} | "
                      f"{s.get('step_loop_jobs_per_iteration')} | {s.get('step_jobs')} | {scratch or '-'} | "
                      f"{s.get('from_scratch_iterations', '-')} | {speed} | {s.get('load_average')} |")
     return "\n".join(lines) + "\n"

@@ -39,7 +39,7 @@ from spark_jobs.executor import zset
 from spark_jobs.executor.operators import linear
 from spark_jobs.executor.operators.join import join
 from spark_jobs.executor.session import temporary_conf
-from spark_jobs.executor.operators.nested import ITER, Stream, distinct_nested, join_nested, lookup, total
+from spark_jobs.executor.operators.nested import ITER, Stream, distinct_nested, held, join_nested, lookup, total
 from spark_jobs.executor.zset import WEIGHT, col, consolidate, empty_like
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.ir.incrementalize import incrementalize_body
@@ -112,8 +112,10 @@ def run_scope(node: Node, imports: Sequence[DataFrame], read: ReadState | None, 
     traces = _cached(body, stored, spark)
     try:
         with temporary_conf(spark, {"spark.sql.inMemoryColumnarStorage.batchSize": str(CACHE_BATCH_ROWS)}):
-            state = _read_state(traces)  # this job also fills the caches
-        big = state.rows > BIG_STATE_ROWS
+            state, imports, held = _read_state(traces, imports, local=read is not None)
+        # Broadcast lookups pay where a big trace must be scanned; with the changes on the driver
+        # and sorted traces, lookups read few cached batches: one partition, one stage, no broadcast.
+        big = state.rows > BIG_STATE_ROWS and not (LOOKUP == "sorted" and held)
         if not big:  # small state, small deltas: one partition each, so an iteration is one stage
             traces = {k: None if df is None else df.coalesce(1) for k, df in traces.items()}
             imports = [df.coalesce(1) for df in imports]
@@ -132,11 +134,13 @@ def _cached(body: Circuit, traces: dict[str, DataFrame | None], spark: SparkSess
     trace's first key so a cached batch covers a narrow key range."""
     if LOOKUP == "scan":
         return traces
-    width = max(1, spark.sparkContext.defaultParallelism)
+    # "sorted": one partition, so the cache itself is single-partitioned and lookups join it with
+    # no shuffle (a coalesce on top does not survive: Spark pushes a semi-join below it)
+    width = 1 if LOOKUP == "sorted" else max(1, spark.sparkContext.defaultParallelism)
     out: dict[str, DataFrame | None] = {}
     for t, df in traces.items():
         if df is not None:
-            df = df.coalesce(width)  # one partition per core, however many files the trace has
+            df = df.coalesce(width)
             keys = body[t].param("keys") or ()
             if LOOKUP == "sorted" and keys:
                 df = df.sortWithinPartitions(col(keys[0]), col(ITER))
@@ -154,9 +158,9 @@ def _loop_settings(spark: SparkSession, broadcast: bool) -> Iterator[None]:
     with one job per iteration: AQE off, and broadcasts only where the state is big enough that
     scanning it beats a job (explicit hints; automatic broadcasts off).
     """
-    wanted = {"spark.sql.adaptive.enabled": "false"}
+    wanted = {"spark.sql.adaptive.enabled": "false", "spark.sql.autoBroadcastJoinThreshold": "-1"}
     if not broadcast:  # small state: tiny plans, planned afresh each iteration; compiling costs more
-        wanted.update({"spark.sql.autoBroadcastJoinThreshold": "-1", "spark.sql.codegen.wholeStage": "false"})
+        wanted["spark.sql.codegen.wholeStage"] = "false"
     with temporary_conf(spark, wanted):
         yield
 
@@ -212,15 +216,24 @@ class _State:
     deepest: int  # the deepest iteration any trace holds rows of (-1: none)
 
 
-def _read_state(traces: dict[str, DataFrame | None]) -> _State:
-    """Count the traces' rows and find their deepest iteration: one job (which also fills the
-    traces' caches). Beyond the deepest iteration no old fact can meet a change."""
+def _read_state(traces: dict[str, DataFrame | None], imports: Sequence[DataFrame],
+                local: bool) -> tuple[_State, list[DataFrame], bool]:
+    """Count the traces' rows and find their deepest iteration (beyond it no old fact can meet a
+    change); with ``local``, also bring small imports to the driver. One job, which also fills
+    the traces' caches. Returns the state, the imports, and whether they are held on the driver."""
     parts = [df.select(col(ITER).alias("_d"), F.lit(1).alias("_n")) for df in traces.values() if df is not None]
-    if not parts:
-        return _State(0, -1)
-    row = reduce(lambda a, b: a.unionByName(b), parts).agg(F.max("_d"), F.sum("_n")).first()
-    deepest = -1 if row is None or row[0] is None else int(row[0])
-    return _State(int((row[1] if row is not None else 0) or 0), deepest)
+    summary = reduce(lambda a, b: a.unionByName(b), parts).agg(F.max("_d").alias("_d"), F.sum("_n").alias("_n")) \
+        if parts else None
+    frames = list(imports) + ([summary] if summary is not None else [])
+    got = collect_together(frames, single=False) if local and frames else None
+    held = got is not None
+    if got is not None:
+        imports, summary = got[0][:len(imports)], (got[0][-1] if summary is not None else None)
+    row = summary.first() if summary is not None else None
+    if row is None:
+        return _State(0, -1), list(imports), held
+    deepest = -1 if row["_d"] is None else int(row["_d"])
+    return _State(int(row["_n"] or 0), deepest), list(imports), held
 
 
 def _deeper_rows_match(loop: _Loop, traces: dict[str, DataFrame | None], i: int) -> bool:
@@ -237,7 +250,7 @@ def _deeper_rows_match(loop: _Loop, traces: dict[str, DataFrame | None], i: int)
         if trace is not None and changes not in loop.before_empty:
             deeper = trace.where(col(ITER) > i)
             found = lookup(deeper, loop.before[changes], trace_keys, keys, changes in loop.before_small, loop.prune)
-            probes.append(found.select(F.lit(1).alias("_hit")).limit(1))
+            probes.append(found.select(F.lit(1).alias("_hit")))
 
     for n in loop.body:
         if n.op == "join_nested":
@@ -249,7 +262,8 @@ def _deeper_rows_match(loop: _Loop, traces: dict[str, DataFrame | None], i: int)
             x, tx = n.inputs
             cols = zset.data_columns(loop.before[x])
             probe(traces[tx], x, cols, cols)
-    return bool(probes) and bool(reduce(lambda p, q: p.unionByName(q), probes).take(1))
+    # a count, not take(1): take runs a job per batch of partitions it tries
+    return bool(probes) and reduce(lambda p, q: p.unionByName(q), probes).count() > 0
 
 
 class _Profile:
@@ -271,11 +285,9 @@ class _Profile:
 
 
 def _jobs_submitted(spark: SparkSession) -> int:
-    """Spark jobs submitted so far by this application (0 where the scheduler is not reachable)."""
-    try:
-        return int(spark.sparkContext._jsc.sc().dagScheduler().nextJobId().get())  # type: ignore[union-attr]
-    except Exception:  # Spark Connect, or another Spark version: profiling only
-        return 0
+    """Spark jobs submitted so far in this thread's job group (or without one): a profile figure."""
+    sc = spark.sparkContext
+    return len(sc.statusTracker().getJobIdsForGroup(sc.getLocalProperty("spark.jobGroup.id")))
 
 
 def _zeros(body: Circuit, imports: Sequence[DataFrame]) -> dict[str, DataFrame]:
@@ -356,12 +368,14 @@ def _evaluate(loop: _Loop, n: Node, i: int, imports: Sequence[DataFrame], previo
         value = total(parts, not loop.broadcast) if parts else None
     elif n.op == "join_nested":
         a, b, ta, tb = n.inputs
+        _hold(loop, [x for x, t in ((a, ta), (b, tb)) if traces[t] is not None])
         terms = join_nested(loop.stream(a, traces[ta]), loop.stream(b, traces[tb]), i,
                             n.param("left_keys", ()), n.param("right_keys", ()), bool(n.param("null_safe", False)),
                             n.param("left_out", ()), n.param("right_out", ()))
         value = total(terms, not loop.broadcast) if terms else None
     elif n.op == "distinct_nested":
         x, tx = n.inputs
+        _hold(loop, [x] if traces[tx] is not None else [])
         value = distinct_nested(loop.stream(x, traces[tx]), i)
     else:
         value = None if n.inputs[0] in loop.empty else _linear_or_whole(n, [loop.cur[n.inputs[0]]])
@@ -374,6 +388,25 @@ def _evaluate(loop: _Loop, n: Node, i: int, imports: Sequence[DataFrame], previo
         loop.empty.add(n.id)
     else:
         loop.cur[n.id] = value
+
+
+def _hold(loop: _Loop, streams: list[str]) -> None:
+    """Bring the deltas a trace lookup is keyed by to the driver first, if they are computed in
+    this iteration (one small job): a lookup by driver-held keys reads the few cached batches
+    those keys fall in; by computed keys it would read and sort the whole trace."""
+    todo = [x for x in streams if loop.prune and loop.local and x not in loop.empty and not held(loop.cur[x])]
+    if not todo:
+        return
+    got = collect_together([loop.cur[x] for x in todo], not loop.broadcast)
+    if got is None:  # too big for the driver: keep the plan, and stop trying for this step
+        loop.local = False
+        return
+    for x, value, n in zip(todo, *got):
+        loop.cur[x] = value
+        if n == 0:
+            loop.cur[x] = loop.zero[x]
+            loop.empty.add(x)
+        (loop.small.add if n <= BROADCAST_ROWS else loop.small.discard)(x)
 
 
 def _materialize(loop: _Loop, kept: set[str], streams: set[str]) -> None:
@@ -436,7 +469,7 @@ def collect_together(frames: list[DataFrame], single: bool) -> tuple[list[DataFr
     jdf = getattr(union, "_jdf", None)
     if jdf is None:
         return None
-    limited = union.limit(LOCAL_ROWS + 1)._jdf
+    limited = union.limit(LOCAL_ROWS + 1).coalesce(1)._jdf  # a limit on top would collect in 2+ jobs
     rows = limited.collectAsList()
     if rows.size() > LOCAL_ROWS:
         return None

@@ -19,17 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from functools import reduce
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, IntegralType, StringType
 
 from spark_jobs.executor.operators.join import join
-from spark_jobs.executor.zset import WEIGHT, col, data_columns, is_local, local_plus, plus, restrict
+from spark_jobs.executor.zset import WEIGHT, col, data_columns, local_plus, plus, restrict
 
 ITER = "_iter"  # the iteration column of a per-iteration trace
-MAX_RANGES = 32  # a key-range filter has at most this many ranges (split at the widest gaps)
+MAX_RANGES = 128  # a key-range filter has at most this many ranges (split at the widest gaps)
 
 
 @dataclass
@@ -61,14 +59,79 @@ def lookup(trace: DataFrame, probe: DataFrame, trace_keys: Sequence[str], probe_
            small: bool, prune: bool) -> DataFrame:
     """Rows of ``trace`` whose keys match a row of ``probe`` (a semi-join, see ``restrict``).
 
-    With ``prune`` and a probe held on the driver (no Spark job to read it), a filter on ranges of
-    the first key goes first: it is what lets a key-sorted trace skip the batches not touched.
+    With ``prune`` and a probe held on the driver (its keys read without a Spark job), a filter on
+    ranges of the first key goes first: it lets a key-sorted trace skip the batches not touched.
     """
-    if prune and trace_keys and is_local(probe):
-        ranges = key_ranges(trace, trace_keys[0], [r[0] for r in probe.select(col(probe_keys[0])).collect()])
+    values = driver_values(probe, probe_keys[0]) if prune and trace_keys else None
+    if values is not None:
+        ranges = key_ranges(trace, trace_keys[0], values)
         if ranges is not None:
             trace = trace.where(ranges)
     return restrict(trace, probe, trace_keys, probe_keys, small)
+
+
+def driver_values(df: DataFrame, column: str) -> list | None:
+    """The values of ``column`` in ``df`` if its rows are held on the driver, read without a
+    Spark job; None otherwise. Held: local relations, also coalesced, unioned or renamed (the
+    shapes the loop builds from its materialized deltas)."""
+    parts = _local_parts(df, column)
+    if parts is None:
+        return None
+    spark = df.sparkSession
+    out: list = []
+    for plan, name in parts:
+        local = spark._jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, plan)  # type: ignore[attr-defined]
+        out.extend(r[0] for r in DataFrame(local, spark).select(col(name)).collect())
+    return out
+
+
+def held(df: DataFrame) -> bool:
+    """Are ``df``'s rows held on the driver (see ``driver_values``)?"""
+    return _local_parts(df, df.columns[0]) is not None
+
+
+def _local_parts(df: DataFrame, column: str) -> list | None:
+    """The local relations ``df`` is made of, with the name ``column`` has in each; None if
+    ``df`` is not only local relations."""
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:
+        return None
+    out: list = []
+    try:
+        return out if _walk(jdf.queryExecution().optimizedPlan(), column, out) else None
+    except Exception:  # py4j: a plan shape or Spark version this does not know
+        return None
+
+
+def _walk(plan, column: str, out: list) -> bool:
+    kind = plan.getClass().getSimpleName()
+    if kind == "LocalRelation":
+        out.append((plan, column))
+        return True
+    if kind == "Repartition" and not plan.shuffle():
+        return _walk(plan.child(), column, out)
+    if kind == "Union":
+        names = _names(plan.output())
+        if column not in names:
+            return False
+        children = plan.children()
+        return all(_walk(children.apply(k), _names(children.apply(k).output())[names.index(column)], out)
+                   for k in range(children.size()))
+    if kind == "Project":
+        exprs = plan.projectList()
+        for k in range(exprs.size()):
+            e = exprs.apply(k)
+            if e.name() != column:
+                continue
+            source = e.child() if e.getClass().getSimpleName() == "Alias" else e
+            if source.getClass().getSimpleName() != "AttributeReference":
+                return False
+            return _walk(plan.child(), source.name(), out)
+    return False
+
+
+def _names(attributes) -> list[str]:
+    return [attributes.apply(k).name() for k in range(attributes.size())]
 
 
 def key_ranges(df: DataFrame, column: str, values: list) -> Column | None:
@@ -76,29 +139,37 @@ def key_ranges(df: DataFrame, column: str, values: list) -> Column | None:
     ranges covering ``values`` (None: a type without a simple order, nothing filtered).
 
     Ranges are closed intervals split at the widest gaps between the sorted values, compared with
-    literals of the column's own type, so Spark can test them against batch/row-group min/max.
+    literals, so Spark can test them against cached-batch / row-group min/max statistics. Built as
+    one SQL string: one call into the JVM, not a handful per range.
     """
     dtype = df.schema[column].dataType
     if not isinstance(dtype, (IntegralType, StringType, DateType)):
         return None
     present = sorted({v for v in values if v is not None})
-    c = col(column)
-    parts: list[Column] = []
-    if present:
-        if len(present) <= MAX_RANGES:
-            cuts = list(range(1, len(present)))
-        elif isinstance(dtype, IntegralType):
-            widest = sorted(range(1, len(present)), key=lambda j: present[j] - present[j - 1], reverse=True)
-            cuts = sorted(widest[:MAX_RANGES - 1])
-        else:
-            cuts = [len(present) * k // MAX_RANGES for k in range(1, MAX_RANGES)]
-        for lo, hi in zip([0, *cuts], [*cuts, len(present)]):
-            first, last = present[lo], present[hi - 1]
-            parts.append(c == F.lit(first).cast(dtype) if first == last else
-                         (c >= F.lit(first).cast(dtype)) & (c <= F.lit(last).cast(dtype)))
+    if len(present) <= MAX_RANGES:
+        cuts = list(range(1, len(present)))
+    elif isinstance(dtype, IntegralType):
+        widest = sorted(range(1, len(present)), key=lambda j: present[j] - present[j - 1], reverse=True)
+        cuts = sorted(widest[:MAX_RANGES - 1])
+    else:
+        cuts = [len(present) * k // MAX_RANGES for k in range(1, MAX_RANGES)]
+    name = "`" + column.replace("`", "``") + "`"
+    parts = []
+    for lo, hi in (zip([0, *cuts], [*cuts, len(present)]) if present else ()):
+        first, last = _sql(present[lo]), _sql(present[hi - 1])
+        parts.append(f"{name} = {first}" if first == last else f"({name} >= {first} AND {name} <= {last})")
     if len(present) < len(values):  # a null key (lookups match keys null-safely)
-        parts.append(c.isNull())
-    return reduce(lambda a, b: a | b, parts) if parts else F.lit(False)
+        parts.append(f"{name} IS NULL")
+    return F.expr(" OR ".join(parts)) if parts else F.lit(False)
+
+
+def _sql(value) -> str:
+    """A literal for an integral, string or date value."""
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, int):
+        return str(value)
+    return f"DATE'{value.isoformat()}'"
 
 
 def old_at(trace: DataFrame, i: int) -> DataFrame:
