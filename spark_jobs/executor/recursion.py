@@ -112,10 +112,10 @@ def run_scope(node: Node, imports: Sequence[DataFrame], read: ReadState | None, 
     traces = _cached(body, stored, spark)
     try:
         with temporary_conf(spark, {"spark.sql.inMemoryColumnarStorage.batchSize": str(CACHE_BATCH_ROWS)}):
-            state, imports, held = _read_state(traces, imports, local=read is not None)
+            state, imports, on_driver = _read_state(traces, imports, local=read is not None)
         # Broadcast lookups pay where a big trace must be scanned; with the changes on the driver
         # and sorted traces, lookups read few cached batches: one partition, one stage, no broadcast.
-        big = state.rows > BIG_STATE_ROWS and not (LOOKUP == "sorted" and held)
+        big = state.rows > BIG_STATE_ROWS and not (LOOKUP == "sorted" and on_driver)
         if not big:  # small state, small deltas: one partition each, so an iteration is one stage
             traces = {k: None if df is None else df.coalesce(1) for k, df in traces.items()}
             imports = [df.coalesce(1) for df in imports]
@@ -226,14 +226,13 @@ def _read_state(traces: dict[str, DataFrame | None], imports: Sequence[DataFrame
         if parts else None
     frames = list(imports) + ([summary] if summary is not None else [])
     got = collect_together(frames, single=False) if local and frames else None
-    held = got is not None
     if got is not None:
         imports, summary = got[0][:len(imports)], (got[0][-1] if summary is not None else None)
     row = summary.first() if summary is not None else None
     if row is None:
-        return _State(0, -1), list(imports), held
+        return _State(0, -1), list(imports), got is not None
     deepest = -1 if row["_d"] is None else int(row["_d"])
-    return _State(int(row["_n"] or 0), deepest), list(imports), held
+    return _State(int(row["_n"] or 0), deepest), list(imports), got is not None
 
 
 def _deeper_rows_match(loop: _Loop, traces: dict[str, DataFrame | None], i: int) -> bool:
@@ -270,7 +269,7 @@ class _Profile:
     """Seconds and Spark jobs per iteration, logged at DEBUG for benchmarks (``extra["profile"]``)."""
 
     def __init__(self, spark: SparkSession) -> None:
-        self.spark, self.seconds, self.jobs = spark, [], 0
+        self.spark, self.seconds = spark, []
         self.started, self.first_job = time.time(), _jobs_submitted(spark)
 
     def lap(self) -> None:
