@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import random
 import shutil
@@ -25,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spark_jobs.config import PROJECT_ROOT, load_config
+from spark_jobs.executor import recursion
 from spark_jobs.executor.recursion import run_scope
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
@@ -52,16 +54,55 @@ def write_batch(root: str, name: str, rows: dict[tuple[int, int], int]) -> None:
     pq.write_table(table, os.path.join(folder, name))
 
 
-def from_scratch(rt, edges: set[tuple[int, int]]) -> tuple[float, int, int]:
-    """Seconds, rows and iterations of the closure computed from the whole graph, no state."""
+class Loops(logging.Handler):
+    """Collects the per-iteration profile every fixed-point loop logs (recursion.PROFILE)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.runs: list[dict] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        profile = getattr(record, "profile", None)
+        if profile is not None:
+            self.runs.append(profile)
+
+
+class Measured:
+    """Seconds, Spark jobs (a job group per measurement) and loop profiles of one block."""
+
+    def __init__(self, spark, loops: Loops, label: str) -> None:
+        self.spark, self.loops, self.label = spark, loops, label
+
+    def __enter__(self) -> "Measured":
+        self.spark.sparkContext.setJobGroup(self.label, self.label)
+        self.first = len(self.loops.runs)
+        self.started = time.time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.time() - self.started
+        self.jobs = len(self.spark.sparkContext.statusTracker().getJobIdsForGroup(self.label))
+        self.runs = self.loops.runs[self.first:]
+
+    def summary(self, prefix: str) -> dict:
+        iters = sum(r["iterations"] for r in self.runs)
+        loop_jobs = sum(r["jobs"] for r in self.runs)
+        return {f"{prefix}_seconds": round(self.seconds, 2), f"{prefix}_jobs": self.jobs,
+                f"{prefix}_iterations": iters,
+                f"{prefix}_loop_jobs_per_iteration": round(loop_jobs / iters, 2) if iters else None,
+                f"{prefix}_iteration_seconds": [round(s, 2) for r in self.runs for s in r["seconds"]]}
+
+
+def from_scratch(rt, edges: set[tuple[int, int]], loops: Loops, label: str) -> tuple[Measured, int]:
+    """The closure computed from the whole graph, no state: measurement and closure rows."""
     spark = rt.spark
     df = spark.createDataFrame([(a, b, 1) for a, b in sorted(edges)], "src long, dst long, _weight long")
     df = df.localCheckpoint()  # the graph as input, not its Python conversion, is what we time
     scope = rt.compiled.query["closure"]
-    started = time.time()
-    done = run_scope(scope, [df], None, broadcast_imports=False, spark=spark)
-    rows = done.output.count()
-    return time.time() - started, rows, done.iterations
+    with Measured(spark, loops, label) as m:
+        done = run_scope(scope, [df], None, broadcast_imports=False, spark=spark)
+        rows = done.output.count()
+    return m, rows
 
 
 def main() -> None:
@@ -69,7 +110,14 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: check that the benchmark runs")
     ap.add_argument("--components", type=int, default=5000, help="DAG components (edges = components x 21)")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--lookup", choices=recursion.LOOKUPS, default=recursion.LOOKUP,
+                    help="how an iteration reads the per-iteration traces (see recursion.LOOKUPS)")
+    ap.add_argument("--no-scratch", action="store_true", help="time the incremental steps only")
+    ap.add_argument("--compare", nargs="*", default=["scan"], choices=recursion.LOOKUPS,
+                    help="other lookups timed afterwards on the smallest batch (incremental steps only)")
+    ap.add_argument("--out", default="recursion", help="results file name (bench/results/<out>.json/.md)")
     args = ap.parse_args()
+    recursion.LOOKUP = args.lookup
     comps, nodes, per = (40, 12, 14) if args.smoke else (args.components, 24, 21)
     batches = (2, 5) if args.smoke else (10, 100)
     rng = random.Random(42)
@@ -77,70 +125,87 @@ def main() -> None:
     for c in range(comps):
         edges |= component_edges(rng, c * 1000, nodes, per)
     root = tempfile.mkdtemp(prefix="bench-recursion-")
-    result: dict = {"edges": len(edges), "components": comps, "nodes_per_component": nodes, "steps": []}
+    out = args.out + ("-smoke" if args.smoke else "")
+    result: dict = {"edges": len(edges), "components": comps, "nodes_per_component": nodes,
+                    "lookup": args.lookup, "cores": os.cpu_count(), "steps": []}
+    loops = Loops()
+    logger = logging.getLogger(recursion.__name__)
+    logger.addHandler(loops)
+    logger.setLevel(logging.DEBUG)
     try:
         rt = open_circuit(CIRCUIT, load_config(data_root=root))
         write_batch(root, "b000000.parquet", {e: 1 for e in edges})
-        started = time.time()
-        run_step(rt)
-        result["initial_step_seconds"] = round(time.time() - started, 2)
+        with Measured(rt.spark, loops, "initial") as m:
+            run_step(rt)
+        result.update(m.summary("initial_step"))
+        result["initial_load_average"] = round(os.getloadavg()[0], 2)
         status = rt.store.status()["traces"]
         result["closure_rows"] = status["view:closure"]["rows"]
         result["state_rows"] = sum(t["rows"] for k, t in status.items() if k.startswith("closure/"))
-        save(result, args.smoke)
+        save(result, out)
         print(f"{len(edges)} edges, closure {result['closure_rows']} rows, state {result['state_rows']} rows, "
               f"first step {result['initial_step_seconds']} s", flush=True)
         n = 1
-        for size in batches:
-            for _ in range(args.repeats):
-                for kind in ("insert", "delete"):
-                    if kind == "insert":
-                        change = {}
-                        while len(change) < size:
-                            c = rng.randrange(comps)
-                            a = rng.randrange(nodes - 1)
-                            e = (c * 1000 + a, c * 1000 + rng.randrange(a + 1, nodes))
-                            if e not in edges:
-                                change[e] = 1
-                        edges |= set(change)
-                    else:
-                        change = {e: -1 for e in rng.sample(sorted(edges), size)}
-                        edges -= set(change)
-                    write_batch(root, f"b{n:06d}.parquet", change)
-                    n += 1
-                    started = time.time()
+        # the main lookup on every batch size; then each other lookup on the smallest batch
+        plan = [(size, args.lookup, args.no_scratch) for size in batches for _ in range(args.repeats)]
+        plan += [(batches[0], other, True) for other in args.compare]
+        for size, lookup, no_scratch in plan:
+            recursion.LOOKUP = lookup
+            for kind in ("insert", "delete"):
+                if kind == "insert":
+                    change = {}
+                    while len(change) < size:
+                        c = rng.randrange(comps)
+                        a = rng.randrange(nodes - 1)
+                        e = (c * 1000 + a, c * 1000 + rng.randrange(a + 1, nodes))
+                        if e not in edges:
+                            change[e] = 1
+                    edges |= set(change)
+                else:
+                    change = {e: -1 for e in rng.sample(sorted(edges), size)}
+                    edges -= set(change)
+                write_batch(root, f"b{n:06d}.parquet", change)
+                n += 1
+                with Measured(rt.spark, loops, f"step{n}") as m:
                     report = run_step(rt)
-                    step_s = time.time() - started
-                    scratch_s, rows, iterations = from_scratch(rt, edges)
-                    entry = {"kind": kind, "batch": size, "step_seconds": round(step_s, 2),
-                             "view_changes": report.views.get("closure"),
-                             "from_scratch_seconds": round(scratch_s, 2), "closure_rows": rows,
-                             "from_scratch_iterations": iterations}
-                    result["steps"].append(entry)
-                    print(entry, flush=True)
-                    save(result, args.smoke)  # after every step: a long run leaves partial results
+                entry = {"kind": kind, "batch": size, "lookup": lookup, **m.summary("step"),
+                         "view_changes": report.views.get("closure"),
+                         "load_average": round(os.getloadavg()[0], 2)}
+                if not no_scratch:
+                    scratch, rows = from_scratch(rt, edges, loops, f"scratch{n}")
+                    entry.update(scratch.summary("from_scratch"))
+                    entry["closure_rows"] = rows
+                result["steps"].append(entry)
+                print({k: v for k, v in entry.items() if not k.endswith("iteration_seconds")}, flush=True)
+                save(result, out)  # after every step: a long run leaves partial results
     finally:
+        logger.removeHandler(loops)
         shutil.rmtree(root, ignore_errors=True)
-    save(result, args.smoke)
+    save(result, out)
     print(markdown(result))
 
 
-def save(result: dict, smoke: bool) -> None:
+def save(result: dict, out: str) -> None:
     RESULTS.mkdir(exist_ok=True)
-    suffix = "-smoke" if smoke else ""
-    (RESULTS / f"recursion{suffix}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / f"recursion{suffix}.md").write_text(markdown(result))
+    (RESULTS / f"{out}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / f"{out}.md").write_text(markdown(result))
 
 
 def markdown(result: dict) -> str:
     lines = [f"Transitive closure: {result['edges']} edges in {result['components']} DAG components, "
              f"{result.get('closure_rows')} closure rows, {result.get('state_rows')} rows of per-iteration "
-             f"state; first (from-empty) step {result.get('initial_step_seconds')} s.", "",
-             "| change | edges | incremental step (s) | from scratch (s) | speed-up |", "|---|---|---|---|---|"]
+             f"state; first (from-empty) step {result.get('initial_step_seconds')} s "
+             f"({result.get('initial_step_iterations')} iterations). Trace lookups: {result.get('lookup')}; "
+             f"{result.get('cores')} cores.", "",
+             "| change | edges | lookup | incremental step (s) | iterations | loop jobs / iteration | step jobs "
+             "| from scratch (s) | iterations | speed-up | load avg |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in result["steps"]:
-        speed = s["from_scratch_seconds"] / s["step_seconds"] if s["step_seconds"] else 0
-        lines.append(f"| {s['kind']} | {s['batch']} | {s['step_seconds']} | {s['from_scratch_seconds']} | "
-                     f"{speed:.1f}x |")
+        scratch = s.get("from_scratch_seconds")
+        speed = f"{scratch / s['step_seconds']:.1f}x" if scratch and s["step_seconds"] else "-"
+        lines.append(f"| {s['kind']} | {s['batch']} | {s.get('lookup', result.get('lookup'))} | {s['step_seconds']} | {s.get('step_iterations')} | "
+                     f"{s.get('step_loop_jobs_per_iteration')} | {s.get('step_jobs')} | {scratch or '-'} | "
+                     f"{s.get('from_scratch_iterations', '-')} | {speed} | {s.get('load_average')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -6,6 +6,7 @@ limit; and the same circuits through the Parquet state store (see test_recursion
 """
 from __future__ import annotations
 
+import logging
 import random
 from collections import Counter
 from typing import Callable, Iterable
@@ -13,6 +14,7 @@ from typing import Callable, Iterable
 import pytest
 
 from spark_jobs.config import PROJECT_ROOT
+from spark_jobs.executor import recursion
 from spark_jobs.executor.evaluate import evaluate_step
 from spark_jobs.executor.sources import spark_schema
 from tests.streams import LiteralState, collect_all, compile_path, compile_text, zset_df
@@ -122,6 +124,33 @@ def test_transitive_closure_random_inserts_and_deletes(spark):
     script = ({"edges": change(t)} for t in range(20))
     steps = run_stream(spark, compile_path(TC), script, lambda cur: {"closure": closure(cur["edges"])})
     assert steps == 20
+
+
+@pytest.mark.parametrize("lookup", ["scan", "cached"])
+def test_transitive_closure_with_broadcast_lookups(spark, monkeypatch, lookup):
+    """The other trace-lookup paths (state treated as big: broadcast lookups, no key ranges)."""
+    monkeypatch.setattr(recursion, "BIG_STATE_ROWS", 0)
+    monkeypatch.setattr(recursion, "LOOKUP", lookup)
+    rng = random.Random(13)
+    edges = SetStream(rng, edge(6))
+    script = ({"edges": edges.change(inserts=4 if t < 3 else 2, deletes=0 if t < 3 else 2)} for t in range(8))
+    assert run_stream(spark, compile_path(TC), script, lambda cur: {"closure": closure(cur["edges"])}) == 8
+
+
+def test_a_small_change_runs_the_iterations_it_needs_not_the_deepest(spark, caplog):
+    """The loop stops when no deeper trace row matches the change: a change away from a long
+    chain (13 iterations to its fixed point) runs 2-3 iterations, also after a delete inside the
+    chain made it shallower, which runs no more iterations than the chain's fixed point."""
+    chain = Counter({(k, k + 1): 1 for k in range(12)})
+    script = [{"edges": chain}, {"edges": Counter({(100, 101): 1})}, {"edges": Counter({(9, 10): -1})},
+              {"edges": Counter({(101, 102): 1})}, {"edges": Counter({(50, 50): 1})}]
+    with caplog.at_level(logging.DEBUG, logger=recursion.__name__):
+        run_stream(spark, compile_path(TC), script, lambda cur: {"closure": closure(cur["edges"])})
+    iterations = [r.profile["iterations"] for r in caplog.records if hasattr(r, "profile")]
+    assert len(iterations) == len(script)
+    assert iterations[0] >= 12  # the chain's fixed point: one iteration per path length
+    assert iterations[1] <= 3 and iterations[3] <= 4 and iterations[4] <= 3, iterations
+    assert iterations[2] <= iterations[0], iterations  # a chain edge: retracts up to the longest path
 
 
 def test_bill_of_materials_with_the_negated_relation_changing(spark):

@@ -3,25 +3,35 @@
 Iteration i computes d[t][i] of every body node (``operators/nested.py`` has the rules), then
 runs ONE Spark job that materializes (``localCheckpoint``) the deltas later iterations read and
 counts them. The counts say which deltas are empty (so later terms are skipped, not planned) and
-when to stop: at the first iteration at or beyond the previous timestep's depth whose back edges
-carry nothing. Before that depth a zero change does not mean the end: old facts derived at deeper
-iterations may still meet this timestep's changes (DESIGN.md, "Incremental recursion").
+when to stop. A zero change at i is not the end by itself: old facts derived at deeper iterations
+may still meet this timestep's changes (DESIGN.md, "Incremental recursion"). So when the back
+edges carry nothing at i, one more small job asks the traces whether any row beyond i matches the
+keys of this timestep's changes so far; if none does, every later iteration is provably zero and
+the loop stops. A small change therefore runs as many iterations as its consequences need, not as
+many as the deepest fixed point ever did.
+
+Traces are read once per timestep into a cache sorted on their lookup key (``LOOKUP``), and every
+lookup first filters key ranges of the change, so an iteration reads the cached batches the change
+touches, not the whole trace.
 
 The scope's outer delta is ∫ (the sum over i) of its output's d[t][i]. State, per join/distinct
 input stream: one trace with an ``_iter`` column, appended with this timestep's d[t][i] tagged
-``_iter = i``; plus the depth (the iteration the loop stopped at) for the stopping rule.
+``_iter = i``; plus the depth (the iteration the loop stopped at; shown by status, not needed to stop).
 
 In a query circuit (no state: a fixed point from scratch) the same loop runs with empty traces:
 at t = 1 the 2-D rules are semi-naive evaluation (eq. 5.1 of the paper).
 """
 from __future__ import annotations
 
+import logging
+import time
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Callable, Iterator, Sequence
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -29,7 +39,7 @@ from spark_jobs.executor import zset
 from spark_jobs.executor.operators import linear
 from spark_jobs.executor.operators.join import join
 from spark_jobs.executor.session import temporary_conf
-from spark_jobs.executor.operators.nested import ITER, Stream, distinct_nested, join_nested, total
+from spark_jobs.executor.operators.nested import ITER, Stream, distinct_nested, held, join_nested, lookup, total
 from spark_jobs.executor.zset import WEIGHT, col, consolidate, empty_like
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.ir.incrementalize import incrementalize_body
@@ -38,6 +48,13 @@ BROADCAST_ROWS = 200_000  # a delta with at most this many rows is broadcast for
 BIG_STATE_ROWS = 200_000  # ...when the traces hold more rows than this (else one job does all)
 LOCAL_ROWS = 50_000  # an iteration's deltas up to this many rows are kept on the driver
 DEPTH = "depth"
+LOOKUPS = ("sorted", "cached", "scan")
+# how iterations read the traces: "sorted" = cached once per timestep, sorted on the lookup key, and
+# filtered on key ranges first (skips cached batches); "cached" = cached, unsorted, no range filter;
+# "scan" = the Parquet files read by every lookup (a broadcast semi-join over the whole trace)
+LOOKUP = "sorted"
+CACHE_BATCH_ROWS = 1024  # rows per cached batch of a sorted trace (the unit a range filter skips)
+log = logging.getLogger(__name__)
 
 ReadState = Callable[[str], "DataFrame | None"]
 
@@ -73,11 +90,13 @@ class _Loop:
     history: dict[str, list[tuple[int, DataFrame]]] = field(default_factory=dict)
     local: bool = True  # keep this iteration's deltas on the driver (they are small)
     broadcast: bool = False  # broadcast small deltas for lookups (the state is big)
+    prune: bool = False  # filter lookups on key ranges first (the traces are sorted on the key)
 
     def stream(self, node_id: str, trace: DataFrame | None) -> Stream:
         return Stream(self.cur[node_id], self.before[node_id], trace, node_id in self.empty,
                       node_id in self.before_empty, self.broadcast and node_id in self.small,
-                      self.broadcast and node_id in self.before_small, single=not self.broadcast)
+                      self.broadcast and node_id in self.before_small, single=not self.broadcast,
+                      prune=self.prune)
 
 
 def run_scope(node: Node, imports: Sequence[DataFrame], read: ReadState | None, *,
@@ -87,17 +106,47 @@ def run_scope(node: Node, imports: Sequence[DataFrame], read: ReadState | None, 
     outputs = node.param("outputs") or ()
     if not outputs or outputs[0] not in body.outputs:
         raise ValueError(f"recursive scope {node.id!r}: its body defines no output {outputs[:1]}")
-    traces = {n.id: (read(trace_id(node.id, n.id)) if read else None)
+    stored = {n.id: (read(trace_id(node.id, n.id)) if read else None)
               for n in body if n.op == "integrate_nested"}
     spark = spark or _spark_of(imports)
-    prev_depth, state_rows = _read_depth(read, node.id, traces)
-    big = state_rows > BIG_STATE_ROWS
-    if not big:  # small state, small deltas: one partition each, so an iteration is one stage
-        traces = {k: None if df is None else df.coalesce(1) for k, df in traces.items()}
-        imports = [df.coalesce(1) for df in imports]
-    with _loop_settings(spark, broadcast=big):
-        return _iterate(node, body, imports, traces, prev_depth, broadcast_imports, spark, broadcast=big,
-                        local=read is not None)
+    traces = _cached(body, stored, spark)
+    try:
+        with temporary_conf(spark, {"spark.sql.inMemoryColumnarStorage.batchSize": str(CACHE_BATCH_ROWS)}):
+            state, imports, on_driver = _read_state(traces, imports, local=read is not None)
+        # Broadcast lookups pay where a big trace must be scanned; with the changes on the driver
+        # and sorted traces, lookups read few cached batches: one partition, one stage, no broadcast.
+        big = state.rows > BIG_STATE_ROWS and not (LOOKUP == "sorted" and on_driver)
+        if not big:  # small state, small deltas: one partition each, so an iteration is one stage
+            traces = {k: None if df is None else df.coalesce(1) for k, df in traces.items()}
+            imports = [df.coalesce(1) for df in imports]
+        with _loop_settings(spark, broadcast=big):
+            return _iterate(node, body, imports, traces, state, broadcast_imports, spark, broadcast=big,
+                            local=read is not None)
+    finally:
+        for df in traces.values():
+            if df is not None and LOOKUP != "scan":
+                df.unpersist()
+
+
+def _cached(body: Circuit, traces: dict[str, DataFrame | None], spark: SparkSession) -> dict[str, DataFrame | None]:
+    """The traces as every iteration reads them (see LOOKUP): lazily cached, so the first job
+    reading them (``_read_state``) stores them; with "sorted", each partition sorted on the
+    trace's first key so a cached batch covers a narrow key range."""
+    if LOOKUP == "scan":
+        return traces
+    # "sorted": one partition, so the cache itself is single-partitioned and lookups join it with
+    # no shuffle (a coalesce on top does not survive: Spark pushes a semi-join below it)
+    width = 1 if LOOKUP == "sorted" else max(1, spark.sparkContext.defaultParallelism)
+    out: dict[str, DataFrame | None] = {}
+    for t, df in traces.items():
+        if df is not None:
+            df = df.coalesce(width)
+            keys = body[t].param("keys") or ()
+            if LOOKUP == "sorted" and keys:
+                df = df.sortWithinPartitions(col(keys[0]), col(ITER))
+            df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        out[t] = df
+    return out
 
 
 @contextmanager
@@ -109,15 +158,15 @@ def _loop_settings(spark: SparkSession, broadcast: bool) -> Iterator[None]:
     with one job per iteration: AQE off, and broadcasts only where the state is big enough that
     scanning it beats a job (explicit hints; automatic broadcasts off).
     """
-    wanted = {"spark.sql.adaptive.enabled": "false"}
+    wanted = {"spark.sql.adaptive.enabled": "false", "spark.sql.autoBroadcastJoinThreshold": "-1"}
     if not broadcast:  # small state: tiny plans, planned afresh each iteration; compiling costs more
-        wanted.update({"spark.sql.autoBroadcastJoinThreshold": "-1", "spark.sql.codegen.wholeStage": "false"})
+        wanted["spark.sql.codegen.wholeStage"] = "false"
     with temporary_conf(spark, wanted):
         yield
 
 
 def _iterate(node: Node, body: Circuit, imports: Sequence[DataFrame], traces: dict[str, DataFrame | None],
-             prev_depth: int, broadcast_imports: bool, spark: SparkSession, *, broadcast: bool,
+             state: "_State", broadcast_imports: bool, spark: SparkSession, *, broadcast: bool,
              local: bool) -> ScopeStep:
     """The loop proper (see the module docstring)."""
     limit = int(node.param("max_iterations"))
@@ -126,12 +175,13 @@ def _iterate(node: Node, body: Circuit, imports: Sequence[DataFrame], traces: di
     out = body.outputs[node.param("outputs")[0]]
     kept = sources | streams | {out}
     # an incremental step starts on small deltas (kept on the driver); from scratch, on whole relations
-    loop = _Loop(body, _zeros(body, imports), local=local, broadcast=broadcast)
+    loop = _Loop(body, _zeros(body, imports), local=local, broadcast=broadcast, prune=LOOKUP == "sorted")
     for s in streams:
         loop.before[s] = loop.zero[s]
         loop.before_empty.add(s)
         loop.before_small.add(s)
     loop.history = {k: [] for k in streams | {out}}
+    profile = _Profile(spark)
     for i in range(limit):
         previous = _Previous(dict(loop.cur), set(loop.empty), set(loop.small))
         loop.cur, loop.empty, loop.small = {}, set(), set()
@@ -142,7 +192,10 @@ def _iterate(node: Node, body: Circuit, imports: Sequence[DataFrame], traces: di
         for k in loop.history:
             if k not in loop.empty:
                 loop.history[k].append((i, loop.cur[k]))
-        if sources <= loop.empty and i >= prev_depth:
+        done = sources <= loop.empty and (i >= state.deepest or not _deeper_rows_match(loop, traces, i))
+        profile.lap()
+        if done:
+            profile.log(node.id)
             return _finish(node, body, loop, traces, out, i, spark)
     raise RecursionLimitExceeded(
         f"recursive node {node.id!r} did not reach a fixed point within {limit} iterations: its relations "
@@ -155,18 +208,85 @@ def _spark_of(imports: Sequence[DataFrame]) -> SparkSession:
     return imports[0].sparkSession if imports else SparkSession.getActiveSession()  # type: ignore[return-value]
 
 
-def _read_depth(read: ReadState | None, scope: str, traces: dict[str, DataFrame | None]) -> tuple[int, int]:
-    """The iteration the previous timestep stopped at (-1 before the first one) and the number
-    of rows in the traces (to decide whether lookups should broadcast): one small job."""
-    depth = read(trace_id(scope, DEPTH)) if read else None
-    parts = [df.select(F.lit(0).alias("_d"), F.lit(1).alias("_n")) for df in traces.values() if df is not None]
-    if depth is not None:
-        parts.append(depth.select(F.col(DEPTH).alias("_d"), F.lit(0).alias("_n")))
-    if not parts:
-        return -1, 0
-    row = reduce(lambda a, b: a.unionByName(b), parts).agg(F.max("_d"), F.sum("_n")).first()
-    found = depth is not None and row is not None and row[0] is not None
-    return (int(row[0]) if found else -1), int((row[1] if row is not None else 0) or 0)
+@dataclass
+class _State:
+    """What one small job learns of the stored state before the loop."""
+
+    rows: int  # rows in the traces (big state: broadcast the small deltas for lookups)
+    deepest: int  # the deepest iteration any trace holds rows of (-1: none)
+
+
+def _read_state(traces: dict[str, DataFrame | None], imports: Sequence[DataFrame],
+                local: bool) -> tuple[_State, list[DataFrame], bool]:
+    """Count the traces' rows and find their deepest iteration (beyond it no old fact can meet a
+    change); with ``local``, also bring small imports to the driver. One job, which also fills
+    the traces' caches. Returns the state, the imports, and whether they are held on the driver."""
+    parts = [df.select(col(ITER).alias("_d"), F.lit(1).alias("_n")) for df in traces.values() if df is not None]
+    summary = reduce(lambda a, b: a.unionByName(b), parts).agg(F.max("_d").alias("_d"), F.sum("_n").alias("_n")) \
+        if parts else None
+    frames = list(imports) + ([summary] if summary is not None else [])
+    got = collect_together(frames, single=False) if local and frames else None
+    if got is not None:
+        imports, summary = got[0][:len(imports)], (got[0][-1] if summary is not None else None)
+    row = summary.first() if summary is not None else None
+    if row is None:
+        return _State(0, -1), list(imports), got is not None
+    deepest = -1 if row["_d"] is None else int(row["_d"])
+    return _State(int(row["_n"] or 0), deepest), list(imports), got is not None
+
+
+def _deeper_rows_match(loop: _Loop, traces: dict[str, DataFrame | None], i: int) -> bool:
+    """Can an iteration after i produce anything, now that the back edges carried nothing at i?
+
+    From i + 1 on, every ``cur`` is zero, so the only non-zero terms of a join or distinct read a
+    trace's rows of an iteration beyond i that match this timestep's changes so far (``before``,
+    which then stays fixed). One job looks for any such row; none means every later iteration is
+    zero. (Sums are not consolidated: a match may be spurious, which costs iterations, never facts.)
+    """
+    probes: list[DataFrame] = []
+
+    def probe(trace: DataFrame | None, changes: str, trace_keys: Sequence[str], keys: Sequence[str]) -> None:
+        if trace is not None and changes not in loop.before_empty:
+            deeper = trace.where(col(ITER) > i)
+            found = lookup(deeper, loop.before[changes], trace_keys, keys, changes in loop.before_small, loop.prune)
+            probes.append(found.select(F.lit(1).alias("_hit")))
+
+    for n in loop.body:
+        if n.op == "join_nested":
+            a, b, ta, tb = n.inputs
+            lk, rk = n.param("left_keys", ()), n.param("right_keys", ())
+            probe(traces[ta], b, lk, rk)
+            probe(traces[tb], a, rk, lk)
+        elif n.op == "distinct_nested":
+            x, tx = n.inputs
+            cols = zset.data_columns(loop.before[x])
+            probe(traces[tx], x, cols, cols)
+    # a count, not take(1): take runs a job per batch of partitions it tries
+    return bool(probes) and reduce(lambda p, q: p.unionByName(q), probes).count() > 0
+
+
+class _Profile:
+    """Seconds and Spark jobs per iteration, logged at DEBUG for benchmarks (``extra["profile"]``)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark, self.seconds = spark, []
+        self.started, self.first_job = time.time(), _jobs_submitted(spark)
+
+    def lap(self) -> None:
+        now = time.time()
+        self.seconds.append(now - self.started)
+        self.started = now
+
+    def log(self, scope: str) -> None:
+        jobs = _jobs_submitted(self.spark) - self.first_job
+        log.debug("scope %s: %d iterations, %.2f s, %d Spark jobs", scope, len(self.seconds), sum(self.seconds),
+                  jobs, extra={"profile": {"iterations": len(self.seconds), "seconds": self.seconds, "jobs": jobs}})
+
+
+def _jobs_submitted(spark: SparkSession) -> int:
+    """Spark jobs submitted so far in this thread's job group (or without one): a profile figure."""
+    sc = spark.sparkContext
+    return len(sc.statusTracker().getJobIdsForGroup(sc.getLocalProperty("spark.jobGroup.id")))
 
 
 def _zeros(body: Circuit, imports: Sequence[DataFrame]) -> dict[str, DataFrame]:
@@ -247,12 +367,14 @@ def _evaluate(loop: _Loop, n: Node, i: int, imports: Sequence[DataFrame], previo
         value = total(parts, not loop.broadcast) if parts else None
     elif n.op == "join_nested":
         a, b, ta, tb = n.inputs
+        _hold(loop, [x for x, t in ((a, ta), (b, tb)) if traces[t] is not None])
         terms = join_nested(loop.stream(a, traces[ta]), loop.stream(b, traces[tb]), i,
                             n.param("left_keys", ()), n.param("right_keys", ()), bool(n.param("null_safe", False)),
                             n.param("left_out", ()), n.param("right_out", ()))
         value = total(terms, not loop.broadcast) if terms else None
     elif n.op == "distinct_nested":
         x, tx = n.inputs
+        _hold(loop, [x] if traces[tx] is not None else [])
         value = distinct_nested(loop.stream(x, traces[tx]), i)
     else:
         value = None if n.inputs[0] in loop.empty else _linear_or_whole(n, [loop.cur[n.inputs[0]]])
@@ -265,6 +387,25 @@ def _evaluate(loop: _Loop, n: Node, i: int, imports: Sequence[DataFrame], previo
         loop.empty.add(n.id)
     else:
         loop.cur[n.id] = value
+
+
+def _hold(loop: _Loop, streams: list[str]) -> None:
+    """Bring the deltas a trace lookup is keyed by to the driver first, if they are computed in
+    this iteration (one small job): a lookup by driver-held keys reads the few cached batches
+    those keys fall in; by computed keys it would read and sort the whole trace."""
+    todo = [x for x in streams if loop.prune and loop.local and x not in loop.empty and not held(loop.cur[x])]
+    if not todo:
+        return
+    got = collect_together([loop.cur[x] for x in todo], not loop.broadcast)
+    if got is None:  # too big for the driver: keep the plan, and stop trying for this step
+        loop.local = False
+        return
+    for x, value, n in zip(todo, *got):
+        loop.cur[x] = value
+        if n == 0:
+            loop.cur[x] = loop.zero[x]
+            loop.empty.add(x)
+        (loop.small.add if n <= BROADCAST_ROWS else loop.small.discard)(x)
 
 
 def _materialize(loop: _Loop, kept: set[str], streams: set[str]) -> None:
@@ -327,7 +468,7 @@ def collect_together(frames: list[DataFrame], single: bool) -> tuple[list[DataFr
     jdf = getattr(union, "_jdf", None)
     if jdf is None:
         return None
-    limited = union.limit(LOCAL_ROWS + 1)._jdf
+    limited = union.limit(LOCAL_ROWS + 1).coalesce(1)._jdf  # a limit on top would collect in 2+ jobs
     rows = limited.collectAsList()
     if rows.size() > LOCAL_ROWS:
         return None

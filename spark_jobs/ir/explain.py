@@ -102,8 +102,8 @@ def _scope_text(scope: Node) -> list[str]:
                      f"last timestep's loop stopped):")
         lines += [f"    {scope.id}/{n.id}: 2-D deltas of {n.inputs[0]!r} by iteration, looked up by "
                   f"{', '.join(n.param('keys') or ())}" for n in traces]
-        lines.append("  Stops at the first iteration at or beyond the previous depth whose back edges carry "
-                     "no change; grows with (iterations × changes).")
+        lines.append("  Stops at the first iteration whose back edges carry no change and beyond which no "
+                     "trace row matches this timestep's changes; grows with (iterations × changes).")
     return lines
 
 

@@ -49,7 +49,7 @@ distinct_nested     2        inputs (Δx, I(Δx)): the 2-D incremental distinct
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 LINEAR_OPS = frozenset({"input", "map", "filter", "plus", "negate"})
 BILINEAR_OPS = frozenset({"join"})
@@ -175,8 +175,9 @@ class Circuit:
             if nid == old:
                 self.outputs[view] = new
 
-    def prune(self) -> None:
-        """Drop nodes that no output depends on."""
+    def prune(self, extra: Callable[[Node], Iterable[str]] = lambda node: ()) -> None:
+        """Drop nodes that no output depends on. ``extra(node)`` names dependencies that are not
+        input edges (a recursive body's back edge depends on its source)."""
         live: set[str] = set()
         stack = list(self.outputs.values())
         while stack:
@@ -185,6 +186,7 @@ class Circuit:
                 continue
             live.add(nid)
             stack.extend(self.nodes[nid].inputs)
+            stack.extend(extra(self.nodes[nid]))
         self.nodes = {k: v for k, v in self.nodes.items() if k in live}
 
     def toposort(self) -> None:

@@ -58,7 +58,7 @@ def build_scope(outer: Circuit, node: NodeSpec, body_cols: dict[str, tuple[str, 
                           extra={**spec.extra, "right_name": spec.right})
         translate(body, renamed, body_cols)
     body.outputs = {out: out for out in node.outputs}
-    body = _prune(body)
+    body.prune(_back_edge_source)
     body, imports = _hoist(outer, body)
     first = body[body.outputs[node.outputs[0]]]
     return outer.add(make_node(node.name, "scope", imports, own_cols, origin=node.name, is_set=first.is_set,
@@ -72,22 +72,9 @@ def _feedback(body: Circuit, source: str, body_cols: dict[str, tuple[str, ...]])
     return node_id
 
 
-def _prune(body: Circuit) -> Circuit:
-    """Drop body nodes no output needs; a back edge needs its source (not an input edge)."""
-    live: set[str] = set()
-    stack = list(body.outputs.values())
-    while stack:
-        nid = stack.pop()
-        if nid in live:
-            continue
-        live.add(nid)
-        n = body[nid]
-        stack.extend(n.inputs)
-        if n.op == "feedback":
-            stack.append(n.param("source"))
-    kept = Circuit(body.name, dict(body.inputs), {k: v for k, v in body.nodes.items() if k in live},
-                   dict(body.outputs))
-    return kept
+def _back_edge_source(node: Node) -> tuple[str, ...]:
+    """A back edge (``feedback``) needs its source, though the source is not an input edge."""
+    return (node.param("source"),) if node.op == "feedback" else ()
 
 
 def _hoist(outer: Circuit, body: Circuit) -> tuple[Circuit, list[str]]:
