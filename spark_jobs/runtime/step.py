@@ -54,9 +54,12 @@ class StoreReader:
 
     def __init__(self, store) -> None:
         self.store = store
+        self._read: dict[str, DataFrame | None] = {}  # an integrator is read by itself and its delay
 
     def read(self, node_id: str) -> DataFrame | None:
-        return self.store.read_trace(node_id) if self.store is not None else None
+        if node_id not in self._read:
+            self._read[node_id] = self.store.read_trace(node_id) if self.store is not None else None
+        return self._read[node_id]
 
 
 def pending_inputs(rt: CircuitRuntime) -> dict[str, list[InputFile]]:
@@ -112,17 +115,24 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
                 refused.append(exc)
                 continue
             if change.delta is not None:
-                delta = change.delta.cache()
-                cached.append(delta)
-                deltas[name] = delta
-                if change.snapshot is not None:
+                delta = change.delta
+                if change.snapshot is not None:  # D(snapshot) is read by the write below and later
+                    delta = delta.cache()
+                    cached.append(delta)
                     txn.append(snapshot_trace(name), delta, kind="zset")
+                deltas[name] = delta
                 txn.consume(name, [f.as_dict() for f in pending[name]])
         if refused:
             raise InputRefused.combine(refused)
         with step_conf(rt.spark, True):  # a global count has nothing for AQE to adapt
-            counts, local = count_all_changes(rt.spark, deltas)  # also caches the inputs
-        deltas = local if local is not None else deltas
+            counts, local = count_all_changes(rt.spark, deltas)
+        if local is None:  # too large for the driver: computed once, by the next job
+            for name, df in deltas.items():
+                if not any(df is c for c in cached):
+                    deltas[name] = df.cache()
+                    cached.append(deltas[name])
+        else:
+            deltas = local
         for report in reports:
             report.inserted, report.deleted = counts.get(report.name, (0, 0))
         small = sum(i + d for i, d in counts.values()) <= SMALL_CHANGE_ROWS

@@ -18,9 +18,9 @@ from spark_jobs.state import layout as L
 from spark_jobs.state.failpoints import failpoint
 from spark_jobs.state.fs import filesystem_for
 from spark_jobs.state.manifest import FileStat, Manifest, OutputEntry, TraceEntry
-from spark_jobs.state.trace import (consolidate, dir_stats, needs_compaction, read_dirs, slot_dir,
-                                    slots_compatible, validate_columns, weight_totals, write_dir,
-                                    write_slots)
+from spark_jobs.state.trace import (ROWS_PER_FILE, consolidate, dir_stats, needs_compaction, read_dirs,
+                                    slot_dir, slots_compatible, validate_columns, weight_totals,
+                                    write_dir, write_slots)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -539,13 +539,36 @@ class Transaction:
         entry.deltas = []
         entry.files = {rel: stat} if stat else {}
 
+    def _compact_many(self, items: Sequence[tuple[str, TraceEntry]]) -> bool:
+        """``_compact`` several small unsorted traces with one Spark job (one batch folder, a slot
+        each); False, having written nothing, when their columns cannot share one write."""
+        dfs = [consolidate(self.store._read_entry(e), e.kind, e.keys) for _, e in items]
+        if not slots_compatible(dfs):
+            return False
+        s = self.store
+        batch = s.layout.new_batch_dir(self.timestep)
+        self._written.append(batch)
+        write_slots(dfs, s.fs.spark_uri(s.layout.abs(batch)))
+        for i, (_, entry) in enumerate(items):
+            rel = f"{batch}/{slot_dir(i)}"
+            path = s.layout.abs(rel)
+            stat = dir_stats(s.fs, path, s.spark, s.fs.spark_uri(path)) if s.fs.exists(path) else None
+            entry.base = [rel] if stat and stat.rows else []
+            entry.deltas = []
+            entry.files = {rel: stat} if stat and stat.rows else {}
+        failpoint("after_state_write")
+        return True
+
     def commit(self) -> Manifest:
         """Compact, then publish the manifest atomically (the commit point), then GC."""
         self._check_open()
         s = self.store
-        for trace_id in sorted(self._touched):
-            entry = self._traces[trace_id]
-            if needs_compaction(entry, s.compact_fraction):
+        due = [(tid, self._traces[tid]) for tid in sorted(self._touched)
+               if needs_compaction(self._traces[tid], s.compact_fraction)]
+        small = [(tid, e) for tid, e in due if e.dirs and not e.sort_by and e.rows <= ROWS_PER_FILE]
+        batched = {tid for tid, _ in small} if len(small) > 1 and self._compact_many(small) else set()
+        for trace_id, entry in due:
+            if trace_id not in batched:
                 self._compact(trace_id, entry)
         for rel in self._written:
             path = s.layout.abs(rel)
