@@ -264,7 +264,7 @@ def evaluate_step(circuit: Circuit, inputs: Mapping[str, DataFrame], state: Stat
         if evaluate is None:
             raise NotSupported(f"IR node {node.id!r}: no evaluator for op {node.op!r}")
         value = evaluate(step, node)
-        if node.id in reused:
+        if node.id in reused and not zset.is_local(value):  # a local value is computed already
             value = value.persist()
             step.result.persisted.append(value)
         step.result.values[node.id] = value

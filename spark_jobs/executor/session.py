@@ -9,6 +9,10 @@ from typing import Iterator
 from spark_jobs.config import Config, SparkSettings
 
 _LOOPBACK = {"SPARK_LOCAL_IP": "127.0.0.1"}
+# Defaults a profile's conf may override. PySpark's DataFrame debugging records the Python call
+# site of every API call in the JVM (about five Py4J round trips per call, ~4,000 per W1 step:
+# seconds of driver time); errors still name the failing operator without it.
+ENGINE_CONF = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
 
 
 def get_spark(settings: SparkSettings | Config | None = None):
@@ -29,7 +33,7 @@ def get_spark(settings: SparkSettings | Config | None = None):
         builder = builder.remote(settings.remote or "sc://127.0.0.1:15002")
     else:
         builder = builder.master(settings.master)
-    for k, v in settings.conf.items():
+    for k, v in {**ENGINE_CONF, **settings.conf}.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     if settings.mode != "connect":
@@ -45,7 +49,11 @@ def get_spark(settings: SparkSettings | Config | None = None):
 # cost so the many small files of a trace (a base and its deltas) are read by a few tasks, not
 # one task per file.
 SMALL_CHANGE_ROWS = 200_000
+# Up to this many rows, a step's input changes and view deltas are also held on the driver
+# (``executor.local``): one job computes them, and lookups by them need no broadcast job.
+LOCAL_CHANGE_ROWS = 20_000
 _STEP_CONF = {"spark.sql.adaptive.enabled": "false",
+              "spark.sql.autoBroadcastJoinThreshold": "-1",  # only the deltas hinted: a job each
               "spark.sql.shuffle.partitions": "2",
               "spark.sql.files.openCostInBytes": str(64 * 1024)}
 

@@ -21,7 +21,7 @@ from spark_jobs.spec.model import WEIGHT
 
 __all__ = [
     "WEIGHT", "col", "data_columns", "consolidate", "negate", "plus", "local_plus", "is_local", "empty", "empty_like",
-    "zset_schema", "null_safe_match", "restrict", "from_tuples", "from_rows", "to_counter", "is_consolidated",
+    "zset_schema", "null_safe_match", "key_prefilter", "restrict", "from_tuples", "from_rows", "to_counter", "is_consolidated",
 ]
 
 
@@ -112,6 +112,31 @@ def null_safe_match(left: Sequence[str], right: Sequence[str]) -> Column:
     return cond
 
 
+# Up to this many distinct values, a lookup by a driver-local change filters the state by a
+# literal IN list instead of broadcasting the change (a broadcast is a Spark job of its own,
+# even of a local relation); the few rows left are then joined with a shuffle inside the job.
+IN_LIST_MAX = 2_000
+
+
+def key_prefilter(df_col: str, keys_df: DataFrame, key_col: str, null_safe: bool) -> Column | None:
+    """``df_col IN (values of keys_df[key_col])`` when ``keys_df`` is driver-local and small
+    (its values are read without a Spark job), else None. ``null_safe`` also keeps NULLs of
+    ``df_col`` when a key is NULL. A superset filter: the caller still joins on every key."""
+    if not is_local(keys_df):
+        return None
+    values = {r[0] for r in keys_df.select(col(key_col)).collect()}  # local: no job
+    if len(values) > IN_LIST_MAX:
+        return None
+    literals = [_sql_literal(v) for v in values if v is not None]
+    if any(lit is None for lit in literals):
+        return None
+    name = "`" + df_col.replace("`", "``") + "`"
+    terms = [f"{name} IN ({', '.join(literals)})"] if literals else []  # type: ignore[arg-type]
+    if null_safe and None in values:
+        terms.append(f"{name} IS NULL")
+    return F.expr(" OR ".join(terms)) if terms else F.lit(False)
+
+
 def restrict(df: DataFrame, keys_df: DataFrame, df_keys: Sequence[str], key_cols: Sequence[str],
              broadcast: bool = True) -> DataFrame:
     """Rows of ``df`` whose ``df_keys`` match (null-safe) some row of ``keys_df[key_cols]``.
@@ -119,11 +144,16 @@ def restrict(df: DataFrame, keys_df: DataFrame, df_keys: Sequence[str], key_cols
     This is how state is looked up by a change: a semi join (``df``'s rows are never duplicated)
     with the change's keys broadcast, so the state is scanned but never shuffled. Pass
     ``broadcast=False`` when the keys may not fit in memory. ``keys_df`` is renamed privately
-    first so shared names (and self-joins) stay unambiguous.
+    first so shared names (and self-joins) stay unambiguous. A small driver-local ``keys_df``
+    is not broadcast: the state is filtered by its first key's values (``key_prefilter``) and
+    the rest joined with a shuffle, so the lookup costs no job of its own.
     """
     private = [f"__k{i}" for i in range(len(key_cols))]
     keys = keys_df.select(*[col(k).alias(p) for k, p in zip(key_cols, private)])
-    if broadcast:
+    pre = key_prefilter(df_keys[0], keys, private[0], True) if broadcast and key_cols else None
+    if pre is not None:
+        df, keys = df.where(pre), keys.hint("shuffle_hash")
+    elif broadcast:
         keys = F.broadcast(keys)
     return df.join(keys, on=null_safe_match(df_keys, private), how="left_semi")
 

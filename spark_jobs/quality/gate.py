@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 from spark_jobs.quality import expectations as ge
+from spark_jobs.executor.zset import is_local
 from spark_jobs.quality.builtin import check_view_delta
 from spark_jobs.quality.report import CheckResult, GateReport, QualityGateFailed
 from spark_jobs.spec.model import WEIGHT, Expectation
@@ -103,7 +104,7 @@ def run_gate(spark: "SparkSession", timestep: int, *,
         if delta is None:
             results.extend(_user_checks(target, None, 0, exps))
             continue
-        own_cache = not ge.is_cached(delta)
+        own_cache = not ge.is_cached(delta) and not is_local(delta)  # a local one is computed
         if own_cache:
             delta = delta.persist()
         try:

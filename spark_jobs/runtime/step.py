@@ -15,7 +15,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.executor.evaluate import evaluate_step, trace_kind
-from spark_jobs.executor.session import SMALL_CHANGE_ROWS, step_conf
+from spark_jobs.executor.local import collect_local
+from spark_jobs.executor.session import LOCAL_CHANGE_ROWS, SMALL_CHANGE_ROWS, step_conf
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.runtime.inputs import pending_inputs as _pending, read_input, snapshot_trace
@@ -53,9 +54,12 @@ class StoreReader:
 
     def __init__(self, store) -> None:
         self.store = store
+        self._read: dict[str, DataFrame | None] = {}  # an integrator is read by itself and its delay
 
     def read(self, node_id: str) -> DataFrame | None:
-        return self.store.read_trace(node_id) if self.store is not None else None
+        if node_id not in self._read:
+            self._read[node_id] = self.store.read_trace(node_id) if self.store is not None else None
+        return self._read[node_id]
 
 
 def pending_inputs(rt: CircuitRuntime) -> dict[str, list[InputFile]]:
@@ -75,15 +79,17 @@ def count_changes(df: DataFrame) -> tuple[int, int]:
     return int(row["ins"] or 0), int(row["del"] or 0)
 
 
-def count_all_changes(deltas: dict[str, DataFrame]) -> dict[str, tuple[int, int]]:
-    """``count_changes`` of several inputs in one Spark job (a union of their totals), not one each."""
-    if not deltas:
-        return {}
-    parts = [_change_totals(df).select(F.lit(name).alias("name"), "ins", "del") for name, df in deltas.items()]
-    union = parts[0]
-    for part in parts[1:]:
-        union = union.unionByName(part)
-    return {r["name"]: (int(r["ins"] or 0), int(r["del"] or 0)) for r in union.collect()}
+def count_all_changes(spark, deltas: dict[str, DataFrame], local_rows: int = LOCAL_CHANGE_ROWS
+                      ) -> tuple[dict[str, tuple[int, int]], dict[str, DataFrame] | None]:
+    """``count_changes`` of every input and, when the inputs together have at most
+    ``local_rows`` rows, the inputs as driver-local relations (None otherwise): one Spark job.
+
+    Local inputs let every lookup of state by an input's change skip its broadcast job (see
+    ``zset.key_prefilter``)."""
+    totals = {name: _change_totals(df) for name, df in deltas.items()}
+    local, rows = collect_local(spark, deltas, local_rows, totals)
+    counts = {name: (int(r[0]["ins"] or 0), int(r[0]["del"] or 0)) for name, r in rows.items()}
+    return counts, local
 
 
 def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport:
@@ -109,16 +115,24 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
                 refused.append(exc)
                 continue
             if change.delta is not None:
-                delta = change.delta.cache()
-                cached.append(delta)
-                deltas[name] = delta
-                if change.snapshot is not None:
+                delta = change.delta
+                if change.snapshot is not None:  # D(snapshot) is read by the write below and later
+                    delta = delta.cache()
+                    cached.append(delta)
                     txn.append(snapshot_trace(name), delta, kind="zset")
+                deltas[name] = delta
                 txn.consume(name, [f.as_dict() for f in pending[name]])
         if refused:
             raise InputRefused.combine(refused)
         with step_conf(rt.spark, True):  # a global count has nothing for AQE to adapt
-            counts = count_all_changes(deltas)  # also caches the inputs, which every later job reads
+            counts, local = count_all_changes(rt.spark, deltas)
+        if local is None:  # too large for the driver: computed once, by the next job
+            for name, df in deltas.items():
+                if not any(df is c for c in cached):
+                    deltas[name] = df.cache()
+                    cached.append(deltas[name])
+        else:
+            deltas = local
         for report in reports:
             report.inserted, report.deleted = counts.get(report.name, (0, 0))
         small = sum(i + d for i, d in counts.values()) <= SMALL_CHANGE_ROWS
@@ -130,8 +144,13 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
                                    first_step=t == 1, input_schemas=schemas,
                                    broadcast_deltas=small, persist=True)
             try:
-                outputs = {view: df.cache() for view, df in result.outputs.items()}
-                cached.extend(outputs.values())
+                # small view deltas are computed once, to the driver (with the jobs they need);
+                # the gate then looks the previous view up by them without a broadcast job
+                views = collect_local(rt.spark, result.outputs, LOCAL_CHANGE_ROWS)[0] if small else None
+                if views is None:
+                    views = {view: df.cache() for view, df in result.outputs.items()}
+                    cached.extend(views.values())
+                outputs = views
                 say(f"timestep {t}: checking view deltas")
                 gate = check_timestep(rt, t, outputs, deltas)
                 say(f"timestep {t}: writing state")
@@ -144,10 +163,12 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
                         appends.append((node_id, update.df, kind, tuple(update.keys)))
                     else:
                         txn.append(node_id, update.df, kind=kind, keys=tuple(update.keys))
-                txn.append_many(appends)
+                if small:  # state and view deltas in one write job
+                    txn.append_many(appends, outputs)
                 failpoint("mid_step")
-                for view, df in outputs.items():
-                    txn.write_output(view, df)
+                if not small:
+                    for view, df in outputs.items():
+                        txn.write_output(view, df)
                 manifest = txn.commit()
             finally:
                 result.release()

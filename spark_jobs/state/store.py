@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from spark_jobs.state import layout as L
 from spark_jobs.state.failpoints import failpoint
 from spark_jobs.state.fs import filesystem_for
-from spark_jobs.state.manifest import Manifest, OutputEntry, TraceEntry
-from spark_jobs.state.trace import (consolidate, dir_stats, needs_compaction, read_dirs, slot_dir,
-                                    slots_compatible, validate_columns, weight_totals, write_dir,
-                                    write_slots)
+from spark_jobs.state.manifest import FileStat, Manifest, OutputEntry, TraceEntry
+from spark_jobs.state.trace import (ROWS_PER_FILE, consolidate, dir_stats, needs_compaction, read_dirs,
+                                    slot_dir, slots_compatible, validate_columns, weight_totals,
+                                    write_dir, write_slots)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -370,23 +370,30 @@ class Transaction:
             entry.schema = df.schema.json()
             self._touched.add(trace_id)
 
-    def append_many(self, items: Sequence[tuple[str, "DataFrame", str, Sequence[str]]]) -> None:
-        """``append`` to several traces, ``(trace_id, df, kind, keys)`` each, with one Spark job.
+    def append_many(self, items: Sequence[tuple[str, "DataFrame", str, Sequence[str]]],
+                    outputs: Mapping[str, "DataFrame"] | None = None) -> None:
+        """``append`` to several traces, ``(trace_id, df, kind, keys)`` each, and ``write_output``
+        of several views (``outputs``), all with one Spark job.
 
         The deltas go to slots of one batch folder (a union written partitioned by slot), so a
-        step pays one write job instead of one per stateful operator. Falls back to one
-        ``append`` each where one write cannot serve: a single item, sorted traces, or columns of
-        one name with different types.
+        step pays one write job instead of one per stateful operator and view; a view's slot is
+        then moved to its output folder. Falls back to one write each where one write cannot
+        serve: a single item, sorted traces, or columns of one name with different types.
         """
         self._check_open()
+        outputs = dict(outputs or {})
         prepared = []
         for trace_id, df, kind, keys in items:
             validate_columns(df.dtypes, kind, tuple(keys))
             prepared.append((trace_id, df, self._entry_for_append(trace_id, kind, tuple(keys))))
-        dfs = [df for _, df, _ in prepared]
-        if len(prepared) < 2 or any(e.sort_by for _, _, e in prepared) or not slots_compatible(dfs):
+        for df in outputs.values():
+            validate_columns(df.dtypes, "zset", ())
+        dfs = [df for _, df, _ in prepared] + list(outputs.values())
+        if len(dfs) < 2 or any(e.sort_by for _, _, e in prepared) or not slots_compatible(dfs):
             for trace_id, df, entry in prepared:
                 self.append(trace_id, df, kind=entry.kind, keys=entry.keys)
+            for view, df in outputs.items():
+                self.write_output(view, df)
             return
         s = self.store
         batch = s.layout.new_batch_dir(self.timestep)
@@ -404,6 +411,16 @@ class Transaction:
                 entry.files[rel] = stat
                 entry.schema = df.schema.json()
                 self._touched.add(trace_id)
+        for i, (view, df) in enumerate(outputs.items(), start=len(prepared)):
+            vt = self._open_output(view)
+            src = s.layout.abs(f"{batch}/{slot_dir(i)}")
+            if not s.fs.exists(src):  # an empty delta: nothing to move
+                continue
+            rel = s.layout.new_output_dir(view, self.timestep)
+            s.fs.rename(src, s.layout.abs(rel))
+            self._written.append(rel)
+            path = s.layout.abs(rel)
+            self._record_output(view, vt, rel, dir_stats(s.fs, path, s.spark, s.fs.spark_uri(path)), df)
         failpoint("after_state_write")
 
     def replace(self, trace_id: str, df: "DataFrame", *, kind: str = "zset",
@@ -441,6 +458,15 @@ class Transaction:
         same directory to trace ``view:<view>`` (one write serves both)."""
         self._check_open()
         validate_columns(df.dtypes, "zset", ())
+        vt = self._open_output(view)
+        if rows == 0:
+            return
+        rel = self.store.layout.new_output_dir(view, self.timestep)
+        self._record_output(view, vt, rel, self._write(rel, df, rows=rows), df)
+
+    def _open_output(self, view: str) -> TraceEntry:
+        """Start (or restart: the last write wins) this timestep's delta of ``view``: no delta
+        yet; returns the view's trace entry."""
         vt_id = view_trace_id(view)
         vt = self._entry_for_append(vt_id, "zset", ())
         prev = self._outputs.get(view)
@@ -450,20 +476,21 @@ class Transaction:
             self._discard(prev.delta)
         self._traces[vt_id] = vt
         self._outputs[view] = OutputEntry(delta=None)
-        if rows == 0:
+        return vt
+
+    def _record_output(self, view: str, vt: TraceEntry, rel: str, stat: FileStat | None,
+                       df: "DataFrame") -> None:
+        """List a written view delta (``stat`` None: it had no rows) in outputs and the view trace."""
+        if stat is None or not stat.rows:
             return
         s = self.store
-        rel = s.layout.new_output_dir(view, self.timestep)
-        stat = self._write(rel, df, rows=rows)
-        if stat is None:
-            return
         path = s.layout.abs(rel)
         ins, dels = weight_totals(s.fs, path, s.spark, s.fs.spark_uri(path))
         self._outputs[view] = OutputEntry(rel, ins, dels, stat.rows, stat.bytes)
         vt.deltas.append((self.timestep, rel))
         vt.files[rel] = stat
         vt.schema = df.schema.json()
-        self._touched.add(vt_id)
+        self._touched.add(view_trace_id(view))
 
     def consume(self, input_name: str, files: list[dict[str, Any]]) -> None:
         """Record input files read at this timestep (kept cumulatively in the manifest)."""
@@ -512,13 +539,36 @@ class Transaction:
         entry.deltas = []
         entry.files = {rel: stat} if stat else {}
 
+    def _compact_many(self, items: Sequence[tuple[str, TraceEntry]]) -> bool:
+        """``_compact`` several small unsorted traces with one Spark job (one batch folder, a slot
+        each); False, having written nothing, when their columns cannot share one write."""
+        dfs = [consolidate(self.store._read_entry(e), e.kind, e.keys) for _, e in items]
+        if not slots_compatible(dfs):
+            return False
+        s = self.store
+        batch = s.layout.new_batch_dir(self.timestep)
+        self._written.append(batch)
+        write_slots(dfs, s.fs.spark_uri(s.layout.abs(batch)))
+        for i, (_, entry) in enumerate(items):
+            rel = f"{batch}/{slot_dir(i)}"
+            path = s.layout.abs(rel)
+            stat = dir_stats(s.fs, path, s.spark, s.fs.spark_uri(path)) if s.fs.exists(path) else None
+            entry.base = [rel] if stat and stat.rows else []
+            entry.deltas = []
+            entry.files = {rel: stat} if stat and stat.rows else {}
+        failpoint("after_state_write")
+        return True
+
     def commit(self) -> Manifest:
         """Compact, then publish the manifest atomically (the commit point), then GC."""
         self._check_open()
         s = self.store
-        for trace_id in sorted(self._touched):
-            entry = self._traces[trace_id]
-            if needs_compaction(entry, s.compact_fraction):
+        due = [(tid, self._traces[tid]) for tid in sorted(self._touched)
+               if needs_compaction(self._traces[tid], s.compact_fraction)]
+        small = [(tid, e) for tid, e in due if e.dirs and not e.sort_by and e.rows <= ROWS_PER_FILE]
+        batched = {tid for tid, _ in small} if len(small) > 1 and self._compact_many(small) else set()
+        for trace_id, entry in due:
+            if trace_id not in batched:
                 self._compact(trace_id, entry)
         for rel in self._written:
             path = s.layout.abs(rel)

@@ -10,7 +10,7 @@ from typing import Literal, Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.executor.zset import WEIGHT, col
+from spark_jobs.executor.zset import WEIGHT, col, key_prefilter
 
 _LW, _RW = "__lw", "__rw"
 
@@ -34,6 +34,16 @@ def join(left: DataFrame, right: DataFrame, left_keys: Sequence[str], right_keys
         raise ValueError(f"join needs as many left keys as right keys: {left_keys} vs {right_keys}")
     lhs, lnames = _side(left, "__l", [*left_keys, *(s for s, _ in left_out)], _LW)
     rhs, rnames = _side(right, "__r", [*right_keys, *(s for s, _ in right_out)], _RW)
+    if broadcast and left_keys:  # a small driver-local delta: filter the state by its keys instead
+        lk, rk = (lnames[left_keys[0]], rnames[right_keys[0]])
+        if broadcast == "left":
+            pre = key_prefilter(rk, lhs, lk, null_safe)
+            if pre is not None:
+                lhs, rhs, broadcast = lhs.hint("shuffle_hash"), rhs.where(pre), None
+        else:
+            pre = key_prefilter(lk, rhs, rk, null_safe)
+            if pre is not None:
+                lhs, rhs, broadcast = lhs.where(pre), rhs.hint("shuffle_hash"), None
     if broadcast == "left":
         lhs = F.broadcast(lhs)
     elif broadcast == "right":
