@@ -74,9 +74,12 @@ def test_filesystem_contract(store_fs, spark):
     with fs.open_read(files[0][0]) as fh:
         assert pq.ParquetFile(fh).metadata.num_rows == 7
     fs.sync_tree(data)
+    moved = fs.join(root, "traces", "y", "t000000000001-abcd")  # a view's folder moved into place
+    fs.rename(data, moved)
+    assert not fs.exists(data) and [n for n, _ in fs.data_files(moved)] == [files[0][0].replace(data, moved)]
     fs.remove_tree(fs.join(root, "traces"))
     fs.remove_file(fs.join(manifests, "missing.json"))  # removing what is gone is not an error
-    assert not fs.exists(data) and fs.listdir(root) == ["manifests", "quality"]
+    assert not fs.exists(moved) and fs.listdir(root) == ["manifests", "quality"]
 
 
 def _views(rt) -> dict[str, Counter]:

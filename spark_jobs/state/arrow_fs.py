@@ -180,6 +180,13 @@ class ArrowFileSystem:
         elif kind == pafs.FileType.File:
             loc.fs.delete_file(loc.inner)
 
+    def rename(self, src: str, dst: str) -> None:
+        """Move a file or directory (parents of ``dst`` are created). Atomic on HDFS; a copy on
+        object stores, which is safe here because only a later manifest makes ``dst`` visible."""
+        self.makedirs(dst.rsplit("/", 1)[0])
+        a, b = self._locate(src), self._locate(dst)
+        a.fs.move(a.inner, b.inner)
+
     def data_files(self, path: str) -> list[tuple[str, int]]:
         return sorted((uri_join(path, i.base_name), int(i.size)) for i in self._infos(path)
                       if i.type == pafs.FileType.File and not i.base_name.startswith(("_", ".")))
