@@ -1,9 +1,10 @@
 """Where a path lives for ``pyarrow.fs``, and the state store's file system over it.
 
-Two users: input discovery lists data folders through ``locate`` (no Spark job, any URI pyarrow
-reaches: local, s3/s3a, gs, hdfs with libhdfs), and a Spark Connect client, which has no JVM in
-its process, keeps a remote state root through ``ArrowFileSystem``. A classic session prefers
-``HadoopFileSystem`` (the same Hadoop configuration Spark writes with).
+Two users: input discovery lists data folders through ``locate`` (no Spark job), and the state
+store keeps a remote root through ``ArrowFileSystem``. ``locate`` picks the backend: with a
+classic Spark session, the session's own Hadoop file system (spark_jobs/state/hadoop_fs.py: the
+connector and configuration Spark writes with); without one (a Spark Connect client), pyarrow's
+native clients (s3/s3a, gs, hdfs with libhdfs).
 
 Publishing: HDFS gets write-temp-then-rename (atomic); object stores get one PUT of the whole
 file (atomic for readers). Through Hadoop an exclusive publish (a manifest) is atomic too: a
@@ -20,6 +21,8 @@ from functools import lru_cache
 from typing import BinaryIO
 
 import pyarrow.fs as pafs
+
+from spark_jobs.state.hadoop_fs import HADOOP_TYPE_NAME, classic_session, hadoop_filesystem
 
 ARROW_OBJECT_STORES = ("s3", "gcs")  # pyarrow type names whose paths are bucket/key
 OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "s3n", "gs", "gcs", "oss", "cos", "cosn", "obs", "wasb", "wasbs"})
@@ -59,8 +62,6 @@ _HADOOP_CACHE: dict[tuple[int, str, str], pafs.FileSystem] = {}
 def remote_fs(scheme: str, authority: str) -> pafs.FileSystem:
     """The Hadoop file system of the running classic Spark session (Spark's own view of the
     store), or pyarrow's native one when there is none (a Spark Connect client, or no Spark)."""
-    from spark_jobs.state.hadoop_fs import classic_session, hadoop_filesystem
-
     spark = classic_session()
     if spark is None:
         return _native_fs(scheme, authority)
@@ -96,7 +97,7 @@ def locate(path: str) -> Location:
     fs = remote_fs(scheme, authority)
     if fs.type_name in ARROW_OBJECT_STORES:
         inner = rest
-    elif fs.type_name == "py::hadoop":  # spark_jobs/state/hadoop_fs.py takes full URIs
+    elif fs.type_name == f"py::{HADOOP_TYPE_NAME}":  # the Hadoop handler takes full URIs
         inner = path
     else:
         inner = "/" + key
@@ -106,18 +107,15 @@ def locate(path: str) -> Location:
 class ArrowFileSystem:
     """The ``FileSystem`` protocol (spark_jobs/state/fs.py) over ``pyarrow.fs``; paths are URIs."""
 
-    def __init__(self, locator=locate) -> None:
-        self._locate = locator
-
     def join(self, base: str, *parts: str) -> str:
         return uri_join(base, *parts)
 
     def exists(self, path: str) -> bool:
-        loc = self._locate(path)
+        loc = locate(path)
         return loc.fs.get_file_info(loc.inner).type != pafs.FileType.NotFound
 
     def _infos(self, path: str) -> list[pafs.FileInfo]:
-        loc = self._locate(path)
+        loc = locate(path)
         try:
             return loc.fs.get_file_info(pafs.FileSelector(loc.inner, allow_not_found=True))
         except (NotADirectoryError, FileNotFoundError):
@@ -127,11 +125,11 @@ class ArrowFileSystem:
         return sorted(i.base_name for i in self._infos(path))
 
     def makedirs(self, path: str) -> None:
-        loc = self._locate(path)
+        loc = locate(path)
         loc.fs.create_dir(loc.inner, recursive=True)
 
     def read_text(self, path: str) -> str:
-        loc = self._locate(path)
+        loc = locate(path)
         with loc.fs.open_input_stream(loc.inner) as fh:
             return fh.read().decode("utf-8")
 
@@ -141,7 +139,7 @@ class ArrowFileSystem:
         ``exclusive`` (a manifest): the name must not exist. Through Hadoop that is atomic (a
         rename that never replaces, or create(overwrite=false)); pyarrow alone checks first.
         """
-        loc = self._locate(path)
+        loc = locate(path)
         hadoop = getattr(loc.fs, "handler", None)
         if exclusive and not hasattr(hadoop, "rename_new") and self.exists(path):
             raise FileExistsError(f"{path} exists already: another writer committed it")
@@ -155,7 +153,7 @@ class ArrowFileSystem:
             with loc.fs.open_output_stream(loc.inner) as out:
                 out.write(data)
             return
-        tmp = self._locate(f"{directory}/{tmp_prefix}{name}.{uuid.uuid4().hex[:8]}")
+        tmp = locate(f"{directory}/{tmp_prefix}{name}.{uuid.uuid4().hex[:8]}")
         try:
             with tmp.fs.open_output_stream(tmp.inner) as out:
                 out.write(data)
@@ -168,12 +166,12 @@ class ArrowFileSystem:
                 tmp.fs.delete_file(tmp.inner)
 
     def remove_file(self, path: str) -> None:
-        loc = self._locate(path)
+        loc = locate(path)
         if loc.fs.get_file_info(loc.inner).type == pafs.FileType.File:
             loc.fs.delete_file(loc.inner)
 
     def remove_tree(self, path: str) -> None:
-        loc = self._locate(path)
+        loc = locate(path)
         kind = loc.fs.get_file_info(loc.inner).type
         if kind == pafs.FileType.Directory:
             loc.fs.delete_dir(loc.inner)
@@ -184,7 +182,7 @@ class ArrowFileSystem:
         """Move a file or directory (parents of ``dst`` are created). Atomic on HDFS; a copy on
         object stores, which is safe here because only a later manifest makes ``dst`` visible."""
         self.makedirs(dst.rsplit("/", 1)[0])
-        a, b = self._locate(src), self._locate(dst)
+        a, b = locate(src), locate(dst)
         a.fs.move(a.inner, b.inner)
 
     def data_files(self, path: str) -> list[tuple[str, int]]:
@@ -192,7 +190,7 @@ class ArrowFileSystem:
                       if i.type == pafs.FileType.File and not i.base_name.startswith(("_", ".")))
 
     def open_read(self, path: str) -> BinaryIO:
-        loc = self._locate(path)
+        loc = locate(path)
         return loc.fs.open_input_file(loc.inner)  # type: ignore[return-value]
 
     def sync_tree(self, path: str) -> None:

@@ -16,6 +16,8 @@ import shutil
 import uuid
 from typing import BinaryIO, Protocol
 
+from spark_jobs.state.arrow_fs import ArrowFileSystem, is_local, normalize
+
 
 class FileSystem(Protocol):
     """What the state store needs from storage. Paths are strings in the store's own scheme."""
@@ -138,8 +140,6 @@ class LocalFileSystem:
 
     def normalize(self, root: str) -> str:
         """An absolute plain path (a file: prefix is dropped)."""
-        from spark_jobs.state.arrow_fs import normalize
-
         return normalize(root)
 
     @staticmethod
@@ -153,6 +153,4 @@ class LocalFileSystem:
 
 def filesystem_for(root: str) -> FileSystem:
     """Pick the implementation from the root's scheme (plain paths and file:// are local)."""
-    from spark_jobs.state.arrow_fs import ArrowFileSystem, is_local
-
     return LocalFileSystem() if is_local(root) else ArrowFileSystem()
