@@ -42,7 +42,7 @@ class Config:
         return self if not data_root else replace(self, data_root=data_root)
 
     @property
-    def states_root(self) -> str:
+    def resolved_state_root(self) -> str:
         """Where every circuit's state store lives: ``state_root``, else ``<data_root>/_dbsp``."""
         return self.state_root or self.data_root.rstrip("/") + "/" + STATE_DIR
 

@@ -127,10 +127,10 @@ def test_state_root_key_moves_only_the_state(tmp_path, monkeypatch):
     profile = tmp_path / "p.yaml"
     profile.write_text(f"data_root: {tmp_path / 'data'}\nstate_root: viewfs://lake/state\n")
     config = load_config(str(profile))
-    assert config.data_root == str(tmp_path / "data") and config.states_root == "viewfs://lake/state"
-    assert config.with_data_root(str(tmp_path / "other")).states_root == "viewfs://lake/state"
+    assert config.data_root == str(tmp_path / "data") and config.resolved_state_root == "viewfs://lake/state"
+    assert config.with_data_root(str(tmp_path / "other")).resolved_state_root == "viewfs://lake/state"
     monkeypatch.setenv("DBSP_STATE_ROOT", str(tmp_path / "st"))
-    assert load_config(str(profile)).states_root == str(tmp_path / "st")
+    assert load_config(str(profile)).resolved_state_root == str(tmp_path / "st")
     monkeypatch.delenv("DBSP_STATE_ROOT")
     profile.write_text(f"data_root: {tmp_path / 'data'}\n")
-    assert load_config(str(profile)).states_root == f"{tmp_path / 'data'}/_dbsp"
+    assert load_config(str(profile)).resolved_state_root == f"{tmp_path / 'data'}/_dbsp"

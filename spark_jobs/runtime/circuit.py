@@ -32,7 +32,7 @@ def compile_file(path: str) -> CompiledCircuit:
 
 
 def state_root(config: Config, circuit_name: str) -> str:
-    return config.states_root + "/" + circuit_name
+    return config.resolved_state_root + "/" + circuit_name
 
 
 @dataclass
