@@ -48,6 +48,7 @@ case "${1:-}" in
       --conf spark.executor.cores=1 \
       --conf "spark.pyspark.python=${PYSPARK_PYTHON:-/opt/dbsp/venv/bin/python}" \
       --conf spark.sql.session.timeZone=UTC \
+      --conf spark.sql.codegen.cache.maxEntries=2000 \
       "${extra[@]}"
     ;;
   *)

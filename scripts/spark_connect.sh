@@ -135,6 +135,9 @@ cmd_start() {
       --conf "spark.driver.host=$HOST"
       --conf "spark.driver.bindAddress=$HOST"
       --conf "spark.pyspark.python=$PY"
+      # generated-class cache: Spark's default (100) is smaller than one step's classes, so
+      # every step would recompile them all (spark_jobs/executor/session.py ENGINE_STATIC_CONF)
+      --conf spark.sql.codegen.cache.maxEntries=2000
     )
     if [ "$UI_PORT" = "off" ]; then
       conf+=(--conf spark.ui.enabled=false)

@@ -16,9 +16,24 @@ from spark_jobs.executor.session import temporary_conf
 from spark_jobs.executor.zset import col
 
 _SLOT = "__local_slot"
-# A collect under a top-level limit scans one partition first and more in later jobs; this
-# makes the first job scan them all.
+# The one top-level limit is a CollectLimit, which takes rows partition by partition without
+# generated code. (A limit inside the plan is compiled with a counter named from a global
+# sequence, so its code never repeats and is recompiled with Janino at every step.) By default
+# it scans one partition first and more in later jobs; this makes the first job scan them all.
+# The optimizer would also push a copy of the limit into each side of the union (compiled, and
+# needless: each side's partitions are cut by the CollectLimit anyway).
 _ONE_JOB_LIMIT = {"spark.sql.limit.initialNumPartitions": "100000"}
+_EXCLUDED_RULES = "spark.sql.optimizer.excludedRules"
+_LIMIT_PUSH_DOWN = "org.apache.spark.sql.catalyst.optimizer.LimitPushDown"
+
+
+def _collect_conf(spark: SparkSession) -> dict[str, str]:
+    """``_ONE_JOB_LIMIT`` plus LimitPushDown added to the session's excluded optimizer rules."""
+    excluded = [r for r in (spark.conf.get(_EXCLUDED_RULES, "") or "").split(",") if r.strip()]
+    return {**_ONE_JOB_LIMIT, _EXCLUDED_RULES: ",".join([*excluded, _LIMIT_PUSH_DOWN])}
+# Extras come first in the union and the limit keeps rows in partition order, so up to this many
+# extra rows are never cut off by the limit.
+MAX_EXTRA_ROWS = 1_000
 
 
 def _part(i: int) -> str:
@@ -35,14 +50,14 @@ def collect_local(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows
                   ) -> tuple[dict[str, DataFrame] | None, dict[str, list[Row]]]:
     """Collect ``frames`` as local relations, and the (small) ``extras`` as Python rows, in one job.
 
-    Each frame contributes at most ``max_rows + 1`` rows; if any has more, the frames are not
-    made local (None: the caller keeps its distributed frames) but the extras are still
-    returned. Extras are meant for a few summary rows (e.g. counts) computed in the same job.
+    If the frames have more than ``max_rows`` rows together, they are not made local (None: the
+    caller keeps its distributed frames) but the extras are still returned. Extras are meant for
+    a few summary rows (e.g. counts) computed in the same job, at most ``MAX_EXTRA_ROWS``.
     Every part goes into a struct column of its own, so parts with clashing column names or
     types share one union.
     """
     extras = dict(extras or {})
-    parts = [df.limit(max_rows + 1) for df in frames.values()] + list(extras.values())
+    parts = list(extras.values()) + list(frames.values())  # extras first: the limit keeps them
     if not parts:
         return {}, {}
     nulls = [F.lit(None).cast(df.schema) for df in parts]
@@ -53,16 +68,19 @@ def collect_local(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows
                            *[(row if j == i else nulls[j]).alias(_part(j)) for j in range(len(parts))])
         union = tagged if union is None else union.unionByName(tagged)
     assert union is not None
-    with temporary_conf(spark, _ONE_JOB_LIMIT):
-        jrows = union._jdf.collectAsList()
+    limit = max_rows + 1 + (MAX_EXTRA_ROWS if extras else 0)
+    with temporary_conf(spark, _collect_conf(spark)):
+        jrows = union.limit(limit)._jdf.collectAsList()
     local = to_local(spark, jrows, union._jdf.schema())
 
     def part(i: int) -> DataFrame:  # a filter + projection of a local relation: still local
         return local.where(F.col(_SLOT) == i).select(f"{_part(i)}.*")
 
-    n = len(frames)
-    rows = {name: part(n + k).collect() for k, name in enumerate(extras)}  # local: no job
-    # every frame fits iff all of them together do (each was cut at max_rows + 1)
-    if jrows.size() - sum(len(r) for r in rows.values()) > max_rows:
+    rows = {name: part(k).collect() for k, name in enumerate(extras)}  # local: no job
+    extra_rows = sum(len(r) for r in rows.values())
+    if extra_rows > MAX_EXTRA_ROWS:
+        raise ValueError(f"collect_local: the extras have {extra_rows} rows; at most {MAX_EXTRA_ROWS} are kept whole")
+    if jrows.size() - extra_rows > max_rows:
         return None, rows
-    return {name: part(i) for i, name in enumerate(frames)}, rows
+    n = len(extras)
+    return {name: part(n + i) for i, name in enumerate(frames)}, rows

@@ -13,6 +13,13 @@ _LOOPBACK = {"SPARK_LOCAL_IP": "127.0.0.1"}
 # site of every API call in the JVM (about five Py4J round trips per call, ~4,000 per W1 step:
 # seconds of driver time); errors still name the failing operator without it.
 ENGINE_CONF = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
+# Static settings, fixed when the JVM's SQL context starts (a Spark Connect client cannot set
+# them; scripts/spark_connect.sh and docker/spark-service.sh pass them to the server). Spark keeps
+# at most 100 generated classes by default; one W1 step generates ~120 (whole-stage code and
+# projections), so every step evicted the last one's and recompiled all of them with Janino:
+# ~120 compiles of 20-40 ms each, about half the step's time. With room for a few circuits'
+# worth, a warm step compiles only what it has never seen.
+ENGINE_STATIC_CONF = {"spark.sql.codegen.cache.maxEntries": "2000"}
 
 
 def get_spark(settings: SparkSettings | Config | None = None):
@@ -33,7 +40,8 @@ def get_spark(settings: SparkSettings | Config | None = None):
         builder = builder.remote(settings.remote or "sc://127.0.0.1:15002")
     else:
         builder = builder.master(settings.master)
-    for k, v in {**ENGINE_CONF, **settings.conf}.items():
+    engine = ENGINE_CONF if settings.mode == "connect" else {**ENGINE_CONF, **ENGINE_STATIC_CONF}
+    for k, v in {**engine, **settings.conf}.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     if settings.mode != "connect":
