@@ -1,6 +1,7 @@
 """Compaction keeps a trace's value, GC keeps the retained timesteps, writes follow the delta."""
 from __future__ import annotations
 
+import math
 import os
 import random
 from collections import Counter
@@ -148,3 +149,37 @@ def test_large_writes_split_by_range_and_sorted(spark, tmp_path, monkeypatch):
     assert len(ranges) >= 3
     ranges.sort()
     assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:]))  # disjoint key ranges
+
+
+def test_small_deltas_merge_in_tiers_and_keep_the_value(spark, tmp_path):
+    """A big base with tiny deltas never reaches compact_fraction; deltas still merge by size
+    tier, so the trace stays a few directories, and its value is unchanged at every step."""
+    root = str(tmp_path / "st")
+    s = StateStore(spark, root, "c", "fp", compact_fraction=0.5)
+    with s.begin() as tx:
+        tx.replace("z", spark.range(2_000).selectExpr("id as k", "'base' as v", "1L as _weight"), keys=("k",))
+        tx.append("agg", spark.createDataFrame([(0, 1.0, 1)], SUM_SCHEMA), kind="sum", keys=("g",))
+        tx.commit()
+    rng = random.Random(3)
+    acc: Counter = Counter({(k, "base"): 1 for k in range(2_000)})
+    acc_sum = {0: (1.0, 1)}
+    most = 0
+    for t in range(2, 40):
+        rows = [(rng.randrange(3_000), rng.choice("ab"), rng.choice([1, -1])) for _ in range(3)]
+        g = rng.randrange(3)
+        with s.begin() as tx:  # two traces appended together: merges of both share one job
+            tx.append("z", spark.createDataFrame(rows, SCHEMA), keys=("k",))
+            tx.append("agg", spark.createDataFrame([(g, 0.5, 1)], SUM_SCHEMA), kind="sum", keys=("g",))
+            m = tx.commit()
+        for k, v, w in rows:
+            acc[(k, v)] += w
+        old = acc_sum.get(g, (0.0, 0))
+        acc_sum[g] = (old[0] + 0.5, old[1] + 1)
+        entry = m.traces["z"]
+        assert len(entry.base) == 1  # never compacted: 3-row deltas against a 2,000-row base
+        tiers = Counter(int(math.log(max(entry.files[d].rows, 1), trace_mod.DELTA_FANOUT)) for _, d in entry.deltas)
+        assert max(tiers.values(), default=0) < trace_mod.DELTA_FANOUT, tiers
+        most = max(most, len(entry.deltas))
+        assert zset(s.read_trace("z")) == {k: w for k, w in acc.items() if w}
+        assert sums(s.read_trace("agg")) == acc_sum
+    assert most < 10  # 38 appends, a handful of directories

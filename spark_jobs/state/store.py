@@ -11,6 +11,7 @@ Commit protocol (why a crash can never leave a half-applied timestep):
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -18,7 +19,7 @@ from spark_jobs.state import layout as L
 from spark_jobs.state.failpoints import failpoint
 from spark_jobs.state.fs import filesystem_for
 from spark_jobs.state.manifest import FileStat, Manifest, OutputEntry, TraceEntry
-from spark_jobs.state.trace import (ROWS_PER_FILE, consolidate, dir_stats, needs_compaction, read_dirs,
+from spark_jobs.state.trace import (ROWS_PER_FILE, consolidate, delta_merge, dir_stats, needs_compaction, read_dirs,
                                     slot_dir, slots_compatible, validate_columns, weight_totals,
                                     write_dir, write_slots)
 
@@ -527,49 +528,53 @@ class Transaction:
         return self.store._read_entry(self._traces.get(trace_id))
 
     # ---- commit ----------------------------------------------------------------------------
-    def _compact(self, trace_id: str, entry: TraceEntry) -> None:
-        """Replace base + deltas with one consolidated base (same value, fewer files)."""
-        df = self.store._read_entry(entry)
-        if df is None:
-            return
-        rel = self.store.layout.new_trace_dir(trace_id, self.timestep)
-        stat = self._write(rel, consolidate(df, entry.kind, entry.keys),
-                           sort_by=entry.sort_by, keys=entry.keys, rows=entry.rows)
-        entry.base = [rel] if stat else []
-        entry.deltas = []
-        entry.files = {rel: stat} if stat else {}
+    def _rewrite(self, r: "_Rewrite") -> None:
+        """Write ``r``'s directories as one consolidated directory (same value, fewer files)."""
+        df = r.value(self.store)
+        rel = self.store.layout.new_trace_dir(r.trace_id, self.timestep)
+        stat = self._write(rel, df, sort_by=r.entry.sort_by, keys=r.entry.keys, rows=r.rows)
+        r.apply(rel, stat, self.timestep)
 
-    def _compact_many(self, items: Sequence[tuple[str, TraceEntry]]) -> bool:
-        """``_compact`` several small unsorted traces with one Spark job (one batch folder, a slot
-        each); False, having written nothing, when their columns cannot share one write."""
-        dfs = [consolidate(self.store._read_entry(e), e.kind, e.keys) for _, e in items]
+    def _rewrite_many(self, rewrites: Sequence["_Rewrite"]) -> bool:
+        """``_rewrite`` several small unsorted traces with one Spark job (one batch folder, a
+        slot each); False, having written nothing, when their columns cannot share one write."""
+        dfs = [r.value(self.store) for r in rewrites]
         if not slots_compatible(dfs):
             return False
         s = self.store
         batch = s.layout.new_batch_dir(self.timestep)
         self._written.append(batch)
         write_slots(dfs, s.fs.spark_uri(s.layout.abs(batch)))
-        for i, (_, entry) in enumerate(items):
+        for i, r in enumerate(rewrites):
             rel = f"{batch}/{slot_dir(i)}"
             path = s.layout.abs(rel)
-            stat = dir_stats(s.fs, path, s.spark, s.fs.spark_uri(path)) if s.fs.exists(path) else None
-            entry.base = [rel] if stat and stat.rows else []
-            entry.deltas = []
-            entry.files = {rel: stat} if stat and stat.rows else {}
+            r.apply(rel, dir_stats(s.fs, path, s.spark, s.fs.spark_uri(path)) if s.fs.exists(path) else None,
+                    self.timestep)
         failpoint("after_state_write")
         return True
+
+    def _rewrites_due(self) -> list["_Rewrite"]:
+        """Per trace this step appended to: a compaction into a new base when its deltas outweigh
+        ``compact_fraction`` of the base, else a merge of one full tier of its deltas, if any."""
+        out = []
+        for tid in sorted(self._touched):
+            entry = self._traces[tid]
+            if needs_compaction(entry, self.store.compact_fraction):
+                out.append(_Rewrite(tid, entry, entry.dirs, whole=True))
+            elif dirs := delta_merge(entry):
+                out.append(_Rewrite(tid, entry, dirs, whole=False))
+        return out
 
     def commit(self) -> Manifest:
         """Compact, then publish the manifest atomically (the commit point), then GC."""
         self._check_open()
         s = self.store
-        due = [(tid, self._traces[tid]) for tid in sorted(self._touched)
-               if needs_compaction(self._traces[tid], s.compact_fraction)]
-        small = [(tid, e) for tid, e in due if e.dirs and not e.sort_by and e.rows <= ROWS_PER_FILE]
-        batched = {tid for tid, _ in small} if len(small) > 1 and self._compact_many(small) else set()
-        for trace_id, entry in due:
-            if trace_id not in batched:
-                self._compact(trace_id, entry)
+        due = self._rewrites_due()
+        small = [r for r in due if not r.entry.sort_by and r.rows <= ROWS_PER_FILE]
+        batched = {r.trace_id for r in small} if len(small) > 1 and self._rewrite_many(small) else set()
+        for r in due:
+            if r.trace_id not in batched:
+                self._rewrite(r)
         for rel in self._written:
             path = s.layout.abs(rel)
             if not s.fs.exists(path):
@@ -608,6 +613,39 @@ class Transaction:
             self.store.fs.remove_tree(self.store.layout.abs(rel))
         self._written.clear()
         self._state = "aborted"
+
+
+@dataclass(frozen=True)
+class _Rewrite:
+    """Some directories of a trace rewritten as one consolidated directory: all of them (a
+    compaction: the result is the new base) or one tier of its deltas (a merge: a new delta)."""
+
+    trace_id: str
+    entry: TraceEntry
+    dirs: list[str]
+    whole: bool
+
+    @property
+    def rows(self) -> int:
+        return sum(self.entry.files[d].rows for d in self.dirs if d in self.entry.files)
+
+    def value(self, store: StateStore) -> "DataFrame":
+        df = store._read_rels(self.dirs, self.entry.schema)
+        assert df is not None, f"trace {self.trace_id!r}: nothing to rewrite"
+        return consolidate(df, self.entry.kind, self.entry.keys)
+
+    def apply(self, rel: str, stat: FileStat | None, timestep: int) -> None:
+        """Point the entry at ``rel`` (None/0 rows: the rewritten value was empty) instead of ``dirs``."""
+        e, gone = self.entry, set(self.dirs)
+        kept = stat if stat is not None and stat.rows else None
+        for d in gone:
+            e.files.pop(d, None)
+        if self.whole:
+            e.base, e.deltas = ([rel] if kept else []), []
+        else:
+            e.deltas = [(t, d) for t, d in e.deltas if d not in gone] + ([(timestep, rel)] if kept else [])
+        if kept:
+            e.files[rel] = kept
 
 
 __all__ = ["StateStore", "Transaction", "FingerprintMismatch", "TimestepNotRetained",

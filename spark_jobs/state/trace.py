@@ -188,6 +188,25 @@ def consolidate(df: "DataFrame", kind: str, keys: Sequence[str] = ()) -> "DataFr
     return out.select(*[_col(c) for c in df.columns])
 
 
+# Deltas are merged in size tiers of this fan-out (tier = floor(log_fanout(rows))): when a tier
+# holds DELTA_FANOUT deltas they become one delta of the next tier. A big base with tiny deltas
+# takes thousands of steps to reach ``compact_fraction``; without merges every step added a
+# directory to read (files, tasks, and past 32 paths a parallel-listing job per read).
+DELTA_FANOUT = 4
+
+
+def delta_merge(entry: TraceEntry, fanout: int = DELTA_FANOUT) -> list[str]:
+    """The delta directories to merge into one (empty: none due): the smallest size tier that
+    holds ``fanout`` deltas. Each row is rewritten about log_fanout(total/first size) times, so
+    the cost stays proportional to the changes, and a trace keeps at most ``fanout - 1`` deltas
+    per tier."""
+    tiers: dict[int, list[str]] = {}
+    for _, d in entry.deltas:
+        rows = entry.files[d].rows if d in entry.files else 0
+        tiers.setdefault(int(math.log(max(rows, 1), fanout)), []).append(d)
+    return next((dirs for _, dirs in sorted(tiers.items()) if len(dirs) >= fanout), [])
+
+
 def needs_compaction(entry: TraceEntry, fraction: float) -> bool:
     """Compact when the deltas outweigh ``fraction`` of the base (amortized O(delta) writes).
 
