@@ -14,7 +14,7 @@ from typing import Any
 
 CSV_COLUMNS = [
     "workload", "size", "input_rows_total", "change_rows_median", "step_median_s", "jobs_median",
-    "recompute_s", "ratio_step_over_recompute", "speedup_recompute_over_step", "duckdb_s",
+    "compiled_median", "recompute_s", "ratio_step_over_recompute", "speedup_recompute_over_step", "duckdb_s",
     "floor_s", "reference_s", "step_over_reference", "bytes_written_median", "bytes_read_median", "view_bytes_read_median", "state_bytes",
     "break_even_rows", "changes_per_s_largest", "correct",
 ]
@@ -40,7 +40,8 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             out.append({
                 "workload": key, "size": s["size"], "input_rows_total": s["input_rows_total"],
                 "change_rows_median": s["change_rows_median"], "step_median_s": s["step_median_s"],
-                "jobs_median": s["jobs_median"], "recompute_s": s["recompute"]["median_s"],
+                "jobs_median": s["jobs_median"], "compiled_median": s.get("compiled_median"),
+                "recompute_s": s["recompute"]["median_s"],
                 "ratio_step_over_recompute": s["ratio_step_over_recompute"],
                 "speedup_recompute_over_step": s["speedup_recompute_over_step"],
                 "duckdb_s": (s.get("duckdb") or {}).get("median_s"),
@@ -118,12 +119,14 @@ def markdown(results: dict[str, Any]) -> str:
     body = []
     for r in rows(results):
         body.append([r["workload"], r["size"], f"{r['input_rows_total']:,}", f"{r['change_rows_median']:,}",
-                     _s(r["step_median_s"]), r["jobs_median"], _s(r["recompute_s"]),
+                     _s(r["step_median_s"]), r["jobs_median"],
+                     "-" if r["compiled_median"] is None else r["compiled_median"], _s(r["recompute_s"]),
                      f"{r['speedup_recompute_over_step']:.2f}x", _s(r["duckdb_s"]),
                      _s(r["reference_s"]), "-" if r["step_over_reference"] is None else f"{r['step_over_reference']:.2f}x",
                      _kb(r["bytes_written_median"]), _kb(r["bytes_read_median"]), _kb(r["state_bytes"]),
                      "yes" if r["correct"] else "**NO**"])
-    lines += _table(["workload", "size", "input rows", "change rows", "step s", "jobs/step", "recompute s",
+    lines += _table(["workload", "size", "input rows", "change rows", "step s", "jobs/step",
+                     "classes compiled/step", "recompute s",
                      "recompute ÷ step", "DuckDB s", "hand-written step s", "step ÷ hand-written",
                      "written/step", "state read/step", "state", "correct"], body)
     lines += targets(results)

@@ -114,6 +114,13 @@ def state_io(prev: Manifest | None, cur: Manifest) -> dict[str, int]:
 
 # ---- one incremental step -------------------------------------------------------------------
 
+def compilations(spark: SparkSession) -> int:
+    """Generated classes Spark has compiled in this JVM so far (its codegen metrics). A warm step
+    should compile next to nothing: its code is the last step's, found in Spark's class cache."""
+    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[attr-defined]
+    return int(metrics.METRIC_COMPILATION_TIME().getCount())
+
+
 @dataclass
 class StepSample:
     change_rows: int
@@ -126,6 +133,7 @@ class StepSample:
     state_rows: int
     compactions: int
     timestep: int
+    compiled: int = 0  # classes Spark generated and compiled (Janino) during the step
     reference_s: float | None = None  # the hand-written step on the same change and state
     reference_jobs: int | None = None
     reference_view: str | None = None  # where the hand-written step wrote its view delta
@@ -148,13 +156,15 @@ def measure_step(rt: CircuitRuntime, write_change: Callable[[], int], label: str
     rows = write_change()
     ref = reference(rt) if reference is not None else {}
     prev = rt.store.manifest()
+    compiled = compilations(rt.spark)
     with job_group(rt.spark, label) as jobs:
         started = time.perf_counter()
         report = run_step(rt)
         seconds = time.perf_counter() - started
     cur = rt.store.manifest(report.timestep)
     assert cur is not None
-    return StepSample(rows, seconds, jobs.count, timestep=report.timestep, reference_s=ref.get("seconds"),
+    return StepSample(rows, seconds, jobs.count, timestep=report.timestep,
+                      compiled=compilations(rt.spark) - compiled, reference_s=ref.get("seconds"),
                       reference_jobs=ref.get("jobs"), reference_view=ref.get("view_dir"), **state_io(prev, cur))
 
 

@@ -55,6 +55,7 @@ def _summary(samples: list[StepSample]) -> dict[str, Any]:
         "step_max_s": round(max(pick("seconds")), 3),
         "change_rows_median": int(median(pick("change_rows"))),
         "jobs_median": int(median(pick("jobs"))),
+        "compiled_median": int(median(pick("compiled"))),
         "jobs_min": min(pick("jobs")),
         "jobs_max": max(pick("jobs")),
         "bytes_written_median": int(median(pick("bytes_written"))),
