@@ -87,8 +87,11 @@ def test_compaction_rule():
     assert not needs_compaction(_entry([1000], [600]), 0.5)  # one delta only
     assert needs_compaction(_entry([1000], [300, 300]), 0.5)
     assert not needs_compaction(_entry([1000], [200, 200]), 0.5)
-    assert not needs_compaction(_entry([], [1, 1, 1]), 0.5)
-    assert needs_compaction(_entry([], [1, 1, 1, 1]), 0.5)
+    # no base: the largest delta stands for it (an initial load is not rewritten for small steps)
+    assert not needs_compaction(_entry([], [1000]), 0.5)
+    assert needs_compaction(_entry([], [1, 1]), 0.5)
+    assert not needs_compaction(_entry([], [1000, 10, 10, 10]), 0.5)
+    assert needs_compaction(_entry([], [1000, 300, 300]), 0.5)
 
 
 def test_filesystem_choice_and_atomic_publish(tmp_path):

@@ -27,6 +27,7 @@ from pyspark.sql import DataFrame
 
 from spark_jobs.executor import zset
 from spark_jobs.executor.evaluate import evaluate_step, trace_kind
+from spark_jobs.executor.session import SMALL_CHANGE_ROWS, step_conf
 from spark_jobs.executor.sources import InputFile, spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.runtime.inputs import (is_snapshot, pending_inputs, read_input, retained_inputs,
@@ -260,6 +261,11 @@ def check(rt: CircuitRuntime, run_id: str) -> dict:
             "warnings": len(report.warnings)}
 
 
+def _change_rows(journals: dict[str, dict]) -> int:
+    """Input rows (inserted + deleted) the stages of this run read."""
+    return sum(c["inserted"] + c["deleted"] for j in journals.values() for c in j["inputs"].values())
+
+
 def commit(rt: CircuitRuntime, run_id: str) -> dict:
     """Move the staged updates into the store and publish the manifest (idempotent per run id)."""
     done = _committed_by(rt, run_id)
@@ -275,17 +281,30 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
             for trace_id in list(txn.previous.traces if txn.previous else {}):
                 if not trace_id.startswith("view:"):
                     txn.drop(trace_id)
+        appends, outputs = [], {}
         for j in journals.values():
             for u in j["updates"]:
-                write = txn.replace if u["op"] == "replace" else txn.append
-                write(u["trace"], _read_parquet(rt, u["path"]), kind=u["kind"], keys=tuple(u["keys"]))
+                df = _read_parquet(rt, u["path"])
+                if u["op"] == "replace":
+                    txn.replace(u["trace"], df, kind=u["kind"], keys=tuple(u["keys"]))
+                else:
+                    appends.append((u["trace"], df, u["kind"], tuple(u["keys"])))
             for view, path in j["outputs"].items():
-                txn.write_output(view, _read_parquet(rt, path))
+                outputs[view] = _read_parquet(rt, path)
             for name, files in j["consumed"].items():
                 txn.consume(name, files)
-        txn.set_meta("run_id", run_id)
-        txn.set_meta("mode", p["mode"])
-        manifest = txn.commit()
+        small = p["mode"] != "full_refresh" and _change_rows(journals) <= SMALL_CHANGE_ROWS
+        with step_conf(rt.spark, small):
+            if small:  # delta-sized, as in run_step: every state and view delta in one write job
+                txn.append_many(appends, outputs)
+            else:
+                for trace_id, df, kind, keys in appends:
+                    txn.append(trace_id, df, kind=kind, keys=keys)
+                for view, df in outputs.items():
+                    txn.write_output(view, df)
+            txn.set_meta("run_id", run_id)
+            txn.set_meta("mode", p["mode"])
+            manifest = txn.commit()
     rt.store.fs.remove_tree(run_dir(rt, run_id))
     return {"timestep": manifest.timestep,
             "views": {v: {"inserted": o.rows_inserted, "deleted": o.rows_deleted}

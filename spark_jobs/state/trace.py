@@ -210,10 +210,12 @@ def delta_merge(entry: TraceEntry, fanout: int = DELTA_FANOUT) -> list[str]:
 def needs_compaction(entry: TraceEntry, fraction: float) -> bool:
     """Compact when the deltas outweigh ``fraction`` of the base (amortized O(delta) writes).
 
-    With a base: at least 2 deltas and delta bytes > fraction * base bytes.
-    Without a base: at least 4 deltas (so a fresh trace does not compact on every step).
+    With a base: at least 2 deltas and delta bytes > fraction * base bytes. Without one, the
+    largest delta stands for the base: an initial load is one big delta, and compacting it at
+    the next small steps would rewrite the whole state for a few changed rows.
     """
     n = len(entry.deltas)
     if entry.base:
         return n >= 2 and entry.delta_bytes > fraction * entry.base_bytes
-    return n >= 4
+    sizes = [entry.files[d].bytes if d in entry.files else 0 for _, d in entry.deltas]
+    return n >= 2 and sum(sizes) - max(sizes) > fraction * max(sizes)
