@@ -14,6 +14,13 @@ Traces are read once per timestep into a cache sorted on their lookup key (``LOO
 lookup first filters key ranges of the change, so an iteration reads the cached batches the change
 touches, not the whole trace.
 
+An incremental step whose changes are small (held on the driver) does not use Spark for the loop
+at all (``_run_on_driver``): every value is a pyarrow Table and each lookup reads only the Parquet
+row groups of the trace files whose statistics admit the change's keys (``state.lookup``; traces
+are compacted sorted on their key, so few groups). Same rules (``nested`` on ``arrow.Kernels``),
+same stopping rule; an iteration then costs milliseconds instead of ~1 s of planning and jobs.
+It hands over to the Spark loop (from the start) where it cannot serve.
+
 The scope's outer delta is ∫ (the sum over i) of its output's d[t][i]. State, per join/distinct
 input stream: one trace with an ``_iter`` column, appended with this timestep's d[t][i] tagged
 ``_iter = i``; plus the depth (the iteration the loop stopped at; shown by status, not needed to stop).
@@ -126,6 +133,8 @@ def run_scope(node: Node, imports: Sequence[DataFrame], read: ReadState | None, 
             return _run_on_driver(node, body, imports, files, spark)
         except arrow.NotLocal as why:
             log.debug("scope %s: loop on Spark (%s)", node.id, why)
+        except pa.ArrowException as why:  # a type Arrow cannot join or convert: Spark can
+            log.info("scope %s: loop on Spark, Arrow refused: %s", node.id, why)
     stored = {n.id: (read(trace_id(node.id, n.id)) if read else None)
               for n in body if n.op == "integrate_nested"}
     traces = _cached(body, stored, spark)
@@ -542,7 +551,8 @@ def _run_on_driver(node: Node, body: Circuit, imports: Sequence[DataFrame], file
         n.op == "join_nested" and (n.param("null_safe", False) or not n.param("left_keys", ())))})
     if unsupported:
         raise arrow.NotLocal(f"operators {unsupported}")
-    zero = {k: _arrow_zero(df) for k, df in _zeros(body, imports).items()}
+    spark_zero = _zeros(body, imports)
+    zero = {k: to_arrow_schema(df.schema).empty_table() for k, df in spark_zero.items()}
     tables = [_to_arrow(df) for df in imports]
     traces = {n.id: files(trace_id(node.id, n.id)) for n in body if n.op == "integrate_nested"}
     limit = int(node.param("max_iterations"))
@@ -550,7 +560,7 @@ def _run_on_driver(node: Node, body: Circuit, imports: Sequence[DataFrame], file
     sources = {n.param("source") for n in body if n.op == "feedback"}
     out = body.outputs[node.param("outputs")[0]]
     kernels = arrow.Kernels()
-    deepest = max([-1] + [t.max_of(ITER) or 0 for t in traces.values() if t is not None])
+    deepest = max([-1] + [m for t in traces.values() if t is not None and (m := t.max_of(ITER)) is not None])
     before = {s: zero[s] for s in streams}
     history: dict[str, list[tuple[int, pa.Table]]] = {k: [] for k in streams | {out}}
     cur: dict[str, pa.Table] = {}
@@ -576,7 +586,7 @@ def _run_on_driver(node: Node, body: Circuit, imports: Sequence[DataFrame], file
         if quiet and (i >= deepest or not any(p.num_rows for p in deeper_probes(
                 body, before, {s for s in streams if before[s].num_rows == 0}, set(), traces, i, kernels))):
             profile.log(node.id, driver=True)
-            return _driver_finish(node, body, history, zero, traces, out, i, spark)
+            return _driver_finish(node, body, history, spark_zero[out], traces, out, i, spark)
     raise RecursionLimitExceeded(_limit_message(node.id, limit))
 
 
@@ -593,7 +603,7 @@ def _driver_value(n: Node, i: int, imports: list[pa.Table], previous: dict[str, 
         return previous.get(n.param("source"))
     if n.op == "plus":
         parts = [cur[x] for x in n.inputs if cur[x].num_rows]
-        return kernels.total([p.select(parts[0].column_names) for p in parts]) if parts else None
+        return kernels.total(parts) if parts else None
     if n.op == "join_nested":
         a, b, ta, tb = n.inputs
         terms = [t for t in join_nested(stream(a, traces[ta]), stream(b, traces[tb]), i, join_spec(n), kernels)
@@ -609,11 +619,11 @@ def _driver_value(n: Node, i: int, imports: list[pa.Table], previous: dict[str, 
 
 
 def _driver_finish(node: Node, body: Circuit, history: dict[str, list[tuple[int, pa.Table]]],
-                   zero: dict[str, pa.Table], traces: dict[str, "TraceFiles | None"], out: str, depth: int,
+                   zero_out: DataFrame, traces: dict[str, "TraceFiles | None"], out: str, depth: int,
                    spark: SparkSession) -> ScopeStep:
     """``_finish`` for the driver loop: sums computed in Arrow, handed to Spark as local relations."""
     parts = [t for _, t in history[out]]
-    output = arrow.consolidate(pa.concat_tables(parts)) if parts else zero[out]
+    output = _to_spark(spark, arrow.consolidate(pa.concat_tables(parts))) if parts else zero_out
     tagged = {}
     for t in traces:
         rows = [tb.append_column(pa.field(ITER, pa.int32(), False), pa.array(np.full(tb.num_rows, i, np.int32)))
@@ -622,7 +632,7 @@ def _driver_finish(node: Node, body: Circuit, history: dict[str, list[tuple[int,
             table = arrow.consolidate(pa.concat_tables(rows))
             cols = [c for c in table.column_names if c != WEIGHT]
             tagged[t] = _to_spark(spark, table.select(cols + [WEIGHT]))
-    return _scope_step(node, body, _to_spark(spark, output), tagged, depth, spark)
+    return _scope_step(node, body, output, tagged, depth, spark)
 
 
 def _to_arrow(df: DataFrame) -> pa.Table:
@@ -634,10 +644,6 @@ def _to_arrow(df: DataFrame) -> pa.Table:
         raise arrow.NotLocal(f"an input change of {len(rows)} rows")
     schema = to_arrow_schema(df.schema)
     return pa.table([pa.array([r[k] for r in rows], f.type) for k, f in enumerate(schema)], schema=schema)
-
-
-def _arrow_zero(df: DataFrame) -> pa.Table:
-    return to_arrow_schema(df.schema).empty_table()
 
 
 def _conform(table: pa.Table, zero: pa.Table) -> pa.Table:

@@ -138,16 +138,25 @@ class StateStore:
 
     def trace_files(self, trace_id: str, t: int | None = None) -> "TraceFiles | None":
         """The trace's Parquet files as of committed timestep t (latest if None), for key
-        lookups with pyarrow (no Spark job); None if the trace has no files or no schema."""
+        lookups with pyarrow (no Spark job); None exactly when ``read_trace`` is None."""
         m = self._committed(t)
         entry = None if m is None else m.traces.get(trace_id)
-        if entry is None or not entry.dirs or not entry.schema:
+        if entry is None or not entry.dirs:
             return None
         from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import StructType
 
         paths = [full for d in entry.dirs for full, _ in self.fs.data_files(self.layout.abs(d))]
-        return TraceFiles(self.fs, paths, to_arrow_schema(StructType.fromJson(json.loads(entry.schema))))
+        if entry.schema:
+            schema = to_arrow_schema(StructType.fromJson(json.loads(entry.schema)))
+        elif paths:  # an old manifest without the schema: the first file's (its columns are the trace's)
+            import pyarrow.parquet as pq
+
+            with self.fs.open_read(paths[0]) as fh:
+                schema = pq.read_schema(fh)
+        else:
+            return None
+        return TraceFiles(self.fs, paths, schema)
 
     def read_output_delta(self, view: str, t: int) -> "DataFrame | None":
         """The view's consolidated delta committed at t (None if it was empty)."""

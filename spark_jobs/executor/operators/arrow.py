@@ -58,7 +58,8 @@ def consolidate(table: pa.Table) -> pa.Table:
         raise NotLocal("a Z-set without data columns")
     sums = table.group_by(cols, use_threads=False).aggregate([(WEIGHT, "sum")])
     out = sums.select(cols + [f"{WEIGHT}_sum"]).rename_columns(cols + [WEIGHT])
-    return out.filter(pc.not_equal(out.column(WEIGHT), 0)).cast(pa.schema([table.schema.field(c) for c in out.column_names]))
+    schema = pa.schema([table.schema.field(c) for c in out.column_names])
+    return out.filter(pc.not_equal(out.column(WEIGHT), 0)).cast(schema)
 
 
 def _private(table: pa.Table, prefix: str, needed: Sequence[str], weight: str) -> tuple[pa.Table, dict[str, str]]:
@@ -104,7 +105,10 @@ class Kernels:
     """``nested.Kernels`` on tables; traces are ``TraceFiles`` (Parquet read with pyarrow)."""
 
     def total(self, parts: list[pa.Table]) -> pa.Table:
-        return parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="none")
+        """Rows concatenated by column name (as ``unionByName``; nullability and widths unified)."""
+        names = parts[0].column_names
+        return parts[0] if len(parts) == 1 else pa.concat_tables([p.select(names) for p in parts],
+                                                                  promote_options="permissive")
 
     def lookup(self, trace: TraceFiles, iters: tuple[int | None, int | None], probe: pa.Table,
                trace_keys: Sequence[str], probe_keys: Sequence[str], small: bool) -> pa.Table:
@@ -145,7 +149,7 @@ class Kernels:
         schema = (cur if cur is not None else before).select(cols).schema.append(pa.field(WEIGHT, pa.int64()))
         if not rows:
             return schema.empty_table()
-        sums = self.total([r.cast(rows[0].schema) for r in rows]).group_by(cols, use_threads=False).aggregate(
+        sums = self.total(rows).group_by(cols, use_threads=False).aggregate(
             [(g, "sum") for g in tags])
         o, oi, b, c = (sums.column(f"{g}_sum").to_numpy(zero_copy_only=False) for g in tags)
         d = crossing(o, oi, b, c, lambda v: (v > 0).astype(np.int64))
