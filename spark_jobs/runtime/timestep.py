@@ -206,7 +206,8 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
         failpoint("after_state_write")
         kind = trace_kind(circuit, node_id)
         op = "replace" if full or update.kind == "replace" else "append"
-        journal["updates"].append({"trace": node_id, "op": op, "kind": kind, "keys": list(update.keys), "path": path})
+        journal["updates"].append({"trace": node_id, "op": op, "kind": kind, "keys": list(update.keys),
+                                   "sort_by": list(update.sort_by), "path": path})
     failpoint("mid_step")
     for view, df in result.outputs.items():
         if full:  # the change of the view = new view - old view
@@ -278,7 +279,8 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
         for j in journals.values():
             for u in j["updates"]:
                 write = txn.replace if u["op"] == "replace" else txn.append
-                write(u["trace"], _read_parquet(rt, u["path"]), kind=u["kind"], keys=tuple(u["keys"]))
+                write(u["trace"], _read_parquet(rt, u["path"]), kind=u["kind"], keys=tuple(u["keys"]),
+                      sort_by=tuple(u.get("sort_by", ())))
             for view, path in j["outputs"].items():
                 txn.write_output(view, _read_parquet(rt, path))
             for name, files in j["consumed"].items():
