@@ -104,3 +104,49 @@ def test_driver_loop_off_runs_on_spark(spark, tmp_path, caplog, monkeypatch):
     monkeypatch.setattr(recursion, "DRIVER_LOOP", False)
     loops = _closure_stream(spark, tmp_path, caplog, 6, seed=9)
     assert loops and not any(p["driver"] for p in loops), loops
+
+
+FILTERED = """\
+name: filtered
+inputs:
+  edges:
+    schema: {src: long, dst: long}
+    source: {kind: changes, path: inbox/edges, format: parquet}
+nodes:
+  reach:
+    op: recursive
+    body:
+      step: {op: join, left: reach, right: edges, left_on: [dst], right_on: [src]}
+      hop:  {op: select, input: step, columns: {src: src, dst: edges_dst}}
+      low:  {op: filter, input: hop, where: "dst < 4"}
+      paths: {op: union, inputs: [edges, low]}
+    outputs: [paths]
+outputs: [reach]
+"""
+
+
+def test_a_body_the_driver_does_not_run_runs_on_spark(spark, tmp_path, caplog):
+    """A ``filter`` in the body: the driver loop refuses before doing anything; same results."""
+    path = tmp_path / "filtered.yaml"
+    path.write_text(FILTERED)
+    rt = open_circuit(str(path), load_config(data_root=str(tmp_path)))
+    edges: set[tuple[int, int]] = set()
+
+    def want() -> set[tuple[int, int]]:
+        reach = set(edges)
+        while True:
+            new = {(a, d) for a, b in reach for c, d in edges if b == c and d < 4} - reach
+            if not new:
+                return reach
+            reach |= new
+
+    steps = [{(0, 1): 1, (1, 2): 1, (2, 3): 1, (3, 5): 1, (5, 0): 1}, {(1, 2): -1, (1, 3): 1}, {(2, 2): 1}]
+    with caplog.at_level(logging.DEBUG, logger=recursion.__name__):
+        for t, change in enumerate(steps, start=1):
+            _write(tmp_path, "edges", f"b{t:03d}.parquet", change, ("src", "dst"))
+            for e, w in change.items():
+                (edges.add if w > 0 else edges.discard)(e)
+            run_step(rt)
+            assert _view(rt, "reach") == want(), f"timestep {t}"
+    assert not any(p["driver"] for p in _loops(caplog))
+    assert any("loop on Spark (operators ['filter'])" in r.getMessage() for r in caplog.records)
