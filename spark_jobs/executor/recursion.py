@@ -147,7 +147,7 @@ def run_scope(node: Node, imports: Sequence[DataFrame], read: ReadState | None, 
         if not big:  # small state, small deltas: one partition each, so an iteration is one stage
             traces = {k: None if df is None else df.coalesce(1) for k, df in traces.items()}
             imports = [df.coalesce(1) for df in imports]
-        with _loop_settings(spark, broadcast=big):
+        with _loop_settings(spark, broadcast=big, interpreted=read is not None and on_driver):
             return _iterate(node, body, imports, traces, state, broadcast_imports, spark, broadcast=big,
                             local=read is not None)
     finally:
@@ -178,7 +178,7 @@ def _cached(body: Circuit, traces: dict[str, DataFrame | None], spark: SparkSess
 
 
 @contextmanager
-def _loop_settings(spark: SparkSession, broadcast: bool) -> Iterator[None]:
+def _loop_settings(spark: SparkSession, broadcast: bool, interpreted: bool) -> Iterator[None]:
     """Spark settings for the loop, restored afterwards.
 
     Adaptive execution runs every shuffle stage as a job of its own, and a broadcast is a job
@@ -189,8 +189,11 @@ def _loop_settings(spark: SparkSession, broadcast: bool) -> Iterator[None]:
     wanted = {"spark.sql.adaptive.enabled": "false", "spark.sql.autoBroadcastJoinThreshold": "-1"}
     if not broadcast:  # small state: tiny plans, planned afresh each iteration; compiling costs more
         wanted["spark.sql.codegen.wholeStage"] = "false"
-        # ...also per expression: the lookups' key-range literals change every iteration, so each
-        # task compiled new predicates (measured: ~0.2 s of a 0.4 s iteration job, 10k-edge graph)
+    if not broadcast and interpreted:
+        # an incremental step's small deltas: no expression codegen either. The lookups' key-range
+        # literals change every iteration, so each task compiled new predicates (measured: ~0.2 s
+        # of a 0.4 s iteration job, 10k-edge graph). Not from scratch: whole relations, where
+        # compiled expressions pay (interpreted, the 105k-edge closure took 65 s instead of 27 s)
         wanted["spark.sql.codegen.factoryMode"] = "NO_CODEGEN"
     with temporary_conf(spark, wanted):
         yield
