@@ -13,6 +13,10 @@ one-dimensional join and distinct: a semi-join with the change's keys broadcast.
 is held on the driver (the usual incremental step), the semi-join is preceded by a filter on a few
 ranges of its first key column; on a trace sorted by that column (recursion.py caches it so) the
 filter skips whole cached batches (or Parquet row groups) without reading them.
+
+The rules (``join_nested``, ``distinct_nested``, the stop rule's ``deeper_probes``) are written
+over ``Kernels``, a handful of Z-set operations: ``SparkKernels`` here, and ``arrow.Kernels`` for
+the loop that runs on the driver with pyarrow tables; one statement of the rules serves both.
 """
 from __future__ import annotations
 
@@ -170,16 +174,6 @@ def _sql(value) -> str:
     if isinstance(value, int):
         return str(value)
     return f"DATE'{value.isoformat()}'"
-
-
-def old_at(trace: DataFrame, i: int) -> DataFrame:
-    """Σ_{t'<t} d[t'][i]: the stored deltas of iteration exactly i."""
-    return trace.where(col(ITER) == i).drop(ITER)
-
-
-def old_upto(trace: DataFrame, i: int) -> DataFrame:
-    """V[t-1][i] = Σ_{t'<t, j<=i} d[t'][j] (not consolidated)."""
-    return trace.where(col(ITER) <= i).drop(ITER)
 
 
 def iter_range(lo: int | None, hi: int | None) -> Column:
