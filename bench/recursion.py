@@ -32,6 +32,16 @@ from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
 
 CIRCUIT = str(PROJECT_ROOT / "circuits" / "transitive_closure.yaml")
+# how a step runs its loop: "driver" = on the driver with pyarrow (recursion.DRIVER_LOOP, falls
+# back to Spark when the change is large); the others = on Spark, with that trace lookup
+LOOPS = ("driver",) + recursion.LOOKUPS
+
+
+def use_loop(loop: str) -> None:
+    """Set the engine's switches for ``loop`` (see LOOPS)."""
+    recursion.DRIVER_LOOP = loop == "driver"
+    if loop != "driver":
+        recursion.LOOKUP = loop
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -110,14 +120,15 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: check that the benchmark runs")
     ap.add_argument("--components", type=int, default=5000, help="DAG components (edges = components x 21)")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--lookup", choices=recursion.LOOKUPS, default=recursion.LOOKUP,
-                    help="how an iteration reads the per-iteration traces (see recursion.LOOKUPS)")
+    ap.add_argument("--loop", choices=LOOPS, default="driver",
+                    help="how a step runs its loop: on the driver, or on Spark with a trace lookup "
+                         "(see recursion.LOOKUPS)")
     ap.add_argument("--no-scratch", action="store_true", help="time the incremental steps only")
-    ap.add_argument("--compare", nargs="*", default=["scan"], choices=recursion.LOOKUPS,
-                    help="other lookups timed afterwards on the smallest batch (incremental steps only)")
+    ap.add_argument("--compare", nargs="*", default=["sorted"], choices=LOOPS,
+                    help="other loops timed afterwards on every batch size (incremental steps only)")
     ap.add_argument("--out", default="recursion", help="results file name (bench/results/<out>.json/.md)")
     args = ap.parse_args()
-    recursion.LOOKUP = args.lookup
+    use_loop(args.loop)
     comps, nodes, per = (40, 12, 14) if args.smoke else (args.components, 24, 21)
     batches = (2, 5) if args.smoke else (10, 100)
     rng = random.Random(42)
@@ -127,7 +138,7 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="bench-recursion-")
     out = args.out + ("-smoke" if args.smoke else "")
     result: dict = {"edges": len(edges), "components": comps, "nodes_per_component": nodes,
-                    "lookup": args.lookup, "cores": os.cpu_count(), "steps": []}
+                    "lookup": args.loop, "cores": os.cpu_count(), "steps": []}
     loops = Loops()
     logger = logging.getLogger(recursion.__name__)
     logger.addHandler(loops)
@@ -146,11 +157,11 @@ def main() -> None:
         print(f"{len(edges)} edges, closure {result['closure_rows']} rows, state {result['state_rows']} rows, "
               f"first step {result['initial_step_seconds']} s", flush=True)
         n = 1
-        # the main lookup on every batch size; then each other lookup on the smallest batch
-        plan = [(size, args.lookup, args.no_scratch) for size in batches for _ in range(args.repeats)]
-        plan += [(batches[0], other, True) for other in args.compare]
+        # the main loop on every batch size (with the from-scratch closure); then each other loop
+        plan = [(size, args.loop, args.no_scratch) for size in batches for _ in range(args.repeats)]
+        plan += [(size, other, True) for other in args.compare for size in batches]
         for size, lookup, no_scratch in plan:
-            recursion.LOOKUP = lookup
+            use_loop(lookup)
             for kind in ("insert", "delete"):
                 if kind == "insert":
                     change = {}
@@ -195,15 +206,17 @@ def markdown(result: dict) -> str:
     lines = [f"Transitive closure: {result['edges']} edges in {result['components']} DAG components, "
              f"{result.get('closure_rows')} closure rows, {result.get('state_rows')} rows of per-iteration "
              f"state; first (from-empty) step {result.get('initial_step_seconds')} s "
-             f"({result.get('initial_step_iterations')} iterations). Trace lookups: {result.get('lookup')}; "
+             f"({result.get('initial_step_iterations')} iterations). Loop: {result.get('lookup')}; "
              f"{result.get('cores')} cores.", "",
-             "| change | edges | lookup | incremental step (s) | iterations | loop jobs / iteration | step jobs "
-             "| from scratch (s) | iterations | speed-up | load avg |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| change | edges | loop | incremental step (s) | of which loop (s) | iterations | loop jobs / iteration "
+             "| step jobs | from scratch (s) | iterations | speed-up | load avg |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in result["steps"]:
         scratch = s.get("from_scratch_seconds")
         speed = f"{scratch / s['step_seconds']:.1f}x" if scratch and s["step_seconds"] else "-"
-        lines.append(f"| {s['kind']} | {s['batch']} | {s.get('lookup', result.get('lookup'))} | {s['step_seconds']} | {s.get('step_iterations')} | "
+        loop = round(sum(s.get("step_iteration_seconds") or []), 2)
+        lines.append(f"| {s['kind']} | {s['batch']} | {s.get('lookup', result.get('lookup'))} | "
+                     f"{s['step_seconds']} | {loop} | {s.get('step_iterations')} | "
                      f"{s.get('step_loop_jobs_per_iteration')} | {s.get('step_jobs')} | {scratch or '-'} | "
                      f"{s.get('from_scratch_iterations', '-')} | {speed} | {s.get('load_average')} |")
     return "\n".join(lines) + "\n"

@@ -36,12 +36,14 @@ class StateReader(Protocol):
 class StateUpdate:
     """What a stateful node commits: ``append`` a delta to its trace, or ``replace`` the value.
 
-    ``keys`` are the columns the state is looked up by (a store may sort/cluster files on them).
+    ``keys`` are the columns the state is looked up by; ``sort_by`` asks the store to keep the
+    trace's compacted files sorted on these columns (lookups then read few row groups).
     """
 
     kind: Literal["append", "replace"]
     df: DataFrame
     keys: tuple[str, ...] = ()
+    sort_by: tuple[str, ...] = ()
 
 
 @dataclass
@@ -193,10 +195,11 @@ def _scope(s: _Step, node: Node) -> DataFrame:
     """A recursive scope: its fixed-point loop runs Spark jobs now (one per iteration)."""
     incremental = bool(node.param("incremental"))
     done = recursion.run_scope(node, s.args(node), s.state.read if incremental else None,
-                               broadcast_imports=s.broadcast_deltas and incremental, spark=s.spark)
-    for trace, (kind, df, keys) in done.updates.items():
+                               broadcast_imports=s.broadcast_deltas and incremental, spark=s.spark,
+                               files=getattr(s.state, "trace_files", None) if incremental else None)
+    for trace, (kind, df, keys, sort_by) in done.updates.items():
         if incremental:
-            s.result.updates[trace] = StateUpdate(kind, df, keys)
+            s.result.updates[trace] = StateUpdate(kind, df, keys, sort_by)
     return done.output
 
 

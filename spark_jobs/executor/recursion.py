@@ -14,6 +14,13 @@ Traces are read once per timestep into a cache sorted on their lookup key (``LOO
 lookup first filters key ranges of the change, so an iteration reads the cached batches the change
 touches, not the whole trace.
 
+An incremental step whose changes are small (held on the driver) does not use Spark for the loop
+at all (``_run_on_driver``): every value is a pyarrow Table and each lookup reads only the Parquet
+row groups of the trace files whose statistics admit the change's keys (``state.lookup``; traces
+are compacted sorted on their key, so few groups). Same rules (``nested`` on ``arrow.Kernels``),
+same stopping rule; an iteration then costs milliseconds instead of ~1 s of planning and jobs.
+It hands over to the Spark loop (from the start) where it cannot serve.
+
 The scope's outer delta is ∫ (the sum over i) of its output's d[t][i]. State, per join/distinct
 input stream: one trace with an ``_iter`` column, appended with this timestep's d[t][i] tagged
 ``_iter = i``; plus the depth (the iteration the loop stopped at; shown by status, not needed to stop).
@@ -31,18 +38,23 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import Callable, Iterator, Sequence
 
+import numpy as np
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from spark_jobs.executor import zset
-from spark_jobs.executor.operators import linear
+from spark_jobs.executor.operators import arrow, linear
 from spark_jobs.executor.operators.join import join
 from spark_jobs.executor.session import temporary_conf
-from spark_jobs.executor.operators.nested import ITER, Stream, distinct_nested, held, join_nested, lookup, total
+from spark_jobs.executor.operators.nested import (ITER, SparkKernels, Stream, deeper_probes, distinct_nested, held,
+                                                  join_nested, join_spec, total)
 from spark_jobs.executor.zset import WEIGHT, col, consolidate, empty_like
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.ir.incrementalize import incrementalize_body
+from spark_jobs.state.lookup import TraceFiles
 
 BROADCAST_ROWS = 200_000  # a delta with at most this many rows is broadcast for lookups...
 BIG_STATE_ROWS = 200_000  # ...when the traces hold more rows than this (else one job does all)
@@ -57,6 +69,10 @@ CACHE_BATCH_ROWS = 1024  # rows per cached batch of a sorted trace (the unit a r
 log = logging.getLogger(__name__)
 
 ReadState = Callable[[str], "DataFrame | None"]
+ReadFiles = Callable[[str], "TraceFiles | None"]
+# run an incremental step's loop on the driver (pyarrow) when its changes are small; False: Spark
+DRIVER_LOOP = True
+DRIVER_TRACE_ROWS = 5_000_000  # ...unless its lookups would decode more trace rows than this
 
 
 class RecursionLimitExceeded(RuntimeError):
@@ -71,7 +87,8 @@ def trace_id(scope: str, node_id: str) -> str:
 @dataclass
 class ScopeStep:
     output: DataFrame  # consolidated: the change of the scope's value (its value, from scratch)
-    updates: dict[str, tuple[str, DataFrame, tuple[str, ...]]] = field(default_factory=dict)  # id -> (kind, df, keys)
+    # id -> (kind, df, keys, sort_by): sort_by orders the trace's compacted files (see ``_scope_step``)
+    updates: dict[str, tuple[str, DataFrame, tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
     iterations: int = 0
 
 
@@ -100,15 +117,26 @@ class _Loop:
 
 
 def run_scope(node: Node, imports: Sequence[DataFrame], read: ReadState | None, *,
-              broadcast_imports: bool, spark: SparkSession | None = None) -> ScopeStep:
-    """Evaluate one timestep of scope ``node`` on its imports' deltas (``read`` None: from scratch)."""
+              broadcast_imports: bool, spark: SparkSession | None = None,
+              files: ReadFiles | None = None) -> ScopeStep:
+    """Evaluate one timestep of scope ``node`` on its imports' deltas (``read`` None: from scratch).
+
+    With ``files`` (the state's Parquet files) and small driver-held changes, the loop runs on the
+    driver (``_run_on_driver``); otherwise, or when it outgrows the driver, on Spark."""
     body: Circuit = node.body if node.param("incremental") else incrementalize_body(node.body)
     outputs = node.param("outputs") or ()
     if not outputs or outputs[0] not in body.outputs:
         raise ValueError(f"recursive scope {node.id!r}: its body defines no output {outputs[:1]}")
+    spark = spark or _spark_of(imports)
+    if read is not None and files is not None and DRIVER_LOOP:
+        try:
+            return _run_on_driver(node, body, imports, files, spark)
+        except arrow.NotLocal as why:
+            log.debug("scope %s: loop on Spark (%s)", node.id, why)
+        except pa.ArrowException as why:  # a type Arrow cannot join or convert: Spark can
+            log.info("scope %s: loop on Spark, Arrow refused: %s", node.id, why)
     stored = {n.id: (read(trace_id(node.id, n.id)) if read else None)
               for n in body if n.op == "integrate_nested"}
-    spark = spark or _spark_of(imports)
     traces = _cached(body, stored, spark)
     try:
         with temporary_conf(spark, {"spark.sql.inMemoryColumnarStorage.batchSize": str(CACHE_BATCH_ROWS)}):
@@ -119,7 +147,7 @@ def run_scope(node: Node, imports: Sequence[DataFrame], read: ReadState | None, 
         if not big:  # small state, small deltas: one partition each, so an iteration is one stage
             traces = {k: None if df is None else df.coalesce(1) for k, df in traces.items()}
             imports = [df.coalesce(1) for df in imports]
-        with _loop_settings(spark, broadcast=big):
+        with _loop_settings(spark, broadcast=big, interpreted=read is not None and on_driver):
             return _iterate(node, body, imports, traces, state, broadcast_imports, spark, broadcast=big,
                             local=read is not None)
     finally:
@@ -150,7 +178,7 @@ def _cached(body: Circuit, traces: dict[str, DataFrame | None], spark: SparkSess
 
 
 @contextmanager
-def _loop_settings(spark: SparkSession, broadcast: bool) -> Iterator[None]:
+def _loop_settings(spark: SparkSession, broadcast: bool, interpreted: bool) -> Iterator[None]:
     """Spark settings for the loop, restored afterwards.
 
     Adaptive execution runs every shuffle stage as a job of its own, and a broadcast is a job
@@ -161,6 +189,12 @@ def _loop_settings(spark: SparkSession, broadcast: bool) -> Iterator[None]:
     wanted = {"spark.sql.adaptive.enabled": "false", "spark.sql.autoBroadcastJoinThreshold": "-1"}
     if not broadcast:  # small state: tiny plans, planned afresh each iteration; compiling costs more
         wanted["spark.sql.codegen.wholeStage"] = "false"
+    if not broadcast and interpreted:
+        # an incremental step's small deltas: no expression codegen either. The lookups' key-range
+        # literals change every iteration, so each task compiled new predicates (measured: ~0.2 s
+        # of a 0.4 s iteration job, 10k-edge graph). Not from scratch: whole relations, where
+        # compiled expressions pay (interpreted, the 105k-edge closure took 65 s instead of 27 s)
+        wanted["spark.sql.codegen.factoryMode"] = "NO_CODEGEN"
     with temporary_conf(spark, wanted):
         yield
 
@@ -197,11 +231,14 @@ def _iterate(node: Node, body: Circuit, imports: Sequence[DataFrame], traces: di
         if done:
             profile.log(node.id)
             return _finish(node, body, loop, traces, out, i, spark)
-    raise RecursionLimitExceeded(
-        f"recursive node {node.id!r} did not reach a fixed point within {limit} iterations: its relations "
-        f"still changed at iteration {limit}. The recursion may diverge (e.g. a value that grows without "
-        f"bound, such as n + 1); if it only converges slowly, raise settings.max_iterations in the circuit "
-        f"file. Nothing was committed for this timestep.")
+    raise RecursionLimitExceeded(_limit_message(node.id, limit))
+
+
+def _limit_message(scope: str, limit: int) -> str:
+    return (f"recursive node {scope!r} did not reach a fixed point within {limit} iterations: its relations "
+            f"still changed at iteration {limit}. The recursion may diverge (e.g. a value that grows without "
+            f"bound, such as n + 1); if it only converges slowly, raise settings.max_iterations in the circuit "
+            f"file. Nothing was committed for this timestep.")
 
 
 def _spark_of(imports: Sequence[DataFrame]) -> SparkSession:
@@ -243,24 +280,9 @@ def _deeper_rows_match(loop: _Loop, traces: dict[str, DataFrame | None], i: int)
     which then stays fixed). One job looks for any such row; none means every later iteration is
     zero. (Sums are not consolidated: a match may be spurious, which costs iterations, never facts.)
     """
-    probes: list[DataFrame] = []
-
-    def probe(trace: DataFrame | None, changes: str, trace_keys: Sequence[str], keys: Sequence[str]) -> None:
-        if trace is not None and changes not in loop.before_empty:
-            deeper = trace.where(col(ITER) > i)
-            found = lookup(deeper, loop.before[changes], trace_keys, keys, changes in loop.before_small, loop.prune)
-            probes.append(found.select(F.lit(1).alias("_hit")))
-
-    for n in loop.body:
-        if n.op == "join_nested":
-            a, b, ta, tb = n.inputs
-            lk, rk = n.param("left_keys", ()), n.param("right_keys", ())
-            probe(traces[ta], b, lk, rk)
-            probe(traces[tb], a, rk, lk)
-        elif n.op == "distinct_nested":
-            x, tx = n.inputs
-            cols = zset.data_columns(loop.before[x])
-            probe(traces[tx], x, cols, cols)
+    kernels = SparkKernels(single=not loop.broadcast, prune=loop.prune)
+    probes = [p.select(F.lit(1).alias("_hit")) for p in deeper_probes(
+        loop.body, loop.before, loop.before_empty, loop.before_small, traces, i, kernels)]
     # a count, not take(1): take runs a job per batch of partitions it tries
     return bool(probes) and reduce(lambda p, q: p.unionByName(q), probes).count() > 0
 
@@ -277,10 +299,12 @@ class _Profile:
         self.seconds.append(now - self.started)
         self.started = now
 
-    def log(self, scope: str) -> None:
+    def log(self, scope: str, driver: bool = False) -> None:
         jobs = _jobs_submitted(self.spark) - self.first_job
-        log.debug("scope %s: %d iterations, %.2f s, %d Spark jobs", scope, len(self.seconds), sum(self.seconds),
-                  jobs, extra={"profile": {"iterations": len(self.seconds), "seconds": self.seconds, "jobs": jobs}})
+        log.debug("scope %s: %d iterations, %.2f s, %d Spark jobs%s", scope, len(self.seconds), sum(self.seconds),
+                  jobs, " (on the driver)" if driver else "",
+                  extra={"profile": {"iterations": len(self.seconds), "seconds": self.seconds, "jobs": jobs,
+                                     "driver": driver}})
 
 
 def _jobs_submitted(spark: SparkSession) -> int:
@@ -368,9 +392,7 @@ def _evaluate(loop: _Loop, n: Node, i: int, imports: Sequence[DataFrame], previo
     elif n.op == "join_nested":
         a, b, ta, tb = n.inputs
         _hold(loop, [x for x, t in ((a, ta), (b, tb)) if traces[t] is not None])
-        terms = join_nested(loop.stream(a, traces[ta]), loop.stream(b, traces[tb]), i,
-                            n.param("left_keys", ()), n.param("right_keys", ()), bool(n.param("null_safe", False)),
-                            n.param("left_out", ()), n.param("right_out", ()))
+        terms = join_nested(loop.stream(a, traces[ta]), loop.stream(b, traces[tb]), i, join_spec(n))
         value = total(terms, not loop.broadcast) if terms else None
     elif n.op == "distinct_nested":
         x, tx = n.inputs
@@ -493,14 +515,145 @@ def _finish(node: Node, body: Circuit, loop: _Loop, traces: dict[str, DataFrame 
     """∫ of the output's deltas, and the state: per-iteration deltas of each stream, the depth."""
     parts = [df for _, df in loop.history[out]]
     output = consolidate(linear.plus(*parts)) if parts else loop.zero[out]
-    step = ScopeStep(output, iterations=depth + 1)
+    tagged = {}
     for t in traces:
-        stream = body[t].inputs[0]
-        rows = [df.withColumn(ITER, F.lit(i).cast("int")) for i, df in loop.history[stream]]
+        rows = [df.withColumn(ITER, F.lit(i).cast("int")) for i, df in loop.history[body[t].inputs[0]]]
         if rows:
             cols = zset.data_columns(rows[0])
-            tagged = consolidate(linear.plus(*rows)).select(*[col(c) for c in cols], col(WEIGHT))
-            step.updates[trace_id(node.id, t)] = ("append", tagged, tuple(body[t].param("keys") or ()) + (ITER,))
+            tagged[t] = consolidate(linear.plus(*rows)).select(*[col(c) for c in cols], col(WEIGHT))
+    return _scope_step(node, body, output, tagged, depth, spark)
+
+
+def _scope_step(node: Node, body: Circuit, output: DataFrame, tagged: dict[str, DataFrame], depth: int,
+                spark: SparkSession) -> ScopeStep:
+    """The step's result: its output, and as state each trace's new rows (``tagged``: consolidated,
+    with ``_iter``) and the depth. Traces are looked up by (key, ``_iter``), so compaction sorts
+    them on that: their row groups then cover narrow key ranges (see ``state.lookup``)."""
+    step = ScopeStep(output, iterations=depth + 1)
+    for t, df in tagged.items():
+        keys = tuple(body[t].param("keys") or ()) + (ITER,)
+        step.updates[trace_id(node.id, t)] = ("append", df, keys, keys)
     depth_df = zset.from_tuples(spark, [(depth, 1)], f"{DEPTH} int, {WEIGHT} long")
-    step.updates[trace_id(node.id, DEPTH)] = ("replace", depth_df, ())
+    step.updates[trace_id(node.id, DEPTH)] = ("replace", depth_df, (), ())
     return step
+
+
+_DRIVER_OPS = {"delta0", "feedback", "plus", "negate", "map", "join_nested", "distinct_nested", "integrate_nested"}
+
+
+def _run_on_driver(node: Node, body: Circuit, imports: Sequence[DataFrame], files: ReadFiles,
+                   spark: SparkSession) -> ScopeStep:
+    """The loop of ``_iterate`` with every value a pyarrow Table on the driver, and trace lookups
+    reading only the Parquet row groups the changes touch (``state.lookup``): no Spark job and no
+    query planning per iteration, so an iteration costs what its changes cost. The same 2-D rules
+    (``nested``, on ``arrow.Kernels``) and the same stopping rule; the result goes back to Spark
+    as local relations. Raises ``arrow.NotLocal`` (nothing done that matters) where it cannot
+    serve: an operator Arrow does not run, changes not held on the driver, or deltas or lookups
+    growing beyond LOCAL_ROWS / DRIVER_TRACE_ROWS."""
+    unsupported = sorted({n.op for n in body if n.op not in _DRIVER_OPS or (
+        n.op == "join_nested" and (n.param("null_safe", False) or not n.param("left_keys", ())))})
+    if unsupported:
+        raise arrow.NotLocal(f"operators {unsupported}")
+    spark_zero = _zeros(body, imports)
+    zero = {k: to_arrow_schema(df.schema).empty_table() for k, df in spark_zero.items()}
+    tables = [_to_arrow(df) for df in imports]
+    traces = {n.id: files(trace_id(node.id, n.id)) for n in body if n.op == "integrate_nested"}
+    limit = int(node.param("max_iterations"))
+    streams = {body[t].inputs[0] for t in traces}
+    sources = {n.param("source") for n in body if n.op == "feedback"}
+    out = body.outputs[node.param("outputs")[0]]
+    kernels = arrow.Kernels()
+    deepest = max([-1] + [m for t in traces.values() if t is not None and (m := t.max_of(ITER)) is not None])
+    before = {s: zero[s] for s in streams}
+    history: dict[str, list[tuple[int, pa.Table]]] = {k: [] for k in streams | {out}}
+    cur: dict[str, pa.Table] = {}
+    profile = _Profile(spark)
+    for i in range(limit):
+        previous, cur = cur, {}
+        for n in body:
+            if n.op != "integrate_nested":
+                value = _driver_value(n, i, tables, previous, cur, before, traces, kernels)
+                cur[n.id] = zero[n.id] if value is None or value.num_rows == 0 else _conform(value, zero[n.id])
+                if cur[n.id].num_rows > LOCAL_ROWS:
+                    raise arrow.NotLocal(f"iteration {i}: {cur[n.id].num_rows} rows of {n.id!r}")
+        for s in streams:
+            if cur[s].num_rows:
+                before[s] = pa.concat_tables([before[s], cur[s]])
+        for k in history:
+            if cur[k].num_rows:
+                history[k].append((i, cur[k]))
+        if sum(t.decoded_rows() for t in traces.values() if t is not None) > DRIVER_TRACE_ROWS:
+            raise arrow.NotLocal(f"iteration {i}: trace lookups decoded over {DRIVER_TRACE_ROWS} rows")
+        quiet = all(cur[s].num_rows == 0 for s in sources)
+        profile.lap()
+        if quiet and (i >= deepest or not any(p.num_rows for p in deeper_probes(
+                body, before, {s for s in streams if before[s].num_rows == 0}, set(), traces, i, kernels))):
+            profile.log(node.id, driver=True)
+            return _driver_finish(node, body, history, spark_zero[out], traces, out, i, spark)
+    raise RecursionLimitExceeded(_limit_message(node.id, limit))
+
+
+def _driver_value(n: Node, i: int, imports: list[pa.Table], previous: dict[str, pa.Table],
+                  cur: dict[str, pa.Table], before: dict[str, pa.Table], traces: dict[str, "TraceFiles | None"],
+                  kernels: arrow.Kernels) -> pa.Table | None:
+    """d[t][i] of body node ``n`` as a table (None: empty); see ``_evaluate`` for the Spark form."""
+    def stream(x: str, trace: "TraceFiles | None") -> Stream:
+        return Stream(cur[x], before[x], trace, cur[x].num_rows == 0, before[x].num_rows == 0)
+
+    if n.op == "delta0":
+        return imports[n.param("port")] if i == 0 else None
+    if n.op == "feedback":
+        return previous.get(n.param("source"))
+    if n.op == "plus":
+        parts = [cur[x] for x in n.inputs if cur[x].num_rows]
+        return kernels.total(parts) if parts else None
+    if n.op == "join_nested":
+        a, b, ta, tb = n.inputs
+        terms = [t for t in join_nested(stream(a, traces[ta]), stream(b, traces[tb]), i, join_spec(n), kernels)
+                 if t.num_rows]
+        return kernels.total(terms) if terms else None
+    if n.op == "distinct_nested":
+        x, tx = n.inputs
+        return distinct_nested(stream(x, traces[tx]), i, kernels)
+    value = cur[n.inputs[0]]
+    if value.num_rows == 0:
+        return None
+    return arrow.negate(value) if n.op == "negate" else arrow.select(value, n.param("columns"))
+
+
+def _driver_finish(node: Node, body: Circuit, history: dict[str, list[tuple[int, pa.Table]]],
+                   zero_out: DataFrame, traces: dict[str, "TraceFiles | None"], out: str, depth: int,
+                   spark: SparkSession) -> ScopeStep:
+    """``_finish`` for the driver loop: sums computed in Arrow, handed to Spark as local relations."""
+    parts = [t for _, t in history[out]]
+    output = _to_spark(spark, arrow.consolidate(pa.concat_tables(parts))) if parts else zero_out
+    tagged = {}
+    for t in traces:
+        rows = [tb.append_column(pa.field(ITER, pa.int32(), False), pa.array(np.full(tb.num_rows, i, np.int32)))
+                for i, tb in history[body[t].inputs[0]]]
+        if rows:
+            table = arrow.consolidate(pa.concat_tables(rows))
+            cols = [c for c in table.column_names if c != WEIGHT]
+            tagged[t] = _to_spark(spark, table.select(cols + [WEIGHT]))
+    return _scope_step(node, body, output, tagged, depth, spark)
+
+
+def _to_arrow(df: DataFrame) -> pa.Table:
+    """A driver-held DataFrame's rows as a table (no Spark job); NotLocal if it is not held."""
+    if not zset.is_local(df):
+        raise arrow.NotLocal("an input change is not held on the driver")
+    rows = df.collect()
+    if len(rows) > LOCAL_ROWS:
+        raise arrow.NotLocal(f"an input change of {len(rows)} rows")
+    schema = to_arrow_schema(df.schema)
+    return pa.table([pa.array([r[k] for r in rows], f.type) for k, f in enumerate(schema)], schema=schema)
+
+
+def _conform(table: pa.Table, zero: pa.Table) -> pa.Table:
+    """``table`` with the columns, order and types of the node's typed zero."""
+    return table.select(zero.column_names).cast(zero.schema)
+
+
+def _to_spark(spark: SparkSession, table: pa.Table) -> DataFrame:
+    """A table as a Spark local relation (no job: the optimizer sees a LocalRelation)."""
+    return spark.createDataFrame(table)

@@ -61,6 +61,10 @@ class StoreReader:
             self._read[node_id] = self.store.read_trace(node_id) if self.store is not None else None
         return self._read[node_id]
 
+    def trace_files(self, node_id: str):
+        """The node's committed trace files for pyarrow lookups (``StateStore.trace_files``)."""
+        return self.store.trace_files(node_id) if self.store is not None else None
+
 
 def pending_inputs(rt: CircuitRuntime) -> dict[str, list[InputFile]]:
     """Input files that arrived and no committed timestep consumed."""
@@ -158,11 +162,11 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
                 for node_id, update in result.updates.items():
                     kind = trace_kind(rt.compiled.incremental, node_id)
                     if update.kind == "replace":
-                        txn.replace(node_id, update.df, kind=kind, keys=tuple(update.keys))
+                        txn.replace(node_id, update.df, kind=kind, keys=tuple(update.keys), sort_by=update.sort_by)
                     elif small:  # delta-sized: every trace's delta in one write job
-                        appends.append((node_id, update.df, kind, tuple(update.keys)))
+                        appends.append((node_id, update.df, kind, tuple(update.keys), update.sort_by))
                     else:
-                        txn.append(node_id, update.df, kind=kind, keys=tuple(update.keys))
+                        txn.append(node_id, update.df, kind=kind, keys=tuple(update.keys), sort_by=update.sort_by)
                 if small:  # state and view deltas in one write job
                     txn.append_many(appends, outputs)
                 failpoint("mid_step")

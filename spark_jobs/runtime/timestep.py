@@ -207,7 +207,8 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
         failpoint("after_state_write")
         kind = trace_kind(circuit, node_id)
         op = "replace" if full or update.kind == "replace" else "append"
-        journal["updates"].append({"trace": node_id, "op": op, "kind": kind, "keys": list(update.keys), "path": path})
+        journal["updates"].append({"trace": node_id, "op": op, "kind": kind, "keys": list(update.keys),
+                                   "sort_by": list(update.sort_by), "path": path})
     failpoint("mid_step")
     for view, df in result.outputs.items():
         if full:  # the change of the view = new view - old view
@@ -284,11 +285,11 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
         appends, outputs = [], {}
         for j in journals.values():
             for u in j["updates"]:
-                df = _read_parquet(rt, u["path"])
+                df, keys, sort_by = _read_parquet(rt, u["path"]), tuple(u["keys"]), tuple(u.get("sort_by", ()))
                 if u["op"] == "replace":
-                    txn.replace(u["trace"], df, kind=u["kind"], keys=tuple(u["keys"]))
+                    txn.replace(u["trace"], df, kind=u["kind"], keys=keys, sort_by=sort_by)
                 else:
-                    appends.append((u["trace"], df, u["kind"], tuple(u["keys"])))
+                    appends.append((u["trace"], df, u["kind"], keys, sort_by))
             for view, path in j["outputs"].items():
                 outputs[view] = _read_parquet(rt, path)
             for name, files in j["consumed"].items():
@@ -298,8 +299,8 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
             if small:  # delta-sized, as in run_step: every state and view delta in one write job
                 txn.append_many(appends, outputs)
             else:
-                for trace_id, df, kind, keys in appends:
-                    txn.append(trace_id, df, kind=kind, keys=keys)
+                for trace_id, df, kind, keys, sort_by in appends:
+                    txn.append(trace_id, df, kind=kind, keys=keys, sort_by=sort_by)
                 for view, df in outputs.items():
                     txn.write_output(view, df)
             txn.set_meta("run_id", run_id)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from spark_jobs.state import layout as L
 from spark_jobs.state.failpoints import failpoint
 from spark_jobs.state.fs import filesystem_for
+from spark_jobs.state.lookup import TraceFiles
 from spark_jobs.state.manifest import FileStat, Manifest, OutputEntry, TraceEntry
 from spark_jobs.state.trace import (ROWS_PER_FILE, consolidate, delta_merge, dir_stats, needs_compaction, read_dirs,
                                     slot_dir, slots_compatible, validate_columns, weight_totals,
@@ -135,6 +136,28 @@ class StateStore:
         """
         m = self._committed(t)
         return None if m is None else self._read_entry(m.traces.get(trace_id))
+
+    def trace_files(self, trace_id: str, t: int | None = None) -> "TraceFiles | None":
+        """The trace's Parquet files as of committed timestep t (latest if None), for key
+        lookups with pyarrow (no Spark job); None exactly when ``read_trace`` is None."""
+        m = self._committed(t)
+        entry = None if m is None else m.traces.get(trace_id)
+        if entry is None or not entry.dirs:
+            return None
+        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql.types import StructType
+
+        paths = [full for d in entry.dirs for full, _ in self.fs.data_files(self.layout.abs(d))]
+        if entry.schema:
+            schema = to_arrow_schema(StructType.fromJson(json.loads(entry.schema)))
+        elif paths:  # an old manifest without the schema: the first file's (its columns are the trace's)
+            import pyarrow.parquet as pq
+
+            with self.fs.open_read(paths[0]) as fh:
+                schema = pq.read_schema(fh)
+        else:
+            return None
+        return TraceFiles(self.fs, paths, schema)
 
     def read_output_delta(self, view: str, t: int) -> "DataFrame | None":
         """The view's consolidated delta committed at t (None if it was empty)."""
@@ -371,28 +394,32 @@ class Transaction:
             entry.schema = df.schema.json()
             self._touched.add(trace_id)
 
-    def append_many(self, items: Sequence[tuple[str, "DataFrame", str, Sequence[str]]],
+    def append_many(self, items: Sequence[tuple],
                     outputs: Mapping[str, "DataFrame"] | None = None) -> None:
-        """``append`` to several traces, ``(trace_id, df, kind, keys)`` each, and ``write_output``
-        of several views (``outputs``), all with one Spark job.
+        """``append`` to several traces, ``(trace_id, df, kind, keys[, sort_by])`` each, and
+        ``write_output`` of several views (``outputs``), all with one Spark job.
 
         The deltas go to slots of one batch folder (a union written partitioned by slot), so a
         step pays one write job instead of one per stateful operator and view; a view's slot is
-        then moved to its output folder. Falls back to one write each where one write cannot
-        serve: a single item, sorted traces, or columns of one name with different types.
+        then moved to its output folder. Deltas in a batch are not sorted (they are delta-sized;
+        ``sort_by`` orders the files compaction writes). Falls back to one write each where one
+        write cannot serve: a single item, or columns of one name with different types.
         """
         self._check_open()
         outputs = dict(outputs or {})
         prepared = []
-        for trace_id, df, kind, keys in items:
+        for trace_id, df, kind, keys, *sort_by in items:
             validate_columns(df.dtypes, kind, tuple(keys))
-            prepared.append((trace_id, df, self._entry_for_append(trace_id, kind, tuple(keys))))
+            entry = self._entry_for_append(trace_id, kind, tuple(keys))
+            if sort_by and sort_by[0]:
+                entry.sort_by = tuple(sort_by[0])
+            prepared.append((trace_id, df, entry))
         for df in outputs.values():
             validate_columns(df.dtypes, "zset", ())
         dfs = [df for _, df, _ in prepared] + list(outputs.values())
-        if len(dfs) < 2 or any(e.sort_by for _, _, e in prepared) or not slots_compatible(dfs):
+        if len(dfs) < 2 or not slots_compatible(dfs):
             for trace_id, df, entry in prepared:
-                self.append(trace_id, df, kind=entry.kind, keys=entry.keys)
+                self.append(trace_id, df, kind=entry.kind, keys=entry.keys, sort_by=entry.sort_by)
             for view, df in outputs.items():
                 self.write_output(view, df)
             return

@@ -13,11 +13,15 @@ one-dimensional join and distinct: a semi-join with the change's keys broadcast.
 is held on the driver (the usual incremental step), the semi-join is preceded by a filter on a few
 ranges of its first key column; on a trace sorted by that column (recursion.py caches it so) the
 filter skips whole cached batches (or Parquet row groups) without reading them.
+
+The rules (``join_nested``, ``distinct_nested``, the stop rule's ``deeper_probes``) are written
+over ``Kernels``, a handful of Z-set operations: ``SparkKernels`` here, and ``arrow.Kernels`` for
+the loop that runs on the driver with pyarrow tables; one statement of the rules serves both.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -172,56 +176,156 @@ def _sql(value) -> str:
     return f"DATE'{value.isoformat()}'"
 
 
-def old_at(trace: DataFrame, i: int) -> DataFrame:
-    """Σ_{t'<t} d[t'][i]: the stored deltas of iteration exactly i."""
-    return trace.where(col(ITER) == i).drop(ITER)
+def iter_range(lo: int | None, hi: int | None) -> Column:
+    """``lo <= _iter <= hi`` (None: unbounded on that side)."""
+    if lo is not None and lo == hi:
+        return col(ITER) == lo
+    conds = ([col(ITER) >= lo] if lo is not None else []) + ([col(ITER) <= hi] if hi is not None else [])
+    return conds[0] & conds[1] if len(conds) == 2 else (conds[0] if conds else F.lit(True))
 
 
-def old_upto(trace: DataFrame, i: int) -> DataFrame:
-    """V[t-1][i] = Σ_{t'<t, j<=i} d[t'][j] (not consolidated)."""
-    return trace.where(col(ITER) <= i).drop(ITER)
+@dataclass(frozen=True)
+class JoinSpec:
+    """The parameters of a body join (see ``operators.join.join``)."""
+
+    left_keys: Sequence[str]
+    right_keys: Sequence[str]
+    null_safe: bool
+    left_out: Sequence[tuple[str, str]]
+    right_out: Sequence[tuple[str, str]]
 
 
-def join_nested(a: Stream, b: Stream, i: int, left_keys: Sequence[str], right_keys: Sequence[str],
-                null_safe: bool, left_out: Sequence[tuple[str, str]],
-                right_out: Sequence[tuple[str, str]]) -> list[DataFrame]:
+def join_spec(n: Any) -> JoinSpec:
+    """The ``JoinSpec`` of a ``join_nested`` IR node."""
+    return JoinSpec(n.param("left_keys", ()), n.param("right_keys", ()), bool(n.param("null_safe", False)),
+                    n.param("left_out", ()), n.param("right_out", ()))
+
+
+class Kernels(Protocol):
+    """The few Z-set operations the 2-D rules are written in, so one statement of the rules serves
+    Spark DataFrames (``SparkKernels``) and the driver-side loop's Arrow tables (``arrow.Kernels``)."""
+
+    def total(self, parts: list[Any]) -> Any:
+        """The Z-set sum of ``parts`` (rows concatenated)."""
+
+    def lookup(self, trace: Any, iters: tuple[int | None, int | None], probe: Any, trace_keys: Sequence[str],
+               probe_keys: Sequence[str], small: bool) -> Any:
+        """Trace rows with ``iters[0] <= _iter <= iters[1]`` (None: unbounded) whose keys match a
+        row of ``probe``, with the ``_iter`` column."""
+
+    def drop_iter(self, df: Any) -> Any:
+        """``df`` without its ``_iter`` column."""
+
+    def join(self, left: Any, right: Any, spec: JoinSpec, side: str, small: bool) -> Any:
+        """The bilinear join; ``side`` names the smaller input (a broadcast hint for Spark)."""
+
+    def columns(self, df: Any) -> list[str]:
+        """The data columns (all but the weight)."""
+
+    def project(self, df: Any, cols: Sequence[str]) -> Any:
+        """Only ``cols`` (for lookup probes)."""
+
+    def distinct_change(self, cur: Any, before: Any, old: Any, i: int, cols: Sequence[str]) -> Any:
+        """Per touched tuple, the four sums of ``distinct_nested`` and their ``crossing``; an
+        argument None is empty. ``old`` has the ``_iter`` column."""
+
+
+@dataclass(frozen=True)
+class SparkKernels:
+    """``Kernels`` on DataFrames: ``single`` keeps one partition, ``prune`` filters key ranges."""
+
+    single: bool = False
+    prune: bool = False
+
+    def total(self, parts: list[DataFrame]) -> DataFrame:
+        return total(parts, self.single)
+
+    def lookup(self, trace: DataFrame, iters: tuple[int | None, int | None], probe: DataFrame,
+               trace_keys: Sequence[str], probe_keys: Sequence[str], small: bool) -> DataFrame:
+        return lookup(trace.where(iter_range(*iters)), probe, trace_keys, probe_keys, small, self.prune)
+
+    def drop_iter(self, df: DataFrame) -> DataFrame:
+        return df.drop(ITER)
+
+    def join(self, left: DataFrame, right: DataFrame, spec: JoinSpec, side: str, small: bool) -> DataFrame:
+        return join(left, right, spec.left_keys, spec.right_keys, spec.null_safe, spec.left_out,
+                    spec.right_out, broadcast=side if small else None)  # type: ignore[arg-type]
+
+    def columns(self, df: DataFrame) -> list[str]:
+        return data_columns(df)
+
+    def project(self, df: DataFrame, cols: Sequence[str]) -> DataFrame:
+        return df.select(*[col(k) for k in cols])
+
+    def distinct_change(self, cur: DataFrame | None, before: DataFrame | None, old: DataFrame | None, i: int,
+                        cols: Sequence[str]) -> DataFrame:
+        zero = F.lit(0).cast("long")
+
+        def tagged(df: DataFrame, o=zero, oi=zero, b=zero, c=zero) -> DataFrame:
+            return df.select(*[col(k) for k in cols], o.alias(_O), oi.alias(_OI), b.alias(_B), c.alias(_C))
+
+        w = col(WEIGHT).cast("long")
+        rows = []
+        if cur is not None:
+            rows.append(tagged(cur, c=w))
+        if before is not None:
+            rows.append(tagged(before, b=w))
+        if old is not None:
+            rows.append(tagged(old, o=F.when(col(ITER) < i, w).otherwise(zero),
+                               oi=F.when(col(ITER) == i, w).otherwise(zero)))
+        sums = total(rows, self.single).groupBy(*[col(k) for k in cols]).agg(
+            *[F.sum(c).alias(c) for c in (_O, _OI, _B, _C)])
+        d = crossing(*(F.col(n) for n in (_O, _OI, _B, _C)), lambda v: F.when(v > 0, F.lit(1)).otherwise(F.lit(0)))
+        return sums.select(*[col(k) for k in cols], d.cast("long").alias(WEIGHT)).where(col(WEIGHT) != 0)
+
+
+def join_nested(a: Stream, b: Stream, i: int, spec: JoinSpec, kernels: Kernels | None = None) -> list[Any]:
     """The terms of d(A⋈B)[t][i]: Σ dA[t1][i1] ⋈ dB[t2][i2] over max(t1,t2)=t, max(i1,i2)=i.
 
     Splitting A's side by (this timestep or earlier) × (iteration i or earlier) gives four terms:
     A_cur⋈V_b[t][i] + A_before⋈(B_cur + B_old@i) + A_old@i⋈(B_cur + B_before) + V_a[t-1][i-1]⋈B_cur.
     At t = 1 (no traces) this is semi-naive evaluation: ΔR⋈E and R⋈ΔE. Empty terms are left out.
     """
-    def term(left: DataFrame, right: DataFrame, side: str, small: bool) -> DataFrame:
-        return join(left, right, left_keys, right_keys, null_safe, left_out, right_out,
-                    broadcast=side if small else None)  # type: ignore[arg-type]
+    k = kernels or SparkKernels(a.single, a.prune)
+    lk, rk = spec.left_keys, spec.right_keys
 
-    terms: list[DataFrame] = []
+    def old(trace: Any, iters: tuple[int | None, int], probe: Any, trace_keys: Sequence[str],
+            probe_keys: Sequence[str], small: bool) -> Any:
+        return k.drop_iter(k.lookup(trace, iters, probe, trace_keys, probe_keys, small))
+
+    terms: list[Any] = []
     if not a.cur_empty:
         parts = b.parts()
         if b.trace is not None:
-            parts.append(lookup(old_upto(b.trace, i), a.cur, right_keys, left_keys, a.cur_small, a.prune))
+            parts.append(old(b.trace, (None, i), a.cur, rk, lk, a.cur_small))
         if parts:
-            terms.append(term(a.cur, total(parts, a.single), "left", a.cur_small))
+            terms.append(k.join(a.cur, k.total(parts), spec, "left", a.cur_small))
     if not a.before_empty:
         parts = [] if b.cur_empty else [b.cur]
         if b.trace is not None:
-            parts.append(lookup(old_at(b.trace, i), a.before, right_keys, left_keys, a.before_small, a.prune))
+            parts.append(old(b.trace, (i, i), a.before, rk, lk, a.before_small))
         if parts:
-            terms.append(term(a.before, total(parts, a.single), "left", a.before_small))
+            terms.append(k.join(a.before, k.total(parts), spec, "left", a.before_small))
     if a.trace is not None and b.parts():
-        b_now = total(b.parts(), a.single)
+        b_now = k.total(b.parts())
         small = b.cur_small and b.before_small
-        terms.append(term(lookup(old_at(a.trace, i), b_now, left_keys, right_keys, small, a.prune), b_now, "right", small))
+        terms.append(k.join(old(a.trace, (i, i), b_now, lk, rk, small), b_now, spec, "right", small))
     if a.trace is not None and not b.cur_empty and i >= 1:
-        old = lookup(old_upto(a.trace, i - 1), b.cur, left_keys, right_keys, b.cur_small, a.prune)
-        terms.append(term(old, b.cur, "right", b.cur_small))
+        terms.append(k.join(old(a.trace, (None, i - 1), b.cur, lk, rk, b.cur_small), b.cur, spec, "right",
+                            b.cur_small))
     return terms
 
 
 _O, _OI, _B, _C = "__o", "__oi", "__b", "__c"  # old up to i-1, old at i, before, cur
 
 
-def distinct_nested(x: Stream, i: int) -> DataFrame | None:
+def crossing(o: Any, oi: Any, b: Any, c: Any, pos: Callable[[Any], Any]) -> Any:
+    """d(distinct V)[t][i] of one tuple from its four sums (Spark columns or numpy arrays alike):
+    [V[t][i]] - [V[t-1][i]] - [V[t][i-1]] + [V[t-1][i-1]], with [v] = ``pos(v)`` = 1 if v > 0."""
+    return pos(o + oi + b + c) - pos(o + oi) - pos(o + b) + pos(o)
+
+
+def distinct_nested(x: Stream, i: int, kernels: Kernels | None = None) -> Any | None:
     """d(distinct V)[t][i] = [V[t][i]] - [V[t-1][i]] - [V[t][i-1]] + [V[t-1][i-1]], [v] = 1 if v > 0.
 
     Only tuples touched at this timestep (in ``cur`` or ``before``) can change; for those the four
@@ -229,27 +333,35 @@ def distinct_nested(x: Stream, i: int) -> DataFrame | None:
     """
     if x.cur_empty and (x.before_empty or x.trace is None):
         return None  # nothing new at i, and no old activity at i can meet an earlier change
-    cols = data_columns(x.cur)
-    zero = F.lit(0).cast("long")
-
-    def tagged(df: DataFrame, o=zero, oi=zero, b=zero, c=zero) -> DataFrame:
-        return df.select(*[col(k) for k in cols], o.alias(_O), oi.alias(_OI), b.alias(_B), c.alias(_C))
-
-    w = col(WEIGHT).cast("long")
-    rows = []
-    if not x.cur_empty:
-        rows.append(tagged(x.cur, c=w))
-    if not x.before_empty:
-        rows.append(tagged(x.before, b=w))
+    k = kernels or SparkKernels(x.single, x.prune)
+    cols = k.columns(x.cur)
+    old = None
     if x.trace is not None:
-        keys = total([df.select(*[col(k) for k in cols]) for df in x.parts()], x.single)
-        old = lookup(x.trace.where(col(ITER) <= i), keys, cols, cols, x.cur_small and x.before_small, x.prune)
-        rows.append(tagged(old, o=F.when(col(ITER) < i, w).otherwise(zero), oi=F.when(col(ITER) == i, w).otherwise(zero)))
-    sums = total(rows, x.single).groupBy(*[col(k) for k in cols]).agg(*[F.sum(c).alias(c) for c in (_O, _OI, _B, _C)])
+        keys = k.total([k.project(df, cols) for df in x.parts()])
+        old = k.lookup(x.trace, (None, i), keys, cols, cols, x.cur_small and x.before_small)
+    return k.distinct_change(None if x.cur_empty else x.cur, None if x.before_empty else x.before, old, i, cols)
 
-    def pos(v):
-        return F.when(v > 0, F.lit(1)).otherwise(F.lit(0))
 
-    o, oi, b, c = (F.col(n) for n in (_O, _OI, _B, _C))
-    d = pos(o + oi + b + c) - pos(o + oi) - pos(o + b) + pos(o)
-    return sums.select(*[col(k) for k in cols], d.cast("long").alias(WEIGHT)).where(col(WEIGHT) != 0)
+def deeper_probes(body: Any, before: dict[str, Any], before_empty: set[str], before_small: set[str],
+                  traces: dict[str, Any], i: int, kernels: Kernels) -> list[Any]:
+    """The trace rows of iterations beyond i that match this timestep's changes so far (``before``),
+    per join or distinct of ``body``: once the back edges are quiet at i, later iterations can only
+    be non-zero if one of these is non-empty (see ``recursion._deeper_rows_match``)."""
+    found: list[Any] = []
+
+    def probe(trace: Any, changes: str, trace_keys: Sequence[str], keys: Sequence[str]) -> None:
+        if trace is not None and changes not in before_empty:
+            found.append(kernels.lookup(trace, (i + 1, None), before[changes], trace_keys, keys,
+                                        changes in before_small))
+
+    for n in body:
+        if n.op == "join_nested":
+            a, b, ta, tb = n.inputs
+            lk, rk = n.param("left_keys", ()), n.param("right_keys", ())
+            probe(traces[ta], b, lk, rk)
+            probe(traces[tb], a, rk, lk)
+        elif n.op == "distinct_nested":
+            x, tx = n.inputs
+            cols = kernels.columns(before[x])
+            probe(traces[tx], x, cols, cols)
+    return found
