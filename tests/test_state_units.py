@@ -92,6 +92,12 @@ def test_compaction_rule():
     assert needs_compaction(_entry([], [1, 1]), 0.5)
     assert not needs_compaction(_entry([], [1000, 10, 10, 10]), 0.5)
     assert needs_compaction(_entry([], [1000, 300, 300]), 0.5)
+    # a sorted trace gets its sorted base early (its lookups skip row groups only there)
+    sorted_entry = _entry([], [1000, 10, 10])
+    sorted_entry.sort_by = ("k",)
+    assert not needs_compaction(sorted_entry, 0.5)
+    sorted_entry.deltas.append((4, "d1"))
+    assert needs_compaction(sorted_entry, 0.5)
 
 
 def test_filesystem_choice_and_atomic_publish(tmp_path):

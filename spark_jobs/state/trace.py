@@ -214,10 +214,14 @@ def needs_compaction(entry: TraceEntry, fraction: float) -> bool:
 
     With a base: at least 2 deltas and delta bytes > fraction * base bytes. Without one, the
     largest delta stands for the base: an initial load is one big delta, and compacting it at
-    the next small steps would rewrite the whole state for a few changed rows.
+    the next small steps would rewrite the whole state for a few changed rows. Except for a
+    sorted trace: its deltas may be unsorted (a batch write), and the key lookups that made it
+    sorted skip row groups only in a base written by compaction, so it gets one at 4 deltas.
     """
     n = len(entry.deltas)
     if entry.base:
         return n >= 2 and entry.delta_bytes > fraction * entry.base_bytes
+    if entry.sort_by:
+        return n >= 4
     sizes = [entry.files[d].bytes if d in entry.files else 0 for _, d in entry.deltas]
     return n >= 2 and sum(sizes) - max(sizes) > fraction * max(sizes)
