@@ -47,12 +47,14 @@ lint: install
 	@if [ -x $(VENV)/bin/ruff ]; then $(VENV)/bin/ruff check .; else echo "   (ruff not installed; skipped)"; fi
 
 bench: install
-	@echo ">> bench: $(PY) -m bench.run"
+	@echo ">> bench: $(PY) -m bench.run; $(PY) -m bench.recursion (W3)"
 	@$(PY) -m bench.run
+	@$(PY) -m bench.recursion
 
 bench-smoke: install
-	@echo ">> bench-smoke: $(PY) -m bench.run --smoke"
+	@echo ">> bench-smoke: $(PY) -m bench.run --smoke; $(PY) -m bench.recursion --smoke (W3)"
 	@$(PY) -m bench.run --smoke
+	@$(PY) -m bench.recursion --smoke
 
 airflow: install
 	@echo ">> airflow: scripts/airflow_local.sh"
