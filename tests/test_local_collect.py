@@ -6,7 +6,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from spark_jobs.executor.local import MAX_EXTRA_ROWS, collect_local
-from spark_jobs.executor.session import ENGINE_STATIC_CONF
+from spark_jobs.executor.session import ENGINE_STATIC_CONF, compiled_classes
 from spark_jobs.executor.zset import is_local
 
 
@@ -18,10 +18,6 @@ def _frames(spark, n: int, offset: int = 0):
 
 def _totals(frames):
     return {f"n_{name}": df.agg(F.count(F.lit(1)).alias("n")) for name, df in frames.items()}
-
-
-def _compiles(spark) -> int:
-    return spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount()
 
 
 def test_small_frames_come_back_local_with_their_rows(spark):
@@ -62,8 +58,8 @@ def test_the_same_plan_on_new_files_compiles_no_new_code(spark, tmp_path):
     frames = files(0)
     collect_local(spark, frames, max_rows=10, extras=_totals(frames))
     frames = files(100)
-    before = _compiles(spark)
+    before = compiled_classes(spark)
     local, extras = collect_local(spark, frames, max_rows=10, extras=_totals(frames))
-    assert _compiles(spark) == before
+    assert compiled_classes(spark) == before
     assert local is not None and sorted(r.k for r in local["a"].collect()) == [100, 101, 102, 103]
     assert extras["n_a"][0]["n"] == 4

@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.executor.evaluate import evaluate_step
+from spark_jobs.executor.session import compiled_classes
 from spark_jobs.executor.sources import spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.runtime.step import run_step
@@ -114,12 +115,6 @@ def state_io(prev: Manifest | None, cur: Manifest) -> dict[str, int]:
 
 # ---- one incremental step -------------------------------------------------------------------
 
-def compilations(spark: SparkSession) -> int:
-    """Generated classes Spark has compiled in this JVM so far (its codegen metrics). A warm step
-    should compile next to nothing: its code is the last step's, found in Spark's class cache."""
-    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[attr-defined]
-    return int(metrics.METRIC_COMPILATION_TIME().getCount())
-
 
 @dataclass
 class StepSample:
@@ -156,7 +151,7 @@ def measure_step(rt: CircuitRuntime, write_change: Callable[[], int], label: str
     rows = write_change()
     ref = reference(rt) if reference is not None else {}
     prev = rt.store.manifest()
-    compiled = compilations(rt.spark)
+    compiled = compiled_classes(rt.spark)
     with job_group(rt.spark, label) as jobs:
         started = time.perf_counter()
         report = run_step(rt)
@@ -164,7 +159,7 @@ def measure_step(rt: CircuitRuntime, write_change: Callable[[], int], label: str
     cur = rt.store.manifest(report.timestep)
     assert cur is not None
     return StepSample(rows, seconds, jobs.count, timestep=report.timestep,
-                      compiled=compilations(rt.spark) - compiled, reference_s=ref.get("seconds"),
+                      compiled=compiled_classes(rt.spark) - compiled, reference_s=ref.get("seconds"),
                       reference_jobs=ref.get("jobs"), reference_view=ref.get("view_dir"), **state_io(prev, cur))
 
 

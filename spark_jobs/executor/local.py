@@ -25,15 +25,15 @@ _SLOT = "__local_slot"
 _ONE_JOB_LIMIT = {"spark.sql.limit.initialNumPartitions": "100000"}
 _EXCLUDED_RULES = "spark.sql.optimizer.excludedRules"
 _LIMIT_PUSH_DOWN = "org.apache.spark.sql.catalyst.optimizer.LimitPushDown"
+# Extras come first in the union and the limit keeps rows in partition order, so up to this many
+# extra rows are never cut off by the limit.
+MAX_EXTRA_ROWS = 1_000
 
 
 def _collect_conf(spark: SparkSession) -> dict[str, str]:
     """``_ONE_JOB_LIMIT`` plus LimitPushDown added to the session's excluded optimizer rules."""
     excluded = [r for r in (spark.conf.get(_EXCLUDED_RULES, "") or "").split(",") if r.strip()]
     return {**_ONE_JOB_LIMIT, _EXCLUDED_RULES: ",".join([*excluded, _LIMIT_PUSH_DOWN])}
-# Extras come first in the union and the limit keeps rows in partition order, so up to this many
-# extra rows are never cut off by the limit.
-MAX_EXTRA_ROWS = 1_000
 
 
 def _part(i: int) -> str:

@@ -22,6 +22,13 @@ ENGINE_CONF = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
 ENGINE_STATIC_CONF = {"spark.sql.codegen.cache.maxEntries": "2000"}
 
 
+def compiled_classes(spark) -> int:
+    """Generated classes this JVM has compiled so far (Spark's codegen metrics). A warm step
+    should compile next to nothing: its code is the last step's, found in the class cache."""
+    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[attr-defined]
+    return int(metrics.METRIC_COMPILATION_TIME().getCount())
+
+
 def get_spark(settings: SparkSettings | Config | None = None):
     """Return the active SparkSession or build one (local, Spark Connect or cluster master)."""
     from pyspark.sql import SparkSession
