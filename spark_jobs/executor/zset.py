@@ -146,12 +146,15 @@ def restrict(df: DataFrame, keys_df: DataFrame, df_keys: Sequence[str], key_cols
     ``broadcast=False`` when the keys may not fit in memory. ``keys_df`` is renamed privately
     first so shared names (and self-joins) stay unambiguous. A small driver-local ``keys_df``
     is not broadcast: the state is filtered by its first key's values (``key_prefilter``) and
-    the rest joined with a shuffle, so the lookup costs no job of its own.
+    the rest joined with a shuffle, so the lookup costs no job of its own; so is a driver-local
+    ``df`` (state narrowed to the change already, ``executor.narrow``).
     """
     private = [f"__k{i}" for i in range(len(key_cols))]
     keys = keys_df.select(*[col(k).alias(p) for k, p in zip(key_cols, private)])
     pre = key_prefilter(df_keys[0], keys, private[0], True) if broadcast and key_cols else None
-    if pre is not None:
+    if broadcast and pre is None and is_local(df):  # ``df`` was narrowed on the driver already
+        keys = keys.hint("shuffle_hash")  # a shuffle inside the job, no broadcast job
+    elif pre is not None:
         df, keys = df.where(pre), keys.hint("shuffle_hash")
     elif broadcast:
         keys = F.broadcast(keys)

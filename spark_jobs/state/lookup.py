@@ -70,22 +70,36 @@ class TraceFiles:
                     best = int(top)
         return best
 
-    def lookup(self, column: str, values: Sequence[object], iters: tuple[int | None, int | None] = (None, None),
-               iter_column: str | None = None) -> pa.Table:
-        """Rows whose ``column`` is one of ``values`` (NULL matches NULL) and, with ``iter_column``,
-        whose iteration lies in ``iters`` (inclusive; None = unbounded). Reads only the row groups
-        whose statistics admit a probed value and the iteration range."""
-        present = sorted({v for v in values if v is not None})
-        want_null = len(present) < len(set(values))
+    def _admitted(self, column: str, present: list, want_null: bool, iters: tuple[int | None, int | None],
+                  iter_column: str | None) -> list[_Group]:
+        """The row groups whose statistics admit a value of ``present`` (or a NULL) and the
+        iteration range: the only ones a lookup reads."""
         lo, hi = iters
-        parts = []
+        out = []
         for g in self._groups_of(column, iter_column):
             if iter_column is not None and g.iter_low is not None:
                 if (lo is not None and g.iter_high < lo) or (hi is not None and g.iter_low > hi):
                     continue
             if not (want_null and g.nulls) and not _admits(present, g.low, g.high):
                 continue
-            parts.append(self._read(g.file, g.index))
+            out.append(g)
+        return out
+
+    def admitted_rows(self, column: str, values: Sequence[object]) -> int:
+        """Rows a ``lookup`` of ``values`` would decode (from the footers; nothing is read)."""
+        present, want_null = _probe(values)
+        return sum(self._meta[g.file].row_group(g.index).num_rows
+                   for g in self._admitted(column, present, want_null, (None, None), None)
+                   if (g.file, g.index) not in self._decoded)
+
+    def lookup(self, column: str, values: Sequence[object], iters: tuple[int | None, int | None] = (None, None),
+               iter_column: str | None = None) -> pa.Table:
+        """Rows whose ``column`` is one of ``values`` (NULL matches NULL) and, with ``iter_column``,
+        whose iteration lies in ``iters`` (inclusive; None = unbounded). Reads only the row groups
+        whose statistics admit a probed value and the iteration range."""
+        present, want_null = _probe(values)
+        lo, hi = iters
+        parts = [self._read(g.file, g.index) for g in self._admitted(column, present, want_null, iters, iter_column)]
         if not parts:
             return self.schema.empty_table()
         table = pa.concat_tables(parts)
@@ -119,6 +133,12 @@ class TraceFiles:
                 table = pq.ParquetFile(fh, metadata=self._meta[f]).read_row_group(g, columns=self.schema.names)
             self._decoded[(f, g)] = table.cast(self.schema)
         return self._decoded[(f, g)]
+
+
+def _probe(values: Sequence[object]) -> tuple[list, bool]:
+    """The probed values sorted without NULL, and whether NULL was probed."""
+    present = sorted({v for v in values if v is not None})
+    return present, len(present) < len(set(values))
 
 
 def _stats(meta: pq.FileMetaData, g: int, column: str) -> tuple[object, object, bool] | None:

@@ -376,7 +376,8 @@ class Transaction:
     def append(self, trace_id: str, df: "DataFrame", *, kind: str = "zset",
                keys: Sequence[str] = (), sort_by: Sequence[str] = (),
                rows: int | None = None) -> None:
-        """Add ``df`` as a new delta of the trace; writes only ``df`` (rows=0 writes nothing)."""
+        """Add ``df`` as a new delta of the trace; writes only ``df`` (rows=0 writes nothing).
+        With ``sort_by``, ``df`` is written sorted, and into an empty trace it becomes the base."""
         self._check_open()
         keys = tuple(keys)
         validate_columns(df.dtypes, kind, keys)
@@ -389,7 +390,10 @@ class Transaction:
         rel = self.store.layout.new_trace_dir(trace_id, self.timestep)
         stat = self._write(rel, df, sort_by=entry.sort_by, keys=keys, rows=rows)
         if stat is not None:
-            entry.deltas.append((self.timestep, rel))
+            if entry.sort_by and not entry.dirs:  # written sorted into an empty trace: its base
+                entry.base = [rel]  # (else the load would be rewritten sorted at the 4th delta)
+            else:
+                entry.deltas.append((self.timestep, rel))
             entry.files[rel] = stat
             entry.schema = df.schema.json()
             self._touched.add(trace_id)
