@@ -7,8 +7,12 @@ The graph is many small DAG components, so the closure stays bounded (it grows w
 components, not quadratically with the graph). One committed step (`run_step`, Parquet state)
 builds the closure; then small batches of edge insertions and deletions are timed as steps, and
 each is compared with computing the closure from scratch (the query circuit on the whole current
-graph: semi-naive evaluation) on the same Spark session. Results go to bench/results/recursion.json
-and recursion.md.
+graph: semi-naive evaluation) on the same Spark session; the engine's integrated view after the
+step must equal that closure (recorded per step as ``matches_scratch``). After the last step the
+view is checked once more against the from-scratch closure and a Python fixed point of the
+benchmark's own edge set (``correct``). Results go to bench/results/recursion.json and
+recursion.md (``--out`` another folder, ``--name`` another file name; ``-smoke`` is appended
+under --smoke).
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -30,6 +35,9 @@ from spark_jobs.executor import recursion
 from spark_jobs.executor.recursion import run_scope
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 CIRCUIT = str(PROJECT_ROOT / "circuits" / "transitive_closure.yaml")
 # how a step runs its loop: "driver" = on the driver with pyarrow (recursion.DRIVER_LOOP, falls
@@ -103,8 +111,9 @@ class Measured:
                 f"{prefix}_iteration_seconds": [round(s, 2) for r in self.runs for s in r["seconds"]]}
 
 
-def from_scratch(rt, edges: set[tuple[int, int]], loops: Loops, label: str) -> tuple[Measured, int]:
-    """The closure computed from the whole graph, no state: measurement and closure rows."""
+def from_scratch(rt, edges: set[tuple[int, int]], loops: Loops, label: str) -> tuple[Measured, int, "DataFrame"]:
+    """The closure computed from the whole graph, no state: measurement, closure rows, and the
+    closure (a consolidated Z-set built from checkpointed iterations: reading it again is cheap)."""
     spark = rt.spark
     df = spark.createDataFrame([(a, b, 1) for a, b in sorted(edges)], "src long, dst long, _weight long")
     df = df.localCheckpoint()  # the graph as input, not its Python conversion, is what we time
@@ -112,7 +121,54 @@ def from_scratch(rt, edges: set[tuple[int, int]], loops: Loops, label: str) -> t
     with Measured(spark, loops, label) as m:
         done = run_scope(scope, [df], None, broadcast_imports=False, spark=spark)
         rows = done.output.count()
-    return m, rows
+    return m, rows, done.output
+
+
+def differences(spark, view, scratch) -> int:
+    """Rows (weights included) in one of the two consolidated closures and not in the other;
+    0 exactly when the engine's view equals the from-scratch closure. Not timed (own job group)."""
+    spark.sparkContext.setJobGroup("check", "correctness check")
+    cols = ["src", "dst", "_weight"]
+    s = scratch.select(*cols)
+    if view is None:
+        return s.count()
+    v = view.select(*cols)
+    return v.exceptAll(s).count() + s.exceptAll(v).count()
+
+
+def python_closure(edges: set[tuple[int, int]]) -> set[tuple[int, int]]:
+    """Every (a, b) with b reachable from a: a depth-first search from each node, no Spark."""
+    succ: dict[int, list[int]] = {}
+    for a, b in edges:
+        succ.setdefault(a, []).append(b)
+    out: set[tuple[int, int]] = set()
+    for a in succ:
+        seen: set[int] = set()
+        todo = list(succ[a])
+        while todo:
+            b = todo.pop()
+            if b not in seen:
+                seen.add(b)
+                todo.extend(succ.get(b, ()))
+        out.update((a, b) for b in seen)
+    return out
+
+
+def final_check(rt, edges: set[tuple[int, int]], loops: Loops) -> dict:
+    """The integrated view after every step against the from-scratch closure and a Python fixed
+    point of the current edges (untimed)."""
+    _, rows, scratch = from_scratch(rt, edges, loops, "final-scratch")
+    view = rt.store.read_view("closure")
+    diff = differences(rt.spark, view, scratch)
+    got = set() if view is None else {(r[0], r[1]) for r in view.select("src", "dst", "_weight").collect()
+                                      if r[2] == 1}
+    view_rows = 0 if view is None else view.count()
+    want = python_closure(edges)
+    check = {"view_rows": view_rows, "scratch_rows": rows, "python_rows": len(want),
+             "scratch_differences": diff, "view_equals_scratch": diff == 0,
+             "view_equals_python": got == want and view_rows == len(want)}
+    check["ok"] = check["view_equals_scratch"] and check["view_equals_python"]
+    return check
 
 
 def main() -> None:
@@ -126,7 +182,9 @@ def main() -> None:
     ap.add_argument("--no-scratch", action="store_true", help="time the incremental steps only")
     ap.add_argument("--compare", nargs="*", default=["sorted"], choices=LOOPS,
                     help="other loops timed afterwards on every batch size (incremental steps only)")
-    ap.add_argument("--out", default="recursion", help="results file name (bench/results/<out>.json/.md)")
+    ap.add_argument("--out", default=str(RESULTS), help="results folder (default bench/results)")
+    ap.add_argument("--name", default="recursion",
+                    help="results file name: <out>/<name>.json/.md (<name>-smoke.* under --smoke)")
     args = ap.parse_args()
     use_loop(args.loop)
     comps, nodes, per = (40, 12, 14) if args.smoke else (args.components, 24, 21)
@@ -136,8 +194,9 @@ def main() -> None:
     for c in range(comps):
         edges |= component_edges(rng, c * 1000, nodes, per)
     root = tempfile.mkdtemp(prefix="bench-recursion-")
-    out = args.out + ("-smoke" if args.smoke else "")
-    result: dict = {"edges": len(edges), "components": comps, "nodes_per_component": nodes,
+    out = Path(args.out) / (args.name + ("-smoke" if args.smoke else ""))
+    result: dict = {"smoke": args.smoke, "complete": False, "edges": len(edges), "components": comps,
+                    "nodes_per_component": nodes, "batches": list(batches), "repeats": args.repeats,
                     "lookup": args.loop, "cores": os.cpu_count(), "steps": []}
     loops = Loops()
     logger = logging.getLogger(recursion.__name__)
@@ -183,12 +242,16 @@ def main() -> None:
                          "view_changes": report.views.get("closure"),
                          "load_average": round(os.getloadavg()[0], 2)}
                 if not no_scratch:
-                    scratch, rows = from_scratch(rt, edges, loops, f"scratch{n}")
+                    scratch, rows, closure = from_scratch(rt, edges, loops, f"scratch{n}")
                     entry.update(scratch.summary("from_scratch"))
                     entry["closure_rows"] = rows
+                    entry["matches_scratch"] = differences(rt.spark, rt.store.read_view("closure"), closure) == 0
                 result["steps"].append(entry)
                 print({k: v for k, v in entry.items() if not k.endswith("iteration_seconds")}, flush=True)
                 save(result, out)  # after every step: a long run leaves partial results
+        result["correct"] = final_check(rt, edges, loops)
+        result["complete"] = True
+        print({"correct": result["correct"]}, flush=True)
     finally:
         logger.removeHandler(loops)
         shutil.rmtree(root, ignore_errors=True)
@@ -196,10 +259,10 @@ def main() -> None:
     print(markdown(result))
 
 
-def save(result: dict, out: str) -> None:
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{out}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / f"{out}.md").write_text(markdown(result))
+def save(result: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_name(out.name + ".json").write_text(json.dumps(result, indent=2) + "\n")
+    out.with_name(out.name + ".md").write_text(markdown(result))
 
 
 def markdown(result: dict) -> str:
@@ -209,8 +272,8 @@ def markdown(result: dict) -> str:
              f"({result.get('initial_step_iterations')} iterations). Loop: {result.get('lookup')}; "
              f"{result.get('cores')} cores.", "",
              "| change | edges | loop | incremental step (s) | of which loop (s) | iterations | loop jobs / iteration "
-             "| step jobs | from scratch (s) | iterations | speed-up | load avg |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| step jobs | from scratch (s) | iterations | speed-up | view = scratch | load avg |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in result["steps"]:
         scratch = s.get("from_scratch_seconds")
         speed = f"{scratch / s['step_seconds']:.1f}x" if scratch and s["step_seconds"] else "-"
@@ -218,8 +281,18 @@ def markdown(result: dict) -> str:
         lines.append(f"| {s['kind']} | {s['batch']} | {s.get('lookup', result.get('lookup'))} | "
                      f"{s['step_seconds']} | {loop} | {s.get('step_iterations')} | "
                      f"{s.get('step_loop_jobs_per_iteration')} | {s.get('step_jobs')} | {scratch or '-'} | "
-                     f"{s.get('from_scratch_iterations', '-')} | {speed} | {s.get('load_average')} |")
+                     f"{s.get('from_scratch_iterations', '-')} | {speed} | {_yes(s.get('matches_scratch'))} | "
+                     f"{s.get('load_average')} |")
+    check = result.get("correct")
+    if check:
+        lines += ["", f"Correct after the last step: {_yes(check['ok'])} (the view's {check['view_rows']} rows "
+                      f"equal the from-scratch closure's {check['scratch_rows']}: {_yes(check['view_equals_scratch'])}; "
+                      f"and a Python fixed point's {check['python_rows']}: {_yes(check['view_equals_python'])})."]
     return "\n".join(lines) + "\n"
+
+
+def _yes(ok: bool | None) -> str:
+    return "-" if ok is None else "yes" if ok else "NO"
 
 
 if __name__ == "__main__":
