@@ -37,8 +37,9 @@ class Plan:
     profile: bool = True
     duckdb: bool = True
     only: tuple[str, ...] = ("identity", "w1", "w2")  # workloads that get the sweep, profile, A/B
-    # a runtime Spark SQL conf to A/B against the base (AQE: each adaptive stage is a job)
-    ab_conf: tuple[tuple[str, str], ...] = ()
+    # a runtime Spark conf to A/B against the base: by default the latest engine lever, state
+    # narrowed on the driver (executor/narrow.py), switched off
+    ab_conf: tuple[tuple[str, str], ...] = (("spark.dbsp.narrowState", "false"),)
     ab_rounds: int = 2  # alternating (base, variant) step pairs
 
     def extras_for(self, workload: str) -> bool:

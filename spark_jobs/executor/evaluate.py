@@ -145,22 +145,23 @@ def _is_integral(s: _Step, node_id: str) -> bool:
 
 def _join(s: _Step, node: Node) -> DataFrame:
     """A join term; when one side is an integral (state), the other (a delta) is broadcast, or
-    the state is narrowed on the driver to the rows the delta's keys can touch (then it is the
-    small side, a local relation, broadcast without a job)."""
+    the state is narrowed on the driver to the rows the delta's keys can touch (a local relation,
+    then joined with a shuffle inside the step's job)."""
     left, right = s.args(node)
-    broadcast, prefilter = None, True
+    broadcast = None
     if s.broadcast_deltas:
         left_state, right_state = (_is_integral(s, i) for i in node.inputs)
         broadcast = "right" if left_state and not right_state else "left" if right_state and not left_state else None
         if left_state != right_state:
             pos = 0 if left_state else 1
             narrowed = _narrow_join_side(s, node, pos)
-            if narrowed is not None:
+            if narrowed is not None:  # joined with a shuffle inside the step's job: broadcasting
+                narrowed = narrowed.hint("shuffle_hash")  # even a local relation runs a job
                 left, right = (narrowed, right) if pos == 0 else (left, narrowed)
-                broadcast, prefilter = ("left" if pos == 0 else "right"), False
+                broadcast = None
     return join.join(left, right, node.param("left_keys", ()), node.param("right_keys", ()),
                      bool(node.param("null_safe", False)), node.param("left_out", ()), node.param("right_out", ()),
-                     broadcast=broadcast, prefilter=prefilter)
+                     broadcast=broadcast)
 
 
 def _delayed_trace(s: _Step, node_id: str) -> str | None:

@@ -23,20 +23,18 @@ def _side(df: DataFrame, prefix: str, needed: Sequence[str], weight: str) -> tup
 
 def join(left: DataFrame, right: DataFrame, left_keys: Sequence[str], right_keys: Sequence[str],
          null_safe: bool, left_out: Sequence[tuple[str, str]], right_out: Sequence[tuple[str, str]], *,
-         broadcast: Literal["left", "right"] | None = None, prefilter: bool = True) -> DataFrame:
+         broadcast: Literal["left", "right"] | None = None) -> DataFrame:
     """Inner equi-join; no keys = Cartesian product. Output: left_out, right_out columns, weight product.
 
     ``null_safe`` compares keys with ``<=>`` (set operations: NULL matches NULL); otherwise SQL
     ``=`` (a NULL key never matches). ``broadcast`` names the small side (a delta joined with an
-    integral), so the integral is scanned but not shuffled. A small driver-local ``broadcast``
-    side filters the other side by its keys instead (``key_prefilter``) unless ``prefilter`` is
-    False (the other side is then the small one: state narrowed to the change already).
+    integral), so the integral is scanned but not shuffled.
     """
     if len(left_keys) != len(right_keys):
         raise ValueError(f"join needs as many left keys as right keys: {left_keys} vs {right_keys}")
     lhs, lnames = _side(left, "__l", [*left_keys, *(s for s, _ in left_out)], _LW)
     rhs, rnames = _side(right, "__r", [*right_keys, *(s for s, _ in right_out)], _RW)
-    if broadcast and left_keys and prefilter:  # a small driver-local delta: filter the state by its keys instead
+    if broadcast and left_keys:  # a small driver-local delta: filter the state by its keys instead
         lk, rk = (lnames[left_keys[0]], rnames[right_keys[0]])
         if broadcast == "left":
             pre = key_prefilter(rk, lhs, lk, null_safe)
