@@ -15,12 +15,9 @@ from typing import Callable, Collection, Literal, Mapping, Protocol
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-import pyarrow as pa
-
 from spark_jobs.executor import recursion, zset
-from spark_jobs.executor.narrow import Keys, Narrowing, key_type, local_values, narrowing_enabled, table_values
+from spark_jobs.executor.narrow import Narrowing, narrowing_enabled
 from spark_jobs.executor.operators import aggregate, distinct, join, linear, stream
-from spark_jobs.executor.operators.arrow import NotLocal, plain_column
 from spark_jobs.executor.zset import WEIGHT, col
 from spark_jobs.ir.graph import Circuit, Node, state_of
 
@@ -86,8 +83,6 @@ class _Step:
     result: StepResult
     external: Callable[[str], DataFrame] | None = None  # values of nodes evaluated elsewhere
     narrowing: Narrowing | None = None  # driver-side state lookups (small steps with trace files)
-    narrowed: dict[tuple[str, int], pa.Table] = field(default_factory=dict)  # (join, side) -> rows
-    keys_memo: dict[tuple[str, str], Keys | None] = field(default_factory=dict)
 
     def value(self, node_id: str) -> DataFrame:
         if node_id not in self.result.values and self.external is not None:
@@ -177,70 +172,12 @@ def _narrow_join_side(s: _Step, node: Node, pos: int) -> DataFrame | None:
     keys = node.param("left_keys" if pos == 0 else "right_keys") or ()
     probe_keys = node.param("right_keys" if pos == 0 else "left_keys") or ()
     trace = _delayed_trace(s, node.inputs[pos])
-    if not keys or trace is None:
+    state = s.state.read(trace) if trace is not None else None
+    if not keys or trace is None or state is None or s.narrowing is None:
         return None
-    found = _narrow(s, trace, keys[0], node.inputs[1 - pos], probe_keys[0], bool(node.param("null_safe", False)))
-    if found is None:
-        return None
-    df, table = found
-    s.narrowed[(node.id, pos)] = table
-    return df.select(*[col(c) for c in s.value(node.inputs[pos]).columns])
-
-
-def _narrow(s: _Step, trace: str, column: str, probe: str, probe_column: str,
-            null_matches: bool) -> tuple[DataFrame, pa.Table] | None:
-    """Trace ``trace`` cut (on the driver) to rows whose ``column`` is a value ``probe_column`` of
-    node ``probe`` can hold this step; None when those values are unknown or the lookup too big."""
-    state = s.state.read(trace) if s.narrowing is not None else None
-    if state is None:
-        return None
-    dtype = key_type(state, column)
-    if dtype is None or dtype != key_type(s.value(probe), probe_column):
-        return None
-    values = _candidate_keys(s, probe, probe_column)
-    if values is None:
-        return None
-    if not null_matches:
-        values = values - {None}
-    return s.narrowing.lookup(trace, state, column, values)  # type: ignore[union-attr]
-
-
-def _candidate_keys(s: _Step, node_id: str, column: str) -> Keys | None:
-    """A superset of the values ``column`` of node ``node_id`` holds this step, found on the
-    driver without a Spark job (None: unknown). Input changes are held on the driver; a filter,
-    a negation or a renaming keeps a column's values, a plus unites them, and a join term's
-    column comes from one of its sides (a delta, or state narrowed already)."""
-    memo = (node_id, column)
-    if memo in s.keys_memo:
-        return s.keys_memo[memo]
-    s.keys_memo[memo] = None
-    node = s.circuit[node_id]
-    found: Keys | None = None
-    if node.op == "input":
-        value = s.value(node_id)
-        found = local_values(value, column) if zset.is_local(value) else None
-    elif node.op in ("filter", "negate"):
-        found = _candidate_keys(s, node.inputs[0], column)
-    elif node.op == "plus":
-        parts = [_candidate_keys(s, i, column) for i in node.inputs]
-        found = None if any(p is None for p in parts) else frozenset().union(*parts)  # type: ignore[arg-type]
-    elif node.op == "map":
-        expr = dict(node.param("columns", ())).get(column)
-        try:
-            source = plain_column(expr, s.value(node.inputs[0]).columns) if expr is not None else None
-        except NotLocal:
-            source = None
-        found = _candidate_keys(s, node.inputs[0], source) if source is not None else None
-    elif node.op == "join":
-        for pos, outs in enumerate((node.param("left_out", ()), node.param("right_out", ()))):
-            source = next((src for src, out in outs if out == column), None)
-            if source is None:
-                continue
-            table = s.narrowed.get((node.id, pos))
-            found = table_values(table, source) if table is not None else _candidate_keys(s, node.inputs[pos], source)
-            break
-    s.keys_memo[memo] = found
-    return found
+    found = s.narrowing.narrow(trace, state, keys[0], node.inputs[1 - pos], probe_keys[0],
+                               bool(node.param("null_safe", False)), side=(node.id, pos))
+    return None if found is None else found.select(*[col(c) for c in s.value(node.inputs[pos]).columns])
 
 
 def _integrate(s: _Step, node: Node) -> DataFrame:
@@ -269,17 +206,19 @@ def _differentiate(s: _Step, node: Node) -> DataFrame:
 def _narrowed_state(s: _Step, trace: str, probe: str, keys: tuple[str, ...], columns: list[str]) -> DataFrame | None:
     """State ``trace`` narrowed by the first of ``keys`` (NULL matches NULL, as in a group or a
     tuple) to what node ``probe``'s change can touch, as ``columns``; else its whole value."""
-    found = _narrow(s, trace, keys[0], probe, keys[0], True) if keys else None
-    state = found[0] if found is not None else s.state.read(trace)
+    state = s.state.read(trace)
+    if state is not None and keys and s.narrowing is not None:
+        narrowed = s.narrowing.narrow(trace, state, keys[0], probe, keys[0], True)
+        state = state if narrowed is None else narrowed
     return None if state is None else state.select(*[col(c) for c in columns])
 
 
 def _distinct_h(s: _Step, node: Node) -> DataFrame:
     delta, prev_integral = s.args(node)
     trace = _delayed_trace(s, node.inputs[1])
-    if s.broadcast_deltas and trace is not None:
+    if s.broadcast_deltas and trace is not None and s.state.read(trace) is not None:
         prev_integral = _narrowed_state(s, trace, node.inputs[0], tuple(zset.data_columns(delta)),
-                                        prev_integral.columns) or prev_integral
+                                        prev_integral.columns)
     return distinct.distinct_h(delta, prev_integral, broadcast_delta=s.broadcast_deltas)
 
 
@@ -377,13 +316,12 @@ def evaluate_step(circuit: Circuit, inputs: Mapping[str, DataFrame], state: Stat
     ``only`` evaluates just these nodes (one stage of a DAG run); the values they read from
     other nodes come from ``external(node_id)``.
     """
+    step = _Step(circuit, inputs, state, first_step, input_schemas or {}, spark, broadcast_deltas, StepResult(),
+                 external)
     files_of = getattr(state, "trace_files", None)
-    narrowing = None
     session = spark or SparkSession.getActiveSession()
     if broadcast_deltas and files_of is not None and session is not None and narrowing_enabled(session):
-        narrowing = Narrowing(session, files_of)
-    step = _Step(circuit, inputs, state, first_step, input_schemas or {}, spark, broadcast_deltas, StepResult(),
-                 external, narrowing)
+        step.narrowing = narrowing = Narrowing(session, circuit, step.value, files_of)
     reused = _reused(circuit) if persist else set()
     for node in circuit:
         if only is not None and node.id not in only:
@@ -401,6 +339,7 @@ def evaluate_step(circuit: Circuit, inputs: Mapping[str, DataFrame], state: Stat
             continue
         value = step.value(node_id)
         step.result.outputs[view] = value if circuit[node_id].op in _CONSOLIDATED else zset.consolidate(value)
-    if narrowing is not None:
-        log.debug("%d state lookups narrowed on the driver", narrowing.lookups, extra={"narrowed": narrowing.lookups})
+    if step.narrowing is not None:
+        n = step.narrowing.lookups
+        log.debug("%d state lookups narrowed on the driver", n, extra={"narrowed": n})
     return step.result

@@ -563,11 +563,11 @@ class Transaction:
         """Write ``r``'s directories as one consolidated directory (same value, fewer files)."""
         df = r.value(self.store)
         rel = self.store.layout.new_trace_dir(r.trace_id, self.timestep)
-        stat = self._write(rel, df, sort_by=r.entry.sort_by, keys=r.entry.keys, rows=r.rows)
+        stat = self._write(rel, df, sort_by=r.entry.sort_by if r.sorted else (), keys=r.entry.keys, rows=r.rows)
         r.apply(rel, stat, self.timestep)
 
     def _rewrite_many(self, rewrites: Sequence["_Rewrite"]) -> bool:
-        """``_rewrite`` several small unsorted traces with one Spark job (one batch folder, a
+        """``_rewrite`` several small unsorted rewrites with one Spark job (one batch folder, a
         slot each); False, having written nothing, when their columns cannot share one write."""
         dfs = [r.value(self.store) for r in rewrites]
         if not slots_compatible(dfs):
@@ -601,7 +601,7 @@ class Transaction:
         self._check_open()
         s = self.store
         due = self._rewrites_due()
-        small = [r for r in due if not r.entry.sort_by and r.rows <= ROWS_PER_FILE]
+        small = [r for r in due if not r.sorted and r.rows <= ROWS_PER_FILE]
         batched = {r.trace_id for r in small} if len(small) > 1 and self._rewrite_many(small) else set()
         for r in due:
             if r.trace_id not in batched:
@@ -659,6 +659,12 @@ class _Rewrite:
     @property
     def rows(self) -> int:
         return sum(self.entry.files[d].rows for d in self.dirs if d in self.entry.files)
+
+    @property
+    def sorted(self) -> bool:
+        """Written sorted: a key-sorted trace's new base. A merge of deltas is not (lookups read
+        deltas whole), so merges of every trace share one batch job."""
+        return self.whole and bool(self.entry.sort_by)
 
     def value(self, store: StateStore) -> "DataFrame":
         df = store._read_rels(self.dirs, self.entry.schema)
