@@ -100,6 +100,21 @@ def test_compaction_rule():
     assert needs_compaction(sorted_entry, 0.5)
 
 
+def test_only_a_large_compaction_of_a_sorted_trace_is_written_sorted():
+    from spark_jobs.state.store import SORT_MIN_ROWS, _Rewrite
+
+    e = _entry([10], [10, 10])
+    e.sort_by = ("k",)
+    e.files["b0"] = FileStat(SORT_MIN_ROWS, 10)
+    assert _Rewrite("t", e, e.dirs, whole=True).sorted  # a new base: sorted
+    assert not _Rewrite("t", e, ["d0", "d1"], whole=False).sorted  # a merge of deltas: never
+    e.files["b0"] = FileStat(SORT_MIN_ROWS - 3, 10)
+    assert not _Rewrite("t", e, e.dirs, whole=True).sorted  # small: read whole by lookups anyway
+    e.sort_by = ()
+    e.files["b0"] = FileStat(10 * SORT_MIN_ROWS, 10)
+    assert not _Rewrite("t", e, e.dirs, whole=True).sorted  # not a key-sorted trace
+
+
 def test_filesystem_choice_and_atomic_publish(tmp_path):
     assert isinstance(filesystem_for(str(tmp_path)), LocalFileSystem)
     assert isinstance(filesystem_for(f"file://{tmp_path}"), LocalFileSystem)

@@ -24,6 +24,10 @@ from spark_jobs.state.trace import (ROWS_PER_FILE, consolidate, delta_merge, dir
                                     slot_dir, slots_compatible, validate_columns, weight_totals,
                                     write_dir, write_slots)
 
+# A key-sorted trace's compaction writes it sorted from this many rows on (W2's small traces
+# compacted every other step, each in a sorting job of its own, before this)
+SORT_MIN_ROWS = 100_000
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -662,9 +666,10 @@ class _Rewrite:
 
     @property
     def sorted(self) -> bool:
-        """Written sorted: a key-sorted trace's new base. A merge of deltas is not (lookups read
-        deltas whole), so merges of every trace share one batch job."""
-        return self.whole and bool(self.entry.sort_by)
+        """Written sorted: a key-sorted trace's new base, unless it is small. A merge of deltas
+        is not (lookups read deltas whole), nor is a base of fewer than ``SORT_MIN_ROWS`` rows (a
+        lookup reads it whole in milliseconds): those rewrites share one batch job."""
+        return self.whole and bool(self.entry.sort_by) and self.rows >= SORT_MIN_ROWS
 
     def value(self, store: StateStore) -> "DataFrame":
         df = store._read_rels(self.dirs, self.entry.schema)
