@@ -172,12 +172,21 @@ def _narrow_join_side(s: _Step, node: Node, pos: int) -> DataFrame | None:
     keys = node.param("left_keys" if pos == 0 else "right_keys") or ()
     probe_keys = node.param("right_keys" if pos == 0 else "left_keys") or ()
     trace = _delayed_trace(s, node.inputs[pos])
-    state = s.state.read(trace) if trace is not None else None
-    if not keys or trace is None or state is None or s.narrowing is None:
+    if not keys or trace is None:
         return None
-    found = s.narrowing.narrow(trace, state, keys[0], node.inputs[1 - pos], probe_keys[0],
-                               bool(node.param("null_safe", False)), side=(node.id, pos))
+    found = _narrowed(s, trace, keys[0], node.inputs[1 - pos], probe_keys[0], bool(node.param("null_safe", False)),
+                      side=(node.id, pos))
     return None if found is None else found.select(*[col(c) for c in s.value(node.inputs[pos]).columns])
+
+
+def _narrowed(s: _Step, trace: str, column: str, probe: str, probe_column: str, null_matches: bool,
+              side: tuple[str, int] | None = None) -> DataFrame | None:
+    """Trace ``trace``'s committed state cut on the driver to what ``probe_column`` of node
+    ``probe`` can hold this step (``Narrowing.narrow``); None when it is not narrowed."""
+    state = s.state.read(trace)
+    if state is None or s.narrowing is None:
+        return None
+    return s.narrowing.narrow(trace, state, column, probe, probe_column, null_matches, side)
 
 
 def _integrate(s: _Step, node: Node) -> DataFrame:
@@ -206,10 +215,8 @@ def _differentiate(s: _Step, node: Node) -> DataFrame:
 def _narrowed_state(s: _Step, trace: str, probe: str, keys: tuple[str, ...], columns: list[str]) -> DataFrame | None:
     """State ``trace`` narrowed by the first of ``keys`` (NULL matches NULL, as in a group or a
     tuple) to what node ``probe``'s change can touch, as ``columns``; else its whole value."""
-    state = s.state.read(trace)
-    if state is not None and keys and s.narrowing is not None:
-        narrowed = s.narrowing.narrow(trace, state, keys[0], probe, keys[0], True)
-        state = state if narrowed is None else narrowed
+    found = _narrowed(s, trace, keys[0], probe, keys[0], True) if keys else None
+    state = found if found is not None else s.state.read(trace)
     return None if state is None else state.select(*[col(c) for c in columns])
 
 
@@ -321,7 +328,7 @@ def evaluate_step(circuit: Circuit, inputs: Mapping[str, DataFrame], state: Stat
     files_of = getattr(state, "trace_files", None)
     session = spark or SparkSession.getActiveSession()
     if broadcast_deltas and files_of is not None and session is not None and narrowing_enabled(session):
-        step.narrowing = narrowing = Narrowing(session, circuit, step.value, files_of)
+        step.narrowing = Narrowing(session, circuit, step.value, files_of)
     reused = _reused(circuit) if persist else set()
     for node in circuit:
         if only is not None and node.id not in only:

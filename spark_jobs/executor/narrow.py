@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.executor.operators.arrow import NotLocal, plain_column
-from spark_jobs.executor.zset import col, empty_like, is_local
+from spark_jobs.executor.zset import empty_like, is_local, local_values
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.state.lookup import TraceFiles
 
@@ -47,15 +47,8 @@ def narrowing_enabled(spark: SparkSession) -> bool:
     return (spark.conf.get(ENABLED_CONF, "true") or "true").lower() != "false"
 
 
-def local_values(df: DataFrame, column: str) -> Keys | None:
-    """The values of ``column`` in a driver-local DataFrame (a projection of a local relation is
-    folded at planning: no Spark job); None if there are more than ``MAX_KEYS``."""
-    values = frozenset(r[0] for r in df.select(col(column)).collect())
-    return values if len(values) <= MAX_KEYS else None
-
-
 def table_values(table: pa.Table, column: str) -> Keys | None:
-    """``local_values`` of a pyarrow Table."""
+    """``zset.local_values`` of a pyarrow Table, up to ``MAX_KEYS``."""
     values = frozenset(pc.unique(table.column(column)).to_pylist())
     return values if len(values) <= MAX_KEYS else None
 
@@ -111,7 +104,7 @@ class Narrowing:
     def _derive(self, node: Node, column: str) -> Keys | None:
         if node.op == "input":
             value = self.value(node.id)
-            return local_values(value, column) if is_local(value) else None
+            return local_values(value, column, MAX_KEYS) if is_local(value) else None
         if node.op in ("filter", "negate"):
             return self.candidate_keys(node.inputs[0], column)
         if node.op == "plus":

@@ -20,8 +20,8 @@ from pyspark.sql.types import LongType, StructField, StructType
 from spark_jobs.spec.model import WEIGHT
 
 __all__ = [
-    "WEIGHT", "col", "data_columns", "consolidate", "negate", "plus", "local_plus", "is_local", "empty", "empty_like",
-    "zset_schema", "null_safe_match", "key_prefilter", "restrict", "from_tuples", "from_rows", "to_counter", "is_consolidated",
+    "WEIGHT", "col", "data_columns", "consolidate", "negate", "plus", "local_values", "local_plus", "is_local",
+    "empty", "empty_like", "zset_schema", "null_safe_match", "key_prefilter", "restrict", "from_tuples", "from_rows", "to_counter", "is_consolidated",
 ]
 
 
@@ -63,6 +63,13 @@ def is_local(df: DataFrame) -> bool:
     """Is ``df`` a relation held on the driver (its optimized plan is a LocalRelation)?"""
     jdf = getattr(df, "_jdf", None)
     return jdf is not None and jdf.queryExecution().optimizedPlan().getClass().getSimpleName() == "LocalRelation"
+
+
+def local_values(df: DataFrame, column: str, limit: int) -> frozenset | None:
+    """The values of ``column`` in a driver-local DataFrame (a projection of a local relation is
+    folded at planning: no Spark job); None if there are more than ``limit``."""
+    values = frozenset(r[0] for r in df.select(col(column)).collect())
+    return values if len(values) <= limit else None
 
 
 def local_plus(*dfs: DataFrame) -> DataFrame:
@@ -122,10 +129,8 @@ def key_prefilter(df_col: str, keys_df: DataFrame, key_col: str, null_safe: bool
     """``df_col IN (values of keys_df[key_col])`` when ``keys_df`` is driver-local and small
     (its values are read without a Spark job), else None. ``null_safe`` also keeps NULLs of
     ``df_col`` when a key is NULL. A superset filter: the caller still joins on every key."""
-    if not is_local(keys_df):
-        return None
-    values = {r[0] for r in keys_df.select(col(key_col)).collect()}  # local: no job
-    if len(values) > IN_LIST_MAX:
+    values = local_values(keys_df, key_col, IN_LIST_MAX) if is_local(keys_df) else None
+    if values is None:
         return None
     literals = [_sql_literal(v) for v in values if v is not None]
     if any(lit is None for lit in literals):
