@@ -22,7 +22,9 @@ from jsonschema import Draft202012Validator, ValidationError
 
 from .columns import Resolution, resolve
 from .errors import Problem, did_you_mean, listing
-from .expressions import AGGREGATE_FUNCS, ExpressionError, analyze
+from . import sql_check, sql_functions
+from .sites import condition_problem, expression_sites
+from .sql_check import ExpressionError
 from .model import ALL_OPS, CircuitSpec, Expectation, NodeSpec
 
 if TYPE_CHECKING:
@@ -176,8 +178,7 @@ def semantic_problems(spec: CircuitSpec, doc: "Document", broken: frozenset[str]
     problems += cycle_problems
     resolution, column_problems = resolve(spec, broken | in_cycles)
     problems += column_problems
-    for label, node, _ in scopes:
-        problems += _expressions(spec, label, node, resolution)
+    problems += _expressions(spec, resolution, broken) + _expectation_forms(spec)
     problems += _outputs(spec, resolution)
     for label, node, _ in scopes:
         if node.op == "recursive":
@@ -411,39 +412,52 @@ def _cycle_through(start: str, edges: dict[str, list[str]]) -> list[str]:
     return []
 
 
-def _expressions(spec: CircuitSpec, label: str, node: NodeSpec, res: Resolution) -> list[Problem]:
-    """Unknown columns (and unreadable syntax) in where, select expressions and aggregate args."""
-    source = res.reads.get(label, {}).get(node.input or "")
-    checks: list[tuple[str, str, str]] = []  # (field key, what, expression)
-    if node.op == "filter" and node.where is not None:
-        checks.append(("where", "where", node.where))
-    if node.op in ("select", "map"):
-        for i, (name, expr) in enumerate(node.columns):
-            key = f"columns.{name}" if f"columns.{name}" in node.field_lines else f"columns.{i}"
-            checks.append((key, f"column '{name}'", expr))
-    if node.op == "aggregate":
-        checks += [(f"aggregates.{a.name}", f"aggregate '{a.name}'", a.arg) for a in node.aggregates if a.arg]
+def _expressions(spec: CircuitSpec, res: Resolution, broken: frozenset[str]) -> list[Problem]:
+    """Every SQL text of the circuit (``sites.py``), judged on its parse tree (``sql_check.py``):
+    what it calls, whether it can be read, and the columns it names."""
     problems = []
-    for key, what, expr in checks:
+    for site in expression_sites(spec, broken):
         try:
-            found = analyze(expr)
+            found = sql_check.check(site.text)
         except ExpressionError as exc:
-            problems.append(Problem(spec.path, node.line_of(key), label, f"{what}: cannot read '{expr}': {exc}"))
+            problems.append(Problem(spec.path, site.line, site.label,
+                                    f"{site.what}: cannot read '{site.text}': {exc}"))
             continue
-        aggs = [f for f in found.functions if f in AGGREGATE_FUNCS]
-        if aggs and node.op != "aggregate":
-            problems.append(Problem(spec.path, node.line_of(key), label,
-                                    f"{what}: aggregate function '{aggs[0]}' in a row expression; "
-                                    f"use an aggregate node"))
-        if source is None:
+        problems += [Problem(spec.path, site.line, site.label, f"{site.what} '{_clip(site.text)}': {reason}")
+                     for reason in found.refusals]
+        if site.kind == "node":
+            available = res.reads.get(site.label, {}).get(site.reads)
+        else:
+            available = res.columns.get(site.reads)
+        if available is None:
             continue
-        known = {c.lower() for c in source}
+        known = {c.lower() for c in available}
         for col in found.columns:
             if col.lower() not in known:
-                problems.append(Problem(spec.path, node.line_of(key), label,
-                                        f"{what}: unknown column '{col}' in '{expr}'; expected a column of "
-                                        f"'{node.input}' ({listing(source)}){did_you_mean(col, source)}"))
+                problems.append(Problem(spec.path, site.line, site.label,
+                                        f"{site.what}: unknown column '{col}' in '{site.text}'; expected a column "
+                                        f"of '{site.reads}' ({listing(available)}){did_you_mean(col, available)}"
+                                        f"{_bare_function(col)}"))
     return problems
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _bare_function(name: str) -> str:
+    """A note when an unknown column is a name Spark would read as a function (current_date)."""
+    if name.lower() not in sql_functions.BARE_FUNCTIONS:
+        return ""
+    return f"; Spark would read it as the function {name.lower()}(), which {sql_functions.verdict(name).reason}"
+
+
+def _expectation_forms(spec: CircuitSpec) -> list[Problem]:
+    """Expectation arguments that carry SQL must carry it in the one form that is checked."""
+    owners = [(inp.name, inp.expectations) for inp in spec.inputs.values()]
+    owners += [(out.name, out.expectations) for out in spec.outputs.values()]
+    return [Problem(spec.path, exp.line, owner, why)
+            for owner, exps in owners for exp in exps if (why := condition_problem(exp))]
 
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
