@@ -49,9 +49,14 @@ class CircuitRuntime:
 
     @cached_property
     def spark(self):
+        """The session, once Spark's own parser has read the circuit's expressions as the
+        validator did (``spark_parse_check``): nothing runs before that check."""
         from spark_jobs.executor.session import get_spark
+        from spark_jobs.executor.spark_parse_check import check_circuit
 
-        return get_spark(self.config)
+        spark = get_spark(self.config)
+        check_circuit(spark, self.compiled.spec)
+        return spark
 
     @cached_property
     def store(self):

@@ -272,7 +272,12 @@ def check(text: str) -> Checked:
     walk = _Walk(text)
     if "${" in text:
         walk.refuse(SUBSTITUTION)
-    tree, has_comments = parse(text)
+    try:
+        tree, has_comments = parse(text)
+    except ExpressionError:
+        if walk.refusals:  # Spark would substitute first: the reason is the substitution
+            return Checked(text, (), (), tuple(walk.refusals))
+        raise
     if has_comments:
         walk.refuse(COMMENT)
     walk.run(tree)
