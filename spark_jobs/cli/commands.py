@@ -59,9 +59,11 @@ def _user_errors() -> Iterator[None]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    with _user_errors():
+        roots = _config(args).allowed_input_roots
     failed = 0
     for path in args.files:
-        problems = validate_file(path)
+        problems = validate_file(path, roots)
         if problems:
             failed += 1
             for p in problems:
@@ -73,7 +75,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _compiled(args: argparse.Namespace):
     with _user_errors():
-        return compile_file(find_circuit_file(args.circuit, _config(args)))
+        config = _config(args)
+        return compile_file(find_circuit_file(args.circuit, config), config.allowed_input_roots)
 
 
 def cmd_explain(args: argparse.Namespace) -> int:

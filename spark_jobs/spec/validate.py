@@ -16,13 +16,15 @@ import json
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from jsonschema import Draft202012Validator, ValidationError
 
 from .columns import Resolution, resolve
 from .errors import Problem, did_you_mean, listing
 from . import sql_check, sql_functions
+from .paths import source_path_problem
+from .reader_options import option_problems
 from .sites import condition_problem, expression_sites
 from .sql_check import ExpressionError
 from .model import ALL_OPS, CircuitSpec, Expectation, NodeSpec
@@ -165,11 +167,13 @@ _CHAR = re.compile(r"^(?:var)?char\s*\(\s*\d+\s*\)$", re.IGNORECASE)
 TYPE_HELP = "boolean, tinyint, smallint, int, bigint/long, float, double, string, date, timestamp, decimal(p,s), binary"
 
 
-def semantic_problems(spec: CircuitSpec, doc: "Document", broken: frozenset[str]) -> list[Problem]:
-    """Problems of meaning; nodes in ``broken`` (schema errors) are not checked again."""
+def semantic_problems(spec: CircuitSpec, doc: "Document", broken: frozenset[str],
+                      allowed_roots: Sequence[str] = ()) -> list[Problem]:
+    """Problems of meaning; nodes in ``broken`` (schema errors) are not checked again.
+    ``allowed_roots``: roots outside the data root that input paths may name (the profile's)."""
     if not isinstance(doc.get(("inputs",)), dict) or not isinstance(doc.get(("nodes",)), dict):
         return []  # without both namespaces every reference would look wrong
-    problems = _schedule(spec, doc) + _column_types(spec) + _names(spec)
+    problems = _schedule(spec, doc) + _column_types(spec) + _names(spec) + _sources(spec, doc, allowed_roots)
     scopes = list(_scopes(spec.nodes, "", frozenset(spec.inputs) | frozenset(spec.nodes), broken))
     for label, node, visible in scopes:
         problems += _node_fields(spec, label, node)
@@ -277,6 +281,21 @@ def _schedule(spec: CircuitSpec, doc: "Document") -> list[Problem]:
                     f"schedule '{s}' is neither a cron string (5 fields: minute hour day-of-month month "
                     f"day-of-week) nor a preset ({listing(SCHEDULE_PRESETS)}) nor none"
                     f"{did_you_mean(s, SCHEDULE_PRESETS) if s.startswith('@') else ''}")]
+
+
+def _sources(spec: CircuitSpec, doc: "Document", allowed_roots: Sequence[str]) -> list[Problem]:
+    """Input paths stay inside the data root (``paths.py``); reader options are allow-listed."""
+    problems = []
+    for inp in spec.inputs.values():
+        src = inp.source
+        if src is None:
+            continue
+        where = ("inputs", inp.name, "source")
+        if src.path and (why := source_path_problem(src.path, allowed_roots)):
+            problems.append(Problem(spec.path, doc.line(where + ("path",)), inp.name, why))
+        problems += [Problem(spec.path, doc.line(where + ("options", key)), inp.name, why)
+                     for key, why in option_problems(src.format, src.options)]
+    return problems
 
 
 def _type_problem(typ: str) -> str | None:
