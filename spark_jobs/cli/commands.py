@@ -168,7 +168,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
     config = _config(args)
     with _user_errors():
         path = find_circuit_file(args.circuit, config)
-        name = compile_file(path).spec.name
+        name = compile_file(path, config.allowed_input_roots).spec.name
     from spark_jobs.runtime.circuit import state_root
     from spark_jobs.state.fs import filesystem_for
 

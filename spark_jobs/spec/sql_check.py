@@ -180,7 +180,15 @@ def _empty_call(node: exp.Expression, text: str) -> bool:
 
 
 @dataclass
-class _Walk:
+class TreeCheck:
+    """A walk over one sqlglot tree: collects columns and function names, and the refusals.
+
+    Calls are judged by the catalog, constructs by ``_SYNTAX``; a query inside a row expression
+    is refused (``query``). A whole-query node (``op: sql``, issue #15) can reuse this walk by
+    overriding ``query`` to descend into SELECT lists, WHERE and GROUP BY with the same rules and
+    to resolve FROM against the circuit's relations.
+    """
+
     text: str
     columns: list[str] = field(default_factory=list)
     functions: list[str] = field(default_factory=list)
@@ -202,8 +210,7 @@ class _Walk:
         if isinstance(node, exp.DataType):
             return []  # a type name: nothing runs
         if isinstance(node, (exp.Query, exp.Subquery, exp.Table, exp.From)):
-            self.refuse(SUBQUERY)
-            return []
+            return self.query(node)
         if isinstance(node, exp.Window):
             self.refuse(OVER)
             return []
@@ -232,6 +239,11 @@ class _Walk:
         if isinstance(node, _SYNTAX):
             return [(child, frozenset()) for child in node.iter_expressions()]
         self.refuse(f"'{_short(node)}' is not an allowed expression form")
+        return []
+
+    def query(self, node: exp.Expression) -> list[tuple[exp.Expression, frozenset[str]]]:
+        """A SELECT (or its parts) inside the tree: refused in a row expression."""
+        self.refuse(SUBQUERY)
         return []
 
     def _column(self, node: exp.Column, bound: frozenset[str]) -> None:
@@ -269,7 +281,7 @@ def _short(node: exp.Expression) -> str:
 @lru_cache(maxsize=4096)
 def check(text: str) -> Checked:
     """Parse ``text`` and judge it as a row expression; raises ``ExpressionError`` if unreadable."""
-    walk = _Walk(text)
+    walk = TreeCheck(text)
     if "${" in text:
         walk.refuse(SUBSTITUTION)
     try:

@@ -5,7 +5,8 @@
    name patterns, expectation entry form. jsonschema's errors are rewritten into our messages.
 2. Meaning, in Python: duplicate names, references (with "did you mean"), either/or fields
    (``on`` vs ``left_on``/``right_on``, ``inputs`` vs ``left``/``right``), cycles, schedules,
-   column types, columns of keys, groups and expressions, expectation columns.
+   column types, columns of keys, groups and expressions, expectation columns, what expressions
+   may call (``sql_check.py``), input paths (``paths.py``) and reader options.
 
 A node the schema found broken is skipped by layer 2 (and its columns count as unknown), so a
 wrong field does not also surface as a string of follow-on errors.
