@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from spark_jobs.ir.from_spec import build_query_circuit
 from spark_jobs.ir.graph import Circuit
 from spark_jobs.ir.incrementalize import incrementalize
+from spark_jobs.ir.operator import operator
 from spark_jobs.ir.optimize import consolidate_distinct
 from spark_jobs.spec.model import CircuitSpec
 
@@ -40,7 +41,16 @@ def fingerprint(spec: CircuitSpec, incremental: Circuit) -> str:
         "nodes": [(n.id, n.op, n.inputs, repr(_meaning(n.params)), n.columns) for n in incremental],
         "outputs": sorted(incremental.outputs.items()),
     }
+    formats = sorted({(n.op, f) for n in incremental if (f := _state_format(n.op)) > 1})
+    if formats:  # only circuits with an operator whose state layout changed get a new fingerprint
+        payload["state_formats"] = formats
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _state_format(op: str) -> int:
+    """The version of an operator's state layout (``State.format``; 1 when it keeps none)."""
+    state = operator(op).state
+    return state.format if state is not None else 1
 
 
 # Params that bound or tune the work without changing what the state means.

@@ -1,34 +1,17 @@
 """Human-readable views of a compiled circuit: a table (`dbsp explain`) and Graphviz DOT (`dbsp draw`)."""
 from __future__ import annotations
 
-from spark_jobs.ir.graph import BILINEAR_OPS, LINEAR_OPS, Circuit, Node, state_of
+from spark_jobs.ir.graph import Circuit, Node, state_of
+from spark_jobs.ir.operator import operator
 
-SYMBOLS = {
-    "input": "in", "map": "map", "filter": "σ", "plus": "+", "negate": "−", "join": "⋈",
-    "distinct": "distinct", "aggregate": "agg", "integrate": "I", "delay": "z⁻¹",
-    "differentiate": "D", "distinct_h": "H", "aggregate_linear": "agg(linear)",
-    "aggregate_touched": "agg(touched)", "scope": "fix (recursive scope)",
-    "delta0": "δ0", "feedback": "z⁻¹ (iteration)", "integrate_nested": "I (per iteration)",
-    "join_nested": "⋈ (2-D)", "distinct_nested": "H (2-D)",
-}
 
-NESTED_NOTE = {
-    "delta0": "δ0: the outer value enters at iteration 0",
-    "feedback": "z⁻¹ on the inner clock: reads iteration i-1 of {source!r}",
-    "join_nested": "Δ(a⋈b) in 2-D: 4 terms over (this/earlier timestep) × (this/earlier iteration)",
-    "distinct_nested": "distinct in 2-D: touched tuples only, 4 looked-up values each",
-    "integrate_nested": "state: one trace, rows tagged _iter = i, summed over timesteps",
-}
+def symbol(op: str) -> str:
+    """How operator ``op`` is drawn (its ``Operator.symbol``)."""
+    return operator(op).symbol
 
 
 def linearity(node: Node) -> str:
-    if node.op in LINEAR_OPS or node.op in ("delta0", "feedback"):
-        return "linear"
-    if node.op in BILINEAR_OPS or node.op == "join_nested":
-        return "bilinear"
-    if node.op in ("integrate", "delay", "differentiate"):
-        return "linear (stream)"
-    return "non-linear"
+    return operator(node.op).linearity
 
 
 def state_role(circuit: Circuit, node: Node) -> str | None:
@@ -36,32 +19,15 @@ def state_role(circuit: Circuit, node: Node) -> str | None:
     kind = state_of(circuit, node)
     if kind is None:
         return None
-    if node.op != "integrate":
-        return f"{kind} of {node.origin!r}"
-    users: list[str] = []
-    readers = circuit.consumers(node.id)
-    for reader in list(readers):
-        if reader.op == "delay":
-            readers.extend(circuit.consumers(reader.id))
-    for reader in readers:
-        if reader.op == "join":
-            side = "left" if circuit[reader.inputs[0]].inputs == (node.id,) else "right"
-            users.append(f"{side} side of join {reader.origin!r}")
-        elif reader.op == "distinct_h":
-            users.append(f"distinct {reader.origin!r}")
-        elif reader.op == "aggregate_touched":
-            users.append(f"integrated input of aggregate {reader.origin!r}")
-        elif reader.op not in ("delay",):
-            users.append(f"{reader.op} {reader.origin!r}")
-    seen = list(dict.fromkeys(users))
-    return f"integral of {node.inputs[0]!r}" + (f" (for {', '.join(seen)})" if seen else "")
+    described = callable(operator(node.op).state.what)  # type: ignore[union-attr]
+    return kind if described else f"{kind} of {node.origin!r}"
 
 
 def explain_text(circuit: Circuit, title: str = "") -> str:
     """A table of every operator: inputs, linearity and the state it keeps."""
     rows = [("node", "op", "linear", "inputs", "state")]
     for node in circuit:
-        rows.append((node.id, SYMBOLS.get(node.op, node.op) + ("" if node.op == SYMBOLS.get(node.op) else f" ({node.op})"),
+        rows.append((node.id, symbol(node.op) + ("" if node.op == symbol(node.op) else f" ({node.op})"),
                      linearity(node), ", ".join(node.inputs) or "-", state_role(circuit, node) or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = [title] if title else []
@@ -91,8 +57,8 @@ def _scope_text(scope: Node) -> list[str]:
              + (", per timestep: the change of the fixed point" if incremental else "")]
     rows = [("  node", "op", "inputs", "note")]
     for n in body:
-        note = NESTED_NOTE.get(n.op, "linear: applied to the delta as is" if n.op in LINEAR_OPS else "")
-        rows.append((f"  {n.id}", SYMBOLS.get(n.op, n.op), ", ".join(n.inputs) or "-",
+        note = operator(n.op).note
+        rows.append((f"  {n.id}", symbol(n.op), ", ".join(n.inputs) or "-",
                      note.format(source=n.param("source"))))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines += ["  ".join(r[j].ljust(widths[j]) for j in range(3)) + "  " + r[3] for r in rows]
@@ -116,7 +82,7 @@ def to_dot(circuit: Circuit, title: str = "") -> str:
     if title:
         lines.append(f"  label={q(title)}; labelloc=t;")
     for node in circuit:
-        label = SYMBOLS.get(node.op, node.op)
+        label = symbol(node.op)
         detail = node.id if node.op != "input" else f"Δ{node.id}" if "^Δ" in circuit.name else node.id
         attrs = [f"label={q(label + chr(10) + detail)}"]
         if node.op == "input":
