@@ -15,7 +15,8 @@ from typing import Any
 CSV_COLUMNS = [
     "workload", "size", "input_rows_total", "change_rows_median", "step_median_s", "jobs_median",
     "compiled_median", "recompute_s", "ratio_step_over_recompute", "speedup_recompute_over_step", "duckdb_s",
-    "floor_s", "reference_s", "step_over_reference", "bytes_written_median", "bytes_read_median", "view_bytes_read_median", "state_bytes",
+    "floor_s", "reference_s", "step_over_reference", "engine", "bytes_written_median", "bytes_actually_read_median",
+    "bytes_read_median", "view_bytes_read_median", "state_bytes",
     "break_even_rows", "changes_per_s_largest", "correct",
 ]
 
@@ -48,7 +49,9 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "floor_s": fl["step_median_s"] if fl else None,
                 "reference_s": s.get("reference_median_s"),
                 "step_over_reference": s.get("step_over_reference"),
+                "engine": _engine(s),
                 "bytes_written_median": s["bytes_written_median"],
+                "bytes_actually_read_median": s.get("bytes_actually_read_median"),
                 "bytes_read_median": s["bytes_read_median"],
                 "view_bytes_read_median": s["view_bytes_read_median"],
                 "state_bytes": s["state_bytes"],
@@ -58,6 +61,14 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                             and (s.get("reference_correct") or {}).get("ok", True)),
             })
     return out
+
+
+def _engine(s: dict[str, Any]) -> str:
+    """Which engine ran the measured steps: "arrow", "spark", or "arrow 3 / spark 2"."""
+    steps = (s.get("engines") or {}).get("steps") or {}
+    if len(steps) == 1:
+        return next(iter(steps))
+    return " / ".join(f"{k} {v}" for k, v in sorted(steps.items())) or "spark"
 
 
 def _ok(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -123,12 +134,12 @@ def markdown(results: dict[str, Any]) -> str:
                      "-" if r["compiled_median"] is None else r["compiled_median"], _s(r["recompute_s"]),
                      f"{r['speedup_recompute_over_step']:.2f}x", _s(r["duckdb_s"]),
                      _s(r["reference_s"]), "-" if r["step_over_reference"] is None else f"{r['step_over_reference']:.2f}x",
-                     _kb(r["bytes_written_median"]), _kb(r["bytes_read_median"]), _kb(r["state_bytes"]),
-                     "yes" if r["correct"] else "**NO**"])
+                     r["engine"], _kb(r["bytes_written_median"]), _kb(r["bytes_actually_read_median"]),
+                     _kb(r["state_bytes"]), "yes" if r["correct"] else "**NO**"])
     lines += _table(["workload", "size", "input rows", "change rows", "step s", "jobs/step",
                      "classes compiled/step", "recompute s",
                      "recompute ÷ step", "DuckDB s", "hand-written step s", "step ÷ hand-written",
-                     "written/step", "state read/step", "state", "correct"], body)
+                     "engine", "written/step", "read/step", "state", "correct"], body)
     lines += targets(results)
     if fl:
         lines.append(f"**Floor** (identity circuit, {fl['change_rows_median']:,}-row change, {fl['size']}): "

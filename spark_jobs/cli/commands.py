@@ -35,7 +35,7 @@ def _err(msg: str) -> None:
 @contextmanager
 def _user_errors() -> Iterator[None]:
     """Turn the errors a user can act on into one clear message."""
-    from spark_jobs.executor.recursion import RecursionLimitExceeded
+    from spark_jobs.executor.loop import RecursionLimitExceeded
     from spark_jobs.executor.sources import InputRefused
     from spark_jobs.quality import ExpectationConfigError, QualityGateFailed
     from spark_jobs.state import FingerprintMismatch

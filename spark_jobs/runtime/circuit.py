@@ -64,9 +64,8 @@ class CircuitRuntime:
     def store(self):
         from spark_jobs.state import StateStore
 
-        return StateStore(self.spark, state_root(self.config, self.name), self.name,
-                          self.compiled.fingerprint, compact_fraction=self.config.compact_fraction,
-                          keep_timesteps=self.config.keep_timesteps)
+        return StateStore(lambda: self.spark, state_root(self.config, self.name), self.name,
+                          self.compiled.fingerprint, policy=self.config.policy.state)
 
 
 def open_circuit(ref: str, config: Config) -> CircuitRuntime:

@@ -1,10 +1,15 @@
 """Run the data-quality gate of a timestep (shared by `dbsp step` and the DAG's check task)."""
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from typing import TYPE_CHECKING
 
 from spark_jobs.quality import GateReport, enforce, run_gate, write_report
+from spark_jobs.quality.gate import run_gate_tables
 from spark_jobs.runtime.circuit import CircuitRuntime
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
 
 
 def quality_dir(rt: CircuitRuntime) -> str:
@@ -17,8 +22,8 @@ def set_views(rt: CircuitRuntime) -> set[str]:
     return {view for view, node_id in query.outputs.items() if query[node_id].is_set}
 
 
-def check_timestep(rt: CircuitRuntime, timestep: int, view_deltas: dict[str, DataFrame],
-                   input_deltas: dict[str, DataFrame], view_previous: dict[str, DataFrame | None] | None = None
+def check_timestep(rt: CircuitRuntime, timestep: int, view_deltas: dict[str, "DataFrame"],
+                   input_deltas: dict[str, "DataFrame"], view_previous: dict[str, "DataFrame | None"] | None = None
                    ) -> GateReport:
     """Check the view deltas (and declared input expectations); keep the report; raise
     ``QualityGateFailed`` when a `fail` check does not hold."""
@@ -29,6 +34,39 @@ def check_timestep(rt: CircuitRuntime, timestep: int, view_deltas: dict[str, Dat
                       view_expectations={v: list(o.expectations) for v, o in spec.outputs.items()},
                       input_deltas=input_deltas,
                       input_expectations={n: list(i.expectations) for n, i in spec.inputs.items()})
+    write_report(report, quality_dir(rt))
+    enforce(report)
+    return report
+
+
+def check_timestep_tables(rt: CircuitRuntime, timestep: int, view_deltas: dict[str, "pa.Table"],
+                          input_deltas: dict[str, "pa.Table"]) -> GateReport:
+    """``check_timestep`` for an in-process step (Arrow tables). The previous view is looked up
+    in its trace's Parquet row groups by the delta's tuples; Spark starts only if a declared
+    expectation has rows to check (Great Expectations runs on Spark)."""
+    from spark_jobs.executor.arrow.zsets import semi
+    from spark_jobs.state.store import view_trace_id
+
+    def previous_rows(view: str, delta: "pa.Table") -> "pa.Table | None":
+        files = rt.store.trace_files(view_trace_id(view))
+        cols = [c for c in delta.column_names if c != "_weight"]
+        if files is None or delta.num_rows == 0:
+            return None
+        if not cols:
+            return files.read_all()
+        found = files.lookup(cols[0], delta.column(cols[0]).unique().to_pylist())
+        return semi(found, delta, cols, cols) if len(cols) > 1 else found
+
+    def frame(rows: "pa.Table") -> "DataFrame":
+        return rt.spark.createDataFrame(rows)
+
+    spec = rt.compiled.spec
+    report = run_gate_tables(timestep, view_deltas=view_deltas, previous_rows=previous_rows,
+                             set_views=set_views(rt),
+                             view_expectations={v: list(o.expectations) for v, o in spec.outputs.items()},
+                             input_deltas=input_deltas,
+                             input_expectations={n: list(i.expectations) for n, i in spec.inputs.items()},
+                             frame=frame)
     write_report(report, quality_dir(rt))
     enforce(report)
     return report

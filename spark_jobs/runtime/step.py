@@ -1,14 +1,19 @@
 """One timestep of a circuit in one process (`dbsp step` / `dbsp run`): read the input changes,
 evaluate Q^Δ, check the view deltas, write state and view deltas, commit one manifest.
 
+The execution policy picks the engine of each step (``ExecutionPolicy.engine_for``): a small
+change runs in-process on Arrow (``inprocess.py``: no Spark job, no JVM started), a load, a
+large change or a cluster profile on Spark (below). A step Arrow cannot serve runs on Spark, and
+its report (and manifest) says which engine ran it and why.
+
 Everything is written before the manifest; a crash anywhere before the manifest's rename leaves
 the circuit at the previous timestep, and the next step cleans up what the crashed one wrote.
 (The Airflow DAGs run the same timestep as separate stage tasks: see ``timestep.py``.)
 """
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 from pyspark.sql import DataFrame
@@ -16,54 +21,22 @@ from pyspark.sql import functions as F
 
 from spark_jobs.executor.evaluate import evaluate_step, trace_kind
 from spark_jobs.executor.local import collect_local
-from spark_jobs.executor.session import LOCAL_CHANGE_ROWS, SMALL_CHANGE_ROWS, step_conf
+from spark_jobs.executor.session import step_conf
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
+from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.runtime import inprocess
 from spark_jobs.runtime.circuit import CircuitRuntime
+from spark_jobs.runtime.step_types import InputReport, StepReport, StoreReader
+from spark_jobs.state.arrow_fs import is_local
 from spark_jobs.runtime.inputs import pending_inputs as _pending, read_input, snapshot_trace
 from spark_jobs.runtime.quality_gate import check_timestep
 from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state.failpoints import failpoint
 
 Progress = Callable[[str], None]
-
-
-@dataclass
-class InputReport:
-    name: str
-    files: list[str] = field(default_factory=list)
-    inserted: int = 0
-    deleted: int = 0
-
-    @property
-    def note(self) -> str:
-        return "no new files: no changes" if not self.files else f"{len(self.files)} file(s)"
-
-
-@dataclass
-class StepReport:
-    circuit: str
-    timestep: int
-    inputs: list[InputReport]
-    views: dict[str, tuple[int, int]]  # view -> (rows inserted, rows deleted)
-    seconds: float
-    quality: str = ""  # gate summary
-
-
-class StoreReader:
-    """The executor's StateReader over the committed state of a store (None = no state)."""
-
-    def __init__(self, store) -> None:
-        self.store = store
-        self._read: dict[str, DataFrame | None] = {}  # an integrator is read by itself and its delay
-
-    def read(self, node_id: str) -> DataFrame | None:
-        if node_id not in self._read:
-            self._read[node_id] = self.store.read_trace(node_id) if self.store is not None else None
-        return self._read[node_id]
-
-    def trace_files(self, node_id: str):
-        """The node's committed trace files for pyarrow lookups (``StateStore.trace_files``)."""
-        return self.store.trace_files(node_id) if self.store is not None else None
+log = logging.getLogger(__name__)
+__all__ = ["InputReport", "StepReport", "StoreReader", "choose_engine", "count_changes", "pending_inputs",
+           "run_step"]
 
 
 def pending_inputs(rt: CircuitRuntime) -> dict[str, list[InputFile]]:
@@ -83,7 +56,7 @@ def count_changes(df: DataFrame) -> tuple[int, int]:
     return int(row["ins"] or 0), int(row["del"] or 0)
 
 
-def count_all_changes(spark, deltas: dict[str, DataFrame], local_rows: int = LOCAL_CHANGE_ROWS
+def count_all_changes(spark, deltas: dict[str, DataFrame], local_rows: int, max_extra_rows: int
                       ) -> tuple[dict[str, tuple[int, int]], dict[str, DataFrame] | None]:
     """``count_changes`` of every input and, when the inputs together have at most
     ``local_rows`` rows, the inputs as driver-local relations (None otherwise): one Spark job.
@@ -91,18 +64,40 @@ def count_all_changes(spark, deltas: dict[str, DataFrame], local_rows: int = LOC
     Local inputs let every lookup of state by an input's change skip its broadcast job (see
     ``zset.key_prefilter``)."""
     totals = {name: _change_totals(df) for name, df in deltas.items()}
-    local, rows = collect_local(spark, deltas, local_rows, totals)
+    local, rows = collect_local(spark, deltas, local_rows, totals, max_extra_rows)
     counts = {name: (int(r[0]["ins"] or 0), int(r[0]["del"] or 0)) for name, r in rows.items()}
     return counts, local
 
 
+def choose_engine(rt: CircuitRuntime, pending: dict[str, list[InputFile]]) -> tuple[str, str]:
+    """The engine of this step and why (``ExecutionPolicy.engine_for``, from the change's size in
+    the input files' footers, whether state exists, and the profile), read without Spark."""
+    policy = rt.config.policy
+    local = rt.config.spark.mode == "local" and is_local(rt.store.root)
+    why = inprocess.unsupported(rt, pending) if policy.engine != "spark" else None
+    rows = inprocess.change_rows(pending) if why is None and policy.engine == "auto" else None
+    first = rt.store.last_committed() == 0
+    return policy.engine_for(rows, first_step=first, local_profile=local, unsupported=why)
+
+
 def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport:
-    """Run and commit the next timestep (last committed + 1)."""
+    """Run and commit the next timestep (last committed + 1) on the engine the policy picks."""
     say = progress or (lambda _msg: None)
+    pending = pending_inputs(rt)
+    engine, reason = choose_engine(rt, pending)
+    if engine == "arrow":
+        try:
+            return inprocess.run_in_process(rt, pending, say, reason)
+        except NotLocal as why:
+            reason = f"in-process on Arrow was not possible: {why}"
+            log.info("timestep runs on Spark: %s", reason)
+    return _run_on_spark(rt, pending, say, reason)
+
+
+def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], say: Progress, reason: str) -> StepReport:
     started = time.time()
     store = rt.store
     spec = rt.compiled.spec
-    pending = pending_inputs(rt)
     cached: list[DataFrame] = []
     with store.begin() as txn:
         t = txn.timestep
@@ -128,8 +123,9 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
                 txn.consume(name, [f.as_dict() for f in pending[name]])
         if refused:
             raise InputRefused.combine(refused)
+        policy = rt.config.policy
         with step_conf(rt.spark, True):  # a global count has nothing for AQE to adapt
-            counts, local = count_all_changes(rt.spark, deltas)
+            counts, local = count_all_changes(rt.spark, deltas, policy.local_change_rows, policy.collect_extra_rows)
         if local is None:  # too large for the driver: computed once, by the next job
             for name, df in deltas.items():
                 if not any(df is c for c in cached):
@@ -139,18 +135,18 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
             deltas = local
         for report in reports:
             report.inserted, report.deleted = counts.get(report.name, (0, 0))
-        small = sum(i + d for i, d in counts.values()) <= SMALL_CHANGE_ROWS
+        small = policy.small_change(sum(i + d for i, d in counts.values()))
         say(f"timestep {t}: evaluating {len(rt.compiled.incremental.nodes)} operators")
         schemas = {name: spark_schema(inp) for name, inp in spec.inputs.items()}
         with step_conf(rt.spark, small):
             # persist: a delta read by several operators and state writes is computed once
             result = evaluate_step(rt.compiled.incremental, deltas, StoreReader(store),
                                    first_step=t == 1, input_schemas=schemas,
-                                   broadcast_deltas=small, persist=True)
+                                   broadcast_deltas=small, persist=True, policy=policy, spark=rt.spark)
             try:
                 # small view deltas are computed once, to the driver (with the jobs they need);
                 # the gate then looks the previous view up by them without a broadcast job
-                views = collect_local(rt.spark, result.outputs, LOCAL_CHANGE_ROWS)[0] if small else None
+                views = collect_local(rt.spark, result.outputs, policy.local_change_rows)[0] if small else None
                 if views is None:
                     views = {view: df.cache() for view, df in result.outputs.items()}
                     cached.extend(views.values())
@@ -173,6 +169,8 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
                 if not small:
                     for view, df in outputs.items():
                         txn.write_output(view, df)
+                txn.set_meta("engine", "spark")
+                txn.set_meta("engine_reason", reason)
                 manifest = txn.commit()
             finally:
                 result.release()
@@ -180,4 +178,5 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
         df.unpersist()
     views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))
              for view, info in (manifest.outputs or {}).items()}
-    return StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary())
+    return StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary(),
+                      engine="spark", engine_reason=reason)

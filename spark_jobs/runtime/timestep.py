@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame
 
 from spark_jobs.executor import zset
 from spark_jobs.executor.evaluate import evaluate_step, trace_kind
-from spark_jobs.executor.session import SMALL_CHANGE_ROWS, step_conf
+from spark_jobs.executor.session import step_conf
 from spark_jobs.executor.sources import InputFile, spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.runtime.inputs import (is_snapshot, pending_inputs, read_input, retained_inputs,
@@ -196,7 +196,8 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
 
     schemas = {name: spark_schema(inp) for name, inp in rt.compiled.spec.inputs.items()}
     result = evaluate_step(circuit, inputs, state, first_step=full or p["timestep"] == 1,
-                           input_schemas=schemas, spark=spark, only=set(stage.nodes), external=external)
+                           input_schemas=schemas, spark=spark, only=set(stage.nodes), external=external,
+                           policy=rt.config.policy)
     needed = staged_values(rt.compiled)
     for node_id in stage.nodes:
         if node_id in needed:
@@ -294,7 +295,7 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
                 outputs[view] = _read_parquet(rt, path)
             for name, files in j["consumed"].items():
                 txn.consume(name, files)
-        small = p["mode"] != "full_refresh" and _change_rows(journals) <= SMALL_CHANGE_ROWS
+        small = p["mode"] != "full_refresh" and rt.config.policy.small_change(_change_rows(journals))
         with step_conf(rt.spark, small):
             if small:  # delta-sized, as in run_step: every state and view delta in one write job
                 txn.append_many(appends, outputs)

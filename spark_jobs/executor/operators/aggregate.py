@@ -16,7 +16,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
-from spark_jobs.executor.zset import WEIGHT, col, consolidate, restrict
+from spark_jobs.executor.zset import IN_LIST_MAX, WEIGHT, col, consolidate, restrict
 
 Agg = tuple[str, str, "str | None", bool]  # (out_name, func, arg_expr or None for count(*), distinct)
 
@@ -154,7 +154,7 @@ def aggregate(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg]) -> Da
 
 def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group_by: Sequence[str],
                           aggs: Sequence[Agg], first_step: bool, *,
-                          broadcast_delta: bool = True) -> tuple[DataFrame, DataFrame]:
+                          broadcast_delta: bool = True, in_list_max: int = IN_LIST_MAX) -> tuple[DataFrame, DataFrame]:
     """One step of a linear aggregate (count/sum/avg): ``(out_delta, totals_delta)``.
 
     ``prev_totals`` is the trace of earlier ``totals_delta``s (any number of rows per group; they
@@ -180,7 +180,7 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
     if prev_totals is not None:
         prev = prev_totals.selectExpr(*keys, *[q(a.name) for a in accs], f"1 AS {_PREV}")
         if not is_global:
-            prev = restrict(prev, acc_delta, group_by, group_by, broadcast_delta)
+            prev = restrict(prev, acc_delta, group_by, group_by, broadcast_delta, in_list_max)
         parts.append(prev)
     union = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
     both = union.groupBy(*[col(g) for g in group_by]).agg(
@@ -214,7 +214,7 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
 
 def aggregate_touched_step(delta: DataFrame, integral_after: DataFrame, prev_output: DataFrame | None,
                            group_by: Sequence[str], aggs: Sequence[Agg], first_step: bool, *,
-                           broadcast_delta: bool = True) -> DataFrame:
+                           broadcast_delta: bool = True, in_list_max: int = IN_LIST_MAX) -> DataFrame:
     """One step of any aggregate by recomputing only the groups the delta touches.
 
     ``integral_after`` is the integrated input including ``delta``; ``prev_output`` is the
@@ -226,8 +226,9 @@ def aggregate_touched_step(delta: DataFrame, integral_after: DataFrame, prev_out
     if prev_output is None:
         return aggregate(integral_after, group_by, aggs)  # a consolidated set: all groups are new
     if group_by:
-        new = aggregate(restrict(integral_after, delta, group_by, group_by, broadcast_delta), group_by, aggs)
-        old = restrict(prev_output, delta, group_by, group_by, broadcast_delta)
+        new = aggregate(restrict(integral_after, delta, group_by, group_by, broadcast_delta, in_list_max),
+                        group_by, aggs)
+        old = restrict(prev_output, delta, group_by, group_by, broadcast_delta, in_list_max)
     elif first_step:
         new, old = aggregate(integral_after, group_by, aggs), prev_output
     else:
