@@ -95,10 +95,13 @@ def run_gate_tables(timestep: int, *, view_deltas: Mapping[str, "pa.Table"],
                     frame: Callable[["pa.Table"], "DataFrame"]) -> GateReport:
     """``run_gate`` for a step that runs in-process: deltas are Arrow tables, the built-in checks
     run on them (``builtin_arrow``), ``previous_rows(view, delta)`` gives the previous view's rows
-    of the delta's tuples. Declared expectations run with Great Expectations on the inserted rows,
-    as ``frame(rows)`` gives them (a Spark DataFrame: GE's Spark semantics hold for every step),
-    and only for targets that declare some."""
-    return _gate(timestep, _TableSide(previous_rows, frame), set_views=set_views,
+    of the delta's tuples. Declared expectations run with Great Expectations on the inserted rows:
+    on pandas when every one of a target's expectations means there what it means on Spark
+    (``expectations.pandas_equivalent``), else on the Spark DataFrame ``frame(rows)`` gives
+    (Spark starts then)."""
+    declared = {**{f"input:{n}": list(e) for n, e in input_expectations.items()},
+                **{f"view:{n}": list(e) for n, e in view_expectations.items()}}
+    return _gate(timestep, _TableSide(previous_rows, frame, declared), set_views=set_views,
                  view_deltas=view_deltas, view_expectations=view_expectations,
                  input_deltas=input_deltas, input_expectations=input_expectations)
 
@@ -139,14 +142,22 @@ class _TableSide:
     target declares expectations)."""
 
     def __init__(self, previous_rows: Callable[[str, "pa.Table"], "pa.Table | None"],
-                 frame: Callable[["pa.Table"], "DataFrame"]) -> None:
-        self.previous_rows, self.frame = previous_rows, frame
+                 frame: Callable[["pa.Table"], "DataFrame"], declared: Mapping[str, Sequence[Expectation]]) -> None:
+        self.previous_rows, self.frame, self.declared = previous_rows, frame, declared
 
     def inserted(self, target: str, delta: Any, wanted: bool) -> tuple[Any, int | None]:
+        """The inserted rows as a frame for GE (pandas when it means the same as on Spark)."""
+        import pyarrow as pa
         import pyarrow.compute as pc
 
         rows = delta.filter(pc.greater(delta.column(WEIGHT), 0)).drop_columns([WEIGHT])
-        return (self.frame(rows) if wanted else None), rows.num_rows
+        if not wanted:
+            return None, rows.num_rows
+        numeric = {f.name for f in rows.schema if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)}
+        strings = {f.name for f in rows.schema if pa.types.is_string(f.type)}
+        if ge.pandas_equivalent(self.declared.get(target, ()), numeric, strings):
+            return rows.to_pandas(), rows.num_rows
+        return self.frame(rows), rows.num_rows
 
     @contextmanager
     def view(self, name: str, delta: Any, is_set: bool, target: str,

@@ -87,7 +87,7 @@ def run_in_process(rt: "CircuitRuntime", pending: dict[str, list[InputFile]], sa
         result = evaluate_step(rt.compiled.incremental, tables, state, first_step=t == 1,
                                input_schemas=schemas, engine=engine)
         say(f"timestep {t}: checking view deltas")
-        gate = check_timestep_tables(rt, t, result.outputs, tables)
+        gate = check_timestep_tables(rt, t, result.outputs, tables, state.trace_files)
         say(f"timestep {t}: writing state")
         for node_id, update in result.updates.items():
             kind = trace_kind(rt.compiled.incremental, node_id)

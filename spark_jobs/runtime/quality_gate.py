@@ -1,7 +1,7 @@
 """Run the data-quality gate of a timestep (shared by `dbsp step` and the DAG's check task)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from spark_jobs.quality import GateReport, enforce, run_gate, write_report
 from spark_jobs.quality.gate import run_gate_tables
@@ -40,15 +40,16 @@ def check_timestep(rt: CircuitRuntime, timestep: int, view_deltas: dict[str, "Da
 
 
 def check_timestep_tables(rt: CircuitRuntime, timestep: int, view_deltas: dict[str, "pa.Table"],
-                          input_deltas: dict[str, "pa.Table"]) -> GateReport:
+                          input_deltas: dict[str, "pa.Table"], files_of: Callable[[str], Any]) -> GateReport:
     """``check_timestep`` for an in-process step (Arrow tables). The previous view is looked up
-    in its trace's Parquet row groups by the delta's tuples; Spark starts only if a declared
-    expectation has rows to check (Great Expectations runs on Spark)."""
+    in its trace's Parquet row groups by the delta's tuples (``files_of(trace)``, the step's
+    reader of trace files); Spark starts only if a declared expectation that pandas cannot check
+    has rows to check."""
     from spark_jobs.executor.arrow.zsets import semi
     from spark_jobs.state.store import view_trace_id
 
     def previous_rows(view: str, delta: "pa.Table") -> "pa.Table | None":
-        files = rt.store.trace_files(view_trace_id(view))
+        files = files_of(view_trace_id(view))
         cols = [c for c in delta.column_names if c != "_weight"]
         if files is None or delta.num_rows == 0:
             return None

@@ -140,7 +140,8 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], say: 
         schemas = {name: spark_schema(inp) for name, inp in spec.inputs.items()}
         with step_conf(rt.spark, small):
             # persist: a delta read by several operators and state writes is computed once
-            result = evaluate_step(rt.compiled.incremental, deltas, StoreReader(store),
+            reader = StoreReader(store)
+            result = evaluate_step(rt.compiled.incremental, deltas, reader,
                                    first_step=t == 1, input_schemas=schemas,
                                    broadcast_deltas=small, persist=True, policy=policy, spark=rt.spark)
             try:
@@ -171,6 +172,7 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], say: 
                         txn.write_output(view, df)
                 txn.set_meta("engine", "spark")
                 txn.set_meta("engine_reason", reason)
+                txn.set_meta("bytes_read_driver", reader.bytes_read())
                 manifest = txn.commit()
             finally:
                 result.release()
@@ -179,4 +181,4 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], say: 
     views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))
              for view, info in (manifest.outputs or {}).items()}
     return StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary(),
-                      engine="spark", engine_reason=reason)
+                      engine="spark", engine_reason=reason, bytes_read=reader.bytes_read())

@@ -27,7 +27,7 @@ class StepReport:
     quality: str = ""  # gate summary
     engine: str = "spark"  # which engine ran the step: "spark" | "arrow"
     engine_reason: str = ""  # why (the policy's choice, or why Arrow could not run it)
-    bytes_read: int | None = None  # bytes the step read (in-process: input files and row groups)
+    bytes_read: int | None = None  # bytes the step read itself (in-process: input files and row groups; Spark: the driver's lookups)
 
 
 class StoreReader:
