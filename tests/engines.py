@@ -85,7 +85,8 @@ def output_delta(rt: CircuitRuntime, view: str) -> tuple[Counter, list[tuple[str
     types = [(f.name, str(f.type)) for f in arrow_schema(trace.schema)] if trace and trace.schema else []
     if entry is None or not entry.delta:
         return Counter(), types
-    table = pq.read_table(rt.store.layout.abs(entry.delta))
+    # a batch write's file holds the union of the batch's columns: read the view's own
+    table = pq.read_table(rt.store.layout.abs(entry.delta), columns=[name for name, _ in types])
     cols = [c for c in table.column_names if c != WEIGHT]
     out: Counter = Counter()
     for r in table.to_pylist():

@@ -39,6 +39,9 @@ class Integral:
     schema: pa.Schema
     engine: "ArrowEngine"
 
+    def __post_init__(self) -> None:  # rows read from files may hold NULLs where a delta had none
+        self.schema = pa.schema([f.with_nullable(True) for f in self.schema])
+
     def rows_for(self, column: str, values: Sequence[Any]) -> pa.Table:
         """The rows whose ``column`` is one of ``values`` (NULL matches NULL)."""
         found = []
