@@ -86,10 +86,16 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
     pending = pending_inputs(rt)
     engine, reason = choose_engine(rt, pending)
     if engine == "arrow":
+        import pyarrow as pa
+
+        before = rt.store.last_committed()
         try:
             return inprocess.run_in_process(rt, pending, say, reason)
-        except NotLocal as why:
-            reason = f"in-process on Arrow was not possible: {why}"
+        except (NotLocal, pa.ArrowException) as why:  # a type or size Arrow does not take: Spark does
+            if rt.store.last_committed() != before:  # (never after the commit point)
+                raise
+            what = "" if isinstance(why, NotLocal) else "Arrow refused: "
+            reason = f"in-process on Arrow was not possible: {what}{why}"
             log.info("timestep runs on Spark: %s", reason)
     return _run_on_spark(rt, pending, say, reason)
 
@@ -160,16 +166,10 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], say: 
                     kind = trace_kind(rt.compiled.incremental, node_id)
                     if update.kind == "replace":
                         txn.replace(node_id, update.df, kind=kind, keys=tuple(update.keys), sort_by=update.sort_by)
-                    elif small:  # delta-sized: every trace's delta in one write job
-                        appends.append((node_id, update.df, kind, tuple(update.keys), update.sort_by))
                     else:
-                        txn.append(node_id, update.df, kind=kind, keys=tuple(update.keys), sort_by=update.sort_by)
-                if small:  # state and view deltas in one write job
-                    txn.append_many(appends, outputs)
+                        appends.append((node_id, update.df, kind, tuple(update.keys), update.sort_by))
+                txn.write_deltas(appends, outputs, batched=small)  # small: one write job for all
                 failpoint("mid_step")
-                if not small:
-                    for view, df in outputs.items():
-                        txn.write_output(view, df)
                 txn.set_meta("engine", "spark")
                 txn.set_meta("engine_reason", reason)
                 txn.set_meta("bytes_read_driver", reader.bytes_read())

@@ -297,13 +297,7 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
                 txn.consume(name, files)
         small = p["mode"] != "full_refresh" and rt.config.policy.small_change(_change_rows(journals))
         with step_conf(rt.spark, small):
-            if small:  # delta-sized, as in run_step: every state and view delta in one write job
-                txn.append_many(appends, outputs)
-            else:
-                for trace_id, df, kind, keys, sort_by in appends:
-                    txn.append(trace_id, df, kind=kind, keys=keys, sort_by=sort_by)
-                for view, df in outputs.items():
-                    txn.write_output(view, df)
+            txn.write_deltas(appends, outputs, batched=small)
             txn.set_meta("run_id", run_id)
             txn.set_meta("mode", p["mode"])
             manifest = txn.commit()

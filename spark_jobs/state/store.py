@@ -478,6 +478,18 @@ class Transaction:
                                 df.schema.json())
         failpoint("after_state_write")
 
+    def write_deltas(self, appends: Sequence[tuple], outputs: Mapping[str, "DataFrame"], *, batched: bool) -> None:
+        """A timestep's state deltas (``(trace_id, df, kind, keys, sort_by)`` each) and view deltas:
+        with ``batched`` (a delta-sized step) all of them in one Spark write job (``append_many``),
+        else one write each (a load or a large change: each may need several files)."""
+        if batched:
+            self.append_many(appends, outputs)
+            return
+        for trace_id, df, kind, keys, sort_by in appends:
+            self.append(trace_id, df, kind=kind, keys=keys, sort_by=sort_by)
+        for view, df in outputs.items():
+            self.write_output(view, df)
+
     def replace(self, trace_id: str, df: "DataFrame", *, kind: str = "zset",
                 keys: Sequence[str] = (), sort_by: Sequence[str] = (),
                 rows: int | None = None) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_jobs.executor.arrow import aggregate as agg
 from spark_jobs.executor.arrow import distinct as dist
 from spark_jobs.executor.arrow import zsets
 from spark_jobs.executor.arrow.expressions import apply_filter, apply_map
@@ -237,11 +238,41 @@ def distinct_h(s: "Step", node: Node) -> pa.Table:
 
 # ---- aggregates ---------------------------------------------------------------------------------
 
-def _aggregates_on_spark(s: "Step", node: Node) -> Any:
-    raise NotLocal(f"aggregate {node.origin!r}: aggregates run on Spark")
+def aggregate(s: "Step", node: Node) -> pa.Table:
+    table = _delta(s, node.inputs[0])
+    return agg.aggregate(table, tuple(node.param("group_by", ())), node.param("aggs"), table.schema)
 
 
-aggregate = aggregate_linear = aggregate_touched = _aggregates_on_spark
+def aggregate_linear(s: "Step", node: Node) -> Any:
+    raise NotLocal(f"aggregate {node.origin!r}: running totals are kept on Spark")
+
+
+def aggregate_touched(s: "Step", node: Node) -> pa.Table:
+    """Recompute the groups the delta touches from the integral (its rows of those groups), and
+    retract their previous output rows (this node's state): ``aggregate_touched_step``."""
+    delta, integral = s.args(node)
+    delta = _engine(s).table(delta)
+    group_by = tuple(node.param("group_by", ()))
+    aggs = node.param("aggs")
+    state = _engine(s).trace(node.id)
+    if state is None:  # nothing emitted yet: every group is new
+        out = agg.aggregate(_engine(s).table(integral), group_by, aggs, delta.schema)
+    elif group_by:
+        keys = pc.unique(delta.column(group_by[0])).to_pylist()
+        rows = integral.rows_for(group_by[0], keys) if isinstance(integral, Integral) else integral
+        touched = zsets.semi(rows, delta, group_by, group_by)
+        new = agg.aggregate(touched, group_by, aggs, delta.schema)
+        old = zsets.semi(_engine(s).lookup(state, group_by[0], keys).select(new.column_names), delta,
+                         group_by, group_by)
+        out = zsets.consolidate(zsets.total([new, zsets.negate(old.cast(new.schema))]))
+    elif s.first_step or delta.num_rows:  # the one group: touched when the delta has a row
+        new = agg.aggregate(_engine(s).table(integral), group_by, aggs, delta.schema)
+        old = state.read_all().select(new.column_names).cast(new.schema)
+        out = zsets.consolidate(zsets.total([new, zsets.negate(old)]))
+    else:
+        out = agg.aggregate(delta.slice(0, 0), group_by, aggs, delta.schema).slice(0, 0)
+    s.update(node.id, StateUpdate("append", out, group_by, sort_by=group_by))
+    return out
 
 
 # ---- recursion ----------------------------------------------------------------------------------
