@@ -345,13 +345,14 @@ class CircuitBuilder:
         signed = src.signed or op == "differentiate"
         return self.add({"op": op, "input": src.name}, src.schema, signed, src.cost + (op == "integrate"))
 
-    def aggregate(self) -> Rel | None:
-        src = self.pick(unsigned=not SIGNED_VIEWS)
+    def aggregate(self, src: Rel | None = None, grouped: bool = True) -> Rel | None:
+        src = src or self.pick(unsigned=not SIGNED_VIEWS)
         if src is None:
             return None
         r = self.rng
         env = {c.lower(): t for c, t in src.schema}
-        group = [c for c, _ in r.sample(src.schema, r.choice((0, 1, 1, 2)) if len(src.schema) > 1 else 0)]
+        size = r.choice((0, 1, 1, 2)) if grouped and len(src.schema) > 1 else 0
+        group = [c for c, _ in r.sample(src.schema, size)]
         ex = Expressions(r, src.schema)
         aggs: dict[str, str] = {}
         schema = [c for c in src.schema if c[0] in group]
@@ -401,8 +402,13 @@ class CircuitBuilder:
                         (("p", t), ("q", t)), False, rel.cost)
 
     def recursive(self) -> Rel | None:
+        """A recursive node; sometimes with a global aggregate over it (the shape of a known
+        failure: a count of reachable nodes over a bag base case)."""
         shape = self.rng.choice(("closure", "closure", "bag_dag", "counter", "mutual"))
-        return getattr(self, f"_rec_{shape}")()
+        rec = getattr(self, f"_rec_{shape}")()
+        if rec is not None and self.rng.random() < 0.3:
+            return self.aggregate(rec, grouped=False)
+        return rec
 
     def _hop(self, body: dict, rec_ref: str, edges: Rel) -> str:
         """Body nodes: paths (p, q) extended by one edge; returns the name of the (p, q) node."""
