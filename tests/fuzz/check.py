@@ -87,8 +87,10 @@ def bag_diff(expected: Bag, got: Bag) -> tuple[list, list]:
         other = 0
         if match is not None:
             other, match[1] = match[1], None
-        if w != other:
-            only_want.append([row, w - other]) if w > other else only_have.append([row, other - w])
+        if w > other:
+            only_want.append([row, w - other])
+        elif w < other:
+            only_have.append([row, other - w])
     only_have += [e for e in have if e[1] is not None]
     return only_want, only_have
 

@@ -29,10 +29,11 @@ from typing import Any, Callable
 
 import yaml
 
+from spark_jobs.spec import load_circuit_text
 from tests.streams import RandomRelation
 
 from . import sql
-from .reference import Schema, join_schema
+from .reference import Reference, Schema, aggregate_type, join_schema, plus
 
 Batch = dict[str, Counter]  # input name -> {row tuple: weight} of one timestep
 SIGNED_VIEWS = False
@@ -357,7 +358,6 @@ class CircuitBuilder:
         aggs: dict[str, str] = {}
         schema = [c for c in src.schema if c[0] in group]
         schema.sort(key=lambda c: group.index(c[0]))
-        from .reference import aggregate_type
         for _ in range(r.randint(1, 3)):
             func = r.choice(("count", "count", "sum", "avg", "min", "max"))
             name = self.fresh("a")
@@ -594,10 +594,6 @@ MAX_ROWS = 600  # per node and timestep (rows times |weight|): keeps a step's da
 
 def _largest(doc: dict[str, Any], batches: list[Batch]) -> int:
     """The largest relation (rows times |weight|) any node holds at any step, per the reference."""
-    from spark_jobs.spec import load_circuit_text
-
-    from .reference import Reference, plus
-
     ref = Reference(load_circuit_text(circuit_yaml(doc)))
     bags: dict[str, Counter] = {}
     largest = 0

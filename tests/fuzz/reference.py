@@ -30,7 +30,7 @@ Schema = tuple[tuple[str, str], ...]  # (column, type)
 MAX_ITERATIONS = 5000
 
 
-class ReferenceError_(RuntimeError):
+class NotEvaluable(RuntimeError):
     """The circuit is outside what the reference evaluates (or its recursion diverges)."""
 
 
@@ -57,7 +57,7 @@ def join_schema(left: Schema, right: Schema, right_name: str, on: Iterable[str] 
     for col, typ in rest:
         name = col if col not in taken else f"{right_name}_{col}"
         if name in taken:
-            raise ReferenceError_(f"column {col!r} of {right_name!r} clashes after renaming")
+            raise NotEvaluable(f"column {col!r} of {right_name!r} clashes after renaming")
         taken.add(name)
         out.append((name, typ))
     return tuple(out)
@@ -128,7 +128,7 @@ def _build(spec: Any, lookup) -> _Node | None:
                 arg_type = sql.type_of(exprs[f"agg:{a.name}"], env)
             out.append((a.name, aggregate_type(a.func, a.distinct, arg_type)))
         return _Node(spec, tuple(out), exprs, reads)
-    raise ReferenceError_(f"op {op!r} is not evaluated by the reference")
+    raise NotEvaluable(f"op {op!r} is not evaluated by the reference")
 
 
 class _Recursive:
@@ -155,7 +155,7 @@ class _Recursive:
                         schemas[name] = found
         missing = set(spec.body) - set(schemas)
         if missing:
-            raise ReferenceError_(f"recursive {spec.name!r}: cannot type body nodes {sorted(missing)}")
+            raise NotEvaluable(f"recursive {spec.name!r}: cannot type body nodes {sorted(missing)}")
         self.body = {name: _build(b, lookup) for name, b in spec.body.items()}
         self.schema = schemas[spec.outputs[0]]
 
@@ -174,7 +174,7 @@ class _Recursive:
             if new == values:
                 return values[first]
             values = new
-        raise ReferenceError_(f"recursive {self.spec.name!r}: no fixed point in {MAX_ITERATIONS} iterations")
+        raise NotEvaluable(f"recursive {self.spec.name!r}: no fixed point in {MAX_ITERATIONS} iterations")
 
 
 # ---- operators on bags ---------------------------------------------------------------------
@@ -338,7 +338,7 @@ def _apply(node: _Node, value, history: dict[str, Any]) -> Bag:
         if op == "delay":
             return previous["last"]
         return plus(current, Counter({t: -w for t, w in previous["last"].items()}))
-    raise ReferenceError_(f"op {op!r} is not evaluated by the reference")
+    raise NotEvaluable(f"op {op!r} is not evaluated by the reference")
 
 
 def plus(a: Bag, b: Bag) -> Bag:
@@ -374,7 +374,7 @@ class Reference:
                     del pending[name]
                     progressed = True
             if not progressed:
-                raise ReferenceError_(f"cannot order nodes {sorted(pending)}")
+                raise NotEvaluable(f"cannot order nodes {sorted(pending)}")
         self.order = list(self.nodes)
         self.history: dict[str, Any] = {}
 

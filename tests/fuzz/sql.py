@@ -288,8 +288,9 @@ class _Parser:
         kind, text = self.take()
         if kind == "num":
             if "." in text:
-                whole, frac = text.split(".")
-                return Lit(Decimal(text), f"decimal({max(len(whole.lstrip('0')) + len(frac), len(frac), 1)},{len(frac)})")
+                whole, frac = text.split(".")  # Spark: 1.5 is decimal(2,1), 0.25 decimal(2,2)
+                precision = max(len(whole.lstrip("0")) + len(frac), 1)
+                return Lit(Decimal(text), f"decimal({precision},{len(frac)})")
             return Lit(int(text), "int" if int(text) < 2 ** 31 else "long")
         if kind == "str":
             return Lit(text[1:-1], "string")
