@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Callable
 
+from spark_jobs.ir.from_sql import lower_sql
 from spark_jobs.ir.graph import Circuit, Node, make_node
 from spark_jobs.ir.scope import DEFAULT_MAX_ITERATIONS, build_scope
 from spark_jobs.spec.columns import body_columns, join_layout
 from spark_jobs.spec.model import CircuitSpec, NodeSpec, dependency_order
+from spark_jobs.spec.sql.node import bind_node
 
 
 class UnsupportedOperator(ValueError):
@@ -119,6 +121,12 @@ def _join(c: Circuit, n: NodeSpec, cols: dict) -> Node:
                            left_out=layout.left_out, right_out=layout.right_out))
 
 
+def _sql(c: Circuit, n: NodeSpec, cols: dict) -> Node:
+    """A SQL node: its query bound to a plan (``spec/sql``), lowered to IR operators (``from_sql``)."""
+    plan = bind_node(n.sql, cols.get, list(cols))
+    return lower_sql(c, n.name, plan)
+
+
 def _antijoin(c: Circuit, n: NodeSpec, cols: dict) -> Node:
     """a - semijoin(a, distinct(keys of b)) (section 7.5 of the paper)."""
     lkeys, rkeys = _join_keys(n)
@@ -146,6 +154,7 @@ _TRANSLATIONS: dict[str, Callable[[Circuit, NodeSpec, dict], Node]] = {
     "join": _join,
     "product": _join,
     "antijoin": _antijoin,
+    "sql": _sql,
     "delay": _unary("delay"),
     "integrate": _unary("integrate"),
     "differentiate": _unary("differentiate"),
