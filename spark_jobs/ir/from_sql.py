@@ -137,12 +137,12 @@ class Lowering:
         if rel.kind == "inner":
             return self.join(left, right, rel.left_keys, rel.right_keys, False, rel.left_out, rel.right_out,
                              rel.sql, node_id)
-        lf = self.filter(left, rel.left_only, f"{rel.sql} (left side)") if rel.left_only else left
-        rf = self.filter(right, rel.right_only, f"{rel.sql} (right side)") if rel.right_only else right
+        lf = self.filter(left, rel.left_only, f"(left side) {rel.sql}") if rel.left_only else left
+        rf = self.filter(right, rel.right_only, f"(right side) {rel.sql}") if rel.right_only else right
         inner = self.join(lf, rf, rel.left_keys, rel.right_keys, False, rel.left_out, rel.right_out,
-                          f"{rel.sql} (matches)")
+                          f"(matches) {rel.sql}")
         if rel.mixed:
-            inner = self.filter(inner, rel.mixed, f"{rel.sql} (matches)")
+            inner = self.filter(inner, rel.mixed, f"(matches) {rel.sql}")
         parts = [inner]
         lcols = [o for _, o in rel.left_out]
         rnames = [o for _, o in rel.right_out]
@@ -151,10 +151,10 @@ class Lowering:
             matched = self._matched(inner, rf, rel.left_keys, rel.right_keys, idcols, identity(idcols), rel)
             unmatched = self.minus(left, self.semijoin(lf, matched, idcols if rel.mixed else rel.left_keys,
                                                        idcols if rel.mixed else rel.right_keys, bool(rel.mixed),
-                                                       f"{rel.sql} (left rows with a match)"),
-                                   f"{rel.sql} (left rows without a match)")
+                                                       f"(left rows with a match) {rel.sql}"),
+                                   f"(left rows without a match) {rel.sql}")
             parts.append(self.map(unmatched, [(c, q(c)) for c in lcols] + [(c, "NULL") for c in rnames],
-                                  f"{rel.sql} (NULL-padded left rows)"))
+                                  f"(NULL-padded left rows) {rel.sql}"))
         if rel.kind in ("right", "full"):
             src_of = {out: src for src, out in rel.right_out}
             ids_out = _dedup([next(o for s, o in rel.right_out if s == k) for k in rel.right_keys]
@@ -164,10 +164,10 @@ class Lowering:
                                     tuple((o, src_of[o]) for o in ids_out), rel)
             unmatched = self.minus(right, self.semijoin(rf, matched, idcols if rel.mixed else rel.right_keys,
                                                         idcols if rel.mixed else rel.left_keys, bool(rel.mixed),
-                                                        f"{rel.sql} (right rows with a match)"),
-                                   f"{rel.sql} (right rows without a match)")
+                                                        f"(right rows with a match) {rel.sql}"),
+                                   f"(right rows without a match) {rel.sql}")
             parts.append(self.map(unmatched, [(c, "NULL") for c in lcols] + [(o, q(s)) for s, o in rel.right_out],
-                                  f"{rel.sql} (NULL-padded right rows)"))
+                                  f"(NULL-padded right rows) {rel.sql}"))
         return self.plus(parts, rel.columns, rel.sql, node_id)
 
     def _matched(self, inner: str, other: str, own_keys: Sequence[str], other_keys: Sequence[str],
@@ -175,27 +175,27 @@ class Lowering:
         """The set a preserved-side row must be in to have a match: the other side's key set, or
         (a condition beyond keys) the distinct identifying columns of the matches."""
         if not rel.mixed:
-            return self.keyset(other, other_keys, f"{rel.sql} (keys with a match)")
-        return self.distinct(self.project(inner, (), f"{rel.sql} (rows with a match)", from_inner),
-                             f"{rel.sql} (rows with a match)")
+            return self.keyset(other, other_keys, f"(keys with a match) {rel.sql}")
+        return self.distinct(self.project(inner, (), f"(rows with a match) {rel.sql}", from_inner),
+                             f"(rows with a match) {rel.sql}")
 
     def _semi(self, rel: P.Semi, node_id: str | None) -> str:
         left, right = self.lower(rel.left), self.lower(rel.right)
         if rel.residual is None:
-            keyset = self.keyset(right, rel.right_keys, f"{rel.sql} (keys)")
+            keyset = self.keyset(right, rel.right_keys, f"(keys) {rel.sql}")
             semi = self.semijoin(left, keyset, rel.left_keys, rel.right_keys, False,
-                                 rel.sql if not rel.anti else f"{rel.sql} (rows with a match)",
+                                 rel.sql if not rel.anti else f"(rows with a match) {rel.sql}",
                                  None if rel.anti else node_id)
         else:
             idcols = _dedup(list(rel.left_keys) + list(rel.residual_left))
-            probe = self.project(left, idcols, f"{rel.sql} (columns the match reads)")
+            probe = self.project(left, idcols, f"(columns the match reads) {rel.sql}")
             pairs = self.join(probe, right, rel.left_keys, rel.right_keys, False, identity(idcols), rel.right_out,
-                              f"{rel.sql} (candidate matches)")
-            pairs = self.filter(pairs, rel.residual, f"{rel.sql} (matches)")
-            matched = self.distinct(self.project(pairs, idcols, f"{rel.sql} (rows with a match)"),
-                                    f"{rel.sql} (rows with a match)")
+                              f"(candidate matches) {rel.sql}")
+            pairs = self.filter(pairs, rel.residual, f"(matches) {rel.sql}")
+            matched = self.distinct(self.project(pairs, idcols, f"(rows with a match) {rel.sql}"),
+                                    f"(rows with a match) {rel.sql}")
             semi = self.semijoin(left, matched, idcols, idcols, True,
-                                 rel.sql if not rel.anti else f"{rel.sql} (rows with a match)",
+                                 rel.sql if not rel.anti else f"(rows with a match) {rel.sql}",
                                  None if rel.anti else node_id)
         if not rel.anti:
             return semi
@@ -204,20 +204,18 @@ class Lowering:
     def _notin(self, rel: P.NotIn, node_id: str | None) -> str:
         left, right = self.lower(rel.left), self.lower(rel.right)
         x, y = q(rel.left_key), q(rel.right_key)
-        keyset = self.keyset(right, (rel.right_key,), f"{rel.sql} (values)")
-        semi = self.semijoin(left, keyset, (rel.left_key,), (rel.right_key,), False, f"{rel.sql} (rows equal to a value)")
-        unmatched = self.minus(left, semi, f"{rel.sql} (rows equal to no value)")
-        any_row = self.keyset(right, (), f"{rel.sql} (the subquery has a row)")
-        nulls = self.filter(right, f"{y} IS NULL", f"{rel.sql} (NULL values)")
-        has_null = self.keyset(nulls, (), f"{rel.sql} (the subquery has a NULL)")
-        nonnull = self.filter(unmatched, f"{x} IS NOT NULL", f"{rel.sql} (non-NULL probe)")
-        null = self.filter(unmatched, f"{x} IS NULL", f"{rel.sql} (NULL probe: kept only if the subquery is empty)")
-        parts = [nonnull, self.add("negate", [self.semijoin(nonnull, has_null, (), (), False, f"{rel.sql} (a NULL "
-                                                                                              f"value: unknown)")],
-                                   rel.columns, rel.sql),
-                 null, self.add("negate", [self.semijoin(null, any_row, (), (), False, f"{rel.sql} (NULL probe, "
-                                                                                           f"non-empty subquery)")],
-                                rel.columns, rel.sql)]
+        keyset = self.keyset(right, (rel.right_key,), f"(values) {rel.sql}")
+        semi = self.semijoin(left, keyset, (rel.left_key,), (rel.right_key,), False, f"(rows equal to a value) {rel.sql}")
+        unmatched = self.minus(left, semi, f"(rows equal to no value) {rel.sql}")
+        any_row = self.keyset(right, (), f"(the subquery has a row) {rel.sql}")
+        nulls = self.filter(right, f"{y} IS NULL", f"(NULL values) {rel.sql}")
+        has_null = self.keyset(nulls, (), f"(the subquery has a NULL) {rel.sql}")
+        nonnull = self.filter(unmatched, f"{x} IS NOT NULL", f"(non-NULL probe) {rel.sql}")
+        null = self.filter(unmatched, f"{x} IS NULL", f"(NULL probe: kept only if the subquery is empty) {rel.sql}")
+        unknown = self.semijoin(nonnull, has_null, (), (), False, f"(a NULL value: unknown) {rel.sql}")
+        not_empty = self.semijoin(null, any_row, (), (), False, f"(NULL probe, non-empty subquery) {rel.sql}")
+        parts = [nonnull, self.add("negate", [unknown], rel.columns, rel.sql),
+                 null, self.add("negate", [not_empty], rel.columns, rel.sql)]
         return self.plus(parts, rel.columns, rel.sql, node_id)
 
     def _setop(self, rel: P.SetOp, node_id: str | None) -> str:
@@ -226,13 +224,13 @@ class Lowering:
         if rel.kind == "union":
             if rel.all:
                 return self.plus([left, right], cols, rel.sql, node_id)
-            total = self.plus([left, right], cols, f"{rel.sql} (both sides)")
+            total = self.plus([left, right], cols, f"(both sides) {rel.sql}")
             return self.add("distinct", [total], cols, rel.sql, node_id, is_set=True)
         if not rel.all:
-            a, b = self.distinct(left, f"{rel.sql} (left as a set)"), self.distinct(right, f"{rel.sql} (right as a set)")
+            a, b = self.distinct(left, f"(left as a set) {rel.sql}"), self.distinct(right, f"(right as a set) {rel.sql}")
             if rel.kind == "intersect":  # nulls equal, as set operators compare
                 return self.join(a, b, cols, cols, True, identity(cols), (), rel.sql, node_id)
-            diff = self.minus(a, b, f"{rel.sql} (left - right)")
+            diff = self.minus(a, b, f"(left - right) {rel.sql}")
             return self.add("distinct", [diff], cols, rel.sql, node_id, is_set=True)
         return self._bag_setop(rel, left, right, node_id)
 
@@ -242,15 +240,15 @@ class Lowering:
         taken = set(cols)
         a_n, b_n, n, i = (_fresh(base, taken) for base in ("__a", "__b", "__n", "__i"))
         tag = [(c, q(c)) for c in cols]
-        ta = self.map(left, tag + [(a_n, "1"), (b_n, "0")], f"{rel.sql} (count the left)")
-        tb = self.map(right, tag + [(a_n, "0"), (b_n, "1")], f"{rel.sql} (count the right)")
-        both = self.plus([ta, tb], cols + [a_n, b_n], f"{rel.sql} (both sides)")
-        counts = self.add("aggregate", [both], cols + [a_n, b_n], f"{rel.sql} (copies per row)", is_set=True,
+        ta = self.map(left, tag + [(a_n, "1"), (b_n, "0")], f"(count the left) {rel.sql}")
+        tb = self.map(right, tag + [(a_n, "0"), (b_n, "1")], f"(count the right) {rel.sql}")
+        both = self.plus([ta, tb], cols + [a_n, b_n], f"(both sides) {rel.sql}")
+        counts = self.add("aggregate", [both], cols + [a_n, b_n], f"(copies per row) {rel.sql}", is_set=True,
                           group_by=tuple(cols), aggs=((a_n, "sum", q(a_n), False), (b_n, "sum", q(b_n), False)))
         copies = f"{q(a_n)} - {q(b_n)}" if rel.kind == "except" else f"least({q(a_n)}, {q(b_n)})"
-        counted = self.map(counts, tag + [(n, copies)], f"{rel.sql} (copies per row)")
-        kept = self.filter(counted, f"{q(n)} > 0", f"{rel.sql} (rows with copies)")
-        exploded = self.map(kept, tag + [(i, f"explode(sequence(1, {q(n)}))")], f"{rel.sql} (one row per copy)")
+        counted = self.map(counts, tag + [(n, copies)], f"(copies per row) {rel.sql}")
+        kept = self.filter(counted, f"{q(n)} > 0", f"(rows with copies) {rel.sql}")
+        exploded = self.map(kept, tag + [(i, f"explode(sequence(1, {q(n)}))")], f"(one row per copy) {rel.sql}")
         return self.map(exploded, tag, rel.sql, node_id)
 
 

@@ -15,7 +15,7 @@ from sqlglot import exp
 
 from . import plan as P
 from .errors import SqlError, describe
-from .exprs import AGGREGATES, aggregates_of, column_sql, is_literal_int, quoted, render, rewrite, walk
+from .exprs import AGGREGATES, aggregates_of, function_name, column_sql, is_literal_int, quoted, render, rewrite, walk
 from .scope import Field, Scope, fresh
 
 if TYPE_CHECKING:
@@ -39,6 +39,10 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
         for key in ("rollup", "cube", "grouping_sets"):
             if group.args.get(key):
                 raise SqlError(f"GROUP BY {key.upper().replace('_', ' ')} is not supported", group)
+        for g in group_items:
+            if isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)):
+                raise SqlError(f"GROUP BY {type(g).__name__.upper().replace('SETS', ' SETS')} is not supported: "
+                               f"write one query per grouping and UNION ALL them", g)
     aliases = {unalias(i)[1].lower(): unalias(i)[0] for i in items if unalias(i)[1]}
     taken: set[str] = set()
     pre: list[tuple[str, str]] = []  # pre-projection (name, expr)
@@ -70,7 +74,7 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
     sources = items + ([having.this] if having is not None else [])
     for source in sources:
         for call in aggregates_of(source):
-            func, distinct, arg = _aggregate_call(call)
+            func, distinct, arg = _aggregate_call(call, binder.text)
             arg_sql = None
             if arg is not None:
                 nested = aggregates_of(arg)
@@ -140,11 +144,11 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
     return binder.projection(out, items, names_needed, post, names=scope)
 
 
-def _aggregate_call(call: exp.AggFunc) -> tuple[str, bool, exp.Expression | None]:
+def _aggregate_call(call: exp.AggFunc, text: str | None = None) -> tuple[str, bool, exp.Expression | None]:
     """(function, DISTINCT?, argument or None for count(*)) of a supported aggregate call."""
     func = next((name for cls, name in AGGREGATES.items() if type(call) is cls), None)
     if func is None:
-        name = call.sql_name().lower() if not isinstance(call, exp.Anonymous) else str(call.name).lower()
+        name = function_name(call, text)
         raise SqlError(f"aggregate function '{name}' is not supported ({_UNSUPPORTED_HINT})", call)
     if isinstance(call.parent, exp.Filter):
         raise SqlError(f"{func}(...) FILTER (WHERE ...) is not supported: aggregate a CASE WHEN instead", call)

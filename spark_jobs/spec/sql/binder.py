@@ -68,9 +68,10 @@ class Frame:
     correlated: list[exp.Expression] = field(default_factory=list)
 
 
-def bind_query(tree: exp.Query, lookup: Lookup, known: Sequence[str]) -> P.Rel:
-    """The plan of a whole node query: its columns are the node's output columns."""
-    binder = Binder(lookup, known)
+def bind_query(tree: exp.Query, lookup: Lookup, known: Sequence[str], text: str | None = None) -> P.Rel:
+    """The plan of a whole node query (``text``: as written, for names in messages); its columns
+    are the node's output columns."""
+    binder = Binder(lookup, known, text)
     rel = binder.query(tree, None, {}, names_needed=True)
     for name in rel.plan.columns:
         if name == WEIGHT:
@@ -80,9 +81,10 @@ def bind_query(tree: exp.Query, lookup: Lookup, known: Sequence[str]) -> P.Rel:
 
 
 class Binder:
-    def __init__(self, lookup: Lookup, known: Sequence[str]) -> None:
+    def __init__(self, lookup: Lookup, known: Sequence[str], text: str | None = None) -> None:
         self.lookup = lookup
         self.known = list(known)
+        self.text = text
 
     # ---- queries ---------------------------------------------------------------------------
 
@@ -383,7 +385,7 @@ class Binder:
                   resolve: Callable[[exp.Column], str] | None = None) -> str:
         """A row expression as Spark SQL over the scope's columns (no aggregates, no subqueries);
         ``resolve`` overrides which column a name means."""
-        check_row_expression(node, what)
+        check_row_expression(node, what, self.text)
         aggs = aggregates_of(node)
         if aggs:
             raise SqlError(f"aggregate function '{describe(aggs[0])}' in {what}: aggregates belong in the "

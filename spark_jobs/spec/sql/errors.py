@@ -33,6 +33,8 @@ def position_of(node: exp.Expression) -> Position | None:
     (a join, a subquery) the first positioned token inside it is where a reader looks.
     """
     best: tuple[int, Position] | None = None
+    while node.parent is not None and not any("line" in (getattr(s, "_meta", None) or {}) for s in node.walk()):
+        node = node.parent  # a node sqlglot made up (e.g. a rewritten function): where its parent is
     for sub in node.walk():
         meta = getattr(sub, "_meta", None) or {}
         if "line" in meta and "start" in meta:

@@ -34,13 +34,20 @@ _REFUSED_FUNCTIONS = {
 }
 
 
-def function_name(node: exp.Func) -> str:
+def function_name(node: exp.Func, text: str | None = None) -> str:
+    """The function's name as written in ``text`` when sqlglot kept its position (it renames some:
+    collect_list is its array_agg), else sqlglot's name."""
+    meta = getattr(node, "_meta", None) or {}
+    if text is not None and "start" in meta and "end" in meta:
+        written = text[meta["start"]:meta["end"] + 1]
+        if written.replace("_", "").isalnum():
+            return written.lower()
     if isinstance(node, exp.Anonymous):
         return str(node.name).lower()
     return node.sql_name().lower()
 
 
-def check_row_expression(node: exp.Expression, where: str) -> None:
+def check_row_expression(node: exp.Expression, where: str, text: str | None = None) -> None:
     """Refuse what a row expression (``where``: "WHERE", "the SELECT list", ...) may not hold.
 
     One entry point, so the shared checker of issue #13 replaces the body without touching callers.
@@ -51,13 +58,11 @@ def check_row_expression(node: exp.Expression, where: str) -> None:
                            f"only as top-k (ROW_NUMBER/RANK/DENSE_RANK OVER (...) filtered by <= k in an "
                            f"enclosing query)", sub)
         if isinstance(sub, exp.Func):
-            name = function_name(sub)
+            name = function_name(sub, text)
             if name in _REFUSED_FUNCTIONS or (name == "unix_timestamp" and not sub.args.get("this")):
                 kind = _REFUSED_FUNCTIONS.get(name, "a clock")
                 raise SqlError(f"function '{name}' in {where} is {kind}: a view must be a deterministic "
                                f"function of its inputs, so it cannot be maintained incrementally", sub)
-        if isinstance(sub, (exp.Lambda,)):
-            continue
 
 
 def walk(node: exp.Expression) -> Iterator[exp.Expression]:

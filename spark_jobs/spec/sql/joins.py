@@ -34,7 +34,7 @@ class SplitOn:
     mixed: list[exp.Expression]
 
 
-def split_on(left: "Relation", right: "Relation", conds: Sequence[exp.Expression]) -> SplitOn:
+def split_on(left: "Relation", right: "Relation", conds: Sequence[exp.Expression], text: str | None = None) -> SplitOn:
     side: dict[int, str] = {id(f): "L" for f in left.fields} | {id(f): "R" for f in right.fields}
     scope = Scope(left.fields + right.fields)
 
@@ -43,7 +43,7 @@ def split_on(left: "Relation", right: "Relation", conds: Sequence[exp.Expression
 
     out = SplitOn([], [], [], [], [])
     for c in conds:
-        check_row_expression(c, "an ON condition")
+        check_row_expression(c, "an ON condition", text)
         s = sides(c)
         inner = c
         while isinstance(inner, exp.Paren):
@@ -123,7 +123,7 @@ def outer_join(binder: "Binder", left: "Relation", right: "Relation", join: exp.
     using = join.args.get("using") or []
     pairs_using = using_equalities(left.fields, right, using, join) if using else []
     conds = [c for _, _, c in pairs_using] if using else conjuncts(join.args.get("on"))
-    split = split_on(left, right, conds)
+    split = split_on(left, right, conds, binder.text)
     if side == "left":
         for c in split.right_only:
             right = binder.filter(right, c, "ON")
@@ -192,7 +192,7 @@ def semi_join(binder: "Binder", left: "Relation", right: "Relation", join: exp.J
         conds = [c for _, _, c in pairs]
     else:
         conds = conjuncts(join.args.get("on"))
-    split = split_on(left, right, conds)
+    split = split_on(left, right, conds, binder.text)
     for c in split.right_only:
         right = binder.filter(right, c, "ON")
     return semi(binder, left, right, split.keys, split.left_only + split.mixed, anti,

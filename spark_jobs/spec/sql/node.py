@@ -24,7 +24,7 @@ def bind_node(parsed: ParsedQuery, lookup: Callable[[str], Cols | None], known: 
         return (canonical, cols) if canonical is not None and cols is not None else None
 
     assert parsed.tree is not None
-    return bind_query(parsed.tree, find, known)
+    return bind_query(parsed.tree, find, known, parsed.text)
 
 
 def where(error: SqlError) -> tuple[str, str]:
