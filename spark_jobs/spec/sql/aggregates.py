@@ -15,7 +15,7 @@ from sqlglot import exp
 
 from . import plan as P
 from .errors import SqlError, describe
-from .exprs import AGGREGATES, aggregates_of, function_name, column_sql, is_literal_int, quoted, render, rewrite, walk
+from .exprs import AGGREGATES, aggregates_of, check_row_expression, column_sql, function_name, is_literal_int, walk
 from .scope import Field, Scope, fresh
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ _UNSUPPORTED_HINT = "supported aggregates: count(*), count(x), count(DISTINCT x)
 
 
 def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dict, names_needed: bool) -> "Relation":
-    from .binder import Relation, SCALAR, unalias
+    from .binder import Relation, unalias
 
     scope = rel.scope
     items = list(sel.expressions)
@@ -59,12 +59,13 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
         if aggregates_of(e):
             raise SqlError(f"aggregate '{describe(aggregates_of(e)[0])}' in GROUP BY", g)
         sql = binder.bind_expr(e, scope, "GROUP BY")
-        if sql in keys:
+        canon = binder.canonical(e, scope)
+        if canon in keys:
             continue
         base = scope.resolve(e).name if isinstance(e, exp.Column) else _alias_for(e, items) or f"group{len(keys)}"
         name = fresh(base, taken)
         taken.add(name)
-        keys[sql] = name
+        keys[canon] = name
         pre.append((name, sql))
 
     # aggregates of SELECT and HAVING, each computed once
@@ -81,17 +82,18 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
                 if nested:
                     raise SqlError(f"aggregate '{describe(nested[0])}' inside aggregate '{describe(call)}'", nested[0])
                 arg_sql = binder.bind_expr(arg, scope, f"the argument of {func}")
-            sig = (func, distinct, arg_sql)
+            canon = binder.canonical(arg, scope) if arg is not None else None
+            sig = (func, distinct, canon)
             if sig in aggs:
                 continue
             col = None
-            if arg_sql is not None:
-                if arg_sql not in args:
+            if arg_sql is not None and canon is not None:
+                if canon not in args:
                     base = scope.resolve(arg).name if isinstance(arg, exp.Column) else f"{func}_arg"
-                    args[arg_sql] = fresh(base, taken)
-                    taken.add(args[arg_sql])
-                    pre.append((args[arg_sql], arg_sql))
-                col = args[arg_sql]
+                    args[canon] = fresh(base, taken)
+                    taken.add(args[canon])
+                    pre.append((args[canon], arg_sql))
+                col = args[canon]
             out = fresh(_alias_for(call, items) or f"{func}{'_distinct' if distinct else ''}", taken)
             taken.add(out)
             aggs[sig] = out
@@ -111,34 +113,37 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
 
     def post(node: exp.Expression, what: str) -> str:
         """``node`` over the aggregate's output: aggregates and group expressions by their columns."""
-        def replace(sub: exp.Expression) -> exp.Expression | None:
+        for w in walk(node):
+            if isinstance(w, exp.Window):
+                raise SqlError("window functions over a grouped query are not supported", w)
+        check_row_expression(node, what, binder.text,
+                             skip=lambda n: isinstance(n, exp.AggFunc) or id(n) in binder.scalars)
+
+        def replace(sub: exp.Expression) -> str | None:
+            if id(sub) in binder.scalars:
+                return column_sql(binder.scalars[id(sub)])
             if isinstance(sub, exp.AggFunc):
-                func, distinct, arg = _aggregate_call(sub)
-                arg_sql = binder.bind_expr(arg, scope, "an aggregate") if arg is not None else None
-                return quoted(aggs[(func, distinct, arg_sql)])
-            if isinstance(sub, exp.Column) and sub.table == SCALAR:
-                return quoted(out.scope.resolve(sub).column)
+                func, distinct, arg = _aggregate_call(sub, binder.text)
+                canon = binder.canonical(arg, scope) if arg is not None else None
+                return column_sql(aggs[(func, distinct, canon)])
             if isinstance(sub, (exp.Literal, exp.Null, exp.Boolean)):
                 return None
             try:
-                sql = binder.bind_expr(sub, scope, what)
+                canon = binder.canonical(sub, scope) if not aggregates_of(sub) else None
             except SqlError:
-                sql = None
-            if sql is not None and sql in keys:
-                return quoted(keys[sql])
+                canon = None
+            if canon is not None and canon in keys:
+                return column_sql(keys[canon])
             if isinstance(sub, exp.Column):
                 raise SqlError(f"column '{sub.sql(dialect='spark')}' in {what} is neither in GROUP BY nor inside "
                                f"an aggregate", sub)
             return None
 
-        for w in walk(node):
-            if isinstance(w, exp.Window):
-                raise SqlError("window functions over a grouped query are not supported", w)
-        return render(rewrite(node, replace))
+        return binder.source.splice(node, replace)
 
     if having is not None:
-        hrel, (hcond,) = binder.attach_scalars(out, [having.this], ctes)
-        cond = post(hcond, "HAVING")
+        hrel, _ = binder.attach_scalars(out, [having.this], ctes)
+        cond = post(having.this, "HAVING")
         out = Relation(P.Filter(hrel.plan.columns, f"HAVING {describe(having.this)}", hrel.plan, cond), hrel.fields)
     out, items = binder.attach_scalars(out, items, ctes)
     return binder.projection(out, items, names_needed, post, names=scope)

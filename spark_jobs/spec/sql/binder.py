@@ -32,6 +32,7 @@ from .errors import SqlError, describe
 from .exprs import (AGGREGATES, aggregates_of, and_all, check_row_expression, column_sql, columns_of, conjuncts,
                     is_literal_int, quoted, render, rewrite, subqueries_of, walk)
 from .scope import Field, Scope, fresh, requalify
+from .text import Source
 
 Lookup = Callable[[str], "tuple[str, tuple[str, ...]] | None"]  # name as written -> (circuit name, columns)
 
@@ -68,7 +69,7 @@ class Frame:
     correlated: list[exp.Expression] = field(default_factory=list)
 
 
-def bind_query(tree: exp.Query, lookup: Lookup, known: Sequence[str], text: str | None = None) -> P.Rel:
+def bind_query(tree: exp.Query, lookup: Lookup, known: Sequence[str], text: str) -> P.Rel:
     """The plan of a whole node query (``text``: as written, for names in messages); its columns
     are the node's output columns."""
     binder = Binder(lookup, known, text)
@@ -81,10 +82,12 @@ def bind_query(tree: exp.Query, lookup: Lookup, known: Sequence[str], text: str 
 
 
 class Binder:
-    def __init__(self, lookup: Lookup, known: Sequence[str], text: str | None = None) -> None:
+    def __init__(self, lookup: Lookup, known: Sequence[str], text: str) -> None:
         self.lookup = lookup
         self.known = list(known)
         self.text = text
+        self.source = Source(text)
+        self.scalars: dict[int, str] = {}  # id(scalar subquery node) -> the column holding its value
 
     # ---- queries ---------------------------------------------------------------------------
 
@@ -270,7 +273,7 @@ class Binder:
                 continue
             expr, name = unalias(item)
             if name is None and isinstance(expr, exp.Column):
-                name = (names or rel.scope).resolve(expr).name if expr.table != SCALAR else None
+                name = (names or rel.scope).resolve(expr).name
             if name is None:
                 if names_needed:
                     raise SqlError(f"give the expression '{describe(expr)}' a name ('... AS name'): it becomes a "
@@ -383,32 +386,47 @@ class Binder:
 
     def bind_expr(self, node: exp.Expression, scope: Scope, what: str,
                   resolve: Callable[[exp.Column], str] | None = None) -> str:
-        """A row expression as Spark SQL over the scope's columns (no aggregates, no subqueries);
+        """A row expression as Spark SQL over the scope's columns (no aggregates, no subqueries
+        other than scalar ones already joined in): the author's text with columns replaced.
         ``resolve`` overrides which column a name means."""
-        check_row_expression(node, what, self.text)
         aggs = aggregates_of(node)
         if aggs:
             raise SqlError(f"aggregate function '{describe(aggs[0])}' in {what}: aggregates belong in the "
                            f"SELECT list or HAVING of a grouped query", aggs[0])
-        subs = subqueries_of(node)
+        check_row_expression(node, what, self.text, skip=lambda n: id(n) in self.scalars)
+        subs = [s for s in subqueries_of(node) if id(s) not in self.scalars]
         if subs:
             raise SqlError(f"a subquery in {what} is not supported here: IN/EXISTS subqueries are "
                            f"supported as AND-ed conditions of WHERE, scalar ones in WHERE, SELECT and HAVING",
                            subs[0])
 
+        def replace(sub: exp.Expression) -> str | None:
+            if id(sub) in self.scalars:
+                return column_sql(self.scalars[id(sub)])
+            if isinstance(sub, exp.Column) and not isinstance(sub.this, exp.Star):
+                return column_sql(resolve(sub) if resolve else scope.resolve(sub).column)
+            return None
+
+        return self.source.splice(node, replace)
+
+    def canonical(self, node: exp.Expression, scope: Scope) -> str:
+        """A spelling of a bound expression for comparing (GROUP BY x % 3 matches SELECT x%3):
+        sqlglot's printing of the tree, never what runs."""
         def column(sub: exp.Expression) -> exp.Expression | None:
             if isinstance(sub, exp.Column) and not isinstance(sub.this, exp.Star):
-                return quoted(resolve(sub) if resolve else scope.resolve(sub).column)
-            if isinstance(sub, exp.Star) or (isinstance(sub, exp.Column) and isinstance(sub.this, exp.Star)):
-                if not isinstance(sub.parent, exp.Count):
-                    raise SqlError(f"'*' is not allowed in {what}", sub)
+                return quoted(scope.resolve(sub).column)
             return None
 
         return render(rewrite(node, column))
 
-    def filter(self, rel: Relation, cond: exp.Expression, what: str) -> Relation:
-        where = self.bind_expr(cond, rel.scope, what)
-        return Relation(P.Filter(rel.plan.columns, f"{what} {describe(cond)}", rel.plan, where), rel.fields)
+    def filter(self, rel: Relation, cond: exp.Expression | Sequence[exp.Expression], what: str) -> Relation:
+        """``rel`` where every condition holds (one filter operator for them all)."""
+        conds = [cond] if isinstance(cond, exp.Expression) else list(cond)
+        if not conds:
+            return rel
+        where = and_all([self.bind_expr(c, rel.scope, what) for c in conds])
+        text = f"{what} " + " AND ".join(describe(c, 60 // len(conds) + 10) for c in conds)
+        return Relation(P.Filter(rel.plan.columns, text, rel.plan, where), rel.fields)
 
     def add_columns(self, rel: Relation, named: Sequence[tuple[str, exp.Expression]], qualifier: str,
                     scope: Scope | None = None) -> tuple[Relation, list[str]]:
@@ -436,30 +454,22 @@ class Binder:
 
     def scalar_filter(self, rel: Relation, cond: exp.Expression, outer: Scope | None,
                       ctes: dict[str, Relation]) -> Relation:
-        rel, (bound,) = self.attach_scalars(rel, [cond], ctes, outer)
-        where = self.bind_expr(bound, rel.scope, "WHERE")
+        rel, _ = self.attach_scalars(rel, [cond], ctes, outer)
+        where = self.bind_expr(cond, rel.scope, "WHERE")
         return Relation(P.Filter(rel.plan.columns, f"WHERE {describe(cond)}", rel.plan, where), rel.fields)
 
     def attach_scalars(self, rel: Relation, items: list[exp.Expression], ctes: dict[str, Relation],
                        outer: Scope | None = None) -> tuple[Relation, list[exp.Expression]]:
-        """Join every scalar subquery in ``items`` to ``rel`` (each is one row) and replace it by a
-        reference to its hidden column."""
-        out: list[exp.Expression] = []
+        """Join every scalar subquery in ``items`` to ``rel`` (each is one row); expressions then
+        read its value from the joined column (``self.scalars``)."""
         for item in items:
-            item = item.copy()  # copies keep their positions; subqueries are replaced in the copy
             subs = [s for s in subqueries_of(item) if isinstance(s, exp.Subquery)
                     and not isinstance(s.parent, (exp.In, exp.Exists))]
             if isinstance(item, exp.Subquery):
                 subs = [item]
             for sub in subs:
-                rel, name = self.scalar_join(rel, sub, ctes)
-                ref = exp.Column(this=exp.Identifier(this=name, quoted=True), table=exp.Identifier(this=SCALAR))
-                if sub is item:
-                    item = ref
-                else:
-                    sub.replace(ref)
-            out.append(item)
-        return rel, out
+                rel, self.scalars[id(sub)] = self.scalar_join(rel, sub, ctes)
+        return rel, items
 
     def scalar_join(self, rel: Relation, sub: exp.Subquery, ctes: dict[str, Relation]) -> tuple[Relation, str]:
         q = sub.this
@@ -548,15 +558,17 @@ class JoinGroup:
         members_ = list(self.members)
         pending: list[tuple[exp.Expression, frozenset[int]]] = []
         constant: list[exp.Expression] = []
+        local: dict[int, list[exp.Expression]] = {}
         for c in conds:
             ms = members(c)
             if not ms:
                 constant.append(c)
             elif len(ms) == 1:
-                (m,) = ms
-                members_[m] = binder.filter(members_[m], c, "WHERE")
+                local.setdefault(next(iter(ms)), []).append(c)
             else:
                 pending.append((c, ms))
+        for m, cs in local.items():
+            members_[m] = binder.filter(members_[m], cs, "WHERE")
         rel = members_[0]
         joined = {0}
         remaining = list(range(1, len(members_)))
@@ -577,10 +589,8 @@ class JoinGroup:
             remaining.remove(pick)
             ready = [c for c, ms in pending if ms <= joined]
             pending = [(c, ms) for c, ms in pending if not ms <= joined]
-            for c in ready:
-                rel = binder.filter(rel, c, "WHERE")
-        for c in constant:
-            rel = binder.filter(rel, c, "WHERE")
+            rel = binder.filter(rel, ready, "WHERE")
+        rel = binder.filter(rel, constant, "WHERE")
         if self.usings:
             from .joins import merge_using
 

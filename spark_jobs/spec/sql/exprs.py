@@ -1,8 +1,9 @@
 """Row expressions of a query: splitting, finding what they read, rewriting them onto columns.
 
-A bound expression is the parsed expression with every column reference replaced by the
-backquoted name of the relation's column it resolved to, printed back as Spark SQL: the same
-kind of string a YAML ``select``/``filter`` holds, checked by the same rules (``check_row_expression``).
+A bound expression is the author's text of the expression with every column reference replaced
+by the backquoted name of the relation's column it resolved to (``text.Source.splice``): the same
+kind of string a YAML ``select``/``filter`` holds, checked by the same rules (``check_row_expression``
+runs the circuit's expression check, ``spec/sql_check.py``).
 """
 from __future__ import annotations
 
@@ -10,59 +11,69 @@ from typing import Callable, Iterator
 
 from sqlglot import exp
 
+from .. import sql_check
 from .errors import SqlError, describe
 
 DIALECT = "spark"
 
 AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
 
-# Until the shared allow-list of deterministic functions (issue #13) lands, the SQL layer refuses
-# what can never be incremental or safe: clocks, randomness, JVM reflection, generators.
-_REFUSED_FUNCTIONS = {
-    "rand": "random", "random": "random", "randn": "random", "uuid": "random", "shuffle": "random",
-    "current_date": "a clock", "current_timestamp": "a clock", "now": "a clock", "localtimestamp": "a clock",
-    "current_time": "a clock", "unix_timestamp": "a clock (without arguments)", "curdate": "a clock",
-    "current_timezone": "session state", "current_user": "session state", "user": "session state",
-    "session_user": "session state", "current_database": "session state", "current_catalog": "session state",
-    "current_schema": "session state",
-    "monotonically_increasing_id": "nondeterministic", "spark_partition_id": "nondeterministic",
-    "input_file_name": "nondeterministic", "input_file_block_start": "nondeterministic",
-    "input_file_block_length": "nondeterministic",
-    "reflect": "a call into the JVM", "java_method": "a call into the JVM", "try_reflect": "a call into the JVM",
-    "explode": "a generator", "explode_outer": "a generator", "posexplode": "a generator", "inline": "a generator",
-    "posexplode_outer": "a generator", "inline_outer": "a generator", "stack": "a generator",
-}
-
-
 def function_name(node: exp.Func, text: str | None = None) -> str:
-    """The function's name as written in ``text`` when sqlglot kept its position (it renames some:
-    collect_list is its array_agg), else sqlglot's name."""
-    meta = getattr(node, "_meta", None) or {}
-    if text is not None and "start" in meta and "end" in meta:
-        written = text[meta["start"]:meta["end"] + 1]
-        if written.replace("_", "").isalnum():
-            return written.lower()
+    """The function's name as written in ``text`` (sqlglot renames some: collect_list is its
+    array_agg), else sqlglot's name."""
+    name = sql_check.function_name(node, text) if text is not None else None
+    if name:
+        return name
     if isinstance(node, exp.Anonymous):
         return str(node.name).lower()
     return node.sql_name().lower()
 
 
-def check_row_expression(node: exp.Expression, where: str, text: str | None = None) -> None:
-    """Refuse what a row expression (``where``: "WHERE", "the SELECT list", ...) may not hold.
+class _RowCheck(sql_check.TreeCheck):
+    """The circuit's expression check (``spec/sql_check.py``: the allow-list of deterministic
+    built-ins) on a part of a query: subqueries, and the parts ``skip`` names (aggregates the
+    plan computes, already checked), are the binder's to judge."""
 
-    One entry point, so the shared checker of issue #13 replaces the body without touching callers.
-    """
+    def __init__(self, text: str, skip: Callable[[exp.Expression], bool]) -> None:
+        super().__init__(text)
+        self.skip = skip
+
+    def visit(self, node, bound):  # type: ignore[override]
+        if self.skip(node):
+            return []
+        return super().visit(node, bound)
+
+    def query(self, node):  # type: ignore[override]
+        return []
+
+
+def check_row_expression(node: exp.Expression, where: str, text: str | None = None,
+                         skip: Callable[[exp.Expression], bool] = lambda n: False) -> None:
+    """Refuse what a row expression (``where``: "WHERE", "the SELECT list", ...) may not hold:
+    window functions (only top-k uses them), and whatever the circuit's expression check refuses."""
     for sub in walk(node):
         if isinstance(sub, exp.Window):
             raise SqlError(f"window function '{describe(sub)}' in {where}: window functions are supported "
                            f"only as top-k (ROW_NUMBER/RANK/DENSE_RANK OVER (...) filtered by <= k in an "
-                           f"enclosing query)", sub)
-        if isinstance(sub, exp.Func):
-            name = function_name(sub, text)
-            if name in _REFUSED_FUNCTIONS or (name == "unix_timestamp" and not sub.args.get("this")):
-                kind = _REFUSED_FUNCTIONS.get(name, "a clock")
-                raise SqlError(f"function '{name}' in {where} is {kind}: a view must be a deterministic "
-                               f"function of its inputs, so it cannot be maintained incrementally", sub)
+                           f"enclosing query), which is not supported yet", sub)
+    if text is None:
+        return
+    check = _RowCheck(text, skip)
+    check.run(node)
+    if check.refusals:
+        reason = check.refusals[0]
+        raise SqlError(f"'{describe(node)}' in {where} is refused: {reason}", _culprit(node, text) or node)
+
+
+def _culprit(node: exp.Expression, text: str) -> exp.Expression | None:
+    """The first call inside ``node`` the check refuses on its own (for the message's position)."""
+    for sub in walk(node):
+        if isinstance(sub, (exp.Func, exp.Anonymous)) and not isinstance(sub, exp.AggFunc):
+            one = _RowCheck(text, lambda n: False)
+            one.visit(sub, frozenset())  # the call alone, not its arguments
+            if one.refusals:
+                return sub
+    return None
 
 
 def walk(node: exp.Expression) -> Iterator[exp.Expression]:

@@ -125,12 +125,10 @@ def outer_join(binder: "Binder", left: "Relation", right: "Relation", join: exp.
     conds = [c for _, _, c in pairs_using] if using else conjuncts(join.args.get("on"))
     split = split_on(left, right, conds, binder.text)
     if side == "left":
-        for c in split.right_only:
-            right = binder.filter(right, c, "ON")
+        right = binder.filter(right, split.right_only, "ON")
         split.right_only = []
     elif side == "right":
-        for c in split.left_only:
-            left = binder.filter(left, c, "ON")
+        left = binder.filter(left, split.left_only, "ON")
         split.left_only = []
     left, right, lkeys, rkeys = _keys(binder, left, right, split.keys)
     right_out, rfields = _renamed_right(left, right)
@@ -193,8 +191,7 @@ def semi_join(binder: "Binder", left: "Relation", right: "Relation", join: exp.J
     else:
         conds = conjuncts(join.args.get("on"))
     split = split_on(left, right, conds, binder.text)
-    for c in split.right_only:
-        right = binder.filter(right, c, "ON")
+    right = binder.filter(right, split.right_only, "ON")
     return semi(binder, left, right, split.keys, split.left_only + split.mixed, anti,
                 _join_text("LEFT ANTI" if anti else "LEFT SEMI", right, conds))
 
