@@ -49,7 +49,9 @@ def norm(value):
     if isinstance(value, (float, decimal.Decimal)):
         f = float(value)
         return f if math.isnan(f) else round(f, 6) + 0.0
-    if isinstance(value, datetime.datetime):
+    if isinstance(value, datetime.datetime):  # DuckDB returns timestamps aware, Spark's decoder naive UTC
+        if value.tzinfo is not None:
+            value = value.astimezone(datetime.timezone.utc)
         return value.replace(tzinfo=None)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)

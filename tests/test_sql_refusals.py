@@ -78,6 +78,11 @@ REFUSED = [
     ("SELECT k FROM a CROSS JOIN b ON a.k = b.k", "CROSS JOIN takes no ON", None),
     ("SELECT k FROM a WHERE k IN (SELECT k FROM b WHERE b.y IN (SELECT x FROM a a2 WHERE a2.k = a.k))",
      "two levels out", None),
+    ("WITH RECURSIVE r AS (SELECT k FROM a UNION SELECT k FROM r) SELECT k FROM r", "WITH RECURSIVE is not supported yet",
+     None),
+    ("SELECT k FROM a ORDER BY k LIMIT 3", "(a top-k) is not supported yet", 33),
+    ("SELECT * FROM (SELECT k, row_number() OVER (PARTITION BY k ORDER BY x) AS rn FROM a) t WHERE rn <= 2",
+     "window functions (top-k", None),
     ("SELECT * FROM a JOIN b USING (z)", "USING (z): the left side has no column 'z'", None),
 ]
 

@@ -110,9 +110,8 @@ class Binder:
 
     def ctes(self, with_: exp.With, outer: Scope | None, ctes: dict[str, Relation]) -> dict[str, Relation]:
         if with_.args.get("recursive"):
-            from .recursive import bind_recursive_ctes
-
-            return bind_recursive_ctes(self, with_, outer, ctes)
+            raise SqlError("WITH RECURSIVE is not supported yet: write the recursion as a 'recursive' node",
+                           with_)
         new = dict(ctes)
         defined: set[str] = set()
         for cte in with_.expressions:
@@ -173,9 +172,7 @@ class Binder:
         if order is None:
             raise SqlError("LIMIT without ORDER BY picks arbitrary rows, so the view would not be a "
                            "function of its inputs: add ORDER BY (with a tie-breaking column)", limit)
-        from .topk import bind_order_limit
-
-        return bind_order_limit(self, rel, order, limit)
+        raise SqlError("ORDER BY ... LIMIT k (a top-k) is not supported yet", limit)
 
     # ---- SELECT ----------------------------------------------------------------------------
 
@@ -237,12 +234,8 @@ class Binder:
             aggregates_of(e) for e in items + ([having.this] if having is not None else []))
         windows = [w for e in items for w in walk(e) if isinstance(w, exp.Window)]
         if windows:
-            from .topk import bind_ranked
-
-            if is_aggregate:
-                raise SqlError("a window function over an aggregate query is not supported: aggregate in a "
-                               "subquery first", windows[0])
-            return bind_ranked(self, sel, rel, windows, names_needed)
+            raise SqlError(f"window function '{describe(windows[0])}': window functions (top-k: ROW_NUMBER/RANK/"
+                           f"DENSE_RANK OVER (...) <= k) are not supported yet", windows[0])
         if is_aggregate:
             from .aggregates import bind_aggregate
 

@@ -127,42 +127,10 @@ class SetOp(Rel):
     right: Rel
 
 
-@dataclass(eq=False)
-class Recursive(Rel):
-    """WITH RECURSIVE ``name`` AS (``base`` UNION ``step``): the least fixed point; ``step`` reads
-    ``Loop`` (the relation as of the previous iteration)."""
-
-    name: str
-    base: Rel
-    step: Rel
-
-
-@dataclass(eq=False)
-class Loop(Rel):
-    """Inside a recursive step: the recursive relation being defined."""
-
-    name: str
-
-
-@dataclass(eq=False)
-class TopK(Rel):
-    """The first ``k`` rows of each ``partition_by`` group in ``order_by`` order (ROW_NUMBER, RANK,
-    DENSE_RANK <= k, or ORDER BY ... LIMIT k); ``rank_column`` also outputs the rank."""
-
-    input: Rel
-    partition_by: Cols
-    order_by: tuple[tuple[str, bool, bool], ...]  # (column, descending, nulls first)
-    k: int
-    function: str  # row_number | rank | dense_rank
-    rank_column: str | None = None
-
-
 def inputs_of(rel: Rel) -> tuple[Rel, ...]:
     """The relations a plan node reads, in order."""
-    if isinstance(rel, (Map, Filter, Aggregate, Distinct, TopK)):
+    if isinstance(rel, (Map, Filter, Aggregate, Distinct)):
         return (rel.input,)
     if isinstance(rel, (Join, Semi, NotIn, SetOp)):
         return (rel.left, rel.right)
-    if isinstance(rel, Recursive):
-        return (rel.base, rel.step)
     return ()
