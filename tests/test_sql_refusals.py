@@ -80,7 +80,7 @@ REFUSED = [
      "two levels out", None),
     ("WITH RECURSIVE r AS (SELECT k FROM a UNION SELECT k FROM r) SELECT k FROM r", "WITH RECURSIVE is not supported yet",
      None),
-    ("SELECT k FROM a ORDER BY k LIMIT 3", "(a top-k) is not supported yet", 33),
+    ("SELECT k FROM a ORDER BY k LIMIT 3", "(a top-k) is not supported yet", 34),
     ("SELECT * FROM (SELECT k, row_number() OVER (PARTITION BY k ORDER BY x) AS rn FROM a) t WHERE rn <= 2",
      "window functions (top-k", None),
     ("SELECT * FROM a JOIN b USING (z)", "USING (z): the left side has no column 'z'", None),
