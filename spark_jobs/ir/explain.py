@@ -129,6 +129,9 @@ def incremental_form(inc: Circuit, node_id: str) -> str:
                 f"output per group")
     if n.op in LINEAR_OPS:
         return "the same operator on the change (linear, no state)"
+    if n.op == "scope":
+        return (f"the fixed point on 2-D changes (timestep × iteration, section 6): "
+                f"{state_of(inc, n)}; see 'Recursive scope {n.id!r}' above")
     return SYMBOLS.get(n.op, n.op)
 
 

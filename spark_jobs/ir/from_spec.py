@@ -29,9 +29,12 @@ def build_query_circuit(spec: CircuitSpec, columns: dict[str, tuple[str, ...]]) 
     for name in spec.inputs:
         circuit.add(make_node(name, "input", out=columns[name], name=name))
     for node in (spec.nodes[name] for name in dependency_order(spec.nodes)):
+        limit = int(spec.settings.get("max_iterations", DEFAULT_MAX_ITERATIONS))
         if node.op == "recursive":
-            limit = int(spec.settings.get("max_iterations", DEFAULT_MAX_ITERATIONS))
             build_scope(circuit, node, body_columns(spec, node.name), columns[node.name], _translate_body, limit)
+            continue
+        if node.op == "sql":
+            lower_sql(circuit, node.name, bind_node(node.sql, columns.get, list(columns)), limit)
             continue
         translate = _TRANSLATIONS.get(node.op)
         if translate is None:
@@ -121,12 +124,6 @@ def _join(c: Circuit, n: NodeSpec, cols: dict) -> Node:
                            left_out=layout.left_out, right_out=layout.right_out))
 
 
-def _sql(c: Circuit, n: NodeSpec, cols: dict) -> Node:
-    """A SQL node: its query bound to a plan (``spec/sql``), lowered to IR operators (``from_sql``)."""
-    plan = bind_node(n.sql, cols.get, list(cols))
-    return lower_sql(c, n.name, plan)
-
-
 def _antijoin(c: Circuit, n: NodeSpec, cols: dict) -> Node:
     """a - semijoin(a, distinct(keys of b)) (section 7.5 of the paper)."""
     lkeys, rkeys = _join_keys(n)
@@ -154,7 +151,6 @@ _TRANSLATIONS: dict[str, Callable[[Circuit, NodeSpec, dict], Node]] = {
     "join": _join,
     "product": _join,
     "antijoin": _antijoin,
-    "sql": _sql,
     "delay": _unary("delay"),
     "integrate": _unary("integrate"),
     "differentiate": _unary("differentiate"),

@@ -18,6 +18,9 @@ timestep touches only the keys in its change:
   (the subquery has a row; it has a NULL): rows go only when a flag flips, as SQL says they must.
 - **EXCEPT ALL / INTERSECT ALL**: per-tuple counts of both sides (a linear aggregate), then
   ``max(a - b, 0)`` / ``least(a, b)`` copies of each tuple (a flat map, linear).
+- **WITH RECURSIVE**: a ``scope`` whose body is ``distinct(base + step(z⁻¹ r))``, the same
+  nested incremental circuit a YAML ``recursive`` node becomes; what does not depend on the
+  recursion is hoisted out of the loop.
 
 Every IR node keeps the SQL fragment it implements in its ``sql`` param (explain, draw).
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from spark_jobs.ir.graph import Circuit, Node, make_node
+from spark_jobs.ir.scope import DEFAULT_MAX_ITERATIONS, delta0, feedback_id, finish_scope
 from spark_jobs.spec.sql import plan as P
 
 ONE = "__one"  # the column of a one-row flag relation
@@ -40,13 +44,22 @@ def identity(cols: Sequence[str]) -> tuple[tuple[str, str], ...]:
 
 
 class Lowering:
-    """Adds the IR nodes of one sql node's plan to a circuit; ids are ``<node>.<op><n>``."""
+    """Adds the IR nodes of one sql node's plan to a circuit; ids are ``<node>.<op><n>``.
 
-    def __init__(self, circuit: Circuit, name: str) -> None:
+    A recursive CTE is lowered by a nested ``Lowering`` into the body of a ``scope`` (``outer``
+    is then the enclosing one: what it has lowered, and the circuit's relations, enter the body
+    through ``δ0``; the CTE's own reference is the back edge ``z⁻¹``).
+    """
+
+    def __init__(self, circuit: Circuit, name: str, max_iterations: int = DEFAULT_MAX_ITERATIONS,
+                 outer: "Lowering | None" = None, loop: tuple[P.Loop, str] | None = None) -> None:
         self.c = circuit
         self.name = name
+        self.max_iterations = max_iterations
+        self.outer = outer
+        self.loop = loop  # (the Loop plan, the body node it reads as of the previous iteration)
         self.done: dict[int, str] = {}  # id(plan node) -> IR node id (a CTE read twice is lowered once)
-        self.count = 0
+        self.count = outer.count if outer else 0
 
     # ---- helpers: one IR node each ---------------------------------------------------------
 
@@ -109,15 +122,39 @@ class Lowering:
     def lower(self, rel: P.Rel, node_id: str | None = None) -> str:
         if id(rel) in self.done:
             return self.done[id(rel)]
+        if self.outer is not None and id(rel) in self.outer.done:
+            return delta0(self.c, self.outer.c, self.outer.done[id(rel)])
         method = getattr(self, "_" + type(rel).__name__.lower())
         out = method(rel, node_id)
         self.done[id(rel)] = out
         return out
 
     def _table(self, rel: P.Table, node_id: str | None) -> str:
+        name = rel.name if self.outer is None else delta0(self.c, self.outer.c, rel.name)
         if node_id is not None:  # the whole query is one table: the node is its copy
-            return self.map(rel.name, [(c, q(c)) for c in rel.columns], rel.sql, node_id)
-        return rel.name
+            return self.map(name, [(c, q(c)) for c in rel.columns], rel.sql, node_id)
+        return name
+
+    def _loop(self, rel: P.Loop, node_id: str | None) -> str:
+        assert self.loop is not None and self.loop[0] is rel, "a recursive step reads its own CTE only"
+        source = self.loop[1]
+        fid = feedback_id(source)
+        if fid not in self.c:
+            self.c.add(make_node(fid, "feedback", out=rel.columns, origin=self.name, source=source, sql=rel.sql))
+        return fid
+
+    def _recursive(self, rel: P.Recursive, node_id: str | None) -> str:
+        """The least fixed point of base UNION step: a scope whose body is distinct(base + step)."""
+        body = Circuit(f"{self.name}.{rel.name}.body")
+        value = f"{self.name}.{rel.name}"
+        inner = Lowering(body, self.name, self.max_iterations, outer=self, loop=(rel.loop, value))
+        base, step = inner.lower(rel.base), inner.lower(rel.step)
+        total = inner.plus([base, step], rel.columns, f"(base + step) {rel.sql}")
+        inner.add("distinct", [total], rel.columns, rel.sql, value, is_set=True)
+        self.count = inner.count
+        body.outputs = {value: value}
+        scope_id = node_id or self.c.fresh_id(value)
+        return finish_scope(self.c, scope_id, self.name, body, rel.columns, self.max_iterations, sql=rel.sql).id
 
     def _map(self, rel: P.Map, node_id: str | None) -> str:
         return self.map(self.lower(rel.input), rel.exprs, rel.sql, node_id)
@@ -264,7 +301,7 @@ def _fresh(base: str, taken: set[str]) -> str:
     return name
 
 
-def lower_sql(circuit: Circuit, name: str, rel: P.Rel) -> Node:
+def lower_sql(circuit: Circuit, name: str, rel: P.Rel, max_iterations: int = DEFAULT_MAX_ITERATIONS) -> Node:
     """Add the IR nodes of an sql node's plan; the last one has the node's name."""
-    lowering = Lowering(circuit, name)
+    lowering = Lowering(circuit, name, max_iterations)
     return circuit[lowering.lower(rel, name)]

@@ -32,6 +32,7 @@ from .errors import SqlError, describe
 from .exprs import (AGGREGATES, aggregates_of, and_all, check_row_expression, column_sql, columns_of, conjuncts,
                     is_literal_int, quoted, render, rewrite, subqueries_of, walk)
 from .scope import Field, Scope, fresh, requalify
+from .recursive import bind_recursive, reads
 from .text import Source
 
 Lookup = Callable[[str], "tuple[str, tuple[str, ...]] | None"]  # name as written -> (circuit name, columns)
@@ -109,9 +110,6 @@ class Binder:
         return self.order_limit(q, rel)
 
     def ctes(self, with_: exp.With, outer: Scope | None, ctes: dict[str, Relation]) -> dict[str, Relation]:
-        if with_.args.get("recursive"):
-            raise SqlError("WITH RECURSIVE is not supported yet: write the recursion as a 'recursive' node",
-                           with_)
         new = dict(ctes)
         defined: set[str] = set()
         for cte in with_.expressions:
@@ -119,7 +117,11 @@ class Binder:
             if name.lower() in defined:
                 raise SqlError(f"CTE '{name}' is defined twice in one WITH", cte.args.get("alias") or cte)
             defined.add(name.lower())
-            rel = self.query(cte.this, outer, new, names_needed=True)
+            if with_.args.get("recursive") and reads(cte.this, name):
+                new[name.lower()] = bind_recursive(self, cte, outer, new)
+                continue
+            listed = bool(cte.args.get("alias") is not None and cte.args["alias"].columns)
+            rel = self.query(cte.this, outer, new, names_needed=not listed)
             rel = self.rename_columns(rel, cte.args.get("alias"), f"CTE '{name}'")
             new[name.lower()] = rel
         return new
@@ -331,7 +333,7 @@ class Binder:
         if isinstance(node, exp.Subquery):
             if node.args.get("lateral"):
                 raise SqlError("LATERAL subqueries are not supported", node)
-            rel = self.query(node.this, outer, ctes, names_needed=True)
+            rel = self.query(node.this, outer, ctes, names_needed=not (alias is not None and alias.columns))
             rel = self.order_limit(node, rel)
             rel = self.rename_columns(rel, alias, "derived table")
             return Relation(rel.plan, requalify(rel.fields, alias_name))

@@ -127,10 +127,30 @@ class SetOp(Rel):
     right: Rel
 
 
+@dataclass(eq=False)
+class Recursive(Rel):
+    """WITH RECURSIVE ``name`` AS (``base`` UNION ``step``): the least fixed point, where ``step``
+    reads ``loop`` (the relation as of the previous iteration)."""
+
+    name: str
+    base: Rel
+    step: Rel
+    loop: "Loop"
+
+
+@dataclass(eq=False)
+class Loop(Rel):
+    """Inside a recursive CTE's step: the relation being defined."""
+
+    name: str
+
+
 def inputs_of(rel: Rel) -> tuple[Rel, ...]:
     """The relations a plan node reads, in order."""
     if isinstance(rel, (Map, Filter, Aggregate, Distinct)):
         return (rel.input,)
     if isinstance(rel, (Join, Semi, NotIn, SetOp)):
         return (rel.left, rel.right)
+    if isinstance(rel, Recursive):
+        return (rel.base, rel.step)
     return ()
