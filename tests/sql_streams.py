@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import logging
 import math
 import os
 import re
+import time
 from collections import Counter
 from typing import Iterable
 
@@ -30,6 +32,7 @@ from spark_jobs.runtime.step import run_step
 from spark_jobs.spec.model import dependency_order
 from tests.streams import LiteralState, collect_all, zset_df
 
+log = logging.getLogger(__name__)
 _DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 _SIMPLE = {"long": pa.int64(), "bigint": pa.int64(), "int": pa.int32(), "integer": pa.int32(),
            "smallint": pa.int16(), "short": pa.int16(), "tinyint": pa.int8(), "byte": pa.int8(),
@@ -106,7 +109,9 @@ class SqlStream:
                 self._write(name, rows)
                 self.bags[name].update(rows)
                 self.bags[name] = +self.bags[name]
+        started = time.time()
         got = self._run_real(changes) if self.real_files else self._run_memory(changes)
+        log.info("%s step %d: %.1f s", self.spec.name, self.t, time.time() - started)
         expected = self.duckdb()
         for view in self.spec.outputs:
             mine = got[view]

@@ -132,7 +132,7 @@ def run(tmp_path, text: str, seed: int, steps: int = 20, real_files: bool = True
 
 @pytest.mark.parametrize("text", [JOINS, SUBQUERIES, AGGREGATES_AND_SETS], ids=["joins", "subqueries", "aggregates_sets"])
 def test_sql_constructs_equal_duckdb_at_every_step(spark, tmp_path, text):
-    run(tmp_path, text, seed=len(text), real_files=False)
+    run(tmp_path, text, seed=len(text))
 
 
 EVERY_TYPE = """
@@ -219,7 +219,7 @@ def test_with_recursive_equals_duckdb_at_every_step(spark, tmp_path):
     rels = {"edges": RandomRelation(["src", "dst"], {"src": lambda r: r.randint(1, 7),
                                                      "dst": lambda r: r.randint(1, 7)}, rng),
             "blocked": RandomRelation(["node"], {"node": _maybe_null(lambda r: r.randint(1, 7), 0.1)}, rng)}
-    stream = SqlStream(tmp_path, RECURSIVE, real_files=False)
+    stream = SqlStream(tmp_path, RECURSIVE)
     for step in range(20):
         stream.step({"edges": rels["edges"].change(3, 0 if step < 3 else 2),
                      "blocked": rels["blocked"].change(1 if step % 4 == 0 else 0, 1 if step % 5 == 4 else 0)})
