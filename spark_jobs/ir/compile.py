@@ -53,8 +53,8 @@ def _state_format(op: str) -> int:
     return state.format if state is not None else 1
 
 
-# Params that bound or tune the work without changing what the state means.
-_NOT_MEANING = frozenset({"max_iterations"})
+# Params that bound or tune the work, or document it, without changing what the state means.
+_NOT_MEANING = frozenset({"max_iterations", "sql"})
 
 
 def _meaning(params: tuple) -> tuple:

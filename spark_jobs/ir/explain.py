@@ -19,8 +19,8 @@ def state_role(circuit: Circuit, node: Node) -> str | None:
     kind = state_of(circuit, node)
     if kind is None:
         return None
-    described = callable(operator(node.op).state.what)  # type: ignore[union-attr]
-    return kind if described else f"{kind} of {node.origin!r}"
+    role = operator(node.op).state.role  # type: ignore[union-attr]
+    return role(circuit, node) if role is not None else f"{kind} of {node.origin!r}"
 
 
 def explain_text(circuit: Circuit, title: str = "") -> str:
@@ -73,6 +73,36 @@ def _scope_text(scope: Node) -> list[str]:
     return lines
 
 
+def _short(text: str, limit: int = 70) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def incremental_form(inc: Circuit, node_id: str) -> str:
+    """How the incremental circuit computes the change of query node ``node_id``, and what it keeps."""
+    n = inc[node_id]
+    form = operator(n.op).delta_form
+    return form(inc, n) if form is not None else symbol(n.op)
+
+
+def sql_lowering_text(query: Circuit, inc: Circuit) -> str:
+    """For every ``sql`` node: each operator it was lowered to, the SQL fragment it implements,
+    then its incremental form (what it does with a change, what state it reads)."""
+    origins = list(dict.fromkeys(n.origin for n in query if n.param("sql") is not None))
+    if not origins:
+        return ""
+    lines = ["SQL nodes, as lowered (operator, the SQL it implements, its incremental form):"]
+    for origin in origins:
+        lines.append(f"  {origin}:")
+        for n in query:
+            if n.origin != origin or n.param("sql") is None:
+                continue
+            lines.append(f"    {n.id}  {symbol(n.op)}  {_short(n.param('sql'))}")
+            if n.id in inc:
+                lines.append(f"        Δ: {incremental_form(inc, n.id)}")
+    return "\n".join(lines)
+
+
 def to_dot(circuit: Circuit, title: str = "") -> str:
     """Graphviz DOT in the paper's box-and-arrow style (stateful operators drawn bold)."""
     def q(s: str) -> str:
@@ -84,6 +114,8 @@ def to_dot(circuit: Circuit, title: str = "") -> str:
     for node in circuit:
         label = symbol(node.op)
         detail = node.id if node.op != "input" else f"Δ{node.id}" if "^Δ" in circuit.name else node.id
+        if node.param("sql"):  # the SQL fragment an sql node's operator implements
+            detail += "\n" + _short(node.param("sql"), 40)
         attrs = [f"label={q(label + chr(10) + detail)}"]
         if node.op == "input":
             attrs.append("shape=plaintext")

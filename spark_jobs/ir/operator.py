@@ -59,6 +59,7 @@ class State:
     keys: Callable[["Circuit", "Node"], tuple[str, ...]] | None = None
     format: int = 1
     update_reads: Literal["input", "output"] = "input"  # what the step's state update is made of
+    role: Callable[["Circuit", "Node"], str] | None = None  # explain: what the state is for (default: what, of whom)
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,8 @@ class Operator:
     up its (state-sized) input at ``position``, if it does (the integral it reads is then kept
     sorted on them); ``uses(circuit, node, position)``: what it reads that input for, in the
     user's terms (``explain``). ``summary`` and ``note`` feed ``explain`` (the note for a node
-    inside a recursive body).
+    inside a recursive body); ``delta_form(circuit, node)`` says, for a node of Q^Δ, what it does
+    with a change and what state it reads (``explain``'s account of a lowered SQL node).
     """
 
     name: str
@@ -96,6 +98,7 @@ class Operator:
     note: str = ""
     lookup: Callable[["Node", int], "tuple[str, ...] | None"] | None = None
     uses: Callable[["Circuit", "Node", int], str] | None = None
+    delta_form: Callable[["Circuit", "Node"], str] | None = None  # explain: what it does with a change
     kernels: Mapping[str, KernelRef] = field(default_factory=dict)
     in_body_only: bool = False  # delta0 / feedback / the 2-D forms: only inside a scope's body
 

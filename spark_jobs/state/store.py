@@ -168,7 +168,7 @@ class StateStore:
             return None
         paths = [full for d in entry.dirs for full, _ in self.fs.data_files(self.layout.abs(d))]
         if entry.schema:
-            schema = arrow_schema(entry.schema)
+            schema = arrow_schema(entry.schema)  # timestamps as UTC instants, as Spark stores them
         elif paths:  # an old manifest without the schema: the first file's (its columns are the trace's)
             import pyarrow.parquet as pq
 

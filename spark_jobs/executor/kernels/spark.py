@@ -309,7 +309,7 @@ def to_arrow(df: DataFrame, limit: int) -> "pa.Table":
     rows = df.collect()
     if len(rows) > limit:
         raise NotLocal(f"an input change of {len(rows)} rows")
-    schema = to_arrow_schema(df.schema)
+    schema = to_arrow_schema(df.schema, timezone="UTC")  # timestamps: UTC instants, as Parquet holds them
     return pa.table([pa.array([r[k] for r in rows], f.type) for k, f in enumerate(schema)], schema=schema)
 
 

@@ -49,6 +49,7 @@ AGGREGATE_LINEAR = register(Operator(
     "aggregate_linear", arity=1, linearity=NONLINEAR, symbol="agg(linear)", consolidated=True,
     summary="linear aggregates from the delta and per-group running totals",
     state=State("per-group running totals (sums and counts)", kind="sum", keys=group_keys),
+    delta_form=lambda c, n: "per-group running totals from the change (state: the totals of the touched groups)",
     kernels=builtin_kernels("aggregate_linear")))
 
 AGGREGATE_TOUCHED = register(Operator(
@@ -56,4 +57,6 @@ AGGREGATE_TOUCHED = register(Operator(
     summary="recompute the groups the delta touches from the integrated input",
     state=State("previous output row per group", keys=group_keys, update_reads="output"),
     lookup=_groups_of_integral, uses=lambda c, n, p: f"integrated input of aggregate {n.origin!r}",
+    delta_form=lambda c, n: (f"recomputes only the groups in the change from {n.inputs[1]}, keeps its previous "
+                             f"output per group"),
     kernels=builtin_kernels("aggregate_touched")))

@@ -38,7 +38,9 @@ DISTINCT = register(Operator(
 DISTINCT_H = register(Operator(
     "distinct_h", arity=2, linearity=NONLINEAR, symbol="H", consolidated=True,
     summary="H(Δx, z⁻¹(I x)): the change of distinct, from the delta's tuples only",
-    lookup=_tuple, uses=lambda c, n, p: f"distinct {n.origin!r}", kernels=builtin_kernels("distinct_h")))
+    lookup=_tuple, uses=lambda c, n, p: f"distinct {n.origin!r}",
+    delta_form=lambda c, n: f"H: looks up only the changed tuples in {c[n.inputs[1]].inputs[0]}, emits sign flips",
+    kernels=builtin_kernels("distinct_h")))
 
 DISTINCT_NESTED = register(Operator(
     "distinct_nested", arity=2, linearity=NONLINEAR, symbol="H (2-D)", in_body_only=True,

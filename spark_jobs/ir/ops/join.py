@@ -37,6 +37,14 @@ def join_keys(node: Node, position: int) -> tuple[str, ...]:
     return tuple(node.param("left_keys" if position == 0 else "right_keys") or ())
 
 
+def delta_form(circuit: Circuit, terms: Node) -> str:
+    """``explain``: the plus of a join's terms, and the integrals they read."""
+    delays = [j for t in terms.inputs for j in circuit[t].inputs if circuit[j].op == "delay"]
+    traces = list(dict.fromkeys(circuit[j].inputs[0] for j in delays))
+    return ("Δl⋈Δr + z⁻¹(I l)⋈Δr + Δl⋈z⁻¹(I r): joins the change with the other side's integral; "
+            f"reads {', '.join(traces)}")
+
+
 def _side(circuit: Circuit, node: Node, position: int) -> str:
     return f"{'left' if position == 0 else 'right'} side of join {node.origin!r}"
 
@@ -44,7 +52,7 @@ def _side(circuit: Circuit, node: Node, position: int) -> str:
 JOIN = register(Operator(
     "join", arity=2, linearity=BILINEAR, symbol="⋈", positive=INPUTS, distinct_moves=frozenset({"delay", "once"}),
     summary="inner equi-join (or product); weights multiply", incremental=rule_bilinear, nested=nested_join,
-    lookup=join_keys, uses=_side, kernels=builtin_kernels("join")))
+    lookup=join_keys, uses=_side, delta_form=delta_form, kernels=builtin_kernels("join")))
 
 JOIN_NESTED = register(Operator(
     "join_nested", arity=4, linearity=BILINEAR, symbol="⋈ (2-D)", in_body_only=True,

@@ -9,10 +9,23 @@ Params: ``input``: name (the input relation); ``map``: columns ((out, spark_sql_
 from __future__ import annotations
 
 from spark_jobs.ir.builder import Builder, BodyBuilder
-from spark_jobs.ir.graph import Node
-from spark_jobs.ir.operator import ALWAYS, INPUTS, LINEAR, Operator, builtin_kernels, register
+from spark_jobs.ir.graph import Circuit, Node
+from spark_jobs.ir.operator import ALWAYS, INPUTS, LINEAR, Operator, builtin_kernels, operator, register
 
 AS_IS = "linear: applied to the delta as is"
+
+
+def same_on_the_change(circuit: Circuit, node: Node) -> str:
+    return "the same operator on the change (linear, no state)"
+
+
+def plus_form(circuit: Circuit, node: Node) -> str:
+    """A plus of a join's three terms is that join's incremental form (``join.delta_form``)."""
+    if node.inputs and all(i.startswith(node.id + "[") for i in node.inputs):
+        form = operator(circuit[node.inputs[0]].op).delta_form
+        if form is not None:
+            return form(circuit, node)
+    return same_on_the_change(circuit, node)
 
 
 def rule_linear(b: Builder, node: Node, deltas: list[str]) -> str:
@@ -28,23 +41,24 @@ def nested_as_is(bb: BodyBuilder, node: Node) -> None:
 INPUT = register(Operator(
     "input", arity=0, linearity=LINEAR, symbol="in", positive=ALWAYS,
     summary="the change of an input relation (its value in the query circuit)",
-    incremental=rule_linear, kernels=builtin_kernels("input")))
+    incremental=rule_linear, delta_form=same_on_the_change, kernels=builtin_kernels("input")))
 
 MAP = register(Operator(
     "map", arity=1, linearity=LINEAR, symbol="map", positive=INPUTS, distinct_moves=frozenset({"once"}),
     summary="computed columns, weights unchanged (select)", incremental=rule_linear, nested=nested_as_is,
-    note=AS_IS, kernels=builtin_kernels("map", loop="linear")))
+    note=AS_IS, delta_form=same_on_the_change, kernels=builtin_kernels("map", loop="linear")))
 
 FILTER = register(Operator(
     "filter", arity=1, linearity=LINEAR, symbol="σ", positive=INPUTS, distinct_moves=frozenset({"delay", "once"}),
     summary="rows whose predicate is true", incremental=rule_linear, nested=nested_as_is, note=AS_IS,
-    kernels=builtin_kernels("filter", loop="linear")))
+    delta_form=same_on_the_change, kernels=builtin_kernels("filter", loop="linear")))
 
 PLUS = register(Operator(
     "plus", arity=None, linearity=LINEAR, symbol="+", positive=INPUTS, distinct_moves=frozenset({"once"}),
     summary="Z-set addition (UNION ALL)", incremental=rule_linear, nested=nested_as_is, note=AS_IS,
-    kernels=builtin_kernels("plus", loop="plus")))
+    delta_form=plus_form, kernels=builtin_kernels("plus", loop="plus")))
 
 NEGATE = register(Operator(
     "negate", arity=1, linearity=LINEAR, symbol="−", summary="every weight negated",
-    incremental=rule_linear, nested=nested_as_is, note=AS_IS, kernels=builtin_kernels("negate", loop="linear")))
+    incremental=rule_linear, nested=nested_as_is, note=AS_IS, delta_form=same_on_the_change,
+    kernels=builtin_kernels("negate", loop="linear")))

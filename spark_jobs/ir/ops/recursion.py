@@ -14,7 +14,7 @@ the stream's 2-D delta at i (rows tagged ``_iter = i``).
 from __future__ import annotations
 
 from spark_jobs.ir.builder import Builder
-from spark_jobs.ir.graph import Circuit, Node
+from spark_jobs.ir.graph import Circuit, Node, state_of
 from spark_jobs.ir.incrementalize import incrementalize_body
 from spark_jobs.ir.operator import LINEAR, NONLINEAR, STREAM, Operator, State, builtin_kernels, register
 from spark_jobs.ir.ops.linear import nested_as_is
@@ -28,13 +28,15 @@ def rule_scope(b: Builder, node: Node, deltas: list[str]) -> str:
 
 def _scope_state(circuit: Circuit, node: Node) -> str:
     traces = [n.id for n in node.body if n.op == "integrate_nested"]
-    return f"{len(traces)} per-iteration trace(s) and the fixed point's depth of {node.origin!r}"
+    return f"{len(traces)} per-iteration trace(s) and the fixed point's depth"
 
 
 SCOPE = register(Operator(
     "scope", arity=None, linearity=NONLINEAR, symbol="fix (recursive scope)", consolidated=True,
     summary="the least fixed point of a body circuit (a recursive node)",
     state=State(_scope_state), keeps_state=lambda c, n: bool(n.param("incremental")),
+    delta_form=lambda c, n: (f"the fixed point on 2-D changes (timestep × iteration, section 6): "
+                             f"{state_of(c, n)}; see 'Recursive scope {n.id!r}' above"),
     incremental=rule_scope, kernels=builtin_kernels("scope")))
 
 DELTA0 = register(Operator(

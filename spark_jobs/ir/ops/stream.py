@@ -53,7 +53,8 @@ def _own_columns(circuit: Circuit, node: Node) -> tuple[str, ...]:
 INTEGRATE = register(Operator(
     "integrate", arity=1, linearity=STREAM, symbol="I", positive=INPUTS,
     summary="I: the running sum of its input over timesteps",
-    state=State(integral_role, keys=integral_keys), incremental=rule_stream_invariant,
+    state=State("integral of its input (trace of Z-set deltas)", keys=integral_keys, role=integral_role),
+    incremental=rule_stream_invariant,
     kernels=builtin_kernels("integrate")))
 
 DELAY = register(Operator(
