@@ -207,27 +207,38 @@ def markdown(results: dict[str, Any]) -> str:
             top = ", ".join(f"`{c['call_site']}` ({c['jobs']} jobs)" for c in sites[:4])
             lines.append(f"Jobs by call site: {top}.")
             lines.append("")
+        if p.get("call_tree"):
+            lines += ["The call tree of one more such step (pyinstrument):", "", "```", p["call_tree"], "```", ""]
     return "\n".join(lines)
 
 
 def targets(results: dict[str, Any]) -> list[str]:
-    """The issue's targets for W1 (join + aggregate, 1,000-row change) against what was measured."""
+    """Issue #14's targets for W1 Q3 (1,000-row change) and the floor, against what was measured."""
+    sizes = {s["size"]: s for s in _ok((results.get("workloads", {}).get("w1") or {}).get("sizes", []))}
+    if not sizes:
+        return []
     out = []
-    for key in ("w1", "w1q10"):
-        sizes = _ok((results.get("workloads", {}).get(key) or {}).get("sizes", []))
-        if not sizes:
-            continue
-        big = sizes[-1]
-        jobs = max(s["jobs_median"] for s in sizes)
-        parts = [f"jobs/step {jobs} (target <= 6)",
-                 f"recompute ÷ step {big['speedup_recompute_over_step']:.2f}x at {big['size']} (target >= 8x at SF3)"]
-        if big.get("step_over_reference") is not None:
-            parts.append(f"step ÷ hand-written {max(s['step_over_reference'] for s in sizes):.2f}x (target <= 1.5x)")
-        sl = (results["workloads"][key].get("slope") or {})
-        if sl:
-            parts.append(f"step grew {sl['step_growth']}x while the state grew {sl['state_growth']}x (target < 1.2x)")
-        out.append(f"- **{key}** targets: " + "; ".join(parts) + ".")
-    return out + [""] if out else []
+    steps = ", ".join(f"{k} {s['step_median_s']:.2f} s" for k, s in sizes.items())
+    out.append(f"- step <= 0.6 s at every size: {steps}: "
+               f"{'met' if all(s['step_median_s'] <= 0.6 for s in sizes.values()) else 'missed'}")
+    for size, want in (("sf3", 8), ("sf10", 20)):
+        if size in sizes:
+            got = sizes[size]["speedup_recompute_over_step"]
+            out.append(f"- recompute ÷ step >= {want}x at {size}: {got:.1f}x: {'met' if got >= want else 'missed'}")
+    duck = (sizes.get("sf10") or {}).get("duckdb") or {}
+    if duck.get("median_s"):
+        step = sizes["sf10"]["step_median_s"]
+        out.append(f"- step faster than DuckDB's full recompute at sf10: {step:.2f} s vs {duck['median_s']:.2f} s: "
+                   f"{'met' if step < duck['median_s'] else 'missed'}")
+    fl = floor(results)
+    if fl:
+        out.append(f"- identity floor <= 0.3 s: {fl['step_median_s']:.2f} s: {'met' if fl['step_median_s'] <= 0.3 else 'missed'}")
+    big = sizes[list(sizes)[-1]]
+    for p in big.get("sweep") or []:
+        if p.get("change_rows_target") == 100_000 and "step_median_s" in p:
+            out.append(f"- a 100,000-row change at {big['size']}: {p['step_median_s']:.2f} s on {_engine(p)}, "
+                       f"view correct: {(big.get('correct') or {}).get('ok')}")
+    return ["**w1** (Q3) targets of issue #14:", "", *out, ""]
 
 
 def _load(meta: dict[str, Any]) -> str:

@@ -72,7 +72,7 @@ def test_smoke_tables_and_plot(smoke: Path) -> None:
                for r in table)
     md = (smoke / "results.md").read_text()
     assert "| workload | size |" in md and "**Floor**" in md and "Where one identity" in md
-    assert "**w1** targets" in md
+    assert "**w1** (Q3) targets" in md
     png = (smoke / "step_vs_recompute.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert not (smoke / "work").exists() or not any((smoke / "work").iterdir())  # data cleaned up

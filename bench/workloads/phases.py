@@ -129,7 +129,26 @@ def profile_step(rt: CircuitRuntime, write_change: Callable[[], int], top: int =
         "phases": [dict(p.to_dict(), jobs_busy_s=round(busy[p.name] / 1000, 3)) for p in phases],
         "slowest_jobs": [dict(asdict(d), phase=phase_of.get(d.job_id, OTHER)) for d in by_ms[:top]],
         "call_sites": _call_sites(details),
+        "call_tree": call_tree(rt, write_change),
     }
+
+
+def call_tree(rt: CircuitRuntime, write_change: Callable[[], int], lines: int = 70) -> str | None:
+    """One more step under pyinstrument (a sampling profiler; None when it is not installed): the
+    top of its call tree, where the step's wall time goes below the phases."""
+    try:
+        from pyinstrument import Profiler
+    except ImportError:
+        return None
+    write_change()
+    profiler = Profiler(interval=0.002)
+    profiler.start()
+    try:
+        step_module.run_step(rt)
+    finally:
+        profiler.stop()
+    text = profiler.output_text(unicode=False, color=False, show_all=False)
+    return "\n".join(text.splitlines()[:lines])
 
 
 def _call_sites(details) -> list[dict[str, Any]]:
