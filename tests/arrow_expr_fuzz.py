@@ -19,7 +19,6 @@ import pyarrow as pa
 
 from spark_jobs.executor.arrow_expr import ExpressionFailed, NotCovered, compile_expression
 
-I64 = (-2**63, 2**63 - 1)
 SCHEMA = pa.schema([
     ("b", pa.bool_()), ("i8", pa.int8()), ("i16", pa.int16()), ("i32", pa.int32()), ("i64", pa.int64()),
     ("z", pa.int32()), ("f32", pa.float32()), ("f64", pa.float64()),
@@ -27,7 +26,6 @@ SCHEMA = pa.schema([
     ("dec_d", pa.decimal128(4, 3)), ("s", pa.string()), ("sn", pa.string()), ("dt", pa.date32()),
     ("ts", pa.timestamp("us", tz="UTC")),
 ])
-INTEGRAL = {"i8": 8, "i16": 16, "i32": 32, "i64": 64}
 STRINGS = ["", " ", "a", "abc", "PROMO BRUSHED", "promo", "Straße", "İstanbul", "ΣΑΣ", "naïve", "日本語", "🙂x",
            "a%b_c", "  padded  ", "x\ny", "MiXeD", "ǅ", "ﬁ", "ABCabc", "zzz"]
 NUMERIC_STRINGS = ["0", "1", "-7", " 42 ", "+3", "2147483647", "2147483648", "-9223372036854775808", "1.5", "-0.25",
@@ -46,47 +44,45 @@ def _decimal(rng: random.Random, precision: int, scale: int) -> Decimal:
     return Decimal(f"{unscaled}E{-scale}")
 
 
-def _value(rng: random.Random, name: str, t: pa.DataType):
+_WIDTH = {pa.int8(): 8, pa.int16(): 16, pa.int32(): 32, pa.int64(): 64}
+_SPECIAL_DOUBLES = [float("nan"), float("inf"), float("-inf"), -0.0, 0.0, 1.0, -2.5, 0.1, 2.0 ** 63, -(2.0 ** 31),
+                    123.456]
+TIMESTAMPS = [0, -1, 1, 951782400123456, -86400000000, 1709164800000000, 253402300799999999]
+
+
+def value_of(rng: random.Random, t: pa.DataType, name: str = ""):
+    """One random value of Arrow type ``t`` (None about one time in eight); the column names
+    ``z`` (small divisors, zeros), ``sn`` (strings that are almost numbers, dates, booleans) and
+    ``s`` (words, non-ASCII) pick a pool of their own."""
     r = rng.random()
     if r < 0.12:
         return None
-    if name in INTEGRAL:
-        bits = INTEGRAL[name]
-        lo, hi = -2 ** (bits - 1), 2 ** (bits - 1) - 1
-        return rng.choice([lo, hi, 0, -1, 1, rng.randint(-100, 100), rng.randint(lo, hi), rng.randint(-9, 9)])
     if name == "z":
         return rng.choice([0, 0, 1, -1, 2, 3, 7, -3, 100])
-    if name in ("f32", "f64"):
-        specials = [float("nan"), float("inf"), float("-inf"), -0.0, 0.0, 1.0, -2.5, 0.1, 1e-300 if name == "f64"
-                    else 1e-30, 3.4e38 if name == "f32" else 1.7e308, 2.0 ** 63, -(2.0 ** 31), 123.456]
-        return rng.choice(specials) if r < 0.6 else rng.uniform(-1000, 1000)
-    if name == "b":
+    if t in _WIDTH:
+        bits = _WIDTH[t]
+        lo, hi = -2 ** (bits - 1), 2 ** (bits - 1) - 1
+        return rng.choice([lo, hi, 0, -1, 1, rng.randint(-100, 100), rng.randint(lo, hi), rng.randint(-9, 9)])
+    if pa.types.is_floating(t):
+        extreme = [1e-300, 1.7e308] if t == pa.float64() else [1e-30, 3.4e38]
+        return rng.choice(_SPECIAL_DOUBLES + extreme) if r < 0.6 else rng.uniform(-1000, 1000)
+    if t == pa.bool_():
         return rng.random() < 0.5
-    if t == pa.decimal128(10, 2):
-        return _decimal(rng, 10, 2)
-    if t == pa.decimal128(38, 18):
-        return _decimal(rng, 38, 18)
-    if t == pa.decimal128(20, 0):
-        return _decimal(rng, 20, 0)
-    if t == pa.decimal128(4, 3):
-        return _decimal(rng, 4, 3)
-    if name == "s":
-        return rng.choice(STRINGS)
-    if name == "sn":
-        return rng.choice(NUMERIC_STRINGS)
-    if name == "dt":
+    if pa.types.is_decimal(t):
+        return _decimal(rng, t.precision, t.scale)
+    if pa.types.is_string(t):
+        return rng.choice(NUMERIC_STRINGS if name == "sn" else STRINGS)
+    if t == pa.date32():
         return rng.choice(DATES) if r < 0.7 else rng.randint(-30000, 30000)
-    if name == "ts":
-        return rng.choice([0, -1, 1, 951782400123456, -86400000000, 1709164800000000, 253402300799999999]) \
-            if r < 0.5 else rng.randint(-2 * 10**15, 2 * 10**15)
-    raise AssertionError(name)
+    if pa.types.is_timestamp(t):
+        return rng.choice(TIMESTAMPS) if r < 0.5 else rng.randint(-2 * 10**15, 2 * 10**15)
+    raise AssertionError(f"no random values of {t}")
 
 
-def random_table(rng: random.Random, rows: int = 40) -> pa.Table:
-    cols = {}
-    for f in SCHEMA:
-        cols[f.name] = pa.array([_value(rng, f.name, f.type) for _ in range(rows)], f.type)
-    return pa.table(cols, schema=SCHEMA)
+def random_table(rng: random.Random, rows: int = 40, schema: pa.Schema = SCHEMA) -> pa.Table:
+    """``rows`` random rows of ``schema`` (by default the fuzz schema of every covered type)."""
+    return pa.table({f.name: pa.array([value_of(rng, f.type, f.name) for _ in range(rows)], f.type)
+                     for f in schema}, schema=schema)
 
 
 # -- expressions -----------------------------------------------------------------------------
@@ -94,6 +90,7 @@ NUM_COLS = ["i8", "i16", "i32", "i64", "z", "f32", "f64", "dec_a", "dec_b", "dec
 EXACT_COLS = ["i8", "i16", "i32", "i64", "z", "dec_a", "dec_b", "dec_c", "dec_d"]
 INT_LITERALS = ["0", "1", "-1", "2", "7", "-3", "100", "2147483647", "-2147483648", "9223372036854775807", "1L",
                 "3S", "2Y", "99999999999999999999"]
+CONCAT_TAILS = ["null", "'-'", "b", "dt"]
 NUM_LITERALS = INT_LITERALS + ["1.5", "0.25", "-2.75", "1e3", "2.5D", "1.5F", "0.0D", "-0.0D", "0.001",
                                "12345.678901234567890123"]
 
@@ -141,6 +138,11 @@ class Gen:
             lambda: f"round({self.expr('int', d)}, {self.pick(['0', '-1', '-2', '1'])})",
             lambda: f"coalesce({self.expr('int', d)}, {self.expr('int', d)})",
             lambda: f"greatest({self.expr('int', d)}, {self.expr('int', d)})",
+            lambda: f"{self.pick(['hour', 'minute', 'second'])}({self.expr('ts', d)})",
+            lambda: f"date_part({self.pick(['year', 'MONTH', 'dayofweek', 'hour'])!r}, {self.expr('ts', d)})",
+            lambda: f"ifnull({self.expr('int', d)}, {self.pick(INT_LITERALS[:6])})",
+            lambda: f"nvl2({self.expr('num', d)}, {self.expr('int', d)}, {self.expr('int', d)})",
+            lambda: f"{self.pick(['positive', 'negative'])}({self.expr('int', d)})",
         ])()
 
     def _num(self, depth: int, leaf: bool) -> str:
@@ -161,7 +163,9 @@ class Gen:
             lambda: f"cast({self.expr(self.pick(['num', 'int']), d)} as "
                     f"{self.pick(['double', 'float', 'decimal(10,2)', 'decimal(38,10)', 'decimal(5,1)'])})",
             lambda: f"cast({self.col('sn')} as {self.pick(['decimal(10,2)', 'decimal(38,0)', 'int', 'bigint'])})",
-            lambda: f"sign({self.expr('num', d)})",
+            lambda: f"{self.pick(['sign', 'signum'])}({self.expr('num', d)})",
+            lambda: f"ceiling({self.expr('exact', d)})",
+            lambda: f"extract(second from {self.expr('ts', d)})",
             lambda: f"sqrt({self.expr('num', d)})",
             lambda: f"nanvl({self.col(self.pick(['f64', 'f32']))}, {self.expr('num', d)})",
             lambda: f"case when {self.expr('bool', d)} then {self.expr('num', d)} else {self.expr('num', d)} end",
@@ -216,7 +220,10 @@ class Gen:
             lambda: f"({self.expr('bool', d)} is {self.pick(['true', 'false', 'not true'])})",
             lambda: f"cast({self.expr(self.pick(['int', 'num', 'str']), d)} as boolean)",
             lambda: f"(({self.expr('int', d)} > 1.5) or ({self.expr('int', d)} <= 99999999999999999999))",
-            lambda: f"isnull({self.expr('num', d)})",
+            lambda: f"{self.pick(['isnull', 'isnotnull'])}({self.expr('num', d)})",
+            lambda: f"({self.expr('int', d)} in ({', '.join(self.pick(INT_LITERALS) for _ in range(12))}))",
+            lambda: f"({self.col('s')} {self.pick(['like', 'ilike'])} {self.col('sn')})",
+            lambda: f"({self.expr('str', d)} {self.pick(['=', '<', '>='])} {self.expr('str', d)})",
             lambda: f"coalesce({self.expr('bool', d)}, {self.expr('bool', d)})",
         ])()
 
@@ -231,6 +238,7 @@ class Gen:
                     f"{self.pick(['1', '2', '0', '-1', '5', '2147483647'])})",
             lambda: f"substr({self.expr('str', d)}, {self.expr('int', d)})",
             lambda: f"concat({self.expr('str', d)}, {self.expr(self.pick(['str', 'int', 'exact', 'date']), d)})",
+            lambda: f"concat({self.expr('str', d)}, {self.expr('str', d)}, {self.pick(CONCAT_TAILS)})",
             lambda: f"({self.expr('str', d)} || {self.expr('str', d)})",
             lambda: f"{self.pick(['trim', 'ltrim', 'rtrim'])}({self.expr('str', d)})",
             lambda: f"trim({self.pick(['BOTH', 'LEADING', 'TRAILING'])} 'a ' from {self.expr('str', d)})",
@@ -256,6 +264,9 @@ class Gen:
             lambda: f"last_day({self.expr('date', d)})",
             lambda: f"add_months({self.expr('date', d)}, {self.pick(['1', '-1', '13', '0'])})",
             lambda: f"coalesce({self.expr('date', d)}, {self.expr('date', d)})",
+            lambda: f"({self.expr('date', d)} {self.pick(['+', '-'])} interval '{self.pick(['1', '90', '-3'])}' "
+                    f"{self.pick(['day', 'month', 'year', 'days'])})",
+            lambda: f"({self.expr('date', d)} {self.pick(['+', '-'])} {self.expr('int', d)})",
         ])()
 
     def _ts(self, depth: int, leaf: bool) -> str:
@@ -272,7 +283,7 @@ class Gen:
 
 
 def random_expressions(rng: random.Random, count: int) -> list[str]:
-    gen = Gen(rng)
+    gen = Gen(rng, max_depth=rng.choice([3, 3, 4]))
     kinds = ["num", "num", "exact", "int", "bool", "bool", "str", "date", "ts"]
     return [gen.expr(rng.choice(kinds)) for _ in range(count)]
 

@@ -64,8 +64,14 @@ class Compiler:
             return arithmetic.negate(self.compile(e.this))
         if isinstance(e, (exp.Cast, exp.TryCast)):
             return self._cast(e)
+        if isinstance(e, (exp.Add, exp.Sub)) and (isinstance(e.expression, exp.Interval) or
+                                                   (isinstance(e, exp.Add) and isinstance(e.this, exp.Interval))):
+            return self._date_interval(e)
         if type(e) in _ARITHMETIC:
-            return arithmetic.binary(_ARITHMETIC[type(e)], self._operand(e.this), self._operand(e.expression))
+            left, right = self._operand(e.this), self._operand(e.expression)
+            if isinstance(e, (exp.Add, exp.Sub)) and DATE in (left.node.dtype, right.node.dtype):
+                return self._date_plus_days(isinstance(e, exp.Sub), left.node, right.node)
+            return arithmetic.binary(_ARITHMETIC[type(e)], left, right)
         if type(e) in _COMPARISON:
             return self._comparison(_COMPARISON[type(e)], e.this, e.expression)
         if isinstance(e, exp.NullSafeEQ):
@@ -119,6 +125,37 @@ class Compiler:
                 raise NotCovered(f"function '{name}' is not covered by the Arrow kernels")
             return builder(list(e.expressions))
         raise NotCovered(f"'{_sql(e)}' is not covered by the Arrow kernels")
+
+    def _date_plus_days(self, subtract: bool, left: Node, right: Node) -> Node:
+        """``date + n``, ``n + date``, ``date - n``: Spark's ``date_add``/``date_sub``."""
+        if left.dtype != DATE:
+            if subtract:
+                raise NotCovered(f"{left.dtype} - date is not covered")
+            left, right = right, left
+        if right.dtype == DATE:
+            raise NotCovered("date - date (an interval) is not covered")
+        return dates.date_add("date_sub" if subtract else "date_add", left, right, self.timezone)
+
+    def _date_interval(self, e: exp.Expression) -> Node:
+        """``date ± INTERVAL 'n' DAY|MONTH|YEAR`` (one unit, an integer): ``date_add`` or
+        ``add_months``, as Spark rewrites them; other intervals are not covered."""
+        interval, other = (e.expression, e.this) if isinstance(e.expression, exp.Interval) else (e.this, e.expression)
+        unit = interval.args.get("unit")
+        unit_name = unit.name.lower() if isinstance(unit, exp.Var) else ""
+        value = interval.this
+        text = value.this if isinstance(value, exp.Literal) else None
+        factor = {"day": 1, "days": 1, "month": 1, "months": 1, "year": 12, "years": 12}.get(unit_name)
+        if factor is None or text is None or not str(text).lstrip("+-").isdigit():
+            raise NotCovered(f"the interval '{_sql(interval)}' is not covered (one DAY, MONTH or YEAR field only)")
+        amount = int(text) * factor * (-1 if isinstance(e, exp.Sub) else 1)
+        if not -2**31 <= amount < 2**31:
+            raise NotCovered("an interval beyond the int range is not covered")
+        start = self.compile(other)
+        if start.dtype != DATE:
+            raise NotCovered(f"{start.dtype} ± interval is not covered (dates only)")
+        if unit_name.startswith("day"):
+            return dates.date_add("date_add", start, Literal(INT, amount), self.timezone)
+        return dates.add_months(start, Literal(INT, amount), self.timezone)
 
     # -- leaves --------------------------------------------------------------------------
     def _column(self, e: exp.Column) -> Node:

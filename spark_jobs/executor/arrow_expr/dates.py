@@ -8,12 +8,15 @@ depends on the session time zone; only UTC is covered.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Sequence
+
 import numpy as np
 import pyarrow as pa
 
 from . import calendar
 from .casts import cast
-from .runtime import ExpressionFailed, Literal, Node, Strict, from_numpy, numbers
+from .runtime import Batch, ExpressionFailed, Literal, Node, Strict, from_numpy, numbers
 from .sparktypes import DATE, INT, NULL, STRING, TIMESTAMP, TIMESTAMP_NTZ, NotCovered, SparkType, decimal
 
 _FIELDS = {
@@ -164,7 +167,7 @@ def trunc(date: Node, unit: Node, timezone: str) -> Node:
     date = as_date(date, "trunc", timezone)
     level = _unit(unit, _TRUNC_DATE, "trunc")
     if level is None:
-        return Literal(DATE, None)
+        return UnknownUnit(DATE, date)
     return Strict(DATE, [date], lambda arrays, ok: from_numpy(
         _truncate_days(level, _days(arrays[0])).astype(np.int32), ok, pa.int32()).cast(pa.date32()),
         name=f"trunc:{level}", always_nullable=True)
@@ -175,7 +178,7 @@ def date_trunc(unit: Node, ts: Node, timezone: str) -> Node:
     ts = as_timestamp(ts, "date_trunc", timezone)
     level = _unit(unit, _TRUNC_TIME, "date_trunc")
     if level is None:
-        return Literal(ts.dtype, None)
+        return UnknownUnit(ts.dtype, ts)
     sub_day = {"hour": 3600 * calendar.MICROS_PER_SECOND, "minute": 60 * calendar.MICROS_PER_SECOND,
                "second": calendar.MICROS_PER_SECOND, "millisecond": 1000, "microsecond": 1,
                "day": calendar.MICROS_PER_DAY}
@@ -191,6 +194,21 @@ def date_trunc(unit: Node, ts: Node, timezone: str) -> Node:
             out = _truncate_days(level, days) * calendar.MICROS_PER_DAY
         return from_numpy(out, ok, pa.int64()).cast(arrow_type)
     return Strict(ts.dtype, [ts], kernel, name=f"date_trunc:{level}", always_nullable=True)
+
+
+@dataclass
+class UnknownUnit(Node):
+    """``trunc``/``date_trunc`` with a unit Spark does not know: NULL on every row, its input never
+    evaluated; not a literal (Spark does not fold it unless the input is constant)."""
+
+    dtype: SparkType
+    source: Node
+
+    def children(self) -> Sequence[Node]:
+        return (self.source,)
+
+    def evaluate(self, batch: Batch) -> pa.Array:
+        return pa.nulls(batch.num_rows, self.arrow_type)
 
 
 def _unit(unit: Node, known: dict[str, str], what: str) -> str | None:
