@@ -109,6 +109,13 @@ class Gen:
         r = self.rng.random()
         return name.upper() if r < 0.1 else f"`{name}`" if r < 0.15 else name
 
+    def small_int(self) -> str:
+        """A day or month count that keeps dates in years Spark's calendar functions agree on
+        (far-off wrapped dates are left to Spark by the compiler), now and then an extreme one."""
+        if self.rng.random() < 0.05:
+            return self.pick(["i32", "2147483647", "-2147483648"])
+        return self.pick(["z", "i8", "1", "-1", "30", "365", "-400", "(z * 7)"])
+
     def expr(self, kind: str, depth: int = 0) -> str:
         leaf = depth >= self.max_depth or self.rng.random() < 0.3
         return getattr(self, f"_{kind}")(depth, leaf)
@@ -256,7 +263,7 @@ class Gen:
                 self.pick(["date '2020-02-29'", "date '1970-01-01'", "DATE '1999-12-31'"])
         d = depth + 1
         return self.pick([
-            lambda: f"{self.pick(['date_add', 'date_sub'])}({self.expr('date', d)}, {self.expr('int', d)})",
+            lambda: f"{self.pick(['date_add', 'date_sub'])}({self.expr('date', d)}, {self.small_int()})",
             lambda: f"date_add({self.expr('date', d)}, {self.pick(['1', '-1', '365', '0'])})",
             lambda: f"cast({self.expr(self.pick(['ts', 'str']), d)} as date)",
             lambda: f"to_date({self.col('sn')})",
@@ -266,7 +273,7 @@ class Gen:
             lambda: f"coalesce({self.expr('date', d)}, {self.expr('date', d)})",
             lambda: f"({self.expr('date', d)} {self.pick(['+', '-'])} interval '{self.pick(['1', '90', '-3'])}' "
                     f"{self.pick(['day', 'month', 'year', 'days'])})",
-            lambda: f"({self.expr('date', d)} {self.pick(['+', '-'])} {self.expr('int', d)})",
+            lambda: f"({self.expr('date', d)} {self.pick(['+', '-'])} {self.small_int()})",
         ])()
 
     def _ts(self, depth: int, leaf: bool) -> str:

@@ -187,10 +187,25 @@ def _java_rem(x: np.ndarray, y: np.ndarray, t: SparkType) -> np.ndarray:
     return np.where(y == -1, 0, np.fmod(x, safe_y)).astype(x.dtype)
 
 
+_ARROW_EXACT = {"+": pc.add, "-": pc.subtract, "*": pc.multiply}
+
+
+def _unadjusted_precision(op: str, a: SparkType, b: SparkType) -> int:
+    if op == "*":
+        return a.precision + b.precision + 1
+    scale = max(a.scale, b.scale)
+    return max(a.precision - a.scale, b.precision - b.scale) + scale + 1
+
+
 def _decimal_op(op: str, a: Node, b: Node) -> Node:
     ta, tb = a.dtype, b.dtype
     rt = result_decimal(op, ta, tb)
     sa, sb = ta.scale, tb.scale
+    if op in _ARROW_EXACT and _unadjusted_precision(op, ta, tb) <= 38:
+        # Spark's result type needs no adjustment: the exact result always fits it, and Arrow's
+        # decimal128 kernels compute exactly that (same precision and scale rules).
+        arrow_fn = _ARROW_EXACT[op]
+        return Strict(rt, [a, b], lambda arrays, ok: arrow_fn(arrays[0], arrays[1]), name=op)
 
     def one(x: int, y: int) -> int:
         if op == "+":
@@ -261,6 +276,8 @@ def _sign_op(child: Node, name: str, on_decimal, arrow_fn) -> Node:
     t = child.dtype
     if not t.is_numeric:
         raise NotCovered(f"{name} of a {t} value is not covered")
+    if t.is_decimal and t.precision <= 34:  # exact (no Scala rounding below 35 digits)
+        return Strict(t, [child], lambda arrays, ok: arrow_fn(arrays[0]), name=name)
     if t.is_decimal:
         def dec(arrays, ok):
             values = [on_decimal(v, t) if k else 0 for v, k in zip(decimals.unscaled(arrays[0]), ok)]

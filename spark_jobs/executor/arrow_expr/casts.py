@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from . import decimals
 from .calendar import MICROS_PER_DAY, format_date, parse_date, trim_bytes
-from .runtime import ColumnRef, ExpressionFailed, Literal, Node, Strict, from_numpy, numbers, valid
+from .runtime import ColumnRef, ExpressionFailed, Literal, Node, Strict, fold, from_numpy, numbers, valid
 from .sparktypes import (BOOLEAN, DATE, DOUBLE, FLOAT, INTEGRAL_BOUNDS, NULL, STRING, TIMESTAMP, TIMESTAMP_NTZ,
                          NotCovered, SparkType, can_up_cast, to_arrow)
 
@@ -72,7 +72,8 @@ def cast(child: Node, to: SparkType, timezone: str = "UTC") -> Node:
         if inner.dtype.is_numeric and can_up_cast(inner.dtype, src) and can_up_cast(src, to):
             return cast(inner, to, timezone)  # SimplifyCasts
     kernel, fails = _kernel(child, src, to, timezone)
-    return Strict(to, [child], lambda arrays, ok: kernel(arrays[0], ok), name=f"cast:{to}", kernel_fails=fails)
+    node = Strict(to, [child], lambda arrays, ok: kernel(arrays[0], ok), name=f"cast:{to}", kernel_fails=fails)
+    return fold(node) if isinstance(child, Literal) else node
 
 
 def _kernel(child: Node, src: SparkType, to: SparkType, timezone: str):
@@ -224,6 +225,11 @@ def _string_to_integral(to: SparkType, lo: int, hi: int):
 
 def _decimal_to_double(src: SparkType):
     def kernel(a: pa.Array, ok: np.ndarray) -> pa.Array:
+        if src.precision <= 15:
+            # |unscaled| < 2**53 and 10**scale are exact doubles: one IEEE division rounds
+            # correctly, as BigDecimal.doubleValue does
+            low = decimals.unscaled_int64(a)
+            return from_numpy(low.astype(np.float64) / float(10 ** src.scale), ok, pa.float64())
         unit = 10 ** src.scale
         out = [float(Fraction(v, unit)) if k else 0.0 for v, k in zip(decimals.unscaled(a), ok)]
         return from_numpy(np.array(out, dtype=np.float64), ok, pa.float64())
@@ -232,6 +238,10 @@ def _decimal_to_double(src: SparkType):
 
 def _exact_to_decimal(to: SparkType):
     def kernel(a: pa.Array, ok: np.ndarray) -> pa.Array:
+        try:  # exact, and Arrow checks each value against the precision
+            return a.cast(pa.int64()).cast(pa.decimal128(38, 0)).cast(to_arrow(to))
+        except pa.ArrowInvalid:
+            pass  # some value overflows: the exact path below raises Spark's error
         ints = numbers(a.cast(pa.int64())).tolist()
         out = [decimals.check(v * 10 ** to.scale, to.precision, to.scale) if k else 0 for v, k in zip(ints, ok)]
         return decimals.from_unscaled(out, ok, to.precision, to.scale)
@@ -240,6 +250,11 @@ def _exact_to_decimal(to: SparkType):
 
 def _decimal_to_decimal(src: SparkType, to: SparkType):
     def kernel(a: pa.Array, ok: np.ndarray) -> pa.Array:
+        if to.scale >= src.scale:  # no rounding: Arrow rescales exactly and checks the precision
+            try:
+                return a.cast(to_arrow(to))
+            except pa.ArrowInvalid:
+                pass  # an overflow: the exact path below raises Spark's error
         out = [decimals.to_precision(v, src.scale, to.precision, to.scale) if k else 0
                for v, k in zip(decimals.unscaled(a), ok)]
         return decimals.from_unscaled(out, ok, to.precision, to.scale)

@@ -90,8 +90,8 @@ class Compiler:
         if isinstance(e, exp.Between):
             if e.args.get("symmetric"):
                 raise NotCovered("BETWEEN SYMMETRIC is not covered")
-            return logic.And(self._comparison(">=", e.this, e.args["low"]),
-                             self._comparison("<=", e.this, e.args["high"]))
+            return logic.logical("AND", self._comparison(">=", e.this, e.args["low"]),
+                                 self._comparison("<=", e.this, e.args["high"]))
         if isinstance(e, (exp.Like, exp.ILike)):
             return self._like(e, "\\")
         if isinstance(e, exp.Escape) and isinstance(e.this, (exp.Like, exp.ILike)):

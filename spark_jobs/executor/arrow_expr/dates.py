@@ -68,6 +68,19 @@ def _days(arr: pa.Array) -> np.ndarray:
     return numbers(arr.cast(pa.int32())).astype(np.int64)
 
 
+# Dates this close to the int range's ends (years beyond +-5.8 million) are left to Spark: there
+# ``trunc``, ``last_day`` and ``add_months`` wrap around or raise depending on how each one does
+# its int arithmetic. Raising here makes the engine run the step on Spark.
+_EDGE_DAYS = 2**31 - 1 - 400
+
+
+def _calendar_days(arr: pa.Array, ok: np.ndarray, what: str) -> np.ndarray:
+    days = _days(arr)
+    if (ok & (np.abs(days) > _EDGE_DAYS)).any():
+        raise ExpressionFailed("DATETIME_OVERFLOW", f"{what} of a date beyond +-5.8 million years")
+    return days
+
+
 def _micros(arr: pa.Array) -> np.ndarray:
     return numbers(arr.cast(pa.int64()))
 
@@ -168,9 +181,9 @@ def trunc(date: Node, unit: Node, timezone: str) -> Node:
     level = _unit(unit, _TRUNC_DATE, "trunc")
     if level is None:
         return UnknownUnit(DATE, date)
-    return Strict(DATE, [date], lambda arrays, ok: from_numpy(
-        _truncate_days(level, _days(arrays[0])).astype(np.int32), ok, pa.int32()).cast(pa.date32()),
-        name=f"trunc:{level}", always_nullable=True)
+    return Strict(DATE, [date], lambda arrays, ok: _to_date(
+        _truncate_days(level, _calendar_days(arrays[0], ok, "trunc")), ok, "trunc"),
+        name=f"trunc:{level}", kernel_fails=True, always_nullable=True)
 
 
 def date_trunc(unit: Node, ts: Node, timezone: str) -> Node:
@@ -219,14 +232,22 @@ def _unit(unit: Node, known: dict[str, str], what: str) -> str | None:
     return known.get(str(unit.value).strip().lower())
 
 
+def _to_date(days: np.ndarray, ok: np.ndarray, what: str, exact: bool = False) -> pa.Array:
+    """Day numbers as a date array. Beyond the int range ``add_months`` raises (Spark's
+    ``toIntExact``), ``trunc`` and ``last_day`` wrap around (``toEpochDay.toInt``)."""
+    if exact and (ok & ((days < -2**31) | (days > 2**31 - 1))).any():
+        raise ExpressionFailed("ARITHMETIC_OVERFLOW", f"integer overflow in {what}")
+    wrapped = (np.where(ok, days, 0) + 2**31) % 2**32 - 2**31
+    return from_numpy(wrapped.astype(np.int32), ok, pa.int32()).cast(pa.date32())
+
+
 def last_day(date: Node, timezone: str) -> Node:
     date = as_date(date, "last_day", timezone)
 
     def kernel(arrays, ok):
-        y, m, _ = calendar.civil(_days(arrays[0]))
-        out = calendar.days_from_civil(y, m, calendar.days_in_month(y, m))
-        return from_numpy(out.astype(np.int32), ok, pa.int32()).cast(pa.date32())
-    return Strict(DATE, [date], kernel, name="last_day")
+        y, m, _ = calendar.civil(_calendar_days(arrays[0], ok, "last_day"))
+        return _to_date(calendar.days_from_civil(y, m, calendar.days_in_month(y, m)), ok, "last_day")
+    return Strict(DATE, [date], kernel, name="last_day", kernel_fails=True)
 
 
 def add_months(date: Node, months: Node, timezone: str) -> Node:
@@ -237,12 +258,9 @@ def add_months(date: Node, months: Node, timezone: str) -> Node:
     months = cast(months, INT)
 
     def kernel(arrays, ok):
-        y, m, d = calendar.civil(_days(arrays[0]))
+        y, m, d = calendar.civil(_calendar_days(arrays[0], ok, "add_months"))
         total = y * 12 + (m - 1) + _days(arrays[1])
         ny, nm = np.floor_divide(total, 12), np.mod(total, 12) + 1
         nd = np.minimum(d, calendar.days_in_month(ny, nm))
-        out = calendar.days_from_civil(ny, nm, nd)
-        if (ok & ((out < -2**31) | (out > 2**31 - 1))).any():
-            raise ExpressionFailed("ARITHMETIC_OVERFLOW", "integer overflow in add_months")
-        return from_numpy(out.astype(np.int32), ok, pa.int32()).cast(pa.date32())
+        return _to_date(calendar.days_from_civil(ny, nm, nd), ok, "add_months", exact=True)
     return Strict(DATE, [date, months], kernel, name="add_months", kernel_fails=True)

@@ -28,6 +28,14 @@ def unscaled(arr: pa.Array) -> list[int]:
     return [(h << 64) | l for l, h in zip(lo, hi)]
 
 
+def unscaled_int64(arr: pa.Array) -> np.ndarray:
+    """The low 64 bits of each unscaled value: the value itself for precision <= 18."""
+    if len(arr) == 0:
+        return np.zeros(0, dtype=np.int64)
+    raw = np.frombuffer(arr.buffers()[1], dtype="<i8")[2 * arr.offset: 2 * (arr.offset + len(arr))]
+    return raw[0::2].copy()
+
+
 def from_unscaled(values: Sequence[int], ok: np.ndarray, precision: int, scale: int) -> pa.Array:
     """A decimal128(precision, scale) array of unscaled integers, NULL where not ``ok``."""
     data = b"".join(int(v if k else 0).to_bytes(16, "little", signed=True) for v, k in zip(values, ok))

@@ -189,8 +189,7 @@ class Strict(Node):
     def __post_init__(self) -> None:
         self.may_fail = self.kernel_fails or any(a.may_fail for a in self.args)
         self.nullable = self.always_nullable or any(a.nullable for a in self.args)
-        self.null_literal = self.null_intolerant and any(
-            isinstance(a, Literal) and a.value is None for a in self.args)
+        self.null_literal = self.null_intolerant and any(is_null_constant(a) for a in self.args)
         if self.null_literal:
             self.may_fail = False
 
@@ -260,6 +259,11 @@ class ColumnRef(Node):
         arr = batch.columns[self.name]
         want = self.arrow_type
         return arr if arr.type == want else arr.cast(want)
+
+
+def is_null_constant(node: Node) -> bool:
+    """A NULL literal, or a null-intolerant call Spark's NullPropagation has made one."""
+    return (isinstance(node, Literal) and node.value is None) or (isinstance(node, Strict) and node.null_literal)
 
 
 def reads_columns(node: Node) -> bool:

@@ -37,6 +37,11 @@ def _int_arg(node: Node, function: str) -> Node:
     raise NotCovered(f"{function} with a {node.dtype} position or length is not covered")
 
 
+def _constant(node: Node):
+    """The value of a non-NULL literal argument (vectorized kernels take constants), else None."""
+    return node.value if isinstance(node, Literal) else None
+
+
 def _per_value(fn, out_type: pa.DataType):
     """A kernel applying a Python function to the values of the rows where all arguments are set."""
     def kernel(arrays, ok):
@@ -80,7 +85,14 @@ def substring(args: list[Node]) -> Node:
     if len(args) not in (2, 3):
         raise NotCovered("substring takes 2 or 3 arguments")
     nodes = [_string_arg(args[0], "substring")] + [_int_arg(a, "substring") for a in args[1:]]
-    return Strict(STRING, nodes, _per_value(spark_substring, pa.string()), name="substring")
+    pos = _constant(nodes[1])
+    length = _constant(nodes[2]) if len(nodes) == 3 else 2**31 - 1
+    kernel = _per_value(spark_substring, pa.string())
+    if pos is not None and pos >= 0 and length is not None and length >= 0:
+        start = max(pos - 1, 0)
+        stop = min(start + length, 2**31 - 1)
+        kernel = lambda arrays, ok: pc.utf8_slice_codeunits(arrays[0], start, stop)  # noqa: E731 - code points
+    return Strict(STRING, nodes, kernel, name="substring")
 
 
 def left_right(name: str, args: list[Node]) -> Node:
@@ -115,26 +127,56 @@ def trim(kind: str, args: list[Node]) -> Node:
     ``args`` is ``[s]`` or ``[s, chars]``."""
     s = _string_arg(args[0], "trim")
     strip = {"both": str.strip, "leading": str.lstrip, "trailing": str.rstrip}[kind]
+    arrow_trim = {"both": pc.utf8_trim, "leading": pc.utf8_ltrim, "trailing": pc.utf8_rtrim}[kind]
     if len(args) == 1:
-        return Strict(STRING, [s], _per_value(lambda v: strip(v, " "), pa.string()), name=f"trim:{kind}")
+        return Strict(STRING, [s], lambda arrays, ok: arrow_trim(arrays[0], characters=" "), name=f"trim:{kind}")
     chars = _string_arg(args[1], "trim")
-    return Strict(STRING, [s, chars], _per_value(lambda v, c: strip(v, c), pa.string()), name=f"trim:{kind}",
-                  null_intolerant=False)
+    kernel = _per_value(lambda v, c: strip(v, c), pa.string())
+    if _constant(chars) is not None:
+        kernel = lambda arrays, ok: arrow_trim(arrays[0], characters=chars.value)  # noqa: E731
+    return Strict(STRING, [s, chars], kernel, name=f"trim:{kind}", null_intolerant=False)
 
 
 def predicate(name: str, args: list[Node]) -> Node:
     """``startswith``, ``endswith``, ``contains``: NULL if either side is; an empty needle matches."""
     s, needle = _string_arg(args[0], name), _string_arg(args[1], name)
     test = {"startswith": str.startswith, "endswith": str.endswith, "contains": str.__contains__}[name]
-    return Strict(BOOLEAN, [s, needle], _per_value(lambda v, n: test(v, n), pa.bool_()), name=name)
+    kernel = _per_value(lambda v, n: test(v, n), pa.bool_())
+    if _constant(needle) is not None:
+        arrow_test = {"startswith": pc.starts_with, "endswith": pc.ends_with, "contains": pc.match_substring}[name]
+        kernel = lambda arrays, ok: arrow_test(arrays[0], pattern=needle.value)  # noqa: E731
+    return Strict(BOOLEAN, [s, needle], kernel, name=name)
 
 
 def replace(args: list[Node]) -> Node:
     if len(args) == 2:
         args = [*args, Literal(STRING, "")]
     nodes = [_string_arg(a, "replace") for a in args]
-    return Strict(STRING, nodes, _per_value(lambda s, old, new: s if old == "" else s.replace(old, new), pa.string()),
-                  name="replace")
+    kernel = _per_value(lambda s, old, new: s if old == "" else s.replace(old, new), pa.string())
+    search, replacement = _constant(nodes[1]), _constant(nodes[2])
+    if search and replacement is not None:  # left to right, not overlapping, as Java's replace
+        kernel = lambda arrays, ok: pc.replace_substring(arrays[0], search, replacement)  # noqa: E731
+    return Strict(STRING, nodes, kernel, name="replace")
+
+
+_RE2_SPECIAL = frozenset("\\.^$|?*+()[]{}")
+
+
+def like_re2(pattern: str, escape: str) -> str:
+    """The same pattern for Arrow's RE2 kernels (anchored, ``.`` matching newlines)."""
+    like_regex(pattern, escape)  # raises for patterns Spark rejects
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == escape:
+            c, i = pattern[i + 1], i + 1
+            out.append("\\" + c if c in _RE2_SPECIAL else c)
+        elif c in "_%":
+            out.append("." if c == "_" else ".*")
+        else:
+            out.append("\\" + c if c in _RE2_SPECIAL else c)
+        i += 1
+    return "(?s)\\A" + "".join(out) + "\\z"
 
 
 @lru_cache(maxsize=1024)
@@ -174,4 +216,7 @@ def like(value: Node, pattern: Node, escape: str = "\\", ignore_case: bool = Fal
         values, patterns = arrays[0].to_pylist(), arrays[1].to_pylist()
         out = [bool(like_regex(p, escape).fullmatch(v)) if k else None for v, p, k in zip(values, patterns, ok)]
         return pa.array(out, pa.bool_())
+    if _constant(pattern) is not None:
+        regex = like_re2(pattern.value, escape)
+        kernel = lambda arrays, ok: pc.match_substring_regex(arrays[0], regex)  # noqa: E731
     return Strict(BOOLEAN, [value, pattern], kernel, name=f"like:{escape}", kernel_fails=not isinstance(pattern, Literal))
