@@ -156,7 +156,7 @@ def check_circuit(spark, spec: CircuitSpec) -> int:
                         f"built-in such as current_date to it)" for c in reading.columns
                         if c.lower() not in expected]
         problems += [Problem(spec.path, site.line, site.label,
-                             f"{site.what} '{site.text}': refused by the check with Spark's parser: {why}")
+                             f"{site.what}: '{site.text}' is refused by the check with Spark's parser: {why}")
                      for why in reasons]
     if problems:
         raise CircuitError(problems)

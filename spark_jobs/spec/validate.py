@@ -443,7 +443,7 @@ def _expressions(spec: CircuitSpec, res: Resolution, broken: frozenset[str]) -> 
             problems.append(Problem(spec.path, site.line, site.label,
                                     f"{site.what}: cannot read '{site.text}': {exc}"))
             continue
-        problems += [Problem(spec.path, site.line, site.label, f"{site.what} '{_clip(site.text)}': {reason}")
+        problems += [Problem(spec.path, site.line, site.label, f"{site.what}: '{_clip(site.text)}' is refused: {reason}")
                      for reason in found.refusals]
         if site.kind == "node":
             available = res.reads.get(site.label, {}).get(site.reads)
