@@ -90,6 +90,7 @@ NUM_COLS = ["i8", "i16", "i32", "i64", "z", "f32", "f64", "dec_a", "dec_b", "dec
 EXACT_COLS = ["i8", "i16", "i32", "i64", "z", "dec_a", "dec_b", "dec_c", "dec_d"]
 INT_LITERALS = ["0", "1", "-1", "2", "7", "-3", "100", "2147483647", "-2147483648", "9223372036854775807", "1L",
                 "3S", "2Y", "99999999999999999999"]
+DATE_FIELDS = ["year", "month", "day", "dayofweek", "dayofyear", "quarter", "weekday", "weekofyear"]
 CONCAT_TAILS = ["null", "'-'", "b", "dt"]
 NUM_LITERALS = INT_LITERALS + ["1.5", "0.25", "-2.75", "1e3", "2.5D", "1.5F", "0.0D", "-0.0D", "0.001",
                                "12345.678901234567890123"]
@@ -133,7 +134,7 @@ class Gen:
             lambda: f"abs({self.expr('int', d)})",
             lambda: f"-{self.expr('int', d)}",
             lambda: f"length({self.expr('str', d)})",
-            lambda: f"{self.pick(['year', 'month', 'day', 'dayofweek', 'dayofyear', 'quarter', 'weekday', 'weekofyear'])}"
+            lambda: f"{self.pick(DATE_FIELDS)}"
                     f"({self.expr('date', d)})",
             lambda: f"extract({self.pick(['year', 'month', 'day', 'dow', 'doy', 'hour', 'minute'])} from "
                     f"{self.expr(self.pick(['date', 'ts']), d)})",

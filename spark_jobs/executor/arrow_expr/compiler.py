@@ -8,6 +8,7 @@ code generator treat such parts in ways a row-by-row model does not reproduce.
 """
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from fractions import Fraction
 from typing import Callable
@@ -16,13 +17,16 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
+from spark_jobs.spec.sql_check import short_sql
+
 from . import arithmetic, dates, logic, mathfn, strings
 from .arithmetic import Operand
 from .calendar import parse_timestamp_literal
 from .casts import cast
 from .runtime import ColumnRef, Literal, Node, fold
 from .sparktypes import (BOOLEAN, BYTE, DATE, DOUBLE, FLOAT, INT, INTEGRAL_BOUNDS, LONG, NULL, SHORT, STRING,
-                         TIMESTAMP, TIMESTAMP_NTZ, NotCovered, SparkType, decimal, from_arrow, from_sql_name)
+                         TIMESTAMP, TIMESTAMP_NTZ, NotCovered, decimal, decimal_for_literal, from_arrow,
+                         from_sql_name)
 
 _ARITHMETIC = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.IntDiv: "div", exp.Mod: "%"}
 _COMPARISON = {exp.EQ: "=", exp.NEQ: "<>", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<="}
@@ -124,7 +128,7 @@ class Compiler:
             if builder is None:
                 raise NotCovered(f"function '{name}' is not covered by the Arrow kernels")
             return builder(list(e.expressions))
-        raise NotCovered(f"'{_sql(e)}' is not covered by the Arrow kernels")
+        raise NotCovered(f"'{short_sql(e)}' is not covered by the Arrow kernels")
 
     def _date_plus_days(self, subtract: bool, left: Node, right: Node) -> Node:
         """``date + n``, ``n + date``, ``date - n``: Spark's ``date_add``/``date_sub``."""
@@ -146,7 +150,8 @@ class Compiler:
         text = value.this if isinstance(value, exp.Literal) else None
         factor = {"day": 1, "days": 1, "month": 1, "months": 1, "year": 12, "years": 12}.get(unit_name)
         if factor is None or text is None or not str(text).lstrip("+-").isdigit():
-            raise NotCovered(f"the interval '{_sql(interval)}' is not covered (one DAY, MONTH or YEAR field only)")
+            raise NotCovered(f"the interval '{short_sql(interval)}' is not covered (one DAY, MONTH or YEAR field "
+                             "only)")
         amount = int(text) * factor * (-1 if isinstance(e, exp.Sub) else 1)
         if not -2**31 <= amount < 2**31:
             raise NotCovered("an interval beyond the int range is not covered")
@@ -160,7 +165,7 @@ class Compiler:
     # -- leaves --------------------------------------------------------------------------
     def _column(self, e: exp.Column) -> Node:
         if e.args.get("table") is not None or isinstance(e.this, exp.Star):
-            raise NotCovered(f"'{_sql(e)}' (a qualified name or field access) is not covered")
+            raise NotCovered(f"'{short_sql(e)}' (a qualified name or field access) is not covered")
         name = e.this.name
         found = self.by_lower.get(name.lower(), [])
         if len(found) != 1:
@@ -224,7 +229,7 @@ class Compiler:
             return logic.IsNull(child)
         if isinstance(target, exp.Boolean):
             return logic.NullSafeEqual(child, Literal(BOOLEAN, bool(target.this)))
-        raise NotCovered(f"IS {_sql(target)} is not covered")
+        raise NotCovered(f"IS {short_sql(target)} is not covered")
 
     def _like(self, e: exp.Expression, escape: str) -> Node:
         node = strings.like(self.compile(e.this), self.compile(e.expression), escape,
@@ -462,7 +467,8 @@ def _decimal_literal(e: exp.Expression) -> Decimal | None:
     if isinstance(core, exp.Literal) and not core.is_string:
         lit = _number_literal(str(core.this), negative)
     elif _typed_literal(core) and core.meta["literal"] == "BD":
-        lit = _suffixed_literal(core.this.this if isinstance(core.this, exp.Literal) else core.this.name, "BD", negative)
+        digits = core.this.this if isinstance(core.this, exp.Literal) else core.this.name
+        lit = _suffixed_literal(digits, "BD", negative)
     else:
         return None
     return lit.value if lit.dtype.is_decimal else None
@@ -486,7 +492,6 @@ def _integral_vs_decimal_literal(op: str, left: Operand, right: Operand, left_de
         return Literal(BOOLEAN, op_on_column in (">", ">="))
     if value > hi:
         return Literal(BOOLEAN, op_on_column in ("<", "<="))
-    import math
     bound = math.floor(value) if op_on_column in (">", "<=") else math.ceil(value)
     return logic.comparison(op_on_column, column, Literal(LONG, int(bound)))
 
@@ -495,14 +500,5 @@ def _decimal_side(this: Operand, other: Operand) -> Node:
     """An integral literal compared with a decimal is typed by its digits (``forLiteral``)."""
     if this.literal is not None and other.node.dtype.is_decimal and this.node.dtype.name in ("smallint", "int",
                                                                                                "bigint"):
-        from .sparktypes import decimal_for_literal
         return cast(this.node, decimal_for_literal(this.literal))
     return this.node
-
-
-def _sql(e: exp.Expression) -> str:
-    try:
-        text = e.sql(dialect="spark")
-    except Exception:  # noqa: BLE001 - only for a message
-        text = e.key
-    return text if len(text) <= 60 else text[:57] + "..."

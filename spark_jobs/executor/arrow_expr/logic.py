@@ -127,7 +127,11 @@ class NullSafeEqual(Node):
 
 
 @dataclass
-class And(Node):
+class Connective(Node):
+    """``AND`` / ``OR`` (Kleene): the right side is evaluated only where the left one does not
+    decide (FALSE for AND, TRUE for OR)."""
+
+    op: str  # "AND" | "OR"
     left: Node
     right: Node
 
@@ -140,35 +144,13 @@ class And(Node):
         return (self.left, self.right)
 
     def key(self) -> tuple:
-        return call_key("AND", BOOLEAN, [self.left, self.right])
+        return call_key(self.op, BOOLEAN, [self.left, self.right])
 
     def evaluate(self, batch: Batch) -> pa.Array:
         a = self.left.evaluate(batch)
-        not_false = ~(valid(a) & ~truthy(a))
-        b = on_rows(self.right, batch, not_false)
-        return pc.and_kleene(a, b)
-
-
-@dataclass
-class Or(Node):
-    left: Node
-    right: Node
-
-    def __post_init__(self) -> None:
-        self.dtype = BOOLEAN
-        self.may_fail = self.left.may_fail or self.right.may_fail
-        self.nullable = self.left.nullable or self.right.nullable
-
-    def children(self) -> Sequence[Node]:
-        return (self.left, self.right)
-
-    def key(self) -> tuple:
-        return call_key("OR", BOOLEAN, [self.left, self.right])
-
-    def evaluate(self, batch: Batch) -> pa.Array:
-        a = self.left.evaluate(batch)
-        b = on_rows(self.right, batch, ~truthy(a))
-        return pc.or_kleene(a, b)
+        if self.op == "AND":
+            return pc.and_kleene(a, on_rows(self.right, batch, ~(valid(a) & ~truthy(a))))
+        return pc.or_kleene(a, on_rows(self.right, batch, ~truthy(a)))
 
 
 def logical(op: str, left: Node, right: Node) -> Node:
@@ -187,7 +169,7 @@ def logical(op: str, left: Node, right: Node) -> Node:
             return other
     if left.key() == right.key():
         return left
-    return And(left, right) if op == "AND" else Or(left, right)
+    return Connective(op, left, right)
 
 
 def negation(child: Node) -> Node:

@@ -219,4 +219,5 @@ def like(value: Node, pattern: Node, escape: str = "\\", ignore_case: bool = Fal
     if _constant(pattern) is not None:
         regex = like_re2(pattern.value, escape)
         kernel = lambda arrays, ok: pc.match_substring_regex(arrays[0], regex)  # noqa: E731
-    return Strict(BOOLEAN, [value, pattern], kernel, name=f"like:{escape}", kernel_fails=not isinstance(pattern, Literal))
+    return Strict(BOOLEAN, [value, pattern], kernel, name=f"like:{escape}",
+                  kernel_fails=not isinstance(pattern, Literal))
