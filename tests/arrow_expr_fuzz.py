@@ -395,8 +395,11 @@ def compare(spark, table: pa.Table, texts: list[str], error_checks: int = 6,
                 problems.append(f"{o.text}: row {r} ({_row(table, r)}): Arrow {want[r]!r} vs Spark {got[r]!r}")
                 break
     raising = [(i, o) for i, o in enumerate(outcomes) if o.values is None]
+    nulls = [sum(table.column(c)[r].as_py() is None for c in table.column_names) for r in range(rows)]
     for i, o in rng.sample(raising, min(error_checks, len(raising))):
-        row = rng.choice(sorted(o.row_errors))
+        # the raising row with the most NULLs: where skipping (NULL operands, untaken branches)
+        # matters most, so an Arrow error on a row Spark would skip shows
+        row = max(sorted(o.row_errors), key=lambda r: nulls[r])
         stats["checked_errors"] += 1
         try:
             df.where(f"__row = {row}").selectExpr(o.text).collect()

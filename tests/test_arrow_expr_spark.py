@@ -44,9 +44,10 @@ def _seeds() -> tuple[int, ...]:
     return tuple(range(1000, 1000 + int(wanted)))
 
 
-def _check(spark, table: pa.Table, texts: list[str], seed: int = 0, min_compiled: float = 1.0) -> dict:
+def _check(spark, table: pa.Table, texts: list[str], seed: int = 0, min_compiled: float = 1.0,
+           error_checks: int = 6) -> dict:
     with temporary_conf(spark, CODEGEN):
-        problems, stats = compare(spark, table, texts, rng=random.Random(seed))
+        problems, stats = compare(spark, table, texts, error_checks, rng=random.Random(seed))
     assert not problems, f"{len(problems)} differences from Spark:\n" + "\n".join(p[:600] for p in problems[:20])
     assert stats["compiled"] >= min_compiled * stats["expressions"], stats
     return stats
@@ -96,7 +97,9 @@ EDGE_CASES = [
 
 def test_edge_cases_match_spark(spark):
     table = random_table(random.Random(7), 60)
-    _check(spark, table, EDGE_CASES, min_compiled=1.0)
+    stats = _check(spark, table, EDGE_CASES, min_compiled=1.0, error_checks=len(EDGE_CASES))
+    assert stats["checked_errors"] == stats["raising"] >= 20, stats
+    assert stats["spurious"] == 0, stats["spurious_examples"]  # every raising case raises in Spark too
 
 
 TPCH = pa.schema([

@@ -24,8 +24,13 @@ Interface (agreed with the operator registry / in-process engine)::
 - ``NotCovered`` (compile time only): ``.reason`` says what and why, for the step summary.
 - ``ExpressionFailed`` (evaluation): a row on which Spark raises (ANSI mode); ``.condition`` is
   Spark's error class (``DIVIDE_BY_ZERO``, ``ARITHMETIC_OVERFLOW``, ``CAST_INVALID_INPUT``,
-  ``CAST_OVERFLOW``, ``NUMERIC_VALUE_OUT_OF_RANGE``, ...). Spark fails the step on such a row;
-  so should the engine (never return a value instead).
+  ``CAST_OVERFLOW``, ``NUMERIC_VALUE_OUT_OF_RANGE``, ...). Never return a value for such a step:
+  run it on Spark, which fails it with its own message. (Rarely, Spark's optimizer removes the
+  raising part first: ``x IS NULL`` for an ``x`` it proves non-NULL, a comparison with a literal
+  outside a column's range; the step on Spark then succeeds. The emulated rewrites are listed in
+  ``runtime``, ``logic``, ``arithmetic`` and ``casts``: ConstantFolding, NullPropagation,
+  BooleanSimplification, SimplifyConditionals, SimplifyBinaryComparison, SimplifyCasts,
+  ReorderAssociativeOperator, OptimizeIn, SimplifyCaseConversionExpressions.)
 
 Coverage (everything else is NotCovered and runs on Spark):
 
