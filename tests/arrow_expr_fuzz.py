@@ -24,7 +24,7 @@ SCHEMA = pa.schema([
     ("z", pa.int32()), ("f32", pa.float32()), ("f64", pa.float64()),
     ("dec_a", pa.decimal128(10, 2)), ("dec_b", pa.decimal128(38, 18)), ("dec_c", pa.decimal128(20, 0)),
     ("dec_d", pa.decimal128(4, 3)), ("s", pa.string()), ("sn", pa.string()), ("dt", pa.date32()),
-    ("ts", pa.timestamp("us", tz="UTC")),
+    ("ts", pa.timestamp("us", tz="UTC")), ("tsn", pa.timestamp("us")),
 ])
 STRINGS = ["", " ", "a", "abc", "PROMO BRUSHED", "promo", "Straße", "İstanbul", "ΣΑΣ", "naïve", "日本語", "🙂x",
            "a%b_c", "  padded  ", "x\ny", "MiXeD", "ǅ", "ﬁ", "ABCabc", "zzz"]
@@ -279,7 +279,7 @@ class Gen:
 
     def _ts(self, depth: int, leaf: bool) -> str:
         if leaf:
-            return self.col("ts") if self.rng.random() < 0.8 else \
+            return self.col(self.pick(["ts", "ts", "tsn"])) if self.rng.random() < 0.8 else \
                 self.pick(["timestamp '2020-02-29 12:34:56.789'", "TIMESTAMP '1970-01-01'"])
         d = depth + 1
         return self.pick([
@@ -381,6 +381,9 @@ def compare(spark, table: pa.Table, texts: list[str], error_checks: int = 6,
     for name, arr in extra.items():
         full = full.append_column(name, arr)
     df = spark.createDataFrame(full)
+    for f in table.schema:  # Spark reads a naive Arrow timestamp as TIMESTAMP; Parquet's as TIMESTAMP_NTZ
+        if pa.types.is_timestamp(f.type) and f.type.tz is None:
+            df = df.withColumn(f.name, df[f"`{f.name}`"].cast("timestamp_ntz"))
     result = _collect(spark, df, select, outcomes, problems)
     for i, o in enumerate(outcomes):
         if result is None or f"c{i}" not in result:

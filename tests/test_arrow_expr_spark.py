@@ -91,7 +91,8 @@ EDGE_CASES = [
     "round(dec_b, 3)", "round(dec_a, -2)", "bround(dec_d, 1)", "round(i32, -9)", "floor(dec_b)", "ceil(f64)",
     "sign(f64)", "sqrt(f64)", "isnan(f32)", "nanvl(f64, 1.5D)", "typeof(1 + 1.5)", "1.5BD * i8",
     "cast(1 as decimal(38,0)) * cast(0.5 as decimal(38,38))", "case i32 when 1 then 'a' when z then 'b' end",
-    "b is true", "b is not false",
+    "b is true", "b is not false", "date_trunc('day', tsn)", "cast(tsn as date)", "hour(tsn)",
+    "extract(second from tsn)", "tsn > timestamp '2000-01-01'", "cast(dt as timestamp_ntz)",
 ]
 
 

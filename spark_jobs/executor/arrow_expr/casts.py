@@ -78,7 +78,7 @@ def cast(child: Node, to: SparkType, timezone: str = "UTC") -> Node:
 
 def _kernel(child: Node, src: SparkType, to: SparkType, timezone: str):
     arrow_to = to_arrow(to)
-    zoned = {src.name, to.name} & {"timestamp"} and {src.name, to.name} & {"date"}
+    zoned = {src.name, to.name} & {"timestamp"} and {src.name, to.name} & {"date", "timestamp_ntz"}
     if zoned and timezone.upper() not in ("UTC", "Z", "GMT", "+00:00", "ETC/UTC"):
         raise NotCovered(f"CAST between {src} and {to} depends on the session time zone ({timezone}); "
                          "the Arrow kernels cover UTC only")

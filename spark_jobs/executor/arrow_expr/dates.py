@@ -188,7 +188,7 @@ def trunc(date: Node, unit: Node, timezone: str) -> Node:
 
 def date_trunc(unit: Node, ts: Node, timezone: str) -> Node:
     """``date_trunc(fmt, ts)``: a timestamp; NULL for a format Spark does not know."""
-    ts = as_timestamp(ts, "date_trunc", timezone)
+    ts = cast(as_timestamp(ts, "date_trunc", timezone), TIMESTAMP, timezone)  # its result is a TIMESTAMP
     level = _unit(unit, _TRUNC_TIME, "date_trunc")
     if level is None:
         return UnknownUnit(ts.dtype, ts)

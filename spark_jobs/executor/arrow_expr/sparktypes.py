@@ -167,7 +167,7 @@ def _wider(a: SparkType, b: SparkType, what: str) -> SparkType:
                 return DOUBLE
             return wider_decimal(decimal_for(a), decimal_for(b))
         return wider_numeric(a, b)
-    if {a.name, b.name} == {"date", "timestamp"}:
+    if {a.name, b.name} in ({"date", "timestamp"}, {"timestamp_ntz", "timestamp"}):
         return TIMESTAMP
     if {a.name, b.name} == {"date", "timestamp_ntz"}:
         return TIMESTAMP_NTZ
