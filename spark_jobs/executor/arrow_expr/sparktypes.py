@@ -137,12 +137,11 @@ def can_up_cast(a: SparkType, b: SparkType) -> bool:
     row into one (``SimplifyCasts``), so ``CAST(CAST(i AS FLOAT) AS DOUBLE)`` is exact."""
     if a == b:
         return True
-    if a.is_decimal or b.is_decimal:
+    if a.is_decimal or b.is_decimal:  # into a decimal that holds every value; never out of one
         fa = decimal_for(a) if a.is_integral else a
-        fb = decimal_for(b) if b.is_integral else b
-        if not (fa.is_decimal and fb.is_decimal):
+        if not (fa.is_decimal and b.is_decimal):
             return False
-        return fb.precision - fb.scale >= fa.precision - fa.scale and fb.scale >= fa.scale
+        return b.precision - b.scale >= fa.precision - fa.scale and b.scale >= fa.scale
     return _NUMERIC_RANK[a.name] < _NUMERIC_RANK[b.name]
 
 
