@@ -10,8 +10,8 @@ Interface (agreed with the operator registry / in-process engine)::
     from spark_jobs.executor.arrow_expr import compile_expression, NotCovered, ExpressionFailed
 
     expr = compile_expression("l_extendedprice * (1 - l_discount)", table.schema)  # cached
-    expr.spark_type      # 'decimal(24,4)': Spark's type, as ``DataType.simpleString``
-    expr.arrow_type      # pa.decimal128(24, 4): the type Spark's Parquet files have in pyarrow
+    expr.spark_type      # 'decimal(32,4)' (decimal(15,2) columns): Spark's ``simpleString``
+    expr.arrow_type      # pa.decimal128(32, 4): the type Spark's Parquet files have in pyarrow
     expr.columns         # ('l_extendedprice', 'l_discount'): input columns read, as named in the schema
     expr.evaluate(table)     # pa.Array, one value per row (NULLs included)
     expr.predicate(table)    # pa.BooleanArray for filter/join conditions: TRUE rows only (NULL -> False)
@@ -67,7 +67,12 @@ math                   ``round bround`` (integral, decimal; not float/double: Sp
 dates                  ``year quarter month day dayofmonth dayofweek weekday dayofyear
                        weekofyear hour minute second extract date_part date_add dateadd
                        date_sub datediff date_diff date_trunc trunc last_day add_months
-                       to_date(s)`` (UTC session time zone for timestamps)
+                       to_date(s)``, ``date ± n``, ``date ± INTERVAL 'n' DAY|MONTH|YEAR``
+                       (UTC session time zone for timestamps; dates beyond +-5.8 million
+                       years raise ExpressionFailed: Spark's int arithmetic there is left
+                       to Spark)
+other                  ``typeof``; constant parts folded at compile time (a constant that
+                       raises is NotCovered: Spark decides when it is evaluated)
 =====================  ==================================================================
 
 Known, documented differences that cannot be seen at compile time: ``upper``/``lower`` use
@@ -82,12 +87,11 @@ from threading import Lock
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from sqlglot.tokens import TokenType
 
 from spark_jobs.spec import sql_check
 
 from .compiler import Compiler
-from .parse import _Faithful, parse_faithful
+from .parse import check_tokens, parse_faithful
 from .runtime import Batch, ExpressionFailed, Node
 from .sparktypes import BOOLEAN, NULL, NotCovered
 
@@ -154,27 +158,14 @@ def compile_expression(text: str, schema: pa.Schema, timezone: str = "UTC") -> C
 
 
 def compile_uncached(text: str, schema: pa.Schema, timezone: str = "UTC") -> CompiledExpression:
+    """``compile_expression`` without the cache: check, parse as written, compile."""
     try:
         checked = sql_check.check(text)
     except sql_check.ExpressionError as exc:
         raise NotCovered(f"cannot read the expression: {exc}") from None
     if checked.refusals:
         raise NotCovered(f"the expression is refused: {checked.refusals[0]}")
-    _check_tokens(text)
+    check_tokens(text)
     compiler = Compiler(schema, timezone)
     node = compiler.compile(parse_faithful(text))
     return CompiledExpression(text, node, tuple(compiler.used))
-
-
-_TEXT_TYPES = {TokenType.CHAR, TokenType.VARCHAR, TokenType.NCHAR, TokenType.NVARCHAR}
-
-
-def _check_tokens(text: str) -> None:
-    """Refuse what sqlglot reads differently from Spark at the token level: escapes inside
-    string literals (Spark keeps ``\\%`` and ``\\_`` for LIKE, unescapes the rest its own way)
-    and CHAR/VARCHAR types (sqlglot drops their length)."""
-    for token in _Faithful().tokenize(text):
-        if token.token_type in (TokenType.STRING, TokenType.RAW_STRING) and "\\" in text[token.start:token.end + 1]:
-            raise NotCovered("a string literal with backslash escapes (Spark's unescaping is not reproduced)")
-        if token.token_type in _TEXT_TYPES:
-            raise NotCovered("CHAR/VARCHAR types are not covered")
