@@ -1,32 +1,27 @@
 """The compiler proper: a parse tree (``parse.py``) and an input schema in, a ``Node`` tree out.
 
-It resolves columns as Spark does (case-insensitively; an ambiguous name is left to Spark),
-types literals by Spark's rules (``1`` int, ``1.5`` decimal(2,1), ``1.5D`` double, ...), applies
-Spark's implicit casts through the builders of the other modules, and folds constant parts
-(Spark's ConstantFolding): a constant part that raises is left to Spark, whose optimizer and
-code generator treat such parts in ways a row-by-row model does not reproduce.
+It resolves columns as Spark does (case-insensitively; an ambiguous name is left to Spark), types
+literals by Spark's rules (``literals.py``), applies Spark's implicit casts through the builders
+of the other modules, and folds constant parts (Spark's ConstantFolding): a constant part that
+raises is left to Spark, whose optimizer and code generator treat such parts in ways a
+row-by-row model does not reproduce.
 """
 from __future__ import annotations
 
-import math
-from decimal import Decimal
-from fractions import Fraction
 from typing import Callable
 
-import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
 from spark_jobs.spec.sql_check import short_sql
 
-from . import arithmetic, dates, logic, mathfn, strings
+from . import arithmetic, dates, literals, logic, mathfn, strings
 from .arithmetic import Operand
 from .calendar import parse_timestamp_literal
 from .casts import cast
 from .runtime import ColumnRef, Literal, Node, fold
-from .sparktypes import (BOOLEAN, BYTE, DATE, DOUBLE, FLOAT, INT, INTEGRAL_BOUNDS, LONG, NULL, SHORT, STRING,
-                         TIMESTAMP, TIMESTAMP_NTZ, NotCovered, decimal, decimal_for_literal, from_arrow,
-                         from_sql_name)
+from .sparktypes import (BOOLEAN, BYTE, DATE, DOUBLE, FLOAT, INT, LONG, NULL, SHORT, STRING, TIMESTAMP, TIMESTAMP_NTZ,
+                         NotCovered, decimal, from_arrow, from_sql_name)
 
 _ARITHMETIC = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.IntDiv: "div", exp.Mod: "%"}
 _COMPARISON = {exp.EQ: "=", exp.NEQ: "<>", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<="}
@@ -59,11 +54,11 @@ class Compiler:
             return self.compile(e.this)
         if isinstance(e, exp.Column):
             return self._column(e)
-        if isinstance(e, (exp.Literal, exp.Null, exp.Boolean, exp.RawString)) or _typed_literal(e):
+        if isinstance(e, (exp.Literal, exp.Null, exp.Boolean, exp.RawString)) or literals.typed_literal(e):
             return self._literal(e)
         if isinstance(e, exp.Neg):
-            inner = _unparen(e.this)
-            if _is_number(inner):
+            inner = literals.unparen(e.this)
+            if literals.is_number(inner):
                 return self._literal(inner, negative=True)
             return arithmetic.negate(self.compile(e.this))
         if isinstance(e, (exp.Cast, exp.TryCast)):
@@ -183,15 +178,15 @@ class Compiler:
         if isinstance(e, exp.RawString) or (isinstance(e, exp.Literal) and e.is_string):
             return Literal(STRING, e.this if isinstance(e.this, str) else e.name)
         if isinstance(e, (exp.Cast, exp.TryCast)):
-            return _suffixed_literal(e.this.this if isinstance(e.this, exp.Literal) else e.this.name,
+            return literals.suffixed_literal(e.this.this if isinstance(e.this, exp.Literal) else e.this.name,
                                      e.meta["literal"], negative)
-        return _number_literal(str(e.this), negative)
+        return literals.number_literal(str(e.this), negative)
 
     def _operand(self, e: exp.Expression) -> Operand:
         """An arithmetic or comparison operand, remembering integral and decimal literals."""
         node = self.compile(e)
-        core = _unparen(e)
-        if isinstance(node, Literal) and node.value is not None and _is_literal_syntax(core):
+        core = literals.unparen(e)
+        if isinstance(node, Literal) and node.value is not None and literals.is_literal_syntax(core):
             if node.dtype.is_integral:
                 return Operand(node, literal=int(node.value))
         return Operand(node)
@@ -205,7 +200,7 @@ class Compiler:
         to = e.args["to"]
         params = [int(p.this.this) if isinstance(p.this, exp.Literal) else -1 for p in to.expressions]
         target = from_sql_name(to.this.name if hasattr(to.this, "name") else str(to.this), params)
-        inner = _unparen(e.this)
+        inner = literals.unparen(e.this)
         if target in (TIMESTAMP, TIMESTAMP_NTZ) and isinstance(inner, exp.Literal) and inner.is_string:
             micros = parse_timestamp_literal(inner.this)
             if micros is None:
@@ -216,11 +211,11 @@ class Compiler:
 
     def _comparison(self, op: str, left_e: exp.Expression, right_e: exp.Expression) -> Node:
         left, right = self._operand(left_e), self._operand(right_e)
-        rewritten = _integral_vs_decimal_literal(op, left, right, _decimal_literal(left_e),
-                                                 _decimal_literal(right_e))
+        rewritten = literals.integral_vs_decimal_literal(op, left, right, literals.decimal_literal(left_e),
+                                                         literals.decimal_literal(right_e))
         if rewritten is not None:
             return rewritten
-        return logic.comparison(op, _decimal_side(left, right), _decimal_side(right, left))
+        return logic.comparison(op, literals.decimal_side(left, right), literals.decimal_side(right, left))
 
     def _is(self, e: exp.Is) -> Node:
         target = e.expression
@@ -358,147 +353,3 @@ class Compiler:
         if not (isinstance(node, Literal) and node.dtype == STRING and node.value is not None):
             raise NotCovered("date_part with a field that is not a string literal is not covered")
         return self._extract(str(node.value), source)
-
-
-# -- literals ------------------------------------------------------------------------------
-def _unparen(e: exp.Expression) -> exp.Expression:
-    while isinstance(e, exp.Paren):
-        e = e.this
-    return e
-
-
-def _typed_literal(e: exp.Expression) -> bool:
-    return isinstance(e, (exp.Cast, exp.TryCast)) and e.meta.get("literal") is not None
-
-
-def _is_number(e: exp.Expression) -> bool:
-    return (isinstance(e, exp.Literal) and not e.is_string) or _typed_literal(e)
-
-
-def _is_literal_syntax(e: exp.Expression) -> bool:
-    return _is_number(e) or (isinstance(e, exp.Neg) and _is_number(_unparen(e.this)))
-
-
-def _exact(text: str) -> tuple[int, int]:
-    """(unscaled, scale) of a decimal text as ``java.math.BigDecimal`` reads it."""
-    mantissa, _, exponent = text.lower().partition("e")
-    whole, _, frac = mantissa.partition(".")
-    return int((whole + frac) or "0"), len(frac) - int(exponent or 0)
-
-
-def _decimal_type_of(unscaled: int, scale: int) -> tuple[int, int, int]:
-    """Spark's ``DecimalType`` of a BigDecimal literal, and its unscaled value at that scale."""
-    if scale < 0:
-        unscaled, scale = unscaled * 10 ** (-scale), 0
-    precision = max(len(str(abs(unscaled))) if unscaled else 1, scale)
-    if precision > 38:
-        raise NotCovered("a decimal literal of more than 38 digits (Spark rejects it)")
-    return unscaled, precision, scale
-
-
-def _number_literal(text: str, negative: bool) -> Literal:
-    sign = -1 if negative else 1
-    low = text.lower()
-    if "e" in low:
-        value = sign * float(text)
-        if not np.isfinite(value):
-            raise NotCovered(f"the literal {text} is out of the double range (Spark rejects it)")
-        return Literal(DOUBLE, value)
-    if "." in low:
-        unscaled, scale = _exact(text)
-        unscaled, precision, scale = _decimal_type_of(sign * unscaled, scale)
-        return Literal(decimal(precision, scale), Decimal(f"{unscaled}E{-scale}"))
-    value = sign * int(text)
-    for t in (INT, LONG):
-        lo, hi = INTEGRAL_BOUNDS[t.name]
-        if lo <= value <= hi:
-            return Literal(t, value)
-    unscaled, precision, _ = _decimal_type_of(value, 0)
-    return Literal(decimal(precision, 0), Decimal(unscaled))
-
-
-def _suffixed_literal(text: str, suffix: str, negative: bool) -> Literal:
-    """``1L``, ``1S``, ``1Y``, ``1.5D``, ``1.5F``, ``1.5BD`` as Spark's parser types them."""
-    sign = -1 if negative else 1
-    if suffix in ("L", "S", "Y"):
-        if not text.isdigit():
-            raise NotCovered(f"the literal {text}{suffix} (Spark rejects it)")
-        t = {"L": LONG, "S": SHORT, "Y": BYTE}[suffix]
-        lo, hi = INTEGRAL_BOUNDS[t.name]
-        value = sign * int(text)
-        if not lo <= value <= hi:
-            raise NotCovered(f"the literal {text}{suffix} is out of range (Spark rejects it)")
-        return Literal(t, value)
-    if suffix == "D":
-        value = sign * float(text)
-        if not np.isfinite(value):
-            raise NotCovered(f"the literal {text}D is out of the double range (Spark rejects it)")
-        return Literal(DOUBLE, value)
-    if suffix == "F":
-        return Literal(FLOAT, float(sign * float32_of(text)))
-    if suffix == "BD":
-        unscaled, scale = _exact(text)
-        unscaled, precision, scale = _decimal_type_of(sign * unscaled, scale)
-        return Literal(decimal(precision, scale), Decimal(f"{unscaled}E{-scale}"))
-    raise NotCovered(f"the literal suffix {suffix!r} is not covered")
-
-
-def float32_of(text: str) -> np.float32:
-    """The float nearest to a decimal text (``Float.parseFloat``: one rounding, not two)."""
-    exact = Fraction(text)
-    guess = np.float32(float(exact))
-    if not np.isfinite(guess):
-        raise NotCovered(f"the literal {text}F is out of the float range (Spark rejects it)")
-    best = guess
-    for candidate in (np.nextafter(guess, np.float32(-np.inf)), np.nextafter(guess, np.float32(np.inf))):
-        if not np.isfinite(candidate):
-            continue
-        d_best, d_cand = abs(Fraction(float(best)) - exact), abs(Fraction(float(candidate)) - exact)
-        if d_cand < d_best or (d_cand == d_best and int(candidate.view(np.uint32)) % 2 == 0):
-            best = candidate
-    return best
-
-
-def _decimal_literal(e: exp.Expression) -> Decimal | None:
-    """The value of a decimal-typed literal as written (``1.5``, ``1.5BD``, a 20-digit integer)."""
-    core, negative = _unparen(e), False
-    if isinstance(core, exp.Neg):
-        core, negative = _unparen(core.this), True
-    if isinstance(core, exp.Literal) and not core.is_string:
-        lit = _number_literal(str(core.this), negative)
-    elif _typed_literal(core) and core.meta["literal"] == "BD":
-        digits = core.this.this if isinstance(core.this, exp.Literal) else core.this.name
-        lit = _suffixed_literal(digits, "BD", negative)
-    else:
-        return None
-    return lit.value if lit.dtype.is_decimal else None
-
-
-def _integral_vs_decimal_literal(op: str, left: Operand, right: Operand, left_dec: Decimal | None,
-                                 right_dec: Decimal | None) -> Node | None:
-    """``DecimalPrecision``'s rewrite of an integral expression compared with a decimal literal:
-    compare with its floor or ceiling, or a constant when it is beyond the long range."""
-    lo, hi = INTEGRAL_BOUNDS["bigint"]
-    if left.node.dtype.is_integral and right_dec is not None:
-        column, value, op_on_column = left.node, right_dec, op
-    elif right.node.dtype.is_integral and left_dec is not None:
-        column, value = right.node, left_dec
-        op_on_column = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}.get(op, op)
-    else:
-        return None
-    if op_on_column not in ("<", "<=", ">", ">="):
-        return None
-    if value < lo:
-        return Literal(BOOLEAN, op_on_column in (">", ">="))
-    if value > hi:
-        return Literal(BOOLEAN, op_on_column in ("<", "<="))
-    bound = math.floor(value) if op_on_column in (">", "<=") else math.ceil(value)
-    return logic.comparison(op_on_column, column, Literal(LONG, int(bound)))
-
-
-def _decimal_side(this: Operand, other: Operand) -> Node:
-    """An integral literal compared with a decimal is typed by its digits (``forLiteral``)."""
-    if this.literal is not None and other.node.dtype.is_decimal and this.node.dtype.name in ("smallint", "int",
-                                                                                               "bigint"):
-        return cast(this.node, decimal_for_literal(this.literal))
-    return this.node
