@@ -19,7 +19,7 @@ from . import decimals
 from .calendar import MICROS_PER_DAY, format_date, parse_date, trim_bytes
 from .runtime import ColumnRef, ExpressionFailed, Literal, Node, Strict, fold, from_numpy, numbers
 from .sparktypes import (BOOLEAN, DATE, DOUBLE, FLOAT, INTEGRAL_BOUNDS, NULL, STRING, TIMESTAMP, TIMESTAMP_NTZ,
-                         NotCovered, SparkType, can_up_cast, to_arrow)
+                         NotCovered, SparkType, can_up_cast, decimal_for, to_arrow)
 
 TRUE_STRINGS = frozenset({"t", "true", "y", "yes", "1"})
 FALSE_STRINGS = frozenset({"f", "false", "n", "no", "0"})
@@ -60,6 +60,39 @@ def known_compact(node: Node) -> bool | None:
     return None
 
 
+def force_nullable(src: SparkType, to: SparkType) -> bool:
+    """``Cast.forceNullable``: Spark counts such a cast as nullable even on a non-NULL input, so
+    its optimizer keeps ``CAST(x AS t) IS NULL`` (and evaluates ``x``)."""
+    if src == to or to == STRING:
+        return False
+    if src == STRING:
+        return True
+    if src == TIMESTAMP and to.name in ("tinyint", "smallint", "int"):
+        return True
+    if src.is_fractional and to == TIMESTAMP:
+        return True
+    if to == DATE:
+        return src != TIMESTAMP
+    if src == DATE:
+        return to != TIMESTAMP
+    if to.is_decimal:
+        return not _null_safe_to_decimal(src, to)
+    return src.is_fractional and to.is_integral
+
+
+def _null_safe_to_decimal(src: SparkType, to: SparkType) -> bool:
+    """``Cast.canNullSafeCastToDecimal``: every value fits (a decimal needs strictly more integer
+    digits, as a narrower scale could round up into one more)."""
+    if src == BOOLEAN:
+        return to.precision - to.scale >= 1
+    if src.is_integral:
+        need = decimal_for(src)
+        return to.precision - to.scale >= need.precision and to.scale >= 0
+    if src.is_decimal:
+        return to.precision - to.scale > src.precision - src.scale
+    return False
+
+
 def cast(child: Node, to: SparkType, timezone: str = "UTC") -> Node:
     """``CAST(child AS to)`` in ANSI mode, or NotCovered for a pair not covered."""
     src = child.dtype
@@ -72,7 +105,8 @@ def cast(child: Node, to: SparkType, timezone: str = "UTC") -> Node:
         if inner.dtype.is_numeric and can_up_cast(inner.dtype, src) and can_up_cast(src, to):
             return cast(inner, to, timezone)  # SimplifyCasts
     kernel, fails = _kernel(child, src, to, timezone)
-    node = Strict(to, [child], lambda arrays, ok: kernel(arrays[0], ok), name=f"cast:{to}", kernel_fails=fails)
+    node = Strict(to, [child], lambda arrays, ok: kernel(arrays[0], ok), name=f"cast:{to}", kernel_fails=fails,
+                  always_nullable=force_nullable(src, to))
     return fold(node) if isinstance(child, Literal) else node
 
 

@@ -40,8 +40,8 @@ def round_node(child: Node, scale_node: Node | None, half_even: bool) -> Node:
         raise NotCovered(f"{name} of a {t}: Spark rounds the digits of Java's Double.toString, which Python "
                          "cannot reproduce for every value")
     if t.is_integral:
-        if places >= 0:
-            return child
+        if places >= 0:  # the value unchanged, but still Spark's Round (always nullable, its own key)
+            return Strict(t, [child], lambda arrays, ok: arrays[0], name=f"{name}:{places}", always_nullable=True)
         lo, hi = INTEGRAL_BOUNDS[t.name]
 
         def integral(arrays, ok):
