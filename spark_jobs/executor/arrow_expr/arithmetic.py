@@ -231,6 +231,10 @@ def _decimal_op(op: str, a: Node, b: Node) -> Node:
         return decimals.to_precision(v, s, rt.precision, rt.scale)
 
     def kernel(arrays, ok):
+        if op in _ARROW_EXACT and _unadjusted_precision(op, ta, tb) <= 76:
+            fast = _rounded_in_decimal256(op, arrays[0], arrays[1], sa + sb if op == "*" else max(sa, sb), rt)
+            if fast is not None:
+                return fast
         xs, ys = decimals.unscaled(arrays[0]), decimals.unscaled(arrays[1])
         if op in ("/", "div", "%", "pmod"):
             for y, k in zip(ys, ok):
@@ -260,6 +264,25 @@ def _scala_negate(v: int, t: SparkType) -> int:
             q += 1
         v = (-q if v < 0 else q) * unit
     return decimals.check(-v, t.precision, t.scale)
+
+
+def _rounded_in_decimal256(op: str, x: pa.Array, y: pa.Array, exact_scale: int, rt: SparkType) -> pa.Array | None:
+    """``x op y`` for a result type Spark adjusted (more than 38 digits): computed exactly in
+    decimal256, rounded HALF_UP once to the result's scale. None (use the exact Python path) when
+    a product has more than 38 significant digits (Spark rounds those to 38 first, then to the
+    scale: two roundings) or a value overflows the result (Spark's error comes from that path)."""
+    exact = _ARROW_EXACT[op](x.cast(pa.decimal256(x.type.precision, x.type.scale)),
+                             y.cast(pa.decimal256(y.type.precision, y.type.scale)))
+    if op == "*":
+        limit = pa.scalar(decimals.exact_decimal(10 ** decimals.MAX_DIGITS, exact_scale),
+                          pa.decimal256(76, exact_scale))
+        if not pc.all(pc.less(pc.abs(exact), limit)).as_py() in (True, None):
+            return None
+    rounded = pc.round(exact, ndigits=rt.scale, round_mode="half_towards_infinity")
+    try:
+        return rounded.cast(pa.decimal128(rt.precision, rt.scale))
+    except pa.ArrowInvalid:
+        return None
 
 
 def negate(child: Node) -> Node:

@@ -117,6 +117,12 @@ def remainder(a: int, sa: int, b: int, sb: int) -> tuple[int, int]:
     return num - q * den, s
 
 
+def exact_decimal(value: int, scale: int):
+    """A ``decimal.Decimal`` equal to ``value * 10**-scale`` (no context rounding)."""
+    from decimal import Decimal
+    return Decimal(f"{value}E{-scale}")
+
+
 def format_unscaled(value: int, scale: int) -> str:
     """Plain decimal notation (``BigDecimal.toPlainString``) of an unscaled value."""
     sign = "-" if value < 0 else ""
