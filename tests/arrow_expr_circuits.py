@@ -2,17 +2,24 @@
 
 Input schemas come from the circuit's declared types; a node's output schema follows its op
 (a select's computed column takes the type the compiler gives it, which the random tests check
-against Spark; aggregates take Spark's result types; joins take ``columns.join_layout``).
+against Spark; aggregates take Spark's result types; joins take ``columns.join_layout``). An
+``op: sql`` node's expressions are the ones its plan hands to Spark (``spec.sites``); they read
+input columns, join columns renamed with a prefix (``l3_l_suppkey``) and aggregate results
+(``sum``, ``sum_2``: doubles here, as every summed column of the example circuits is).
 """
 from __future__ import annotations
+
+import re
 
 import pyarrow as pa
 
 from spark_jobs.executor.arrow_expr import compile_expression
 from spark_jobs.executor.arrow_expr.sparktypes import SparkType, decimal, to_arrow
 from spark_jobs.executor.sources.spark_types import parse_type
+from spark_jobs.spec import sql_check
 from spark_jobs.spec.columns import join_layout
 from spark_jobs.spec.model import CircuitSpec, NodeSpec
+from spark_jobs.spec.sites import expression_sites as spec_sites
 
 PASS_THROUGH = ("filter", "distinct", "delay", "integrate", "differentiate", "antijoin")
 SET_OPS = ("union", "union_all", "difference", "intersect")
@@ -69,6 +76,8 @@ def node_schemas(spec: CircuitSpec) -> dict[str, pa.Schema]:
 def _schema_of(node: NodeSpec, schemas: dict[str, pa.Schema], output: str | None) -> pa.Schema | None:
     if node.body:
         return schemas.get(output or "")
+    if node.op == "sql":
+        return pa.schema([])  # its expressions are typed by ``_sql_sites``
     refs = node.references
     if any(r not in schemas for r in refs[:1 if node.op in SET_OPS else None]):
         return None
@@ -107,4 +116,31 @@ def expression_sites(spec: CircuitSpec) -> list[tuple[str, str, pa.Schema]]:
             sites += [(f"{name}.columns.{out}", text, source) for out, text in node.columns]
         if node.op == "aggregate":
             sites += [(f"{name}.aggregates.{a.name}", a.arg, source) for a in node.aggregates if a.arg]
+    return sites + _sql_sites(spec)
+
+
+def _sql_sites(spec: CircuitSpec) -> list[tuple[str, str, pa.Schema]]:
+    inputs: dict[str, pa.DataType] = {}
+    for inp in spec.inputs.values():
+        for c in inp.columns:
+            inputs.setdefault(c.name, _arrow(c.type))
+
+    def typed(name: str) -> pa.DataType:
+        base = name
+        while base not in inputs and re.match(r"^[a-z]+\d*_", base):
+            base = re.sub(r"^[a-z]+\d*_", "", base, count=1)
+        if base in inputs:
+            return inputs[base]
+        if re.fullmatch(r"(sum|avg)(_\d+)?", name):
+            return pa.float64()
+        if re.fullmatch(r"count(_\d+)?", name):
+            return pa.int64()
+        raise AssertionError(f"cannot type column {name!r} of an sql node")
+
+    sites = []
+    for site in spec_sites(spec):
+        if site.what == "query expression":
+            names = dict.fromkeys(sql_check.check(site.text).columns)
+            schema = pa.schema([(n, typed(n)) for n in names])
+            sites.append((f"{site.label}.query", site.text, schema))
     return sites
