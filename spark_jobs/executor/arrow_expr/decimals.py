@@ -8,6 +8,7 @@ between Arrow and Python as unscaled integers read from (and written to) the dec
 """
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Sequence
 
 import numpy as np
@@ -117,9 +118,8 @@ def remainder(a: int, sa: int, b: int, sb: int) -> tuple[int, int]:
     return num - q * den, s
 
 
-def exact_decimal(value: int, scale: int):
+def exact_decimal(value: int, scale: int) -> Decimal:
     """A ``decimal.Decimal`` equal to ``value * 10**-scale`` (no context rounding)."""
-    from decimal import Decimal
     return Decimal(f"{value}E{-scale}")
 
 
