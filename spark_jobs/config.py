@@ -52,6 +52,13 @@ class Config:
     def keep_timesteps(self) -> int:
         return self.policy.state.keep_timesteps
 
+    @property
+    def session_timezone(self) -> str:
+        """Spark's session time zone (``spark.conf``'s ``spark.sql.session.timeZone``), which an
+        in-process step evaluates date and timestamp expressions in; UTC when the profile does
+        not set it (every shipped profile does)."""
+        return self.spark.conf.get("spark.sql.session.timeZone") or "UTC"
+
     def with_policy(self, policy: ExecutionPolicy) -> "Config":
         """The same profile with another execution policy (tests and the benchmark)."""
         return replace(self, policy=policy)

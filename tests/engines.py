@@ -169,7 +169,7 @@ def kernel_step(spark, rt: CircuitRuntime, engine: str, deltas: dict[str, Counte
             schemas = {n: spark_schema(i) for n, i in spec.inputs.items()}
         result = evaluate_step(circuit, inputs, StoreReader(rt.store), first_step=t == 1, input_schemas=schemas,
                                spark=spark, broadcast_deltas=True, persist=not arrow,
-                               engine=ArrowEngine(rt.config.policy) if arrow else None, policy=rt.config.policy)
+                               engine=ArrowEngine(rt.config.policy, rt.config.session_timezone) if arrow else None, policy=rt.config.policy)
         try:
             for nid, u in result.updates.items():
                 kind = trace_kind(circuit, nid)

@@ -81,7 +81,7 @@ def run_in_process(rt: "CircuitRuntime", pending: dict[str, list[InputFile]], sa
         if refused:
             raise InputRefused.combine(refused)
         say(f"timestep {t}: evaluating {len(rt.compiled.incremental.nodes)} operators (Arrow)")
-        engine = ArrowEngine(policy)
+        engine = ArrowEngine(policy, rt.config.session_timezone)
         schemas = {name: arrow_inputs.schema(inp) for name, inp in spec.inputs.items()}
         state = StoreReader(store)
         result = evaluate_step(rt.compiled.incremental, tables, state, first_step=t == 1,

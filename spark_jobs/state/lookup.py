@@ -93,6 +93,19 @@ class TraceFiles:
                    for g in self._admitted(column, present, want_null, (None, None), None)
                    if (g.file, g.index) not in self._decoded)
 
+    def scan(self, iters: tuple[int | None, int | None], iter_column: str) -> pa.Table:
+        """Every row whose iteration lies in ``iters`` (a lookup without a key: a product's)."""
+        lo, hi = iters
+        parts = [self._read(g.file, g.index) for g in self._groups_of(iter_column, iter_column)
+                 if g.iter_low is None or not ((lo is not None and g.iter_high < lo) or (hi is not None and g.iter_low > hi))]
+        if not parts:
+            return self.schema.empty_table()
+        table = pa.concat_tables(parts)
+        it, keep = table.column(iter_column), None
+        for cond in ([pc.greater_equal(it, lo)] if lo is not None else []) + ([pc.less_equal(it, hi)] if hi is not None else []):
+            keep = cond if keep is None else pc.and_(keep, cond)
+        return table if keep is None else table.filter(keep)
+
     def read_all(self) -> pa.Table:
         """Every row of every file (decoded row groups are kept, as for lookups)."""
         parts = [self._read(f, g) for f, meta in enumerate(self._meta) for g in range(meta.num_row_groups)]

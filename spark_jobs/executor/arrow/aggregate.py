@@ -52,14 +52,14 @@ class Groups:
     arg_types: dict[int, pa.DataType]
 
 
-def _groups(table: pa.Table, group_by: Sequence[str], aggs: Sequence[Agg]) -> Groups:
+def _groups(table: pa.Table, group_by: Sequence[str], aggs: Sequence[Agg], timezone: str) -> Groups:
     positive = consolidate(table) if table.num_rows else table
     if positive.num_rows:
         positive = positive.filter(pc.greater(positive.column(WEIGHT), 0))
     args, types = {}, {}
     for i, (_, _, arg, _) in enumerate(aggs):
         if arg is not None:
-            value, dtype = column_value(positive, arg)
+            value, dtype = column_value(positive, arg, timezone)
             args[i], types[i] = value.to_pylist(), dtype
     keys = list(zip(*[positive.column(g).to_pylist() for g in group_by])) if group_by else [()] * positive.num_rows
     members: dict[tuple, list[int]] = {}
@@ -92,10 +92,11 @@ def _value(func: str, distinct: bool, values: list[Any] | None, weights: list[in
     raise NotLocal(f"{func} in-process: exact running totals are not built on Arrow yet")
 
 
-def aggregate(table: pa.Table, group_by: Sequence[str], aggs: Sequence[Agg], schema: pa.Schema) -> pa.Table:
+def aggregate(table: pa.Table, group_by: Sequence[str], aggs: Sequence[Agg], schema: pa.Schema,
+              timezone: str) -> pa.Table:
     """The full aggregate of a Z-set table with SQL semantics; weight 1 per group (a set).
     ``schema``: the input's schema (types of the group columns and of the arguments)."""
-    g = _groups(table if table.num_rows else schema.empty_table(), group_by, aggs)
+    g = _groups(table if table.num_rows else schema.empty_table(), group_by, aggs, timezone)
     keys = g.keys if group_by or g.keys else [()]  # without group_by: one row even over no rows
     types = [schema.field(c).type for c in group_by]
     out_types = [output_type(func, g.arg_types.get(i), distinct) for i, (_, func, _, distinct) in enumerate(aggs)]

@@ -73,6 +73,7 @@ class ArrowEngine:
     """``kernels.Engine`` on Arrow tables; the step's state is read through ``files_of``."""
 
     policy: ExecutionPolicy = field(default_factory=ExecutionPolicy)
+    timezone: str = "UTC"  # Spark's session time zone (the profile's spark.sql.session.timeZone)
     name: str = "arrow"
     files_of: Callable[[str], "TraceFiles | None"] | None = None
     decoded: int = 0  # trace rows decoded by this step's lookups
@@ -149,11 +150,11 @@ def input(s: "Step", node: Node) -> pa.Table:  # noqa: A001 - the operator's nam
 
 
 def map(s: "Step", node: Node) -> pa.Table:  # noqa: A001
-    return apply_map(_delta(s, node.inputs[0]), node.param("columns"))
+    return apply_map(_delta(s, node.inputs[0]), node.param("columns"), _engine(s).timezone)
 
 
 def filter(s: "Step", node: Node) -> pa.Table:  # noqa: A001
-    return apply_filter(_delta(s, node.inputs[0]), node.param("where"))
+    return apply_filter(_delta(s, node.inputs[0]), node.param("where"), _engine(s).timezone)
 
 
 def plus(s: "Step", node: Node) -> Any:
@@ -240,7 +241,8 @@ def distinct_h(s: "Step", node: Node) -> pa.Table:
 
 def aggregate(s: "Step", node: Node) -> pa.Table:
     table = _delta(s, node.inputs[0])
-    return agg.aggregate(table, tuple(node.param("group_by", ())), node.param("aggs"), table.schema)
+    return agg.aggregate(table, tuple(node.param("group_by", ())), node.param("aggs"), table.schema,
+                         _engine(s).timezone)
 
 
 def aggregate_linear(s: "Step", node: Node) -> Any:
@@ -256,21 +258,21 @@ def aggregate_touched(s: "Step", node: Node) -> pa.Table:
     aggs = node.param("aggs")
     state = _engine(s).trace(node.id)
     if state is None:  # nothing emitted yet: every group is new
-        out = agg.aggregate(_engine(s).table(integral), group_by, aggs, delta.schema)
+        out = agg.aggregate(_engine(s).table(integral), group_by, aggs, delta.schema, _engine(s).timezone)
     elif group_by:
         keys = pc.unique(delta.column(group_by[0])).to_pylist()
         rows = integral.rows_for(group_by[0], keys) if isinstance(integral, Integral) else integral
         touched = zsets.semi(rows, delta, group_by, group_by)
-        new = agg.aggregate(touched, group_by, aggs, delta.schema)
+        new = agg.aggregate(touched, group_by, aggs, delta.schema, _engine(s).timezone)
         old = zsets.semi(_engine(s).lookup(state, group_by[0], keys).select(new.column_names), delta,
                          group_by, group_by)
         out = zsets.consolidate(zsets.total([new, zsets.negate(old.cast(new.schema))]))
     elif s.first_step or delta.num_rows:  # the one group: touched when the delta has a row
-        new = agg.aggregate(_engine(s).table(integral), group_by, aggs, delta.schema)
+        new = agg.aggregate(_engine(s).table(integral), group_by, aggs, delta.schema, _engine(s).timezone)
         old = state.read_all().select(new.column_names).cast(new.schema)
         out = zsets.consolidate(zsets.total([new, zsets.negate(old)]))
     else:
-        out = agg.aggregate(delta.slice(0, 0), group_by, aggs, delta.schema).slice(0, 0)
+        out = agg.aggregate(delta.slice(0, 0), group_by, aggs, delta.schema, _engine(s).timezone).slice(0, 0)
     s.update(node.id, StateUpdate("append", out, group_by, sort_by=group_by))
     return out
 
@@ -285,7 +287,7 @@ def scope(s: "Step", node: Node) -> pa.Table:
     incremental = bool(node.param("incremental"))
     imports = [_engine(s).table(v) for v in s.args(node)]
     done = arrow_loop.run(node, scope_body(node), imports, _engine(s).trace if incremental else None,
-                          _engine(s).policy.recursion)
+                          _engine(s).policy.recursion, _engine(s).timezone)
     if incremental:
         for trace, update in done.updates.items():
             s.update(trace, update)

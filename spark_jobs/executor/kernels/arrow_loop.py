@@ -30,11 +30,12 @@ ReadFiles = Callable[[str], "TraceFiles | None"]
 
 
 def run(node: Node, body: Circuit, imports: Sequence[pa.Table], files: ReadFiles | None,
-        policy: RecursionPolicy) -> ScopeStep:
-    """One timestep of scope ``node`` in this process (``files`` None: from scratch, no state).
-    Raises ``NotLocal`` where it cannot serve (nothing done that matters)."""
+        policy: RecursionPolicy, timezone: str) -> ScopeStep:
+    """One timestep of scope ``node`` in this process (``files`` None: from scratch, no state;
+    ``timezone``: Spark's session time zone, for expressions). Raises ``NotLocal`` where it
+    cannot serve (nothing done that matters)."""
     traces = {n.id: (files(trace_id(node.id, n.id)) if files else None) for n in body if n.op == "integrate_nested"}
-    k = ArrowLoopKernels(policy, list(traces.values()))
+    k = ArrowLoopKernels(policy, list(traces.values()), timezone)
     zero = L.zeros(body, imports, lambda t: t.slice(0, 0), k.typed)
     deepest = max([-1] + [m for t in traces.values() if t is not None and (m := t.max_of(ITER)) is not None])
     return L.run_loop(node, body, k, imports, traces, zero, deepest)
@@ -46,6 +47,7 @@ class ArrowLoopKernels:
 
     policy: RecursionPolicy
     traces: list[Any]
+    timezone: str = "UTC"
     name: str = "arrow"
 
     # ---- the 2-D rules' operations ----
@@ -56,6 +58,8 @@ class ArrowLoopKernels:
                trace_keys: Sequence[str], probe_keys: Sequence[str], small: bool) -> pa.Table:
         if probe.num_rows == 0:
             return trace.schema.empty_table()
+        if not trace_keys:  # a product: every row of the iterations
+            return trace.scan(iters, ITER)
         found = trace.lookup(trace_keys[0], probe.column(probe_keys[0]).to_pylist(), iters, ITER)
         return zsets.semi(found, probe, trace_keys, probe_keys) if len(trace_keys) > 1 else found
 
@@ -100,9 +104,9 @@ class ArrowLoopKernels:
     # ---- the loop's own ----
     def linear(self, node: Node, value: pa.Table) -> pa.Table:
         if node.op == "map":
-            return apply_map(value, node.param("columns"))
+            return apply_map(value, node.param("columns"), self.timezone)
         if node.op == "filter":
-            return apply_filter(value, node.param("where"))
+            return apply_filter(value, node.param("where"), self.timezone)
         if node.op == "negate":
             return zsets.negate(value)
         raise NotLocal(f"operator {node.op!r} in a recursive body")

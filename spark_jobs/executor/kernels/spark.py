@@ -280,7 +280,7 @@ def scope(s: "Step", node: Node) -> DataFrame:
     if read is not None and files is not None and policy.driver_loop:
         try:
             tables = [to_arrow(df, policy.local_rows) for df in imports]
-            done = arrow_loop.run(node, body, tables, files, policy)
+            done = arrow_loop.run(node, body, tables, files, policy, spark.conf.get("spark.sql.session.timeZone"))
             done.output = to_spark(spark, done.output)
             done.updates = {k: StateUpdate(u.kind, to_spark(spark, u.df), u.keys, u.sort_by)
                             for k, u in done.updates.items()}
