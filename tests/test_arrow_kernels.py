@@ -68,7 +68,7 @@ def test_consolidate_sums_weights_and_drops_zeros():
 
 def test_select_takes_plain_columns_as_spark_resolves_them():
     t = _table([(1, 2, 1)], ["src", "edges_dst", WEIGHT], [pa.int64()] * 3)
-    out = apply_map(t, [("src", "SRC"), ("dst", "`edges_dst`")])
+    out = apply_map(t, [("src", "SRC"), ("dst", "`edges_dst`")], "UTC")
     assert out.column_names == ["src", "dst", WEIGHT] and out.to_pylist() == [{"src": 1, "dst": 2, WEIGHT: 1}]
 
 
