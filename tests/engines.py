@@ -90,8 +90,13 @@ def output_delta(rt: CircuitRuntime, view: str) -> tuple[Counter, list[tuple[str
     cols = [c for c in table.column_names if c != WEIGHT]
     out: Counter = Counter()
     for r in table.to_pylist():
-        out[tuple(r[c] for c in cols)] += r[WEIGHT]
+        out[tuple(_comparable(r[c]) for c in cols)] += r[WEIGHT]
     return Counter({k: v for k, v in out.items() if v}), types
+
+
+def _comparable(value: Any) -> Any:
+    """NaN as a marker (NaN != NaN would make equal bags differ)."""
+    return "NaN" if isinstance(value, float) and value != value else value
 
 
 def run_both(tmp_path, circuit_text: str, inputs: dict[str, tuple[dict[str, str], Domain]], steps: int,

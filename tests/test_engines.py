@@ -5,7 +5,7 @@ strings (``tests/engines.py``)."""
 from __future__ import annotations
 
 from spark_jobs.config import PROJECT_ROOT
-from tests.engines import DATES, KEYS, MONEY, STRINGS, run_both, run_kernels
+from tests.engines import DATES, KEYS, MONEY, STRINGS, maybe, run_both, run_kernels
 
 ALL_OPS = """\
 name: engines_all
@@ -84,3 +84,31 @@ def test_recomputed_aggregates_agree_on_both_engines(spark, tmp_path):
     a group's extreme deleted): the touched groups recomputed in-process as on Spark."""
     engines = run_both(tmp_path, AGGREGATES, {"a": A}, steps=5, seed=21)
     assert engines == ["arrow", "spark", "arrow", "spark", "arrow"]
+
+
+LINEAR = """\
+name: engines_linear_aggregates
+inputs:
+  a:
+    schema: {k: long, s: string, n: long, m: "decimal(10,2)", x: double}
+    source: {kind: changes, path: inbox/a, format: parquet}
+nodes:
+  g:   {op: aggregate, input: a, group_by: [k, s],
+        aggregates: {c: "count(*)", cn: "count(n)", sn: "sum(n)", an: "avg(n)", sm: "sum(m)", am: "avg(m)",
+                     sx: "sum(x)", ax: "avg(x)", e: "sum(m * 3)"}}
+  all: {op: aggregate, input: a, aggregates: {c: "count(*)", sm: "sum(m)", am: "avg(m)", ax: "avg(x)"}}
+outputs: [g, all]
+"""
+
+LIN = ({"k": "long", "s": "string", "n": "long", "m": "decimal(10,2)", "x": "double"},
+       {"k": KEYS, "s": lambda r: maybe(r, ["x", "é"]), "n": lambda r: maybe(r, [-3, 0, 7, 2 ** 40]), "m": MONEY,
+        "x": lambda r: maybe(r, [0.5, -1.25, 3.0, float("nan")], 0.1)})
+
+
+def test_running_totals_agree_on_both_engines(spark, tmp_path):
+    """count, sum and avg kept as running totals (longs, decimals, doubles; NULL arguments, NULL
+    groups, groups emptied and refilled, the global group): the totals either engine appends are
+    read by the other, step by step."""
+    path = tmp_path / "linear.yaml"
+    path.write_text(LINEAR)
+    run_kernels(spark, tmp_path, str(path), {"a": LIN}, steps=4, seed=5, sizes=lambda t: (10, 6))

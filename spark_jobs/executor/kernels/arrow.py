@@ -245,8 +245,23 @@ def aggregate(s: "Step", node: Node) -> pa.Table:
                          _engine(s).timezone)
 
 
-def aggregate_linear(s: "Step", node: Node) -> Any:
-    raise NotLocal(f"aggregate {node.origin!r}: running totals are kept on Spark")
+def aggregate_linear(s: "Step", node: Node) -> pa.Table:
+    """count/sum/avg from the delta and the running totals of the groups it touches (looked up by
+    the first group column; without group_by the whole totals trace, one row per step)."""
+    delta = _delta(s, node.inputs[0])
+    group_by = tuple(node.param("group_by", ()))
+    trace = _engine(s).trace(node.id)
+    prev = None
+    if trace is not None:
+        if group_by:
+            keys = pc.unique(delta.column(group_by[0])).to_pylist() if delta.num_rows else []
+            prev = _engine(s).lookup(trace, group_by[0], keys) if keys else trace.schema.empty_table()
+        else:
+            _engine(s).charge(trace.rows(), "the totals of a global aggregate")
+            prev = trace.read_all()
+    out, totals = agg.linear_step(delta, prev, group_by, node.param("aggs"), s.first_step, _engine(s).timezone)
+    s.update(node.id, StateUpdate("append", totals, group_by, sort_by=group_by))
+    return out
 
 
 def aggregate_touched(s: "Step", node: Node) -> pa.Table:

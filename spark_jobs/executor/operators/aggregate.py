@@ -16,11 +16,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
+from spark_jobs.executor.totals import ROWS, count_name, finish_sql, q, sum_name
 from spark_jobs.executor.zset import IN_LIST_MAX, WEIGHT, col, consolidate, restrict
 
 Agg = tuple[str, str, "str | None", bool]  # (out_name, func, arg_expr or None for count(*), distinct)
 
-ROWS = "__rows"  # accumulator: number of rows (sum of weights) in the group
 _PREV = "__prev"  # 1 on rows read from the previous totals, 0 on the delta's
 _FUNCS = ("count", "sum", "avg", "min", "max")
 LINEAR_FUNCS = frozenset({"count", "sum", "avg"})
@@ -81,11 +81,6 @@ def output_schema(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg]) -
     return _types(df, group_by, aggs)[0]
 
 
-def q(name: str) -> str:
-    """``name`` as a quoted SQL identifier."""
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _sql_str(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
@@ -110,28 +105,15 @@ def _accumulators(aggs: Sequence[Agg], sum_types: dict[int, DataType]) -> list[_
     for i, (_, func, arg, distinct) in enumerate(aggs):
         if func not in LINEAR_FUNCS or distinct or arg is None:
             continue
-        accs.append(_Acc(f"__c{i}", f"CASE WHEN ({arg}) IS NOT NULL THEN {W} ELSE 0 END", "bigint"))
+        accs.append(_Acc(count_name(i), f"CASE WHEN ({arg}) IS NOT NULL THEN {W} ELSE 0 END", "bigint"))
         if func in ("sum", "avg"):
-            accs.append(_Acc(f"__s{i}", f"({arg}) * {W}", sum_types[i].simpleString()))
+            accs.append(_Acc(sum_name(i), f"({arg}) * {W}", sum_types[i].simpleString()))
     return accs
 
 
 def _summed(acc: _Acc, term: str | None = None, name: str | None = None) -> Column:
     """sum(term) of a group, 0 (not null) when nothing contributed, in the accumulator's type."""
     return F.expr(f"CAST(coalesce(sum({term or acc.term}), 0) AS {acc.type}) AS {q(name or acc.name)}")
-
-
-def _finish(i: int, func: str, arg: str | None, prefix: str = "") -> str:
-    """SQL of a linear aggregate's value from its group's totals (columns ``prefix + name``)."""
-    if arg is None:
-        return q(prefix + ROWS)
-    count = q(f"{prefix}__c{i}")
-    if func == "count":
-        return count
-    total = q(f"{prefix}__s{i}")
-    if func == "sum":
-        return f"CASE WHEN {count} > 0 THEN {total} END"  # SUM of no non-null value is NULL
-    return f"CASE WHEN {count} > 0 THEN {total} / {count} END"  # AVG; also no ANSI division by 0
 
 
 def aggregate(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg]) -> DataFrame:
@@ -147,7 +129,7 @@ def aggregate(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg]) -> Da
     positive = consolidate(df).where(f"{W} > 0")
     groups = positive.groupBy(*[col(g) for g in group_by]).agg(
         *[_summed(a) for a in accs], *[expr.alias(f"__v{i}") for i, expr in nonlinear.items()])
-    outs = [f"CAST({q(f'__v{i}') if i in nonlinear else _finish(i, func, arg)} AS "
+    outs = [f"CAST({q(f'__v{i}') if i in nonlinear else finish_sql(i, func, arg)} AS "
             f"{target[out].dataType.simpleString()}) AS {q(out)}" for i, (out, func, arg, _) in enumerate(aggs)]
     return groups.selectExpr(*[q(g) for g in group_by], *outs, f"CAST(1 AS bigint) AS {W}")
 
@@ -192,7 +174,7 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
 
     def row(prefix: str, weight: int, exists: str) -> str:
         """The output row computed from the old or new totals, as a struct to explode."""
-        fields = [f"{_sql_str(out)}, CAST({_finish(i, func, arg, prefix)} AS {target[out].dataType.simpleString()})"
+        fields = [f"{_sql_str(out)}, CAST({finish_sql(i, func, arg, prefix)} AS {target[out].dataType.simpleString()})"
                   for i, (out, func, arg, _) in enumerate(aggs)]
         return (f"named_struct({', '.join([*fields, f'{_sql_str(WEIGHT)}, CAST({weight} AS bigint)'])}, "
                 f"'__exists', {exists}) AS __{prefix}")
