@@ -134,9 +134,19 @@ def semi(table: pa.Table, probe: pa.Table, keys: Sequence[str], probe_keys: Sequ
         values = probe.column(probe_keys[0])
         wanted = pc.unique(values.cast(table.schema.field(keys[0]).type))
         return table.filter(pc.is_in(table.column(keys[0]), value_set=wanted, skip_nulls=False))
-    wanted = set(zip(*[probe.column(k).to_pylist() for k in probe_keys]))
-    have = zip(*[table.column(k).to_pylist() for k in keys])
+    wanted = set(zip(*[map(_as_key, probe.column(k).to_pylist()) for k in probe_keys]))
+    have = zip(*[map(_as_key, table.column(k).to_pylist()) for k in keys])
     return table.filter(pa.array([t in wanted for t in have], pa.bool_()))
+
+
+_NAN = object()
+
+
+def _as_key(value: object) -> object:
+    """A value as Spark compares keys: NaN equals NaN, -0.0 equals 0.0 (Python: NaN != NaN)."""
+    if isinstance(value, float):
+        return _NAN if value != value else value + 0.0
+    return value
 
 
 def with_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
