@@ -94,3 +94,27 @@ def test_aggregates_agree_on_both_engines(spark, tmp_path):
     appends is read by the other in the alternating run."""
     engines = run_both(tmp_path, AGGREGATES, {"a": AGG_INPUT}, steps=4, seed=21, sizes=lambda t: (10, 6))
     assert engines == ["arrow", "spark", "arrow", "spark"]
+
+
+ORDERS = ({"order_id": "long", "customer_id": "long", "amount": "double", "status": "string"},
+          {"order_id": KEYS, "customer_id": KEYS, "amount": lambda r: maybe(r, [50.0, 100.0, 250.5, -0.5]),
+           "status": lambda r: maybe(r, ["paid", "paid", "open"])})
+CUSTOMERS = ({"customer_id": "long", "name": "string", "region": "string"},
+             {"customer_id": lambda r: r.choice([0, 1, 2, 3, 4]), "name": STRINGS,
+              "region": lambda r: maybe(r, ["EU", "US"])})
+CONTAINS = ({"assembly": "long", "part": "long"}, {"assembly": lambda r: r.choice(range(6)),
+                                                   "part": lambda r: r.choice(range(6))})
+DISCONTINUED = ({"part": "long"}, {"part": lambda r: r.choice(range(8))})
+
+
+def test_the_example_circuits_agree_on_both_engines(spark, tmp_path):
+    """``revenue_by_region`` (filter, join, linear and recomputed aggregates, distinct) and
+    ``bill_of_materials`` (recursion with an antijoin on a lower stratum, an aggregate over it).
+    The other examples: ``paper_example`` and ``transitive_closure`` above; ``tpch_sql``'s steps
+    after its load run in-process against DuckDB (``test_sql_tpch.py``)."""
+    examples = PROJECT_ROOT / "circuits"
+    run_kernels(spark, tmp_path / "rbr", str(examples / "revenue_by_region.yaml"),
+                {"orders": ORDERS, "customers": CUSTOMERS}, steps=3, seed=13, sizes=lambda t: (8, 3), mixed=False)
+    run_kernels(spark, tmp_path / "bom", str(examples / "bill_of_materials.yaml"),
+                {"contains": CONTAINS, "discontinued": DISCONTINUED}, steps=3, seed=17,
+                sizes=lambda t: (6, 2) if t > 1 else (10, 0), mixed=False)
