@@ -23,6 +23,7 @@ from jsonschema import Draft202012Validator, ValidationError
 from .columns import Resolution, resolve
 from .errors import Problem, did_you_mean, listing
 from .expressions import AGGREGATE_FUNCS, ExpressionError, analyze
+from .keys import key_problems
 from .model import ALL_OPS, CircuitSpec, Expectation, NodeSpec
 
 if TYPE_CHECKING:
@@ -179,6 +180,7 @@ def semantic_problems(spec: CircuitSpec, doc: "Document", broken: frozenset[str]
     for label, node, _ in scopes:
         problems += _expressions(spec, label, node, resolution)
     problems += _outputs(spec, resolution)
+    problems += key_problems(spec, doc.get(("inputs",)), resolution.columns)
     for label, node, _ in scopes:
         if node.op == "recursive":
             problems += _stratification(spec, label, node)
