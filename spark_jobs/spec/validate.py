@@ -180,7 +180,7 @@ def semantic_problems(spec: CircuitSpec, doc: "Document", broken: frozenset[str]
     for label, node, _ in scopes:
         problems += _expressions(spec, label, node, resolution)
     problems += _outputs(spec, resolution)
-    problems += key_problems(spec, doc.get(("inputs",)), resolution.columns)
+    problems += key_problems(spec, doc, resolution.columns)
     for label, node, _ in scopes:
         if node.op == "recursive":
             problems += _stratification(spec, label, node)
