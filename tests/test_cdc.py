@@ -83,11 +83,13 @@ def test_records_fold_into_the_changes_of_the_final_keyed_table(spark, tmp_path,
     seq_col, seq = (", seq: long", ", sequence: seq") if sequenced else ("", "")
     spec = load_circuit_text(SPEC.format(fmt=fmt, seq_col=seq_col, seq=seq)).inputs["t"]
     rng = random.Random(5 if sequenced else 6)
+    values = ("v", "seq") if sequenced else ("v",)  # the sequence is a column of the relation
     old_rows, records, expected, unknown = [], [[], []], Counter(), Counter()
     for case in range(40):
         keys = [(case, k) for k in range(1, 5)]
-        old = {(case, k): (rng.choice((None, rng.randint(0, 9))),) for _, k in rng.sample(keys, rng.randint(0, 3))}
-        old_rows += [(c, k, v, 1) for (c, k), (v,) in old.items()]
+        old = {(case, k): (rng.choice((None, rng.randint(0, 9))),) + ((-1,) if sequenced else ())
+               for _, k in rng.sample(keys, rng.randint(0, 3))}
+        old_rows += [(c, k) + v + (1,) for (c, k), v in old.items()]
         recs = _random_records(rng, keys, rng.randint(1, 8))
         final = dict(old)
         if sequenced:  # sequence numbers give the order; the files list them shuffled
@@ -103,7 +105,7 @@ def test_records_fold_into_the_changes_of_the_final_keyed_table(spark, tmp_path,
             records[0] += recs[:split]
             records[1] += recs[split:]
             ordered = recs
-        bad = _apply(final, ordered, ("case", "k"), ("v",))
+        bad = _apply(final, ordered, ("case", "k"), values)
         unknown.update((r["case"], r["k"], r["op"]) for r in bad)
         expected.update({(c, k) + v: 1 for (c, k), v in final.items()})
         expected.subtract({(c, k) + v: 1 for (c, k), v in old.items()})
@@ -116,7 +118,7 @@ def test_records_fold_into_the_changes_of_the_final_keyed_table(spark, tmp_path,
             path.write_text("case,k,v,op\n" + "".join(f"{r['case']},{r['k']},{'' if r.get('v') is None else r['v']},"
                                                        f"{r['op']}\n" for r in recs))
     raw = read_records(spark, spec, data_files(str(tmp_path / "inbox" / "t")))
-    old_df = from_tuples(spark, old_rows, "case long, k long, v long, _weight long")
+    old_df = from_tuples(spark, old_rows, "case long, k long, v long, " + ("seq long, " if sequenced else "") + "_weight long")
     delta, unknown_df = apply_records(spec, raw, old_df)
     got = collect_all({"delta": delta, "unknown": unknown_df.select("__op", "__key")})
     assert Counter({r[:-1]: r[-1] for r in got["delta"]}) == Counter({k: v for k, v in expected.items() if v})
