@@ -75,12 +75,14 @@ outputs: [f]
 """
 
 
-@pytest.mark.parametrize("fmt,sequenced", [("jsonl", True), ("csv", False)])
-def test_records_fold_into_the_changes_of_the_final_keyed_table(spark, tmp_path, fmt, sequenced):
+@pytest.mark.parametrize("fmt,sequenced,before", [("jsonl", True, False), ("csv", False, False),
+                                                  ("jsonl", False, True)])
+def test_records_fold_into_the_changes_of_the_final_keyed_table(spark, tmp_path, fmt, sequenced, before):
     """40 independent cases (the key holds the case number) in one batch of two files: random old
     rows, random records; with a sequence column they apply in its order (shuffled in the files),
-    without one in file order, then line order."""
+    without one in file order, then line order. With ``before:`` a delete names its key there only."""
     seq_col, seq = (", seq: long", ", sequence: seq") if sequenced else ("", "")
+    seq += ", before: before" if before else ""
     spec = load_circuit_text(SPEC.format(fmt=fmt, seq_col=seq_col, seq=seq)).inputs["t"]
     rng = random.Random(5 if sequenced else 6)
     values = ("v", "seq") if sequenced else ("v",)  # the sequence is a column of the relation
@@ -111,6 +113,8 @@ def test_records_fold_into_the_changes_of_the_final_keyed_table(spark, tmp_path,
         expected.subtract({(c, k) + v: 1 for (c, k), v in old.items()})
     for i, recs in enumerate(records):
         path = tmp_path / "inbox" / "t" / f"b{i}.{'jsonl' if fmt == 'jsonl' else 'csv'}"
+        if before:  # {"op": "d", "before": {"case": .., "k": ..}}: no top-level key
+            recs = [{"op": "d", "before": {"case": r["case"], "k": r["k"]}} if r["op"] == "d" else r for r in recs]
         if fmt == "jsonl":
             _write_jsonl(path, recs)
         else:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+
+import pyarrow as pa
 from typing import Callable, Protocol
 
 from spark_jobs.config import Config
@@ -24,6 +26,7 @@ from spark_jobs.publish.targets import Target, targets
 from spark_jobs.spec.model import CircuitSpec
 from spark_jobs.state.arrow_read import arrow_schema, read_delta, read_view
 from spark_jobs.state.failpoints import failpoint
+from spark_jobs.state.trace import WEIGHT
 
 
 class PublishFailed(RuntimeError):
@@ -91,9 +94,9 @@ def _catch_up(target: Target, store, last: int, say: Callable[[str], None]) -> T
     result.before = result.after = published_timestep(table, target)
     if result.before > last:  # the state was reset under the table: start its rows again
         view = read_view(store, target.view, last)
-        if view is None:
-            raise PublishError(f"the table is at timestep {result.before} but the state is at {last} and "
-                               f"holds no rows of the view; delete the table")
+        if view is None:  # no row committed (yet): the table's columns, no rows
+            schema = pa.schema(table.schema().to_arrow())
+            view = schema.append(pa.field(WEIGHT, pa.int64())).empty_table()
         overwrite(target, view, last)
         result.after = last
         result.note = f"table was at timestep {result.before}, the state at {last}: rebuilt at {last}"

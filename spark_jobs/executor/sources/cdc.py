@@ -83,16 +83,21 @@ def _declared(spec: InputSpec) -> Declared:
 def _envelope_checks(d: Declared, value_names: Sequence[str]) -> list[Check]:
     bad_line = Check("corrupt", lambda n, x: f"{n} line(s) are not JSON objects of the declared "
                                              f"types, e.g. {x!r:.200}")
-    extra = Check("extra", lambda _n, xs: "unexpected column(s) in the row values: "
+    extra = Check("extra", lambda _n, xs: "unexpected column(s): "
                   + ", ".join(sorted({k for x in xs for k in x.split("\n")}))
                   + f" (declared: {', '.join(value_names)})", all_examples=True)
     return [bad_line, extra] + shared_checks(d)
 
 
 def _plan_envelope(spec: InputSpec) -> Callable[[SparkSession, Sequence[InputFile], Declared], ReadPlan]:
+    """JSON lines whose values sit in objects: ``after`` (new values; a delete has none, then
+    ``before`` gives them) with the operation and sequence at the top level and other top-level
+    fields ignored (Debezium's ``source``, ``transaction``); or, with ``before`` only, top-level
+    values plus a ``before`` object that gives a delete its key. A line ``null`` (a Kafka
+    tombstone) is skipped."""
     cdc = spec.source.cdc  # type: ignore[union-attr]
-    top = [cdc.op] + ([cdc.sequence] if cdc.sequence else [])
     halves = [h for h in (cdc.after, cdc.before) if h]
+    keys = set(spec.key)
 
     def plan(spark: SparkSession, files: Sequence[InputFile], d: Declared) -> ReadPlan:
         values = [c for c in d.types if c != cdc.op]
@@ -100,27 +105,34 @@ def _plan_envelope(spec: InputSpec) -> Callable[[SparkSession, Sequence[InputFil
         files = [f for f in files if f.size > 0]
         if not files:
             return plan
+        top = ([cdc.op] + ([cdc.sequence] if cdc.sequence else [])) if cdc.after else list(d.types)
         row_type = StructType([StructField(c, d.types[c]) for c in values])
         schema = StructType([StructField(c, d.types[c]) for c in top]
                             + [StructField(h, row_type) for h in halves] + [StructField(CORRUPT, StringType())])
         opts = d.reader_options(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT)
         text = spark.read.text([spark_uri(f.path) for f in files])
-        frame = (text.where(F.trim("value") != "")
+        frame = (text.where(~F.trim("value").isin("", "null"))
                  .select(F.from_json("value", schema, opts).alias(_ENVELOPE_TOP), "value",
                          *[F.json_object_keys(F.get_json_object("value", f"$.{h}")).alias(f"__keys_{h}")
-                           for h in halves], F.col("_metadata.file_path").alias(FILE_COL)))
+                           for h in halves], F.json_object_keys("value").alias("__keys"),
+                         F.col("_metadata.file_path").alias(FILE_COL)))
         rec = F.col(_ENVELOPE_TOP)
         ok = rec[CORRUPT].isNull()
 
-        def value(c: str) -> Column:  # the new value, else the old one (a delete has no `after`)
-            found = [rec[h][c] for h in halves]
-            if c in top:
-                found.insert(0, rec[c])
-            return F.coalesce(*found) if len(found) > 1 else found[0]
+        def value(c: str) -> Column:
+            if not cdc.after:  # top-level values; a delete may carry its key in `before` only
+                return F.coalesce(rec[c], rec[cdc.before][c]) if c in keys else rec[c]
+            row = rec[cdc.after][c]
+            if cdc.before:  # a delete has no `after`: its (old) values are in `before`
+                row = F.when(rec[cdc.after].isNull(), rec[cdc.before][c]).otherwise(row)
+            return F.coalesce(rec[c], row) if c == cdc.sequence else row
 
         typed = {c: (rec[c] if c == cdc.op else value(c)) for c in d.types}
-        extra = [F.array_except(F.coalesce(F.col(f"__keys_{h}"), F.array().cast("array<string>")),
-                                F.array(*[F.lit(v) for v in values])) for h in halves]
+        allowed = F.array(*[F.lit(v) for v in values])
+        extra = [F.array_except(F.coalesce(F.col(f"__keys_{h}"), F.array().cast("array<string>")), allowed)
+                 for h in halves]
+        if not cdc.after:  # top-level values: the top level is checked as a flat file is
+            extra.append(F.array_except(F.col("__keys"), F.array(*[F.lit(v) for v in list(d.types) + halves])))
         extra_keys = F.array_distinct(F.flatten(F.array(*extra)))
         checks: dict[str, tuple[Column, Column | None]] = {
             "corrupt": (~ok, F.col("value")),
