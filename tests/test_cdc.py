@@ -175,6 +175,7 @@ def _shown(rt, view: str) -> Counter:
     return Counter({tuple(round(v, 6) if isinstance(v, float) else v for v in r[:-1]): r[-1] for r in rows})
 
 
+@pytest.mark.slow
 def test_debezium_stream_steps_match_the_final_keyed_table(spark, tmp_path):
     """Five committed steps of Debezium-shaped records (count policy), then the same state run
     with the refuse and ignore policies (the policy is not part of the circuit's fingerprint)."""
