@@ -202,3 +202,25 @@ def test_a_delta_table_someone_else_wrote_is_left_alone(tmp_path):
     write_deltalake(target.uri, pa.table({"g": ["a"], "x": [1]}))
     with pytest.raises(PublishError, match="did not publish"):
         open_table(target)
+
+
+def test_the_copies_a_bag_loses_are_counted_in_the_table(tmp_path):
+    """A shrinking tuple's old weight is read from the table's files (string, NULL and date
+    first columns; several files, so their statistics are consulted)."""
+    import datetime
+
+    from spark_jobs.publish.delta import _old_counts, create
+    from spark_jobs.publish.targets import Target
+
+    for first, values in (("s", ["north", "west", None]), ("d", [datetime.date(2024, 1, 1), datetime.date(2024, 2, 1), None])):
+        target = Target("c", first, str(tmp_path / first))
+        schema = pa.schema([(first, pa.string() if first == "s" else pa.date32()), ("n", pa.int64()), ("_weight", pa.int64())])
+        table = create(target, schema)
+        for t, (v, copies) in enumerate(zip(values, (3, 1, 3)), start=1):  # one file per commit
+            commit_change(table, target, t, pa.table({first: [v], "n": [7], "_weight": [copies]}, schema=schema))
+        # a MERGE (3 copies -> 2) rewrites a file: deltalake writes its strings as string views
+        commit_change(open_table(target), target, 4, pa.table({first: values[:1], "n": [7], "_weight": [-1]}, schema=schema))
+        table = open_table(target)
+        probe = pa.table({first: values + values[:1], "n": [7, 7, 7, 8], "_weight": [-1] * 4}, schema=schema)
+        assert _old_counts(table, probe, [first, "n"]) == Counter({(values[0], 7): 2, (values[1], 7): 1, (None, 7): 3})
+        assert _old_counts(table, probe.slice(1, 1), [first, "n"]) == Counter({(values[1], 7): 1})  # no NULL probed

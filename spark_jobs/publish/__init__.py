@@ -74,7 +74,7 @@ class PublishReport:
                 lines.append(f"view {r.view}: table at timestep {r.after} already ({r.uri})")
             else:
                 lines.append(f"view {r.view}: published timestep(s) {r.before + 1}..{r.after} to {r.uri}")
-        return "\n".join(lines)
+        return "\n".join(lines) + f"\n(published in {self.seconds:.2f}s)"
 
     def raise_if_failed(self) -> "PublishReport":
         if self.failed:

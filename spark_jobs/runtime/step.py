@@ -198,8 +198,7 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
     report = StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary())
     say(f"timestep {t}: publishing views")
     report.published = publish_views(rt, progress=say)  # a failed view: committed, the next run repairs
-    report.seconds = time.time() - started
-    return report
+    return report  # (``seconds`` is the commit's; the publish report has its own)
 
 
 def count_unknown_keys(txn, input_name: str, n: int) -> None:
