@@ -202,6 +202,10 @@ def test_a_delta_table_someone_else_wrote_is_left_alone(tmp_path):
     write_deltalake(target.uri, pa.table({"g": ["a"], "x": [1]}))
     with pytest.raises(PublishError, match="did not publish"):
         open_table(target)
+    from spark_jobs.publish import remove_tables
+
+    assert remove_tables(load_config(data_root=str(tmp_path)), spec) == []  # dbsp reset leaves it alone
+    assert DeltaTable(target.uri).to_pyarrow_table().num_rows == 1
 
 
 def test_the_copies_a_bag_loses_are_counted_in_the_table(tmp_path):

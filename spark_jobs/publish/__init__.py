@@ -141,9 +141,17 @@ def publish_views(rt: _Circuit, progress: Callable[[str], None] | None = None) -
     return publish(rt.config, rt.compiled.spec, rt.committed, progress)
 
 
+def _ours(target: Target) -> bool:
+    """Is there a table at the target that this circuit's view published? (Not a foreign one.)"""
+    try:
+        return open_table(target) is not None
+    except PublishError:
+        return False
+
+
 def published_tables(config: Config, spec: CircuitSpec) -> list[str]:
     """Locations of the tables this circuit's views published (that exist now)."""
-    return [t.uri for t in targets(config, spec) if open_table(t) is not None]
+    return [t.uri for t in targets(config, spec) if _ours(t)]
 
 
 def table_states(config: Config, spec: CircuitSpec) -> list[tuple[str, str, str]]:
@@ -160,8 +168,9 @@ def table_states(config: Config, spec: CircuitSpec) -> list[tuple[str, str, str]
 
 
 def remove_tables(config: Config, spec: CircuitSpec) -> list[str]:
-    """Delete the tables this circuit published (``dbsp reset``); returns their locations."""
-    return [t.uri for t in targets(config, spec) if remove(t)]
+    """Delete the tables this circuit published (``dbsp reset``; other tables stay); returns
+    their locations."""
+    return [t.uri for t in targets(config, spec) if _ours(t) and remove(t)]
 
 
 __all__ = ["PublishError", "PublishFailed", "PublishReport", "Target", "TableResult", "publish",
