@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from spark_jobs.spec.paths import ALLOWED_ROOTS_KEY
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = PROJECT_ROOT / "config" / "local.yaml"
 STATE_DIR = "_dbsp"  # default state root under the data root: <data_root>/_dbsp/<circuit>/...
@@ -47,6 +49,7 @@ class Config:
     path: str = ""
     state_root: str | None = None  # None: <data_root>/_dbsp
     views: ViewsSettings = field(default_factory=ViewsSettings)
+    allowed_input_roots: tuple[str, ...] = ()  # inputs.allowed_roots: outside roots inputs may read
 
     def with_data_root(self, data_root: str | None) -> "Config":
         """The same profile on another data root (an explicit ``state_root`` stays)."""
@@ -101,6 +104,7 @@ def load_config(path: str | os.PathLike[str] | None = None, data_root: str | Non
         path=chosen,
         state_root=_state_root(raw),
         views=_views(raw),
+        allowed_input_roots=_allowed_roots(raw),
     )
 
 
@@ -115,6 +119,15 @@ def _views(raw: dict[str, Any]) -> ViewsSettings:
         raise ValueError(f"profile key 'views.enabled' must be true or false; got {enabled!r}")
     return ViewsSettings(root=_resolve(str(root), PROJECT_ROOT).rstrip("/") if root else None, enabled=enabled,
                          storage_options={str(k): str(v) for k, v in (views.get("storage_options") or {}).items()})
+
+
+def _allowed_roots(raw: dict[str, Any]) -> tuple[str, ...]:
+    """``inputs.allowed_roots``: folders or URIs outside the data root that a circuit's input
+    paths may name (absolute). Empty by default: inputs stay inside the data root."""
+    roots = (raw.get("inputs") or {}).get("allowed_roots") or []
+    if isinstance(roots, str) or not isinstance(roots, list):
+        raise ValueError(f"{ALLOWED_ROOTS_KEY} must be a list of absolute paths or URIs, got {roots!r}")
+    return tuple(_resolve(str(r), PROJECT_ROOT).rstrip("/") or "/" for r in roots)
 
 
 def _state_root(raw: dict[str, Any]) -> str | None:
