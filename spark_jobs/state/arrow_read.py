@@ -61,8 +61,12 @@ def read_rels(store: "StateStore", rels: list[str], schema: pa.Schema | None) ->
     parts = []
     for rel in rels:
         for path, _size in store.fs.data_files(store.layout.abs(rel)):
-            with store.fs.open_read(path) as fh:  # ParquetFile, not read_table: that imports
-                table = pq.ParquetFile(fh).read(columns=schema.names if schema is not None else None)  # pandas
+            # ParquetFile, not read_table (that imports pandas); no threads: a CLI command ends
+            # right after this, and Arrow's reader threads alive at exit can abort the process
+            # ("terminate called without an active exception", apache/arrow#34314; seen once here)
+            with store.fs.open_read(path) as fh:
+                table = pq.ParquetFile(fh, pre_buffer=False).read(
+                    columns=schema.names if schema is not None else None, use_threads=False)
             parts.append(table.cast(schema) if schema is not None else table)
     if not parts:
         return schema.empty_table() if schema is not None else None
