@@ -27,7 +27,7 @@ from deltalake import DeltaTable
 
 from spark_jobs.cli.main import main as dbsp
 from spark_jobs.config import load_config
-from spark_jobs.publish import PublishError, publish_views, targets, version_timesteps
+from spark_jobs.publish import PublishError, targets, version_timesteps
 from spark_jobs.publish.delta import commit_change, open_table
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
@@ -278,29 +278,34 @@ def test_published_tables_follow_the_committed_views_over_20_random_steps(tmp_pa
     assert not any(os.path.exists(x.uri) for x in targets(config, spec))
 
 
+# `dbsp step`'s path needs one bag and one keyed view (CI time: every view is Spark jobs per step)
+STEP_CIRCUIT = "\n".join(line for line in CIRCUIT.splitlines() if "per_g" not in line) + "\n"
+
+
 @pytest.mark.slow
 def test_steps_publish_their_views_and_repair_a_crash_after_the_manifest(spark, tmp_path):
-    """`dbsp step`'s code path: each committed step publishes; a crash after the manifest leaves
-    the tables one timestep behind until the next step, which publishes both timesteps."""
+    """`dbsp step`'s code path: a crash after the first step's manifest leaves no table; the
+    next step creates the tables and publishes both timesteps, each as its own version."""
     path = tmp_path / "pub.yaml"
-    path.write_text(CIRCUIT)
+    path.write_text(STEP_CIRCUIT)
     rt = open_circuit(str(path), load_config(data_root=str(tmp_path)))
+    assert [x.view for x in targets(rt.config, rt.compiled.spec)] == ["gx", "per_id"]
     stream = Stream(random.Random(3))
-    for t in range(1, 4):
-        _write(tmp_path, t, stream.change())
-        if t == 2:
-            with failpoints.armed("before_publish"), pytest.raises(failpoints.InjectedFailure):
-                run_step(rt)
-            assert rt.committed.last_committed() == 2
-            assert {open_table(x).transaction_version(x.app_id) for x in targets(rt.config, rt.compiled.spec)} == {1}
-            continue
-        report = run_step(rt)
-        assert not report.published.failed, report.published.summary()
-        _check_tables(rt.config, rt.compiled.spec, rt.committed, t)
+    _write(tmp_path, 1, stream.change())
+    with failpoints.armed("before_publish"), pytest.raises(failpoints.InjectedFailure):
+        run_step(rt)
+    assert rt.committed.last_committed() == 1
+    assert all(open_table(x) is None for x in targets(rt.config, rt.compiled.spec))
+    one = {v: _counter(read_delta(rt.committed, v, 1), list(VIEW_COLUMNS[v]), "_weight") for v in ("gx", "per_id")}
+    _write(tmp_path, 2, stream.change())
+    report = run_step(rt)
+    assert not report.published.failed, report.published.summary()
+    assert "published timestep(s) 1..2" in report.published.summary()
+    _check_tables(rt.config, rt.compiled.spec, rt.committed, 2)
     for target in targets(rt.config, rt.compiled.spec):
         columns = list(VIEW_COLUMNS[target.view])
-        two = {ts: v for v, ts in version_timesteps(target.uri).items()}[2]
-        assert _cdf(target.uri, two, columns) == _counter(read_delta(rt.committed, target.view, 2), columns, "_weight")
+        versions = {ts: v for v, ts in version_timesteps(target.uri).items()}
+        assert _cdf(target.uri, versions[1], columns) == one[target.view] != Counter()
         # the Spark reader of the committed view agrees with the pyarrow one `dbsp show` uses
         assert oracle.view_counter(rt, target.view, round_floats=False) == stream.views()[target.view]
 
