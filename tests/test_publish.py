@@ -2,7 +2,7 @@
 
 A random stream of inserts, deletes and updates is committed for 20 timesteps and published
 after each. After every one the published tables, read back with the ``deltalake`` reader and
-with DuckDB (its own replay of the Delta log, no deltalake), equal ``dbsp show``; the version of each timestep
+with DuckDB (its own replay of the Delta log, no deltalake), equal what ``dbsp show`` prints; the version of each timestep
 (its commit metadata) holds the view of that timestep, and its change data feed equals the
 view's delta. Crashes between the commit and the publish (and in the middle of catching up) are
 repaired by the next publish or by ``dbsp publish``. A keyless view holds a tuple of weight n as
@@ -15,6 +15,7 @@ with pyarrow in the store's layout (no Spark: CI time); a shorter stream runs th
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections import Counter
@@ -32,7 +33,6 @@ from spark_jobs.publish.delta import commit_change, open_table
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
 from spark_jobs.state import failpoints
-from spark_jobs.state.arrow_read import read_delta, read_view
 from tests import oracle
 
 CIRCUIT = """
@@ -197,19 +197,30 @@ class Committed:
             s.fs.remove_file(s.layout.manifest_path(t - 2))
 
 
-def _check_tables(config, spec, store, t: int) -> None:
-    """Each published table equals `dbsp show` (deltalake and DuckDB); its newest version is
-    timestep t, and the change feed of t's version is the view's delta at t."""
+def _show(capsys, path, root, view: str, *extra: str) -> Counter:
+    """What `dbsp show CIRCUIT VIEW --format json` prints, as {tuple: weight}."""
+    capsys.readouterr()
+    assert dbsp(["show", str(path), view, "--format", "json", "--data-root", str(root), *extra]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    return Counter({tuple(r[c] for c in VIEW_COLUMNS[view]): r["_weight"] for r in rows})
+
+
+def _check_tables(capsys, path, root, config, spec, t: int) -> dict[str, Counter]:
+    """Each published table equals `dbsp show` (read by deltalake and by DuckDB); its newest
+    version is timestep t, and the change feed of t's version is `dbsp show --delta --at t`.
+    Returns what `dbsp show` printed."""
+    shown_now = {}
     for target in targets(config, spec):
         columns = list(VIEW_COLUMNS[target.view])
-        shown = _counter(read_view(store, target.view), columns, "_weight")
+        shown = shown_now[target.view] = _show(capsys, path, root, target.view)
         table = DeltaTable(target.uri)
         assert _counter(table.to_pyarrow_table(), columns) == shown, f"{target.view} at timestep {t}"
         assert _duckdb(target.uri, columns) == shown, f"{target.view} (DuckDB) at timestep {t}"
         versions = {ts: v for v, ts in version_timesteps(target.uri).items()}
         assert max(versions) == t and table.transaction_version(target.app_id) == t
-        delta = _counter(read_delta(store, target.view, t), columns, "_weight")
+        delta = _show(capsys, path, root, target.view, "--delta", "--at", str(t))
         assert _cdf(target.uri, versions[t], columns) == delta, f"{target.view}: change feed of timestep {t}"
+    return shown_now
 
 
 def test_published_tables_follow_the_committed_views_over_20_random_steps(tmp_path, capsys):
@@ -242,16 +253,16 @@ def test_published_tables_follow_the_committed_views_over_20_random_steps(tmp_pa
         else:
             report = publish(config, spec, store)
             assert not report.failed, report.summary()
-        shown_at[t] = {v: _counter(read_view(store, v), list(VIEW_COLUMNS[v]), "_weight") for v in VIEW_COLUMNS}
-        assert shown_at[t] == stream.views(), f"timestep {t}"
         if t == 7:  # not published yet: checked at the end, in its version
-            continue
-        _check_tables(config, spec, store, t)
+            shown_at[t] = {v: _show(capsys, path, tmp_path, v) for v in VIEW_COLUMNS}
+        else:
+            shown_at[t] = _check_tables(capsys, path, tmp_path, config, spec, t)
+        assert shown_at[t] == stream.views(), f"timestep {t}"
         if t == 8:  # timestep 7 was published by this publish, as its own version
             for target in targets(config, spec):
-                columns = list(VIEW_COLUMNS[target.view])
                 seven = {ts: v for v, ts in version_timesteps(target.uri).items()}[7]
-                assert _cdf(target.uri, seven, columns) == _counter(read_delta(store, target.view, 7), columns, "_weight")
+                assert _cdf(target.uri, seven, list(VIEW_COLUMNS[target.view])) == \
+                    _show(capsys, path, tmp_path, target.view, "--delta", "--at", "7")
     assert any(w > 1 for w in shown_at[20]["gx"].values()), "no tuple of weight > 1: the bag case was not tested"
     assert any(g is None for g, *_ in shown_at[20]["per_g"]), "no NULL key"
     gone = {i for t in shown_at for i, *_ in shown_at[t]["per_id"]} - {i for i, *_ in shown_at[20]["per_id"]}
@@ -283,7 +294,7 @@ STEP_CIRCUIT = "\n".join(line for line in CIRCUIT.splitlines() if "per_g" not in
 
 
 @pytest.mark.slow
-def test_steps_publish_their_views_and_repair_a_crash_after_the_manifest(spark, tmp_path):
+def test_steps_publish_their_views_and_repair_a_crash_after_the_manifest(spark, tmp_path, capsys):
     """`dbsp step`'s code path: a crash after the first step's manifest leaves no table; the
     next step creates the tables and publishes both timesteps, each as its own version."""
     path = tmp_path / "pub.yaml"
@@ -296,12 +307,12 @@ def test_steps_publish_their_views_and_repair_a_crash_after_the_manifest(spark, 
         run_step(rt)
     assert rt.committed.last_committed() == 1
     assert all(open_table(x) is None for x in targets(rt.config, rt.compiled.spec))
-    one = {v: _counter(read_delta(rt.committed, v, 1), list(VIEW_COLUMNS[v]), "_weight") for v in ("gx", "per_id")}
+    one = {v: _show(capsys, path, tmp_path, v, "--delta", "--at", "1") for v in ("gx", "per_id")}
     _write(tmp_path, 2, stream.change())
     report = run_step(rt)
     assert not report.published.failed, report.published.summary()
     assert "published timestep(s) 1..2" in report.published.summary()
-    _check_tables(rt.config, rt.compiled.spec, rt.committed, 2)
+    _check_tables(capsys, path, tmp_path, rt.config, rt.compiled.spec, 2)
     for target in targets(rt.config, rt.compiled.spec):
         columns = list(VIEW_COLUMNS[target.view])
         versions = {ts: v for v, ts in version_timesteps(target.uri).items()}
