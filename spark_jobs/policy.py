@@ -83,6 +83,9 @@ class ExecutionPolicy:
     # up to this many rows, a Spark step's input changes and view deltas are held on the driver
     local_change_rows: int = 20_000
     collect_extra_rows: int = 1_000  # summary rows collected beside local relations in one job
+    # a Spark value whose plan would hold more IR operators than this is computed first (a local
+    # checkpoint): chained joins otherwise build plans Spark's analyzer cannot hold in memory
+    max_plan_operators: int = 100
     narrow: NarrowPolicy = field(default_factory=NarrowPolicy)
     recursion: RecursionPolicy = field(default_factory=RecursionPolicy)
     arrow: ArrowPolicy = field(default_factory=ArrowPolicy)

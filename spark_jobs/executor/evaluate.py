@@ -168,7 +168,7 @@ def evaluate_step(circuit: Circuit, inputs: Mapping[str, Any], state: StateReade
                 raise NotLocal(f"operator {node.op!r} (node {node.id!r}) has no Arrow kernel")
             raise NotSupported(f"IR node {node.id!r}: no {engine.name} kernel for op {node.op!r}")
         value = kernel(step, node)
-        step.result.values[node.id] = engine.keep(value) if node.id in reused else value
+        step.result.values[node.id] = engine.settle(node, value, reused=node.id in reused)
     for view, node_id in circuit.outputs.items():
         if only is not None and node_id not in only:
             continue

@@ -17,7 +17,7 @@ A body relation's value is V[t][i]; its 2-D delta is d[t][i] = V[t][i] - V[t-1][
 Iteration i computes d[t][i] of every body node (each operator's ``"loop"`` kernel, below), then
 the kernels materialize what later iterations read and learn which deltas are empty. A zero change
 at i is not the end by itself: old facts derived at deeper iterations may still meet this
-timestep's changes (DESIGN.md, "Incremental recursion"). So when the back edges carry nothing at
+timestep's changes (ARCHITECTURE.md, "IR and incrementalizer"). So when the back edges carry nothing at
 i, the loop asks the traces whether any row beyond i matches the keys of this timestep's changes
 so far (``deeper_probes``); if none does, every later iteration is provably zero and the loop
 stops. A small change therefore runs as many iterations as its consequences need.

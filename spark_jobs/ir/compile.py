@@ -44,6 +44,9 @@ def fingerprint(spec: CircuitSpec, incremental: Circuit) -> str:
     formats = sorted({(n.op, f) for n in incremental if (f := _state_format(n.op)) > 1})
     if formats:  # only circuits with an operator whose state layout changed get a new fingerprint
         payload["state_formats"] = formats
+    keys = {name: list(inp.key) for name, inp in sorted(spec.inputs.items()) if inp.key}
+    if keys:  # a keyed input's integral holds one row per key: another key is another state
+        payload["keys"] = keys  # (only when present: unkeyed circuits keep their fingerprints)
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -62,9 +62,20 @@ class CircuitRuntime:
 
     @cached_property
     def store(self):
+        """The state store, for running timesteps (starts Spark when a step or a rewrite needs it;
+        an in-process step commits without it)."""
+        return self._store(lambda: self.spark)
+
+    @cached_property
+    def committed(self):
+        """The same store for reading what is committed with pyarrow (``state.arrow_read``):
+        manifests, views, deltas. No Spark: commands that only read start no JVM."""
+        return self._store(None)
+
+    def _store(self, spark):
         from spark_jobs.state import StateStore
 
-        return StateStore(lambda: self.spark, state_root(self.config, self.name), self.name,
+        return StateStore(spark, state_root(self.config, self.name), self.name,
                           self.compiled.fingerprint, policy=self.config.policy.state)
 
 

@@ -26,9 +26,10 @@ from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.executor.kernels import NotLocal
 from spark_jobs.runtime import inprocess
 from spark_jobs.runtime.circuit import CircuitRuntime
+from spark_jobs.publish import publish_views
 from spark_jobs.runtime.step_types import InputReport, StepReport, StoreReader
 from spark_jobs.state.arrow_fs import is_local
-from spark_jobs.runtime.inputs import pending_inputs as _pending, read_input, snapshot_trace
+from spark_jobs.runtime.inputs import pending_inputs as _pending, read_input
 from spark_jobs.runtime.quality_gate import check_timestep
 from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state.failpoints import failpoint
@@ -81,8 +82,19 @@ def choose_engine(rt: CircuitRuntime, pending: dict[str, list[InputFile]]) -> tu
 
 
 def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport:
-    """Run and commit the next timestep (last committed + 1) on the engine the policy picks."""
+    """Run and commit the next timestep (last committed + 1) on the engine the policy picks, then
+    publish the views (``spark_jobs.publish``: no Spark; a view that fails to publish stays
+    committed, and the next run repairs its table). ``seconds`` is the commit's; the publish
+    report has its own."""
     say = progress or (lambda _msg: None)
+    report = _commit_step(rt, say)
+    say(f"timestep {report.timestep}: publishing views")
+    report.published = publish_views(rt, progress=say)
+    return report
+
+
+def _commit_step(rt: CircuitRuntime, say: Progress) -> StepReport:
+    """Run and commit the next timestep on the engine the policy picks (Spark if Arrow cannot)."""
     pending = pending_inputs(rt)
     engine, reason = choose_engine(rt, pending)
     if engine == "arrow":
@@ -105,28 +117,32 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], say: 
     store = rt.store
     spec = rt.compiled.spec
     cached: list[DataFrame] = []
+    state = StoreReader(store)
     with store.begin() as txn:
         t = txn.timestep
         say(f"timestep {t}: reading inputs")
         deltas: dict[str, DataFrame] = {}
         reports: list[InputReport] = []
         refused: list[InputRefused] = []
+        own_traces: dict[str, tuple[str, tuple[str, ...]]] = {}  # input -> (its trace, sort columns)
         for name, inp in spec.inputs.items():
             report = InputReport(name, [f.path for f in pending[name]])
             reports.append(report)
             try:
-                change = read_input(rt.spark, inp, pending[name], store.read_trace(snapshot_trace(name)))
+                change = read_input(rt.spark, inp, pending[name], state, rt.config.policy)
             except InputRefused as exc:  # keep going: report every refused file of the step at once
                 refused.append(exc)
                 continue
             if change.delta is not None:
                 delta = change.delta
-                if change.snapshot is not None:  # D(snapshot) is read by the write below and later
+                if change.trace is not None:  # the delta is also appended to the input's own trace
                     delta = delta.cache()
                     cached.append(delta)
-                    txn.append(snapshot_trace(name), delta, kind="zset")
+                    own_traces[name] = change.trace
                 deltas[name] = delta
                 txn.consume(name, [f.as_dict() for f in pending[name]])
+                count_unknown_keys(txn, name, change.unknown_keys)
+                report.unknown_keys = change.unknown_keys
         if refused:
             raise InputRefused.combine(refused)
         policy = rt.config.policy
@@ -146,8 +162,7 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], say: 
         schemas = {name: spark_schema(inp) for name, inp in spec.inputs.items()}
         with step_conf(rt.spark, small):
             # persist: a delta read by several operators and state writes is computed once
-            reader = StoreReader(store)
-            result = evaluate_step(rt.compiled.incremental, deltas, reader,
+            result = evaluate_step(rt.compiled.incremental, deltas, state,
                                    first_step=t == 1, input_schemas=schemas,
                                    broadcast_deltas=small, persist=True, policy=policy, spark=rt.spark)
             try:
@@ -162,6 +177,11 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], say: 
                 gate = check_timestep(rt, t, outputs, deltas)
                 say(f"timestep {t}: writing state")
                 appends = []
+                for name, (trace_id, sort_by) in own_traces.items():
+                    if small:
+                        appends.append((trace_id, deltas[name], "zset", (), sort_by))
+                    else:
+                        txn.append(trace_id, deltas[name], kind="zset", sort_by=sort_by)
                 for node_id, update in result.updates.items():
                     kind = trace_kind(rt.compiled.incremental, node_id)
                     if update.kind == "replace":
@@ -172,7 +192,7 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], say: 
                 failpoint("mid_step")
                 txn.set_meta("engine", "spark")
                 txn.set_meta("engine_reason", reason)
-                txn.set_meta("bytes_read_driver", reader.bytes_read())
+                txn.set_meta("bytes_read_driver", state.bytes_read())
                 manifest = txn.commit()
             finally:
                 result.release()
@@ -181,4 +201,11 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], say: 
     views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))
              for view, info in (manifest.outputs or {}).items()}
     return StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary(),
-                      engine="spark", engine_reason=reason, bytes_read=reader.bytes_read())
+                      engine="spark", engine_reason=reason, bytes_read=state.bytes_read())
+
+
+def count_unknown_keys(txn, input_name: str, n: int) -> None:
+    """Add a step's ignored cdc records of unknown keys to the input's running total in the manifest."""
+    if n:
+        before = ((txn.previous.inputs if txn.previous else {}).get(input_name) or {}).get("unknown_keys", 0)
+        txn.set_input_meta(input_name, "unknown_keys", int(before) + n)

@@ -11,10 +11,14 @@ class InputReport:
     files: list[str] = field(default_factory=list)
     inserted: int = 0
     deleted: int = 0
+    unknown_keys: int = 0  # cdc records of keys the input did not hold, ignored (unknown_key: count)
 
     @property
     def note(self) -> str:
-        return "no new files: no changes" if not self.files else f"{len(self.files)} file(s)"
+        if not self.files:
+            return "no new files: no changes"
+        unknown = f"; {self.unknown_keys} change(s) to unknown keys ignored" if self.unknown_keys else ""
+        return f"{len(self.files)} file(s){unknown}"
 
 
 @dataclass
@@ -27,6 +31,7 @@ class StepReport:
     quality: str = ""  # gate summary
     engine: str = "spark"  # which engine ran the step: "spark" | "arrow"
     engine_reason: str = ""  # why (the policy's choice, or why Arrow could not run it)
+    published: Any = None  # what publishing the views did (``publish.PublishReport``, failures included)
     bytes_read: int | None = None  # bytes the step read itself (in-process: input files and row groups; Spark: the driver's lookups)
 
 

@@ -2,7 +2,7 @@
 
 ``Engine`` is what the interpreter (``executor/evaluate.py``) needs of an engine besides the
 operators' own kernels: the Z-set algebra on its values (sum, negation, consolidation, a typed
-zero), and keeping a value that is read several times. Two implementations:
+zero), and settling a node's value (caching one read several times). Two implementations:
 
 - ``spark.SparkEngine``: values are lazy Spark DataFrames; a step is a handful of Spark jobs;
 - ``arrow.ArrowEngine``: values are pyarrow Tables in this process (state-sized values are
@@ -43,11 +43,13 @@ class Engine(Protocol):
     def columns(self, value: Any) -> list[str]:
         """The data columns (all but the weight)."""
 
-    def keep(self, value: Any) -> Any:
-        """``value`` is read more than once this step: compute it once (Spark caches it)."""
+    def settle(self, node: Any, value: Any, *, reused: bool) -> Any:
+        """``node``'s value as later nodes read it. ``reused``: it is read more than once this
+        step, so compute it once (Spark caches it). Spark also materializes a value whose plan
+        grew too large (``ExecutionPolicy.max_plan_operators``)."""
 
     def release(self) -> None:
-        """Drop what ``keep`` holds (after the step's writes)."""
+        """Drop what ``settle`` cached (after the step's writes)."""
 
 
 @dataclass(frozen=True)

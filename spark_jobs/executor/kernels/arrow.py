@@ -122,8 +122,8 @@ class ArrowEngine:
     def columns(self, value: Any) -> list[str]:
         return [c for c in value.schema.names if c != WEIGHT]
 
-    def keep(self, value: Any) -> Any:
-        return value  # computed already
+    def settle(self, node: Node, value: Any, *, reused: bool) -> Any:
+        return value  # computed already: no plan to cache or cut
 
     def release(self) -> None:
         pass

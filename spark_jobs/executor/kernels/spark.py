@@ -46,10 +46,13 @@ class SparkEngine:
     broadcast: bool = True
     name: str = "spark"
     narrowing: Narrowing | None = None
-    kept: list[DataFrame] = field(default_factory=list)  # what ``keep`` cached
+    kept: list[DataFrame] = field(default_factory=list)  # what ``settle`` cached
+    # IR operators in each node's Spark plan this step (an input read twice counts twice)
+    plan_size: dict[str, int] = field(default_factory=dict)
 
     def begin(self, step: "Step") -> None:
         """Set up the step's driver-side lookups when its state has trace files."""
+        self.plan_size.clear()
         files_of = getattr(step.state, "trace_files", None)
         session = self.session()
         if self.broadcast and files_of is not None and session is not None and self.policy.narrow.enabled:
@@ -78,12 +81,19 @@ class SparkEngine:
     def columns(self, value: DataFrame) -> list[str]:
         return zset.data_columns(value)
 
-    def keep(self, value: DataFrame) -> DataFrame:
-        if zset.is_local(value):  # computed already
-            return value
-        kept = value.persist()
-        self.kept.append(kept)
-        return kept
+    def settle(self, node: Node, value: DataFrame, *, reused: bool) -> DataFrame:
+        """Cut the lineage of a value whose plan would exceed ``policy.max_plan_operators`` IR
+        operators: the bilinear rule reads a join's input three times (Δa·Δb, I(a)·Δb, Δa·I(b)),
+        so a chain of k joins over an unmaterialized change plans ~3^k subtrees, and the TPC-H
+        SQL circuit ran the driver out of heap in Spark's analyzer. Else cache a reused value."""
+        size = 1 + sum(self.plan_size.get(i, 1) for i in node.inputs)
+        if size > self.policy.max_plan_operators:
+            value, size = zset.cut_lineage(value), 1
+        elif reused and not zset.is_local(value):  # a local value is computed already
+            value = value.persist()
+            self.kept.append(value)
+        self.plan_size[node.id] = size
+        return value
 
     def release(self) -> None:
         for df in self.kept:
