@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -32,13 +34,61 @@ def _err(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def reset_command(args: argparse.Namespace) -> str:
+    """The `dbsp reset` that rebuilds this circuit's state, as it can be pasted: the circuit as
+    the user named it (a path works as well as a name) and the same profile and data root."""
+    words = ["dbsp", "reset", args.circuit, "--yes"]
+    for flag, value in (("--config", getattr(args, "config", None)), ("--data-root", getattr(args, "data_root", None))):
+        if value:
+            words += [flag, value]
+    return shlex.join(words)
+
+
+def state_version_warning(circuit: str, state_fingerprint: str | None, circuit_fingerprint: str,
+                          reset: str) -> str | None:
+    """The warning `show` and `status` print when the committed state was built by another
+    version of the circuit (its fingerprint differs from the circuit file's); None otherwise."""
+    if state_fingerprint is None or state_fingerprint == circuit_fingerprint:
+        return None
+    return (f"warning: the committed state of {circuit!r} belongs to another version of the circuit "
+            f"(state fingerprint {state_fingerprint}, the circuit file now has {circuit_fingerprint}): "
+            f"what follows is the old circuit's result. Rebuild it with `{reset}`.")
+
+
+def _open(args: argparse.Namespace):
+    """The circuit's runtime, with Spark's own error logging quieted. Every failure of a job
+    reaches the command as an exception, and the command reports it in one message (or, for an
+    unexpected one, a traceback that carries the Java trace); Spark's log of the same failed
+    task (hundreds of lines of Java, twice) would only bury that message."""
+    rt = open_circuit(args.circuit, _config(args))
+    try:
+        rt.spark.sparkContext.setLogLevel("FATAL")
+    except Exception:  # Spark Connect: no SparkContext in this process, nothing logged here
+        pass
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):  # PySpark's copy of the trace
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+    return rt
+
+
+def _warn_if_other_version(rt, args: argparse.Namespace) -> None:
+    manifest = rt.store.manifest()
+    warning = state_version_warning(rt.name, manifest.fingerprint if manifest else None, rt.compiled.fingerprint,
+                                    reset_command(args))
+    if warning:
+        _err(warning)
+
+
 @contextmanager
-def _user_errors() -> Iterator[None]:
+def _user_errors(args: argparse.Namespace | None = None) -> Iterator[None]:
     """Turn the errors a user can act on into one clear message."""
     from spark_jobs.executor.recursion import RecursionLimitExceeded
+    from spark_jobs.executor.refusal import ValueRefused
     from spark_jobs.executor.sources import InputRefused
     from spark_jobs.quality import ExpectationConfigError, QualityGateFailed
     from spark_jobs.state import FingerprintMismatch
+    from spark_jobs.state.space import StorageFull
 
     try:
         yield
@@ -46,7 +96,13 @@ def _user_errors() -> Iterator[None]:
         raise UserError(str(exc)) from None
     except FileNotFoundError as exc:
         raise UserError(str(exc)) from None
-    except (FingerprintMismatch, RecursionLimitExceeded) as exc:
+    except FingerprintMismatch as exc:
+        raise UserError(exc.describe(reset_command(args)) if args is not None else str(exc)) from None
+    except RecursionLimitExceeded as exc:
+        raise UserError(str(exc)) from None
+    except ValueRefused as exc:
+        raise UserError(f"refused; nothing was committed: {exc}", exit_code=2) from None
+    except StorageFull as exc:
         raise UserError(str(exc)) from None
     except QualityGateFailed as exc:
         raise UserError(f"quality gate failed; nothing was committed:\n{exc.report.summary()}", exit_code=3) from None
@@ -72,7 +128,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _compiled(args: argparse.Namespace):
-    with _user_errors():
+    with _user_errors(args):
         return compile_file(find_circuit_file(args.circuit, _config(args)))
 
 
@@ -114,8 +170,8 @@ def cmd_draw(args: argparse.Namespace) -> int:
 def cmd_step(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.step import run_step
 
-    with _user_errors():
-        rt = open_circuit(args.circuit, _config(args))
+    with _user_errors(args):
+        rt = _open(args)
         report = run_step(rt, progress=_err)
     print(render.step_report(report))
     return 0
@@ -124,8 +180,8 @@ def cmd_step(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.step import pending_inputs, run_step
 
-    with _user_errors():
-        rt = open_circuit(args.circuit, _config(args))
+    with _user_errors(args):
+        rt = _open(args)
         for i in range(args.steps):
             if i > 0 and not any(pending_inputs(rt).values()):
                 _err(f"no input has pending changes; stopping after {i} step(s)")
@@ -137,20 +193,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with _user_errors():
-        rt = open_circuit(args.circuit, _config(args))
+    with _user_errors(args):
+        rt = _open(args)
+        _warn_if_other_version(rt, args)
         print(render.status(rt))
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    with _user_errors():
-        rt = open_circuit(args.circuit, _config(args))
+    with _user_errors(args):
+        rt = _open(args)
         if args.view not in rt.compiled.spec.outputs:
             raise UserError(f"{rt.name} has no view {args.view!r}; views: {', '.join(rt.compiled.spec.outputs)}")
         last = rt.store.last_committed()
         if last == 0:
             raise UserError(f"{rt.name} has no committed timestep yet; run `dbsp step {args.circuit}` first")
+        _warn_if_other_version(rt, args)
         at = args.at if args.at is not None else last
         if not 1 <= at <= last:
             raise UserError(f"timestep {at} is not committed (last committed: {last})")
@@ -163,7 +221,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_reset(args: argparse.Namespace) -> int:
     config = _config(args)
-    with _user_errors():
+    with _user_errors(args):
         path = find_circuit_file(args.circuit, config)
         name = compile_file(path).spec.name
     from spark_jobs.runtime.circuit import state_root

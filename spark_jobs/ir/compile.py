@@ -40,8 +40,16 @@ def fingerprint(spec: CircuitSpec, incremental: Circuit) -> str:
         "nodes": [(n.id, n.op, n.inputs, repr(_meaning(n.params)), n.columns) for n in incremental],
         "outputs": sorted(incremental.outputs.items()),
     }
+    formats = sorted({(n.op, STATE_FORMATS[n.op]) for n in incremental if n.op in STATE_FORMATS})
+    if formats:  # only circuits with such an operator get a new fingerprint
+        payload["state_formats"] = formats
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
+
+# Versions of an operator's state layout, bumped when the columns it keeps change, so state an
+# older engine wrote is refused (with the reset hint) instead of misread. aggregate_linear 2:
+# exact running totals (integer limbs for float sums, decimal(38,...) for integers; issue 19).
+STATE_FORMATS = {"aggregate_linear": 2}
 
 # Params that bound or tune the work without changing what the state means.
 _NOT_MEANING = frozenset({"max_iterations"})

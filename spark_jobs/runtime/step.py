@@ -20,7 +20,9 @@ from spark_jobs.executor.session import LOCAL_CHANGE_ROWS, SMALL_CHANGE_ROWS, st
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.runtime.inputs import pending_inputs as _pending, read_input, snapshot_trace
-from spark_jobs.runtime.quality_gate import check_timestep
+from spark_jobs.quality import mark_committed
+from spark_jobs.runtime.failures import step_failures
+from spark_jobs.runtime.quality_gate import check_timestep, quality_dir
 from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state.failpoints import failpoint
 
@@ -97,7 +99,13 @@ def count_all_changes(spark, deltas: dict[str, DataFrame], local_rows: int = LOC
 
 
 def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport:
-    """Run and commit the next timestep (last committed + 1)."""
+    """Run and commit the next timestep (last committed + 1). A value refused inside a job
+    raises ``ValueRefused``, a full disk ``StorageFull``: one message each, nothing committed."""
+    with step_failures(rt):
+        return _run_step(rt, progress)
+
+
+def _run_step(rt: CircuitRuntime, progress: Progress | None) -> StepReport:
     say = progress or (lambda _msg: None)
     started = time.time()
     store = rt.store
@@ -176,6 +184,7 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
                 manifest = txn.commit()
             finally:
                 result.release()
+        mark_committed(quality_dir(rt), t)
     for df in cached:
         df.unpersist()
     views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))

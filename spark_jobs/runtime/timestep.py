@@ -32,7 +32,9 @@ from spark_jobs.executor.sources import InputFile, spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.runtime.inputs import (is_snapshot, pending_inputs, read_input, retained_inputs,
                                        snapshot_trace)
-from spark_jobs.runtime.quality_gate import check_timestep
+from spark_jobs.quality import mark_committed
+from spark_jobs.runtime.failures import step_failures
+from spark_jobs.runtime.quality_gate import check_timestep, quality_dir
 from spark_jobs.runtime.stages import Stage, is_state_backed, stage_graph, staged_values
 from spark_jobs.runtime.step import StoreReader, count_changes
 from spark_jobs.state.failpoints import failpoint
@@ -306,6 +308,7 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
             txn.set_meta("run_id", run_id)
             txn.set_meta("mode", p["mode"])
             manifest = txn.commit()
+    mark_committed(quality_dir(rt), manifest.timestep)
     rt.store.fs.remove_tree(run_dir(rt, run_id))
     return {"timestep": manifest.timestep,
             "views": {v: {"inserted": o.rows_inserted, "deleted": o.rows_deleted}
@@ -314,7 +317,13 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
 
 def run_task(rt: CircuitRuntime, step: str, run_id: str, stage: str | None = None,
              mode: str = "incremental") -> dict:
-    """Dispatch one task of a DAG run (the Airflow callables and spark-submit both come here)."""
+    """Dispatch one task of a DAG run (the Airflow callables and spark-submit both come here).
+    A value refused inside a job or a full disk ends the task with one message (``step_failures``)."""
+    with step_failures(rt):
+        return _run_task(rt, step, run_id, stage, mode)
+
+
+def _run_task(rt: CircuitRuntime, step: str, run_id: str, stage: str | None, mode: str) -> dict:
     if step == "plan":
         return plan(rt, run_id, mode=mode)
     if step == "stage":
