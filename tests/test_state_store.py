@@ -163,9 +163,11 @@ def test_validation_errors(spark, tmp_path):
     tx = s.begin()
     with pytest.raises(ValueError, match="_weight"):
         tx.append("t", spark.createDataFrame([(1,)], "k long"))
-    with pytest.raises(ValueError, match="not numeric"):
+    with pytest.raises(ValueError, match="not integers or decimals"):
         tx.append("t", spark.createDataFrame([(1, "x")], "k long, s string"),
                   kind="sum", keys=("k",))
+    with pytest.raises(ValueError, match="float totals would drift"):  # sums must be exact
+        tx.append("t", spark.createDataFrame([(1, 0.1)], "k long, s double"), kind="sum", keys=("k",))
     with pytest.raises(ValueError, match="kind"):
         tx.append("t", spark.createDataFrame([(1, "a", 1)], SCHEMA), kind="bag")
     tx.append("t", spark.createDataFrame([(1, "a", 1)], SCHEMA))

@@ -34,14 +34,19 @@ def _err(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def reset_command(args: argparse.Namespace) -> str:
-    """The `dbsp reset` that rebuilds this circuit's state, as it can be pasted: the circuit as
-    the user named it (a path works as well as a name) and the same profile and data root."""
-    words = ["dbsp", "reset", args.circuit, "--yes"]
+def command_for(args: argparse.Namespace, command: str, *extra: str) -> str:
+    """A `dbsp` command line on the same circuit, as it can be pasted: the circuit as the user
+    named it (a path works as well as a name) and the same profile and data root."""
+    words = ["dbsp", command, args.circuit, *extra]
     for flag, value in (("--config", getattr(args, "config", None)), ("--data-root", getattr(args, "data_root", None))):
         if value:
             words += [flag, value]
     return shlex.join(words)
+
+
+def reset_command(args: argparse.Namespace) -> str:
+    """The `dbsp reset` that rebuilds this circuit's state (see ``command_for``)."""
+    return command_for(args, "reset", "--yes")
 
 
 def state_version_warning(circuit: str, state_fingerprint: str | None, circuit_fingerprint: str,
@@ -207,7 +212,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             raise UserError(f"{rt.name} has no view {args.view!r}; views: {', '.join(rt.compiled.spec.outputs)}")
         last = rt.store.last_committed()
         if last == 0:
-            raise UserError(f"{rt.name} has no committed timestep yet; run `dbsp step {args.circuit}` first")
+            raise UserError(f"{rt.name} has no committed timestep yet; run `{command_for(args, 'step')}` first")
         _warn_if_other_version(rt, args)
         at = args.at if args.at is not None else last
         if not 1 <= at <= last:

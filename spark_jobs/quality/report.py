@@ -204,8 +204,8 @@ def write_report(report: GateReport, directory: str) -> str:
 
 def mark_committed(directory: str, timestep: int) -> None:
     """Record in the report of ``timestep`` that its manifest was published (call after commit).
-    Best effort: the commit stands whatever happens here; the report then still says "not
-    committed" until the next write of the index, which a reader can check against the manifests."""
+    Best effort: the commit stands whatever happens here (the manifests are the truth; a failure
+    to rewrite the report leaves it saying "not committed")."""
     fs = filesystem_for(directory)
     directory = fs.normalize(directory)
     path = fs.join(directory, report_name(timestep))
