@@ -6,11 +6,12 @@ Three levels, cheapest first:
   the order its parts were added in, the finished value is within one ulp of the exact sum;
 - the Spark SQL of that arithmetic against the Python reference, bit for bit (one job), and the
   refusals of values and totals out of range (one message naming the aggregate, no Java);
-- a stream of inserts and deletes of doubles chosen to expose non-associativity (300 steps of the
-  kernel's bookkeeping in Python, 30 on Spark in CI and 210 on request), driven through the aggregate kernels with the store's own compaction (``trace.consolidate``)
-  forced at random points and the totals' rows handed back in shuffled order: every step's view
-  is a set with positive weights (the built-in checks), bit-identical to the from-scratch
-  ``aggregate`` of the integrated input, and within the documented tolerance of the exact sums.
+- a stream of inserts and deletes of doubles chosen to expose non-associativity: 300 steps of
+  the kernel's bookkeeping in Python, and 20 steps on Spark in CI (210 on request) through the
+  aggregate kernels, with the store's own compaction (``trace.consolidate``) forced at random
+  points and the totals' rows handed back in shuffled order: every step's view is a set with
+  positive weights (the built-in checks), bit-identical to the from-scratch ``aggregate`` of the
+  integrated input, and within the documented tolerance of the exact sums.
 """
 from __future__ import annotations
 
@@ -289,7 +290,7 @@ def _delta(rng: random.Random, integral: Counter) -> list[tuple[tuple, int]]:
 def test_long_stream_of_nasty_doubles_with_compactions(spark):
     """sum, avg, count (linear kernel) and sum, avg, count, min, max (touched kernel), with and
     without group_by; compaction by the store's own ``consolidate`` at random steps; the totals'
-    parts handed back in a new order every step. 30 steps in CI (a step is a Spark job and a few
+    parts handed back in a new order every step. 20 steps in CI (a step is a Spark job and a few
     plans: ~1 s); ``DBSP_EXACT_STREAM_STEPS=210`` runs the long version (passed before release)."""
     rng = random.Random(19)
     variants = {"g": ["g"], "all": []}
@@ -298,7 +299,7 @@ def test_long_stream_of_nasty_doubles_with_compactions(spark):
     parts_schema: dict[str, object] = {}
     outputs: dict[str, list] = {f"{k}_{v}": [] for v in variants for k in ("lin", "tch")}
     out_schema: dict[str, object] = {}
-    steps = int(os.environ.get("DBSP_EXACT_STREAM_STEPS", "30"))
+    steps = int(os.environ.get("DBSP_EXACT_STREAM_STEPS", "20"))
     for step in range(steps):
         first = step == 0
         rows = _delta(rng, integral) if step not in (3, 4) else []  # empty steps emit nothing

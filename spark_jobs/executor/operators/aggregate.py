@@ -107,6 +107,7 @@ class _Acc:
     term: str
     type: str  # SQL type name
     label: str  # what it totals, for the refusal of an overflow
+    checked: bool = True  # refuse an overflow of ``type`` (False: one cannot happen; see exact_sum)
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ class _Totals:
             if summed is not None:
                 arg_type, sum_type = types[summed]
                 sums[j] = ExactSum(f"__s{j}", f"__x{j}", arg_type, sum_type, label, W)
-                accs.extend(_Acc(c.name, c.term, c.type, label) for c in sums[j].columns())
+                accs.extend(_Acc(c.name, c.term, c.type, label, c.can_overflow) for c in sums[j].columns())
         return cls(slots, {i: aggs[i][1] for i in slots}, args, sums, tuple(accs))
 
     def prepare(self, df: DataFrame) -> DataFrame:
@@ -191,8 +192,11 @@ def _totals(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg], node: s
 def _summed(acc: _Acc, term: str | None = None, name: str | None = None) -> Column:
     """sum(term) of a group (``term`` never NULL), 0 when the group has no row, in the
     accumulator's type; an overflow of that type is refused (``try_sum`` gives NULL then)."""
+    term = term or acc.term
+    if not acc.checked:
+        return F.expr(f"CAST(coalesce(sum({term}), 0) AS {acc.type}) AS {q(name or acc.name)}")
     overflow = raise_sql(f"{acc.label}: the running total overflows {acc.type}", acc.type)
-    return F.expr(f"CAST(CASE WHEN count(1) = 0 THEN 0 ELSE coalesce(try_sum({term or acc.term}), {overflow}) END "
+    return F.expr(f"CAST(CASE WHEN count(1) = 0 THEN 0 ELSE coalesce(try_sum({term}), {overflow}) END "
                   f"AS {acc.type}) AS {q(name or acc.name)}")
 
 

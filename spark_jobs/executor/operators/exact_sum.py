@@ -144,11 +144,14 @@ def finish_limbs_sql(totals: Sequence[str], lowest_exp: int, label: str) -> str:
 
 @dataclass(frozen=True)
 class Column:
-    """One accumulator column: the sum over rows of ``term`` (SQL, already weighted)."""
+    """One accumulator column: the sum over rows of ``term`` (SQL, already weighted). ``can_overflow``:
+    whether its sum can leave its type at all (a limb times a weight stays below 2^113, so the
+    limbs' sums would need ~10^4 rows of the largest values and weights: they are not checked)."""
 
     name: str
     term: str
     type: str  # SQL type name
+    can_overflow: bool = True
 
 
 def family(sum_type: DataType) -> str:
@@ -197,8 +200,9 @@ class ExactSum:
         f = self.family
         if f == "float":
             return self._float_columns()
-        if f == "integer":
-            return [Column(self._name("i"), self._times_weight(f"CAST({self.x} AS DECIMAL(20,0))"), _D38)]
+        if f == "integer":  # |x|, |weight| < 2^63: the product stays below 2^126 < 10^38, exact
+            term = f"CASE WHEN {self.x} IS NULL THEN 0 ELSE CAST({self.x} AS DECIMAL(20,0)) * CAST({self.weight} AS DECIMAL(20,0)) END"
+            return [Column(self._name("i"), term, _D38)]
         return self._decimal_columns()
 
     # -- float/double --------------------------------------------------------------------
@@ -212,11 +216,12 @@ class ExactSum:
         cols = []
         for k in range(LIMBS):
             limb = scaled[k] if k == LIMBS - 1 else f"({scaled[k]} - {scaled[k + 1]} * {_double(2.0 ** LIMB_BITS)})"
-            term = self._times_weight(f"CAST(CAST({limb} AS BIGINT) AS DECIMAL(20,0))")
+            # |limb| <= 2^50 and |weight| < 2^63: the product stays below 2^113 < 10^38, exact
+            term = f"CAST(CAST({limb} AS BIGINT) AS DECIMAL(20,0)) * CAST({w} AS DECIMAL(20,0))"
             # NaN and ±inf fail both tests (Spark orders NaN above every number): they add 0 here
             overflow = f" WHEN abs({x}) <= 1.7976931348623157E308D THEN {refuse}" if k == LIMBS - 1 else ""
             cols.append(Column(self._name(f"l{k}"), f"CASE WHEN abs({x}) < {big} THEN {term}{overflow} ELSE 0 END",
-                               _D38))
+                               _D38, can_overflow=False))
         cols += [Column(self._name("nan"), f"CASE WHEN isnan({x}) THEN {w} ELSE 0 END", "BIGINT"),
                  Column(self._name("pinf"), f"CASE WHEN {x} = {_INF} THEN {w} ELSE 0 END", "BIGINT"),
                  Column(self._name("ninf"), f"CASE WHEN {x} = {_NINF} THEN {w} ELSE 0 END", "BIGINT")]
@@ -230,10 +235,10 @@ class ExactSum:
                 f"ELSE {finish_limbs_sql(limbs, LOWEST_EXP, self.label)} END")
 
     # -- integers and decimals -------------------------------------------------------------
-    def _times_weight(self, integer: str, weight_digits: int = 20) -> str:
-        """``integer · weight`` as decimal(38,0): exact (scale 0 is never rounded); an overflow
-        past 38 digits is refused."""
-        product = f"try_multiply({integer}, CAST({self.weight} AS DECIMAL({weight_digits},0)))"
+    def _times_weight(self, integer: str) -> str:
+        """``integer · weight`` as decimal(38,0) for an integer of up to 38 digits: exact (scale 0
+        is never rounded); an overflow past 38 digits is refused."""
+        product = f"try_multiply({integer}, CAST({self.weight} AS DECIMAL(20,0)))"
         refuse = raise_sql(f"{self.label}: a value times its weight exceeds 38 digits", _D38)
         return f"CASE WHEN {integer} IS NULL THEN 0 ELSE CAST(coalesce({product}, {refuse}) AS {_D38}) END"
 
