@@ -13,7 +13,7 @@ from typing import Iterator
 
 from spark_jobs.cli import render
 from spark_jobs.config import Config, load_config
-from spark_jobs.ir.explain import explain_text, to_dot
+from spark_jobs.ir.explain import explain_text, sql_lowering_text, to_dot
 from spark_jobs.runtime.circuit import compile_file, find_circuit_file, open_circuit
 from spark_jobs.spec import CircuitError, validate_file
 
@@ -120,9 +120,13 @@ def _user_errors(args: argparse.Namespace | None = None) -> Iterator[None]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    try:  # not _user_errors(): its imports (Spark, Great Expectations) would triple validate's time
+        roots = _config(args).allowed_input_roots
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read the profile: {exc}") from None
     failed = 0
     for path in args.files:
-        problems = validate_file(path)
+        problems = validate_file(path, roots)
         if problems:
             failed += 1
             for p in problems:
@@ -134,7 +138,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _compiled(args: argparse.Namespace):
     with _user_errors(args):
-        return compile_file(find_circuit_file(args.circuit, _config(args)))
+        config = _config(args)
+        return compile_file(find_circuit_file(args.circuit, config), config.allowed_input_roots)
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -144,6 +149,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print()
     print(explain_text(compiled.incremental,
                        f"Incremental circuit of {compiled.spec.name} (fingerprint {compiled.fingerprint})"))
+    lowering = sql_lowering_text(compiled.optimized, compiled.incremental)
+    if lowering:
+        print()
+        print(lowering)
     return 0
 
 
@@ -228,7 +237,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
     config = _config(args)
     with _user_errors(args):
         path = find_circuit_file(args.circuit, config)
-        name = compile_file(path).spec.name
+        name = compile_file(path, config.allowed_input_roots).spec.name
     from spark_jobs.runtime.circuit import state_root
     from spark_jobs.state.fs import filesystem_for
 

@@ -51,8 +51,8 @@ def fingerprint(spec: CircuitSpec, incremental: Circuit) -> str:
 # exact running totals (integer limbs for float sums, decimal(38,...) for integers; issue 19).
 STATE_FORMATS = {"aggregate_linear": 2}
 
-# Params that bound or tune the work without changing what the state means.
-_NOT_MEANING = frozenset({"max_iterations"})
+# Params that bound or tune the work, or document it, without changing what the state means.
+_NOT_MEANING = frozenset({"max_iterations", "sql"})
 
 
 def _meaning(params: tuple) -> tuple:

@@ -101,7 +101,7 @@ def plan(rt: CircuitRuntime, run_id: str, *, mode: str = "incremental") -> dict:
     manifest = rt.store.manifest()
     spec_inputs = rt.compiled.spec.inputs
     chosen = (retained_inputs if mode == "full_refresh" else pending_inputs)(
-        spec_inputs, rt.config.data_root, manifest)
+        spec_inputs, rt.config.data_root, manifest, rt.config.allowed_input_roots)
     data = {"run_id": run_id, "timestep": t, "mode": mode, "created_at": time.time(),
             "inputs": {name: [f.as_dict() for f in files] for name, files in chosen.items()}}
     _write_json(rt, path, data)

@@ -12,22 +12,25 @@ in ``validate.py`` reports them), so one run reports every problem in the file.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
+from . import yaml_limits
 from .errors import CircuitError, Problem
 from .expressions import ExpressionError, parse_aggregate
 from .model import CircuitSpec, Column, Expectation, InputSpec, NodeSpec, OutputSpec, Source
+from .sql import parse_query
 from .validate import schema_problems, semantic_problems
 
 YamlPath = tuple[Any, ...]  # keys (str) and list indexes (int) from the document root
 
 
-class _CircuitYamlLoader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 booleans: `on`, `off`, `yes`, `no` stay strings."""
+class _CircuitYamlLoader(yaml_limits.DepthLimit, yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 booleans (`on`, `off`, `yes`, `no` stay strings) and a bound on
+    nesting (``yaml_limits``)."""
 
 
 _CircuitYamlLoader.yaml_implicit_resolvers = {
@@ -46,6 +49,7 @@ class Document:
     text: str
     data: Any = None
     lines: dict[YamlPath, int] = field(default_factory=dict)  # 1-based line of each key / item
+    scalars: dict[YamlPath, tuple[int, str | None]] = field(default_factory=dict)  # string value: (line, style)
     problems: list[Problem] = field(default_factory=list)
     ok: bool = True  # False when the YAML could not be read at all
 
@@ -108,12 +112,26 @@ def _plain(value: Any) -> Any:
 def read_yaml(text: str, file: str) -> Document:
     """Parse YAML safely, recording lines and duplicate keys; syntax errors become problems."""
     doc = Document(file=file, text=text)
+    if len(text) > yaml_limits.MAX_BYTES and len(text.encode("utf-8")) > yaml_limits.MAX_BYTES:
+        doc.problems.append(Problem(file, 1, None, yaml_limits.size_problem(len(text.encode("utf-8")))))
+        doc.ok = False
+        return doc
     loader = _CircuitYamlLoader(text)
     try:
         root = loader.get_single_node()
-        if root is not None:
+        if root is not None and (why := yaml_limits.expansion_problem(root)):
+            doc.problems.append(Problem(file, 1, None, why))
+            doc.ok = False
+        elif root is not None:
             _walk(root, (), doc, set())
             doc.data = _plain(loader.construct_document(root))
+    except RecursionError:
+        doc.problems.append(Problem(file, 1, None, f"the YAML is nested too deeply (at most "
+                                                   f"{yaml_limits.MAX_DEPTH} levels)"))
+        doc.ok = False
+    except yaml_limits.TooDeep as exc:
+        doc.problems.append(Problem(file, exc.problem_mark.line + 1, None, str(exc.problem)))
+        doc.ok = False
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         what = " ".join(str(s) for s in (exc.context, exc.problem) if s)
@@ -146,6 +164,8 @@ def _walk(node: yaml.Node, path: YamlPath, doc: Document, seen: set[int]) -> Non
             else:
                 first[key] = line
                 doc.lines[path + (key,)] = line
+                if isinstance(value_node, yaml.ScalarNode):
+                    doc.scalars[path + (key,)] = (value_node.start_mark.line + 1, value_node.style)
             _walk(value_node, path + (key,), doc, seen)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
@@ -206,6 +226,10 @@ def build_node(name: str, raw: Any, path: YamlPath, doc: Document, broken: froze
     body: dict[str, NodeSpec] = {}
     extra: dict[str, Any] = {}
     outputs: tuple[str, ...] = ()
+    query, parsed = _str(raw.get("query")), None
+    if op == "sql" and query is not None:
+        parsed = parse_query(query)
+        lines.update(_query_lines(query, doc.scalars.get(path + ("query",))))
     if op == "recursive":
         raw_body, raw_outputs = raw.get("body"), raw.get("outputs")
         if isinstance(raw_body, dict):
@@ -217,7 +241,22 @@ def build_node(name: str, raw: Any, path: YamlPath, doc: Document, broken: froze
         left=left, right=right, on=_strs(raw.get("on")), left_on=_strs(raw.get("left_on")),
         right_on=_strs(raw.get("right_on")), where=_str(raw.get("where")), columns=pairs,
         group_by=_strs(raw.get("group_by")), aggregates=tuple(aggregates), extra=extra, body=body,
-        outputs=outputs, field_lines=lines)
+        outputs=outputs, query=query, tables=parsed.tables if parsed else (), sql=parsed, field_lines=lines)
+
+
+def _query_lines(query: str, mark: tuple[int, str | None] | None) -> dict[str, int]:
+    """YAML line of each line of a query (``query.<n>``), where the YAML style keeps lines apart:
+    a literal block (``|``) line by line, a one-line value on its own line; a folded or a quoted
+    multi-line value only its first line (YAML joined the rest)."""
+    if mark is None:
+        return {}
+    line, style = mark
+    count = query.count("\n") + (0 if query.endswith("\n") else 1)
+    if style == "|":
+        return {f"query.{i}": line + i for i in range(1, count + 1)}
+    if style == ">":
+        return {"query.1": line + 1}
+    return {"query.1": line}
 
 
 def build_expectations(raw: Any, path: YamlPath, doc: Document) -> tuple[Expectation, ...]:
@@ -280,10 +319,14 @@ def build_spec(doc: Document, broken: frozenset[str] = frozenset()) -> tuple[Cir
     if isinstance(schedule, str) and schedule.strip().lower() == "none":
         schedule = None
     settings = data.get("settings")
+    built = {k: build_node(k, v, ("nodes", k), doc, broken, problems) for k, v in nodes.items()}
+    known = {n.lower(): n for n in list(inputs) + list(nodes)}
+    built = {k: replace(n, tables=tuple(known.get(t.lower(), t) for t in n.tables)) if n.tables else n
+             for k, n in built.items()}  # SQL names are case-insensitive: the circuit's spelling
     spec = CircuitSpec(
         name=str(data.get("name", "")), path=doc.file,
         inputs={k: build_input(k, v, doc) for k, v in inputs.items()},
-        nodes={k: build_node(k, v, ("nodes", k), doc, broken, problems) for k, v in nodes.items()},
+        nodes=built,
         outputs=build_outputs(data.get("outputs"), doc),
         schedule=schedule if isinstance(schedule, str) else None,
         description=data.get("description") if isinstance(data.get("description"), str) else "",
@@ -293,9 +336,11 @@ def build_spec(doc: Document, broken: frozenset[str] = frozenset()) -> tuple[Cir
 
 # ---- public entry points -------------------------------------------------------------------
 
-def check_text(text: str, path: str = "<string>") -> tuple[CircuitSpec | None, list[Problem]]:
+def check_text(text: str, path: str = "<string>", allowed_roots: Sequence[str] = ()
+               ) -> tuple[CircuitSpec | None, list[Problem]]:
     """Parse and validate; returns the spec (None if the YAML is unusable) and all problems,
-    ordered by line."""
+    ordered by line. ``allowed_roots``: roots outside the data root that input paths may name
+    (the profile's ``inputs.allowed_roots``)."""
     doc = read_yaml(text, path)
     if not doc.ok:
         return None, doc.problems
@@ -305,14 +350,14 @@ def check_text(text: str, path: str = "<string>") -> tuple[CircuitSpec | None, l
                                                              f"name, inputs, nodes and outputs; got {got}")]
     structural, broken = schema_problems(doc)
     spec, parse_problems = build_spec(doc, broken)
-    problems = doc.problems + structural + parse_problems + semantic_problems(spec, doc, broken)
+    problems = doc.problems + structural + parse_problems + semantic_problems(spec, doc, broken, allowed_roots)
     unique = list(dict.fromkeys(problems))
     return spec, sorted(unique, key=lambda p: p.line)
 
 
-def load_circuit_text(text: str, path: str = "<string>") -> CircuitSpec:
+def load_circuit_text(text: str, path: str = "<string>", allowed_roots: Sequence[str] = ()) -> CircuitSpec:
     """A validated ``CircuitSpec`` from YAML text; raises ``CircuitError`` listing every problem."""
-    spec, problems = check_text(text, path)
+    spec, problems = check_text(text, path, allowed_roots)
     if problems or spec is None:
         raise CircuitError(problems)
     return spec
@@ -320,20 +365,22 @@ def load_circuit_text(text: str, path: str = "<string>") -> CircuitSpec:
 
 def _read(path: str | Path) -> tuple[str | None, list[Problem]]:
     try:
-        return Path(path).read_text(encoding="utf-8"), []
+        return yaml_limits.read_text(path), []
+    except yaml_limits.FileTooLarge as exc:
+        return None, [Problem(str(path), 1, None, str(exc))]
     except (OSError, UnicodeDecodeError) as exc:
         return None, [Problem(str(path), 0, None, f"cannot read circuit file: {exc}")]
 
 
-def load_circuit(path: str | Path) -> CircuitSpec:
+def load_circuit(path: str | Path, allowed_roots: Sequence[str] = ()) -> CircuitSpec:
     """A validated ``CircuitSpec`` from a file; raises ``CircuitError`` listing every problem."""
     text, problems = _read(path)
     if text is None:
         raise CircuitError(problems)
-    return load_circuit_text(text, str(path))
+    return load_circuit_text(text, str(path), allowed_roots)
 
 
-def validate_file(path: str | Path) -> list[Problem]:
+def validate_file(path: str | Path, allowed_roots: Sequence[str] = ()) -> list[Problem]:
     """Every problem in a circuit file (empty = valid), for ``dbsp validate``."""
     text, problems = _read(path)
-    return problems if text is None else check_text(text, str(path))[1]
+    return problems if text is None else check_text(text, str(path), allowed_roots)[1]
