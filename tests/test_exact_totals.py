@@ -7,11 +7,13 @@ Three levels, cheapest first:
 - the Spark SQL of that arithmetic against the Python reference, bit for bit (one job), and the
   refusals of values and totals out of range (one message naming the aggregate, no Java);
 - a stream of inserts and deletes of doubles chosen to expose non-associativity: 300 steps of
-  the kernel's bookkeeping in Python, and 20 steps on Spark in CI (210 on request) through the
-  aggregate kernels, with the store's own compaction (``trace.consolidate``) forced at random
-  points and the totals' rows handed back in shuffled order: every step's view is a set with
-  positive weights (the built-in checks), bit-identical to the from-scratch ``aggregate`` of the
-  integrated input, and within the documented tolerance of the exact sums.
+  the kernel's bookkeeping in Python, and 240 steps on Spark through the aggregate kernels,
+  stacked into a handful of Spark jobs (a step column leads the group key), with compaction
+  forced at random points (checked against the store's own ``trace.consolidate``) and the
+  totals' rows handed back in shuffled order: every step's view is a set with positive weights
+  (the built-in checks), bit-identical to the from-scratch ``aggregate`` of the integrated input,
+  and within the documented tolerance of the exact sums; plus 6 steps of the global aggregate's
+  own path, one job per step.
 """
 from __future__ import annotations
 
@@ -220,7 +222,7 @@ def test_integer_and_decimal_totals_are_exact(spark):
     assert sorted(got["ours"]) == sorted(got["native"])
 
 
-# ---- a long stream through the kernels, with compaction -------------------------------------
+# ---- long streams through the kernels, with compaction ----------------------------------------
 
 SCHEMA = "g string, x double"
 LINEAR = (("n", "count", None, False), ("c", "count", "x", False), ("s", "sum", "x", False),
@@ -229,13 +231,14 @@ TOUCHED = LINEAR + (("mn", "min", "x", False), ("mx", "max", "x", False))
 GROUPS = ("a", "b", None)
 
 
-def _reference(integral: Counter, grouped: bool) -> dict[tuple, tuple]:
-    """Exact SQL aggregates over the positively weighted bag: key -> (n, c, exact sum, min, max)."""
+def _reference(integral: Counter, grouped: bool, empty_row: bool = True) -> dict[tuple, tuple]:
+    """Exact SQL aggregates over the positively weighted bag: key -> (n, c, exact sum, min, max).
+    Without ``group_by`` the one row exists even over no rows (unless ``empty_row`` is False)."""
     groups: dict[tuple, list] = defaultdict(list)
     for (g, x), w in integral.items():
         if w > 0:
             groups[(g,) if grouped else ()].append((x, w))
-    if not grouped and not groups:
+    if not grouped and not groups and empty_row:
         groups[()] = []
     out = {}
     for key, rows in groups.items():
@@ -247,8 +250,9 @@ def _reference(integral: Counter, grouped: bool) -> dict[tuple, tuple]:
 
 
 def _agrees(view: Counter, ref: dict[tuple, tuple], width: int, touched: bool, label: str) -> None:
-    """The view (a set) has the reference's groups, counts, min and max exactly, the sum within
-    one ulp of the exact sum and the average within three ulps of the exact average."""
+    """The documented tolerance: the view (a set) has the reference's groups, counts, min and max
+    exactly, the sum within one ulp of the exact sum and the average within three ulps of the
+    exact average."""
     assert set(view.values()) <= {1}, f"{label}: not a set: {view}"
     rows = {t[:width]: t[width:] for t in view}
     assert set(rows) == set(ref), f"{label}: groups {sorted(rows, key=repr)} != {sorted(ref, key=repr)}"
@@ -264,20 +268,22 @@ def _agrees(view: Counter, ref: dict[tuple, tuple], width: int, touched: bool, l
             assert got[4:] == (mn, mx), f"{label} {key}: min/max {got[4:]} != {(mn, mx)}"
 
 
-def _delta(rng: random.Random, integral: Counter) -> list[tuple[tuple, int]]:
+def _delta(rng: random.Random, integral: Counter, force: str = "") -> list[tuple[tuple, int]]:
+    """A random change: up to 4 inserts (of ``NASTY`` values, sometimes NULL) and deletes of live
+    rows; 5% of changes delete everything (``force="all"`` always), 10% a whole group."""
     live = Counter({t: w for t, w in integral.items() if w > 0})
     rows: list[tuple[tuple, int]] = []
     roll = rng.random()
-    if live and roll < 0.05:  # everything deleted: the global count goes back to 0
+    if live and (force == "all" or (not force and roll < 0.05)):  # the global count goes back to 0
         return [(t, -w) for t, w in live.items()]
     if live and roll < 0.15:  # a group disappears
         g = rng.choice(sorted({t[0] for t in live}, key=str))
         rows += [(t, -w) for t, w in live.items() if t[0] == g]
         for t, _ in rows:
             live[t] = 0
-    for _ in range(rng.randint(0, 4)):
+    for _ in range(rng.randint(1 if force == "insert" else 0, 4)):
         candidates = [t for t, w in live.items() if w > 0]
-        if candidates and rng.random() < 0.45:
+        if candidates and force != "insert" and rng.random() < 0.45:
             t = rng.choice(candidates)
             w = -rng.randint(1, live[t])
         else:
@@ -287,22 +293,169 @@ def _delta(rng: random.Random, integral: Counter) -> list[tuple[tuple, int]]:
     return rows
 
 
-def test_long_stream_of_nasty_doubles_with_compactions(spark):
-    """sum, avg, count (linear kernel) and sum, avg, count, min, max (touched kernel), with and
-    without group_by; compaction by the store's own ``consolidate`` at random steps; the totals'
-    parts handed back in a new order every step. 20 steps in CI (a step is a Spark job and a few
-    plans: ~1 s); ``DBSP_EXACT_STREAM_STEPS=210`` runs the long version (passed before release)."""
+def _bits(view: Counter) -> Counter:
+    """A view keyed by the exact text of its tuples (``repr`` tells every double apart, -0.0 too)."""
+    return Counter({repr(t): w for t, w in view.items()})
+
+
+def _by_step(rows, steps: int) -> list[list]:
+    """Stacked rows ``((t, *tuple), weight)`` split per step, ``t`` dropped."""
+    out: list[list] = [[] for _ in range(steps)]
+    for t, w in rows:
+        out[t[0]].append((tuple(t[1:]), w))
+    return out
+
+
+def _add_totals(rows: list[tuple], width: int) -> list[tuple]:
+    """What compaction makes of trace rows of running totals (``trace.consolidate(kind="sum")``):
+    one row per key (the first ``width`` columns), totals summed exactly, all-zero rows dropped."""
+    sums: dict[tuple, list[int]] = {}
+    types: list[type] = []
+    for row in rows:
+        key, totals = row[:width], row[width:]
+        types = [type(v) for v in totals]
+        acc = sums.setdefault(key, [0] * len(totals))
+        for i, v in enumerate(totals):
+            acc[i] += v if isinstance(v, float) else int(v)  # decimals as Python integers: exact
+    return [(*key, *[tp(v) for tp, v in zip(types, acc)]) for key, acc in sums.items() if any(acc)]
+
+
+STACK_STEPS = int(os.environ.get("DBSP_EXACT_STACK_STEPS", "240"))
+
+
+def test_long_stream_of_nasty_doubles_with_compactions_stacked_into_few_jobs(spark):
+    """240 steps (``DBSP_EXACT_STACK_STEPS``) of inserts and deletes of non-associative doubles for count/sum/avg (linear kernel)
+    and count/sum/avg/min/max (touched-groups kernel), grouped by ``g`` and as one group per step.
+
+    Why it is cheap (a few Spark jobs, not one per step): the steps are **stacked**, a column ``t``
+    (the step) leading every group key. A kernel's groups do not see each other, so the kernel run
+    once over all steps' changes is each step's run. Each step gets its own inputs:
+    - the linear kernel: the step's change and the totals trace as it stands before the step: the
+      earlier steps' totals rows (from the kernel itself, job 1), **compacted** at ~30% of the steps
+      (a random run of the trace's parts merged into one, zero totals dropped, as the store does;
+      every compaction is also run through the store's own ``trace.consolidate`` and must agree),
+      its rows shuffled anew at every step; its output deltas are integrated step by step;
+    - the touched kernel: the integrated input after the step, and the view after the step before,
+      which is the from-scratch aggregate of job 1 and is checked to be the integral of the
+      kernel's own outputs (by induction over the steps: the same as running them one by one).
+    Checked at every step: each view is a set with positive weights (here and with the built-in
+    checks, all steps in one job each), bit-identical to the from-scratch ``aggregate``, and within
+    the documented tolerance of exact rational sums. With float running totals it fails (the
+    retracted rows no longer cancel).
+
+    The one group per step runs the grouped code path; the global aggregate's own path (a row even
+    over no input) is the per-step test below.
+    """
+    steps = STACK_STEPS
+    rng = random.Random(2019)
+    deltas, integrals = [], []
+    integral: Counter = Counter()
+    for t in range(steps):
+        rows = [] if t % 37 in (3, 4) else _delta(rng, integral)  # empty steps emit nothing
+        for tup, w in rows:
+            integral[tup] += w
+        integral = Counter({tup: w for tup, w in integral.items() if w})
+        deltas.append(rows)
+        integrals.append(dict(integral))
+    stacked = "t long, g string, x double"
+    delta_all = zset.from_rows(spark, [((t, *tup), w) for t, rows in enumerate(deltas) for tup, w in rows], stacked)
+    integral_all = zset.from_rows(spark, [((t, *tup), w) for t, i in enumerate(integrals) for tup, w in i.items()],
+                                  stacked)
+    variants = {"g": ["t", "g"], "all": ["t"]}
+
+    # job 1: each step's totals rows (they depend on the step's change only) and from-scratch views
+    frames = {}
+    for v, keys in variants.items():
+        _, frames[f"tot_{v}"] = aggregate_linear_step(delta_all, None, keys, LINEAR, True, broadcast_delta=False)
+        frames[f"full_{v}"] = aggregate(integral_all, keys, TOUCHED)
+    got = collect_tagged(frames)
+
+    # the totals traces each step reads: compacted at random steps, shuffled at every step
+    frames2 = {}
+    compacted: dict[str, list] = {}  # variant -> [(rows merged, the merged part)], in order
+    for v, keys in variants.items():
+        width = len(keys) - 1  # key columns after t
+        new_parts = [[row for row, _ in part] for part in _by_step(got[f"tot_{v}"], steps)]
+        parts: list[list[tuple]] = []
+        read, events = [], []
+        for t in range(steps):
+            trace = [row for part in parts for row in part]
+            rng.shuffle(trace)
+            read += [(t, *row) for row in trace]
+            parts.append(new_parts[t])
+            if len(parts) > 2 and rng.random() < 0.3:
+                i, j = sorted(rng.sample(range(len(parts) + 1), 2))
+                run = [row for part in parts[i:j] for row in part]
+                parts[i:j] = [_add_totals(run, width)]
+                events.append((run, parts[i]))
+        totals_schema = frames[f"tot_{v}"].schema
+        prev_all = zset.from_tuples(spark, read, totals_schema)
+        frames2[f"lin_{v}"], _ = aggregate_linear_step(delta_all, prev_all, keys, LINEAR, False, broadcast_delta=False)
+        view_schema = frames[f"full_{v}"].drop(WEIGHT).schema
+        before = [((t[0] + 1, *t[1:]), w) for t, w in got[f"full_{v}"] if t[0] + 1 < steps]
+        frames2[f"tch_{v}"] = aggregate_touched_step(delta_all, integral_all, zset.from_rows(spark, before, view_schema),
+                                                     keys, TOUCHED, False, broadcast_delta=False)
+        runs = [(e, *row) for e, (run, _) in enumerate(events) for row in run]
+        frames2[f"cmp_{v}"] = compact(zset.from_tuples(spark, runs, totals_schema), "sum", tuple(keys))
+        compacted[v] = events
+    got.update(collect_tagged(frames2))
+    assert all(len(events) >= steps // 5 for events in compacted.values()), {v: len(e) for v, e in compacted.items()}
+
+    for v, keys in variants.items():
+        width = len(keys) - 1
+        events = compacted[v]
+        spark_merged = _by_step(got[f"cmp_{v}"], len(events))
+        for e, (_, merged) in enumerate(events):
+            assert Counter(t for t, _ in spark_merged[e]) == Counter(merged), f"compaction {e} of {v}"
+        full = _by_step(got[f"full_{v}"], steps)
+        outputs = {kind: _by_step(got[f"{kind}_{v}"], steps) for kind in ("lin", "tch")}
+        views: dict[str, Counter] = {"lin": Counter(), "tch": Counter()}
+        for t in range(steps):
+            expected = as_counter(full[t])
+            ref = _reference(Counter(integrals[t]), bool(width), empty_row=False)
+            for kind, aggs in (("lin", LINEAR), ("tch", TOUCHED)):
+                label = f"step {t} {kind}_{v}"
+                assert_consolidated(outputs[kind][t], label)
+                views[kind] = as_counter(list(views[kind].items()) + outputs[kind][t])
+                assert all(w > 0 for w in views[kind].values()), f"{label}: negative weight"
+                _agrees(views[kind], ref, width, kind == "tch", label)
+                scratch = Counter({row[:width + len(aggs)]: w for row, w in expected.items()})
+                assert _bits(views[kind]) == _bits(scratch), f"{label}: not the from-scratch aggregate"
+
+    # the real built-in checks on every step's change at once (``t`` keeps the steps apart)
+    for v, keys in variants.items():
+        for kind, aggs in (("lin", LINEAR), ("tch", TOUCHED)):
+            schema = frames2[f"{kind}_{v}"].drop(WEIGHT).schema
+            integrated: Counter = Counter()
+            before_rows = []
+            for t, rows in enumerate(_by_step(got[f"{kind}_{v}"], steps)):
+                before_rows += [((t, *row), w) for row, w in integrated.items()]
+                integrated = as_counter(list(integrated.items()) + rows)
+            results = check_view_delta(f"{kind}_{v}", zset.from_rows(spark, got[f"{kind}_{v}"], schema),
+                                       zset.from_rows(spark, before_rows, schema), is_set=True).results
+            failed = [r for r in results if r.name in (IS_SET, WEIGHTS_POSITIVE) and not r.success]
+            assert not failed, f"{kind}_{v}: {failed}"
+
+
+def test_global_aggregate_steps_with_compactions(spark):
+    """The global aggregate's own path, step by step (one Spark job each): the row exists on the
+    first step even over no input, after every input row is deleted (count 0, sum NULL) and its
+    totals compacted away, and on empty steps nothing is emitted. 6 steps in CI (the grouped path
+    and long streams are the stacked test above); ``DBSP_EXACT_STREAM_STEPS`` runs more (random
+    changes after the sixth)."""
     rng = random.Random(19)
-    variants = {"g": ["g"], "all": []}
+    variants: dict[str, list[str]] = {"all": []}
+    schedule = {0: "empty", 1: "insert", 2: "insert", 3: "all", 4: "empty", 5: "insert"}
     integral: Counter = Counter()
     parts: dict[str, list[tuple]] = {v: [] for v in variants}  # the totals trace: rows of any order
     parts_schema: dict[str, object] = {}
     outputs: dict[str, list] = {f"{k}_{v}": [] for v in variants for k in ("lin", "tch")}
     out_schema: dict[str, object] = {}
-    steps = int(os.environ.get("DBSP_EXACT_STREAM_STEPS", "20"))
+    steps = int(os.environ.get("DBSP_EXACT_STREAM_STEPS", "6"))
     for step in range(steps):
         first = step == 0
-        rows = _delta(rng, integral) if step not in (3, 4) else []  # empty steps emit nothing
+        force = schedule.get(step, "")
+        rows = [] if force == "empty" else _delta(rng, integral, force)
         delta = zset.from_rows(spark, rows, SCHEMA)
         after = integral + Counter()
         for t, w in rows:
@@ -310,7 +463,8 @@ def test_long_stream_of_nasty_doubles_with_compactions(spark):
         integral_after = zset.from_rows(spark, {t: w for t, w in after.items() if w}, SCHEMA)
         frames = {}
         for v, group_by in variants.items():
-            if v in parts_schema and rng.random() < 0.3:  # compaction (zero totals dropped, as the store does)
+            # compaction (zero totals dropped, as the store does) at random steps and after step 3
+            if v in parts_schema and (step == 4 or rng.random() < 0.3):
                 merged = compact(zset.from_tuples(spark, parts[v], parts_schema[v]), "sum", tuple(group_by))
                 frames[f"compact_{v}"] = merged
             rng.shuffle(parts[v])
@@ -323,8 +477,7 @@ def test_long_stream_of_nasty_doubles_with_compactions(spark):
             prev_out = None if first else zset.from_rows(spark, as_counter(outputs[key]), out_schema[key])
             frames[key] = aggregate_touched_step(delta, integral_after, prev_out, group_by, TOUCHED, first,
                                                  broadcast_delta=False, node=key)
-            if step % 10 == 9:  # the from-scratch aggregate, bit for bit
-                frames[f"full_{v}"] = aggregate(integral_after, group_by, TOUCHED)
+            frames[f"full_{v}"] = aggregate(integral_after, group_by, TOUCHED)  # from scratch
         got = collect_tagged(frames)
         for key in outputs:
             out_schema.setdefault(key, frames[key].drop(WEIGHT).schema)
@@ -337,16 +490,14 @@ def test_long_stream_of_nasty_doubles_with_compactions(spark):
             for kind, aggs in (("lin", LINEAR), ("tch", TOUCHED)):
                 key = f"{kind}_{v}"
                 assert_consolidated(got[key], f"step {step} {key}")
+                if force == "empty" and not first:
+                    assert got[key] == [], f"step {step} {key}: an empty step emitted {got[key]}"
                 outputs[key] += got[key]
                 view = as_counter(outputs[key])
                 assert all(w > 0 for w in view.values()), f"step {step} {key}: negative weight"
                 _agrees(view, ref, len(group_by), kind == "tch", f"step {step} {key}")
-                if f"full_{v}" in got:
-                    full = as_counter(got[f"full_{v}"])
-                    assert Counter({t[:len(group_by) + len(aggs)]: w for t, w in full.items()}) == view
-        if step in (steps // 2, steps - 1):  # the real built-in checks on the last deltas
-            for key in outputs:
-                previous = zset.from_rows(spark, outputs[key][:-len(got[key]) or None], out_schema[key])
-                delta_df = zset.from_rows(spark, [(t, w) for t, w in got[key]], out_schema[key])
-                results = check_view_delta(key, delta_df, previous, is_set=True).results
-                assert all(r.success for r in results if r.name in (IS_SET, WEIGHTS_POSITIVE)), key
+                full = as_counter(got[f"full_{v}"])
+                scratch = Counter({t[:len(group_by) + len(aggs)]: w for t, w in full.items()})
+                assert _bits(scratch) == _bits(view), f"step {step} {key}: not the from-scratch aggregate"
+        if step == 4:
+            assert parts["all"] == [], "the global totals add up to zero: compaction drops them"
