@@ -6,8 +6,10 @@ state proportional to what it changes; negation and aggregation through recursio
 """
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
+from fractions import Fraction
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -166,7 +168,7 @@ nodes:
       hop:  {op: select, input: step, columns: {node: dst}}
       all:  {op: union, inputs: [start, hop]}
     outputs: [all]
-  reached: {op: aggregate, input: reach, aggregates: {n: "count(*)"}}
+  reached: {op: aggregate, input: reach, aggregates: {n: "count(*)", s: "sum(node)", a: "avg(node)", f: "sum(node * 0.1D)"}}
 outputs: [reach, reached]
 """
 
@@ -180,11 +182,13 @@ def _reachable(start: Counter, edges: set[tuple[int, int]]) -> set[int]:
         nodes = more
 
 
-def test_global_count_over_a_recursive_node_with_a_bag_base_case(spark, tmp_path):
-    """Issue 13 item 7: count(*) without group_by over a recursion whose base case is a bag input
-    (rows inserted with multiplicity, re-inserted, deleted down to nothing and back). Compaction is
-    forced at every chance, so the aggregate's totals are compacted while they add up to zero (the
-    count back at 0): they vanish from the trace, and the old `n = 0` row must still be retracted."""
+def test_global_aggregate_over_a_recursive_node_with_a_bag_base_case(spark, tmp_path):
+    """Issue 13 item 7 and issue 19: count(*), sum, avg and a sum of doubles without group_by over
+    a recursion whose base case is a bag input (rows inserted with multiplicity, re-inserted,
+    deleted down to nothing and back). Compaction is forced at every chance, so the aggregate's
+    exact totals are compacted while they add up to zero (the count back at 0): they vanish from
+    the trace, and the old `n = 0` row must still be retracted. The integer sum and average are
+    exact; the sum of doubles (``node * 0.1``, not exact in binary) within one ulp of the exact sum."""
     path = tmp_path / "reach.yaml"
     path.write_text(REACH)
     rt = open_circuit(str(path), load_config(data_root=str(tmp_path / "data")))
@@ -214,4 +218,11 @@ def test_global_count_over_a_recursive_node_with_a_bag_base_case(spark, tmp_path
         counted = Counter()
         for row in rt.store.read_view("reached").collect():
             counted[tuple(row[:-1])] += row[-1]
-        assert {k: w for k, w in counted.items() if w} == {(len(reachable),): 1}, f"timestep {t}: {dict(counted)}"
+        rows = {k: w for k, w in counted.items() if w}
+        assert len(rows) == 1 and set(rows.values()) == {1}, f"timestep {t}: {rows}"
+        (n, total, avg, tenths), = rows
+        assert (n, total) == (len(reachable), sum(reachable) if reachable else None), f"timestep {t}: {rows}"
+        assert avg == (sum(reachable) / len(reachable) if reachable else None), f"timestep {t}: {rows}"
+        exact = sum(Fraction(node * 0.1) for node in reachable)
+        assert (tenths is None) if not reachable else abs(Fraction(tenths) - exact) <= Fraction(math.ulp(float(exact))), \
+            f"timestep {t}: {tenths!r}, exact {float(exact)!r}"

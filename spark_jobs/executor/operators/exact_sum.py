@@ -25,6 +25,36 @@ function of the total (``finish``): the row rebuilt at step t+1 is the row emitt
 Only integer/decimal arithmetic, ``rint`` and power-of-two scaling are used, never a string, so an
 Arrow kernel can compute the same bits: ``float_limbs`` and ``finish_limbs`` below are the
 reference in plain Python; the SQL builders must agree with them bit for bit (tested).
+
+**The stored layout (the contract another engine, e.g. an Arrow kernel, must write and read).**
+An ``aggregate_linear`` node's state is a "sum" trace: rows of running totals that add up column
+by column (several rows per group are fine; compaction sums them and drops all-zero rows). A row
+is the group-by columns (input types), then, in this order (``aggregate._Totals``):
+
+- ``__rows`` bigint: Σ w (the group's row count; the group exists while it is > 0);
+- per *slot* ``j`` in ascending order (``j`` = index in the node's aggregate list of the first
+  count/sum/avg whose argument text, stripped, is this one; ``count(*)`` has no slot):
+  ``__c<j>`` bigint: Σ w over rows whose argument is not NULL; then, if a ``sum``/``avg`` reads
+  the slot, its ``ExactSum`` columns, named ``__s<j>_<part>``, by family of Spark's sum type:
+  - integer (``bigint`` sum): ``_i`` decimal(38,0) = Σ x·w;
+  - decimal(p,s): ``_d`` decimal(38,s) = Σ x·w; when p >= 18 and s >= 7: ``_i`` decimal(38,0) =
+    Σ (x - x % 1)·w and ``_f`` decimal(38,s) = Σ (x % 1)·w (``%`` truncates: the fraction has x's
+    sign);
+  - float/double: ``_l0`` ... ``_l4`` decimal(38,0) = Σ c_k·w (``float_limbs``; a float argument
+    is widened to double first), then ``_nan``, ``_pinf``, ``_ninf`` bigint = Σ w over NaN, +inf,
+    -inf. A finite |x| >= 2^100 is refused (``ValueRefused``), never stored.
+  A NULL argument adds 0 to every column but ``__rows``.
+
+The shown values: ``sum`` is NULL when ``__c<j>`` = 0; else integer: the total as bigint (refused
+outside it); decimal: the total cast to Spark's sum type (split: ``_i + _f``); float: NaN if
+``_nan`` > 0 or both infinity counts > 0, else ±inf if one is > 0, else ``finish_limbs`` of the
+five limb totals. ``avg`` = that sum / ``__c<j>`` (doubles: IEEE division; decimals: Spark's
+decimal division and result type, then a cast to the type of Spark's ``avg``), except for
+integers, where the numerator is ``finish_limbs([_i, 0, 0], lowest_exp=0)`` (the exact integer as
+a double) divided as doubles.
+Two engines agree bit for bit when they store the same integers and finish them with the same
+``finish_limbs`` fold (digits from the least significant limb up, in double arithmetic). A sum of
+only ``-0.0`` values shows ``0.0``.
 """
 from __future__ import annotations
 
