@@ -3,7 +3,8 @@
 - after a circuit edit, `show` and `status` warn that the state belongs to another version, and
   the `dbsp reset` command a refused `step` suggests works as printed (a circuit file outside
   `circuits/`, `--data-root`);
-- a write that runs out of space (a real full disk: a 400 KiB tmpfs as the state root) ends
+- a write that runs out of space (a real full disk: a 400 KiB tmpfs as the state root, mounted
+  as root or in a user and mount namespace of the test's own) ends
   with one message naming the path and saying nothing was committed, the quality report of that
   timestep says it never committed, and the next step after space is freed commits normally;
 - an aggregate value outside its exact range is refused with exit code 2 and one message.
@@ -13,7 +14,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
+import sys
 import uuid
 
 import pyarrow as pa
@@ -75,20 +78,38 @@ def test_an_edited_circuit_warns_in_show_and_status_and_the_reset_hint_works_as_
     assert sorted(r["tag"] for r in json.loads(captured.out)) == ["a", "b"] and "warning" not in captured.err
 
 
-@pytest.fixture
-def tiny_disk(tmp_path):
-    """A real file system of 400 KiB (tmpfs), unmounted afterwards; needs root to mount."""
-    mount = tmp_path / f"disk-{uuid.uuid4().hex[:6]}"
-    mount.mkdir()
+_IN_NAMESPACE = "DBSP_TEST_IN_MOUNT_NAMESPACE"
+
+
+def _mount_tmpfs(mount) -> str | None:
+    """Mount a 400 KiB tmpfs at ``mount``; the error text if that is not permitted."""
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(mount)],
                           capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    return None if done.returncode == 0 else done.stderr.strip() or f"mount exited {done.returncode}"
 
 
-def test_a_full_disk_ends_with_one_message_and_commits_nothing(spark, tmp_path, tiny_disk, capsys):
+def test_a_full_disk_ends_with_one_message_and_commits_nothing(request, tmp_path, capsys):
+    """On a real full file system: a 400 KiB tmpfs as the state root. Mounting needs root; without
+    it the test runs itself again in a user and mount namespace of its own (``unshare -rm``), where
+    it is root and may mount (one more Python and Spark start)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    refused = _mount_tmpfs(mount)
+    if refused is None:
+        try:
+            _full_disk(request.getfixturevalue("spark"), tmp_path, mount, capsys)
+        finally:
+            subprocess.run(["umount", "-l", str(mount)], check=False)
+        return
+    if os.environ.get(_IN_NAMESPACE) or not shutil.which("unshare"):
+        pytest.fail(f"cannot mount a tmpfs, not even in a namespace of its own: {refused}")
+    inner = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", sys.executable, "-m", "pytest",
+                            "-q", "-p", "no:cacheprovider", f"{__file__}::{request.node.name}"],
+                           env={**os.environ, _IN_NAMESPACE: "1"}, capture_output=True, text=True, timeout=900)
+    assert inner.returncode == 0 and "1 passed" in inner.stdout, inner.stdout[-3000:] + inner.stderr[-3000:]
+
+
+def _full_disk(spark, tmp_path, tiny_disk, capsys) -> None:
     circuit = tmp_path / "tags.yaml"
     circuit.write_text(CIRCUIT)
     data = tmp_path / "data"
