@@ -43,6 +43,9 @@ def fingerprint(spec: CircuitSpec, incremental: Circuit) -> str:
     formats = sorted({(n.op, STATE_FORMATS[n.op]) for n in incremental if n.op in STATE_FORMATS})
     if formats:  # only circuits with such an operator get a new fingerprint
         payload["state_formats"] = formats
+    keys = {name: list(inp.key) for name, inp in sorted(spec.inputs.items()) if inp.key}
+    if keys:  # a keyed input's integral holds one row per key: another key is another state
+        payload["keys"] = keys  # (only when present: unkeyed circuits keep their fingerprints)
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

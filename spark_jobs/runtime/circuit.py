@@ -62,9 +62,19 @@ class CircuitRuntime:
 
     @cached_property
     def store(self):
+        """The state store, for running timesteps (starts Spark)."""
+        return self._store(self.spark)
+
+    @cached_property
+    def committed(self):
+        """The same store for reading what is committed with pyarrow (``state.arrow_read``):
+        manifests, views, deltas. No Spark: commands that only read start no JVM."""
+        return self._store(None)
+
+    def _store(self, spark):
         from spark_jobs.state import StateStore
 
-        return StateStore(self.spark, state_root(self.config, self.name), self.name,
+        return StateStore(spark, state_root(self.config, self.name), self.name,
                           self.compiled.fingerprint, compact_fraction=self.config.compact_fraction,
                           keep_timesteps=self.config.keep_timesteps)
 
