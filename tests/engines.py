@@ -208,16 +208,8 @@ def run_kernels(spark, tmp_path, circuit_path: str, inputs: dict[str, tuple[dict
             want, want_types = output_delta(rts["spark"], view)
             for kind in kinds[1:]:
                 got, got_types = output_delta(rts[kind], view)
-                assert _rounded(got) == _rounded(want), (
+                assert got == want, (
                     f"timestep {t}, view {view}: {kind} != spark\n only {kind}: {dict(got - want)}\n"
                     f" only spark: {dict(want - got)}\n deltas {deltas}")
                 assert not want_types or not got_types or got_types == want_types, \
                     f"timestep {t}, view {view}: {kind} types {got_types} != spark {want_types}"
-
-
-def _rounded(bag: Counter) -> Counter:
-    """Exact but for floats, compared to 12 significant digits (sums in another order)."""
-    out: Counter = Counter()
-    for row, w in bag.items():
-        out[tuple(float(f"{v:.12g}") if isinstance(v, float) else v for v in row)] += w
-    return out

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -32,6 +34,57 @@ def _err(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def command_for(args: argparse.Namespace, command: str, *extra: str) -> str:
+    """A `dbsp` command line on the same circuit, as it can be pasted: the circuit as the user
+    named it (a path works as well as a name) and the same profile and data root."""
+    words = ["dbsp", command, args.circuit, *extra]
+    for flag, value in (("--config", getattr(args, "config", None)), ("--data-root", getattr(args, "data_root", None))):
+        if value:
+            words += [flag, value]
+    return shlex.join(words)
+
+
+def reset_command(args: argparse.Namespace) -> str:
+    """The `dbsp reset` that rebuilds this circuit's state (see ``command_for``)."""
+    return command_for(args, "reset", "--yes")
+
+
+def state_version_warning(circuit: str, state_fingerprint: str | None, circuit_fingerprint: str,
+                          reset: str) -> str | None:
+    """The warning `show` and `status` print when the committed state was built by another
+    version of the circuit (its fingerprint differs from the circuit file's); None otherwise."""
+    if state_fingerprint is None or state_fingerprint == circuit_fingerprint:
+        return None
+    return (f"warning: the committed state of {circuit!r} belongs to another version of the circuit "
+            f"(state fingerprint {state_fingerprint}, the circuit file now has {circuit_fingerprint}): "
+            f"what follows is the old circuit's result. Rebuild it with `{reset}`.")
+
+
+def _open(args: argparse.Namespace):
+    """The circuit's runtime, with Spark's own error logging quieted. Every failure of a job
+    reaches the command as an exception, and the command reports it in one message (or, for an
+    unexpected one, a traceback that carries the Java trace); Spark's log of the same failed
+    task (hundreds of lines of Java, twice) would only bury that message."""
+    rt = open_circuit(args.circuit, _config(args))
+    try:
+        rt.spark.sparkContext.setLogLevel("FATAL")
+    except Exception:  # Spark Connect: no SparkContext in this process, nothing logged here
+        pass
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):  # PySpark's copy of the trace
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+    return rt
+
+
+def _warn_if_other_version(rt, args: argparse.Namespace) -> None:
+    manifest = rt.committed.manifest()  # no Spark
+    warning = state_version_warning(rt.name, manifest.fingerprint if manifest else None, rt.compiled.fingerprint,
+                                    reset_command(args))
+    if warning:
+        _err(warning)
+
+
 def _loaded(module: str, name: str) -> type:
     """An exception class of ``module`` if that module is loaded (else one nothing raises): an
     exception of a module that was never imported cannot have been raised, and importing the
@@ -46,13 +99,17 @@ class _NeverRaised(Exception):
 
 
 @contextmanager
-def _user_errors() -> Iterator[None]:
+def _user_errors(args: argparse.Namespace | None = None) -> Iterator[None]:
     """Turn the errors a user can act on into one clear message."""
     try:
         yield
     except (CircuitError, FileNotFoundError) as exc:
         raise UserError(str(exc)) from None
-    except (_loaded("spark_jobs.state.store", "FingerprintMismatch"),
+    except _loaded("spark_jobs.state.store", "FingerprintMismatch") as exc:
+        raise UserError(exc.describe(reset_command(args)) if args is not None else str(exc)) from None
+    except _loaded("spark_jobs.executor.refusal", "ValueRefused") as exc:
+        raise UserError(f"refused; nothing was committed: {exc}", exit_code=2) from None
+    except (_loaded("spark_jobs.state.space", "StorageFull"),
             _loaded("spark_jobs.executor.loop", "RecursionLimitExceeded"),
             _loaded("spark_jobs.quality.expectations", "ExpectationConfigError"),
             _loaded("spark_jobs.publish.delta", "PublishError")) as exc:
@@ -83,7 +140,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _compiled(args: argparse.Namespace):
-    with _user_errors():
+    with _user_errors(args):
         config = _config(args)
         return compile_file(find_circuit_file(args.circuit, config), config.allowed_input_roots)
 
@@ -139,8 +196,8 @@ def _published(report) -> int:
 def cmd_step(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.step import run_step
 
-    with _user_errors():
-        rt = open_circuit(args.circuit, _config(args))
+    with _user_errors(args):
+        rt = _open(args)
         report = run_step(rt, progress=_err)
     print(render.step_report(report))
     return _published(report)
@@ -149,8 +206,8 @@ def cmd_step(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.step import pending_inputs, run_step
 
-    with _user_errors():
-        rt = open_circuit(args.circuit, _config(args))
+    with _user_errors(args):
+        rt = _open(args)
         for i in range(args.steps):
             if i > 0 and not any(pending_inputs(rt).values()):
                 _err(f"no input has pending changes; stopping after {i} step(s)")
@@ -167,8 +224,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Reads manifests (and the published tables' logs) only: no Spark."""
     from spark_jobs.publish import table_states
 
-    with _user_errors():
+    with _user_errors(args):
         rt = open_circuit(args.circuit, _config(args))
+        _warn_if_other_version(rt, args)
         print(render.status(rt, table_states(rt.config, rt.compiled.spec)))
     return 0
 
@@ -177,14 +235,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     """Reads the committed view with pyarrow (``state.arrow_read``): no Spark, no JVM."""
     from spark_jobs.state.arrow_read import read_delta, read_view
 
-    with _user_errors():
+    with _user_errors(args):
         rt = open_circuit(args.circuit, _config(args))
         if args.view not in rt.compiled.spec.outputs:
             raise UserError(f"{rt.name} has no view {args.view!r}; views: {', '.join(rt.compiled.spec.outputs)}")
         store = rt.committed
         last = store.last_committed()
         if last == 0:
-            raise UserError(f"{rt.name} has no committed timestep yet; run `dbsp step {args.circuit}` first")
+            raise UserError(f"{rt.name} has no committed timestep yet; run `{command_for(args, 'step')}` first")
+        _warn_if_other_version(rt, args)
         at = args.at if args.at is not None else last
         if not 1 <= at <= last:
             raise UserError(f"timestep {at} is not committed (last committed: {last})")
@@ -200,7 +259,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     between a commit and its publish, or publishes after `views.enabled` was switched on."""
     from spark_jobs.publish import publish_views
 
-    with _user_errors():
+    with _user_errors(args):
         rt = open_circuit(args.circuit, _config(args))
         report = publish_views(rt, progress=_err)
     print(report.summary())
@@ -209,7 +268,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_reset(args: argparse.Namespace) -> int:
     config = _config(args)
-    with _user_errors():
+    with _user_errors(args):
         path = find_circuit_file(args.circuit, config)
         compiled = compile_file(path, config.allowed_input_roots)
         name = compiled.spec.name

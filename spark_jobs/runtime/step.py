@@ -27,10 +27,12 @@ from spark_jobs.executor.kernels import NotLocal
 from spark_jobs.runtime import inprocess
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.publish import publish_views
+from spark_jobs.quality import mark_committed
+from spark_jobs.runtime.failures import step_failures
 from spark_jobs.runtime.step_types import InputReport, StepReport, StoreReader
 from spark_jobs.state.arrow_fs import is_local
 from spark_jobs.runtime.inputs import pending_inputs as _pending, read_input
-from spark_jobs.runtime.quality_gate import check_timestep
+from spark_jobs.runtime.quality_gate import check_timestep, quality_dir
 from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state.failpoints import failpoint
 
@@ -85,9 +87,16 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
     """Run and commit the next timestep (last committed + 1) on the engine the policy picks, then
     publish the views (``spark_jobs.publish``: no Spark; a view that fails to publish stays
     committed, and the next run repairs its table). ``seconds`` is the commit's; the publish
-    report has its own."""
+    report has its own. A value refused inside a job raises ``ValueRefused``, a full disk
+    ``StorageFull``: one message each, nothing committed."""
+    with step_failures(rt):
+        return _run_step(rt, progress)
+
+
+def _run_step(rt: CircuitRuntime, progress: Progress | None) -> StepReport:
     say = progress or (lambda _msg: None)
     report = _commit_step(rt, say)
+    mark_committed(quality_dir(rt), report.timestep)
     say(f"timestep {report.timestep}: publishing views")
     report.published = publish_views(rt, progress=say)
     return report

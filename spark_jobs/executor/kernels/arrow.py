@@ -259,7 +259,8 @@ def aggregate_linear(s: "Step", node: Node) -> pa.Table:
         else:
             _engine(s).charge(trace.rows(), "the totals of a global aggregate")
             prev = trace.read_all()
-    out, totals = agg.linear_step(delta, prev, group_by, node.param("aggs"), s.first_step, _engine(s).timezone)
+    out, totals = agg.linear_step(delta, prev, group_by, node.param("aggs"), s.first_step, _engine(s).timezone,
+                                 node.id)
     s.update(node.id, StateUpdate("append", totals, group_by, sort_by=group_by))
     return out
 

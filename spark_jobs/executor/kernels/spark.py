@@ -234,7 +234,7 @@ def distinct_h(s: "Step", node: Node) -> DataFrame:
 # ---- aggregates ---------------------------------------------------------------------------------
 
 def aggregate(s: "Step", node: Node) -> DataFrame:
-    return agg.aggregate(s.value(node.inputs[0]), tuple(node.param("group_by", ())), node.param("aggs"))
+    return agg.aggregate(s.value(node.inputs[0]), tuple(node.param("group_by", ())), node.param("aggs"), node=node.id)
 
 
 def aggregate_linear(s: "Step", node: Node) -> DataFrame:
@@ -245,7 +245,7 @@ def aggregate_linear(s: "Step", node: Node) -> DataFrame:
     if broadcast and prev is not None:
         prev = _narrowed_state(s, node.id, node.inputs[0], group_by, prev.columns)
     out, totals = agg.aggregate_linear_step(delta, prev, group_by, node.param("aggs"), s.first_step,
-                                            broadcast_delta=broadcast,
+                                            broadcast_delta=broadcast, node=node.id,
                                             in_list_max=_engine(s).policy.narrow.in_list_max)
     s.update(node.id, StateUpdate("append", totals, group_by, sort_by=group_by))
     return out
@@ -263,7 +263,8 @@ def aggregate_touched(s: "Step", node: Node) -> DataFrame:
             before = _narrowed_state(s, source.id, node.inputs[0], group_by, integral.columns)
             integral = zset.local_plus(before, s.value(source.inputs[0]))  # type: ignore[arg-type]
     out = agg.aggregate_touched_step(delta, integral, prev, group_by, node.param("aggs"), s.first_step,
-                                     broadcast_delta=broadcast, in_list_max=_engine(s).policy.narrow.in_list_max)
+                                     broadcast_delta=broadcast, in_list_max=_engine(s).policy.narrow.in_list_max,
+                                     node=node.id)
     s.update(node.id, StateUpdate("append", out, group_by, sort_by=group_by))
     return out
 

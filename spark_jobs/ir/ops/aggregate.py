@@ -48,7 +48,9 @@ AGGREGATE = register(Operator(
 AGGREGATE_LINEAR = register(Operator(
     "aggregate_linear", arity=1, linearity=NONLINEAR, symbol="agg(linear)", consolidated=True,
     summary="linear aggregates from the delta and per-group running totals",
-    state=State("per-group running totals (sums and counts)", kind="sum", keys=group_keys),
+    # format 2: exact running totals (integer limbs for float sums, decimal(38,...) for integers
+    # and decimals; issue 19): state of format 1 is refused with the reset hint, not misread
+    state=State("per-group running totals (exact sums and counts)", kind="sum", keys=group_keys, format=2),
     delta_form=lambda c, n: "per-group running totals from the change (state: the totals of the touched groups)",
     kernels=builtin_kernels("aggregate_linear")))
 
