@@ -106,3 +106,31 @@ def test_a_lookup_past_its_bound_hands_the_step_to_spark(spark, tmp_path):
     report = run_step(rt)
     assert report.engine == "spark" and "execution.arrow.max_lookup_rows" in report.engine_reason
     assert output_delta(rt, "j")[0] == Counter({(5, "x", 50): 1})
+
+
+def test_cdc_and_append_only_inputs_with_files_run_on_spark_and_say_why():
+    """Their records are folded by key (cdc) or checked for deletes (append_only) by the Spark
+    readers: a step in which they received files runs on Spark, with the input named."""
+    from spark_jobs.executor.arrow import inputs as arrow_inputs
+    from spark_jobs.spec.loader import load_circuit_text
+
+    spec = load_circuit_text(textwrap.dedent("""\
+        name: kinds
+        inputs:
+          o:
+            schema: {id: long, v: long, op: string}
+            key: [id]
+            source: {kind: cdc, path: cdc/o, format: jsonl}
+          a:
+            schema: {id: long}
+            source: {kind: append_only, path: in/a, format: parquet}
+          c:
+            schema: {id: long}
+            source: {kind: changes, path: in/c, format: parquet}
+        nodes:
+          u: {op: union_all, inputs: [a, c]}
+        outputs: [o, u]
+        """))
+    assert "cdc source" in arrow_inputs.unsupported(spec.inputs["o"])
+    assert "append_only source" in arrow_inputs.unsupported(spec.inputs["a"])
+    assert arrow_inputs.unsupported(spec.inputs["c"]) is None

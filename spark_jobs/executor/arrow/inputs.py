@@ -28,6 +28,10 @@ def unsupported(spec: InputSpec) -> str | None:
     source = spec.source
     if source is None:
         return f"input {spec.name!r} has no source"
+    if source.kind == "cdc":  # records folded into changes by key, against the input's keyed trace
+        return f"input {spec.name!r} is a cdc source: its records are applied by key on Spark"
+    if source.kind == "append_only":  # the no-deletes check is the Spark reader's
+        return f"input {spec.name!r} is an append_only source: read and checked by Spark"
     if source.kind != "changes" or source.format != "parquet":
         return f"input {spec.name!r} is a {source.kind} source in {source.format}: read by Spark"
     if source.options:
