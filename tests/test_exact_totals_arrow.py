@@ -1,9 +1,9 @@
 """The Arrow kernel's running totals (``arrow/aggregate.linear_step``) against the Spark kernel's
 (``operators/aggregate.aggregate_linear_step``): the same stream of changes (doubles whose sums
-depend on the order of addition, specials, longs near 2^62, decimal(38,18) that Spark's product
+depend on the order of addition, specials, longs near 2^55, decimal(38,18) that Spark's product
 would round, decimal(12,4), NULLs, groups emptied, the global group) over one totals trace that
-the two engines append to by turns, read in a shuffled order by both at every step. Totals and output rows must be equal bit for bit (``repr`` of every value).
-One Spark job per step."""
+the two engines append to by turns, read in a shuffled order by both at every step. Totals and
+output rows must be equal bit for bit (``repr`` of every value). One Spark job per step."""
 from __future__ import annotations
 
 import decimal
@@ -85,9 +85,11 @@ def test_arrow_totals_are_the_spark_totals_bit_for_bit(spark, group_by):
         out, totals = aggregate_linear_step(zset.from_rows(spark, rows, SCHEMA), prev, group_by, AGGS, step == 0,
                                             broadcast_delta=False, node="agg")
         got = collect_tagged({"out": out, "tot": totals})
-        prev_arrow = pa.Table.from_pylist([dict(zip(arrow_schema.names, t)) for t in trace], arrow_schema) if trace else None
+        prev_arrow = (pa.Table.from_pylist([dict(zip(arrow_schema.names, t)) for t in trace], arrow_schema)
+                      if trace else None)
         arrow_out, arrow_tot = arrow_agg.linear_step(_arrow(rows), prev_arrow, group_by, AGGS, step == 0, tz, "agg")
-        assert _bits(_table_rows(arrow_out)) == _bits((*t, w) for t, w in got["out"]), f"step {step}: output rows differ"
+        assert _bits(_table_rows(arrow_out)) == _bits((*t, w) for t, w in got["out"]), \
+            f"step {step}: output rows differ"
         assert _bits(_table_rows(arrow_tot)) == _bits(t for t, _ in got["tot"]), f"step {step}: totals differ"
         if spark_schema is None:
             spark_schema, arrow_schema = totals.schema, arrow_tot.schema

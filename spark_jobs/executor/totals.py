@@ -30,7 +30,7 @@ LOWEST_EXP = -150  # limb k counts units of 2^(LOWEST_EXP + LIMB_BITS·k): 2^-15
 MAX_ABS_EXP = 100  # finite float/double values must have |x| < 2^100 (about 1.27e30)
 TOTAL_LIMIT_EXP = 112  # a limb total must stay below 2^112 (finishing carries fit in 64 bits)
 MAX_SPLIT_SCALE = 30  # split decimals up to this scale (beyond: refused with a message)
-_HALF, _BASE = 1 << (LIMB_BITS - 1), 1 << LIMB_BITS
+LIMB_HALF, LIMB_BASE = 1 << (LIMB_BITS - 1), 1 << LIMB_BITS
 
 # the columns of an exact sum, in stored order, per family ("split": a decimal(p,s) with p >= 18
 # and s >= 7, whose product with a weight Spark would round: integer part and fraction apart)
@@ -105,7 +105,7 @@ def finish_limbs(totals: Sequence[int], lowest_exp: int = LOWEST_EXP) -> float:
     carry, value, unit = 0, 0.0, 2.0 ** lowest_exp
     for total in totals:
         y = total + carry
-        digit = (y + _HALF) % _BASE - _HALF  # Python's % is a floor modulo, as Spark's pmod
+        digit = (y + LIMB_HALF) % LIMB_BASE - LIMB_HALF  # Python's % is a floor modulo, as Spark's pmod
         carry = (y - digit) >> LIMB_BITS
         value = value + float(digit) * unit
         unit = unit * 2.0 ** LIMB_BITS

@@ -65,8 +65,9 @@ from typing import Sequence
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType
 
 from spark_jobs.executor.refusal import ValueRefused, raise_sql
-from spark_jobs.executor.totals import (_BASE, _HALF, LIMB_BITS, LIMBS, LOWEST_EXP, MAX_ABS_EXP, MAX_SPLIT_SCALE,
-                                        TOTAL_LIMIT_EXP, FloatTotal, finish_limbs, float_limbs, is_split)
+from spark_jobs.executor.totals import (LIMB_BASE, LIMB_BITS, LIMB_HALF, LIMBS, LOWEST_EXP, MAX_ABS_EXP,
+                                        MAX_SPLIT_SCALE, TOTAL_LIMIT_EXP, FloatTotal, finish_limbs, float_limbs,
+                                        is_split)
 
 __all__ = ["LIMBS", "LIMB_BITS", "LOWEST_EXP", "MAX_ABS_EXP", "Column", "ExactSum", "FloatTotal", "family",
            "finish_limbs", "finish_limbs_sql", "float_limbs"]
@@ -92,10 +93,10 @@ def finish_limbs_sql(totals: Sequence[str], lowest_exp: int, label: str) -> str:
     """SQL of ``finish_limbs`` over the ``decimal(38,0)`` totals ``totals`` (a fold, in order)."""
     limit = _decimal(1 << TOTAL_LIMIT_EXP)
     too_big = " OR ".join(f"abs({t}) >= {limit}" for t in totals)
-    digit = f"(pmod(__t + __a.c + {_HALF}, {_BASE}) - {_HALF})"
+    digit = f"(pmod(__t + __a.c + {LIMB_HALF}, {LIMB_BASE}) - {LIMB_HALF})"
     fold = (f"aggregate(array({', '.join(f'CAST({t} AS {_D38})' for t in totals)}), "
             f"named_struct('c', CAST(0 AS BIGINT), 'v', CAST(0 AS DOUBLE), 'u', {_double(2.0 ** lowest_exp)}), "
-            f"(__a, __t) -> named_struct('c', CAST((__t + __a.c - {digit}) div {_BASE} AS BIGINT), "
+            f"(__a, __t) -> named_struct('c', CAST((__t + __a.c - {digit}) div {LIMB_BASE} AS BIGINT), "
             f"'v', __a.v + CAST({digit} AS DOUBLE) * __a.u, 'u', __a.u * {_double(2.0 ** LIMB_BITS)}), "
             f"__a -> __a.v + CAST(__a.c AS DOUBLE) * __a.u)")
     refuse = raise_sql(f"{label}: the running total exceeds 2^{TOTAL_LIMIT_EXP} units; it cannot be "
