@@ -32,16 +32,35 @@ def _err(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def circuit_expressions(spec) -> dict[str, list[str]]:
+    """Node name -> the expression strings it holds (to name the node an error comes from)."""
+    out: dict[str, list[str]] = {}
+
+    def add(nodes) -> None:
+        for n in nodes.values():
+            out[n.name] = [e for e in [n.where, *(x for _, x in n.columns), *(a.arg for a in n.aggregates)] if e]
+            add(n.body)
+    add(spec.nodes)
+    return out
+
+
 @contextmanager
-def _user_errors() -> Iterator[None]:
-    """Turn the errors a user can act on into one clear message."""
+def _user_errors(circuit: dict | None = None) -> Iterator[None]:
+    """Turn the errors a user can act on into one clear message. ``circuit`` (filled by the
+    command once it has opened the circuit: {"rt": runtime}) lets a data error name its node."""
     from spark_jobs.executor.recursion import RecursionLimitExceeded
     from spark_jobs.executor.sources import InputRefused
     from spark_jobs.quality import ExpectationConfigError, QualityGateFailed
-    from spark_jobs.state import FingerprintMismatch
+    from spark_jobs.runtime.errors import data_error
+    from spark_jobs.state import FingerprintMismatch, LeaseHeld, LeaseLost
+    from spark_jobs.state.lease import EXIT_CODE as LEASE_EXIT_CODE
 
     try:
         yield
+    except LeaseHeld as exc:
+        raise UserError(str(exc), exit_code=LEASE_EXIT_CODE) from None
+    except LeaseLost as exc:
+        raise UserError(f"{exc}; this run stopped before committing (nothing of it is visible)") from None
     except CircuitError as exc:
         raise UserError(str(exc)) from None
     except FileNotFoundError as exc:
@@ -56,6 +75,18 @@ def _user_errors() -> Iterator[None]:
         lines = ["input refused; nothing was committed and the files were left in place:"]
         lines += [f"  {path}: {reason}" for path, reason in exc.problems]
         raise UserError("\n".join(lines), exit_code=2) from None
+    except Exception as exc:  # a value that broke Spark's arithmetic: one line, not a Java trace
+        rt = (circuit or {}).get("rt")
+        message = data_error(exc, circuit_expressions(rt.compiled.spec) if rt is not None else {})
+        if message is None:
+            raise
+        raise UserError(message) from None
+
+
+def _quiet_spark(rt, verbose: bool) -> None:
+    """Spark logs a failed task's Java stack trace at ERROR; the CLI says what went wrong itself."""
+    if not verbose and rt.config.spark.mode != "connect":
+        rt.spark.sparkContext.setLogLevel("FATAL")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -114,25 +145,31 @@ def cmd_draw(args: argparse.Namespace) -> int:
 def cmd_step(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.step import run_step
 
-    with _user_errors():
-        rt = open_circuit(args.circuit, _config(args))
-        report = run_step(rt, progress=_err)
+    opened: dict = {}
+    with _user_errors(opened):
+        rt = opened["rt"] = open_circuit(args.circuit, _config(args))
+        _quiet_spark(rt, args.verbose)
+        report = run_step(rt, progress=_err, full_refresh=args.full_refresh)
     print(render.step_report(report))
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.step import pending_inputs, run_step
+    from spark_jobs.runtime.writer import process_lease
 
-    with _user_errors():
-        rt = open_circuit(args.circuit, _config(args))
-        for i in range(args.steps):
-            if i > 0 and not any(pending_inputs(rt).values()):
-                _err(f"no input has pending changes; stopping after {i} step(s)")
-                break
-            _err(f"[{i + 1}/{args.steps}] {rt.name}: running timestep {rt.store.last_committed() + 1}")
-            report = run_step(rt, progress=_err)
-            print(render.step_report(report))
+    opened: dict = {}
+    with _user_errors(opened):
+        rt = opened["rt"] = open_circuit(args.circuit, _config(args))
+        _quiet_spark(rt, args.verbose)
+        with process_lease(rt):  # one lease for every step of the run
+            for i in range(args.steps):
+                if i > 0 and not any(pending_inputs(rt).values()):
+                    _err(f"no input has pending changes; stopping after {i} step(s)")
+                    break
+                _err(f"[{i + 1}/{args.steps}] {rt.name}: running timestep {rt.store.last_committed() + 1}")
+                report = run_step(rt, progress=_err)
+                print(render.step_report(report))
     return 0
 
 
@@ -169,6 +206,8 @@ def cmd_reset(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.circuit import state_root
     from spark_jobs.state.fs import filesystem_for
 
+    from spark_jobs.state.lease import Lease, new_owner
+
     root = state_root(config, name)
     fs = filesystem_for(root)
     root = fs.normalize(root)
@@ -182,7 +221,9 @@ def cmd_reset(args: argparse.Namespace) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             print("aborted")
             return 1
-    fs.remove_tree(root)
+    with _user_errors():
+        Lease(fs, root, new_owner(), circuit=name).acquire()  # never under a running writer
+    fs.remove_tree(root)  # the lease goes with it
     print(f"{name}: state and outputs removed ({root}); the next step starts from timestep 1 "
           f"and re-reads every input file still in the inbox")
     return 0

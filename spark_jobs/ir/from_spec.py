@@ -24,8 +24,9 @@ def build_query_circuit(spec: CircuitSpec, columns: dict[str, tuple[str, ...]]) 
     ``columns`` are the output columns of every input and node (``spec.output_columns``).
     """
     circuit = Circuit(spec.name, inputs={n: columns[n] for n in spec.inputs})
-    for name in spec.inputs:
-        circuit.add(make_node(name, "input", out=columns[name], name=name))
+    for name, inp in spec.inputs.items():
+        params = {"bag": True} if inp.source is not None and inp.source.kind == "changes" else {}
+        circuit.add(make_node(name, "input", out=columns[name], name=name, **params))
     for node in (spec.nodes[name] for name in dependency_order(spec.nodes)):
         if node.op == "recursive":
             limit = int(spec.settings.get("max_iterations", DEFAULT_MAX_ITERATIONS))

@@ -30,9 +30,10 @@ def _not_retryable() -> tuple[type[BaseException], ...]:
     from spark_jobs.executor.sources import InputRefused
     from spark_jobs.quality import ExpectationConfigError, QualityGateFailed
     from spark_jobs.spec import CircuitError
-    from spark_jobs.state import FingerprintMismatch
+    from spark_jobs.state import FingerprintMismatch, LeaseHeld, LeaseLost
 
-    return (QualityGateFailed, InputRefused, FingerprintMismatch, CircuitError, ExpectationConfigError)
+    return (QualityGateFailed, InputRefused, FingerprintMismatch, CircuitError, ExpectationConfigError,
+            LeaseHeld, LeaseLost)
 
 
 def arm_failpoint(context: dict[str, Any]) -> str | None:

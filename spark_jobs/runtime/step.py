@@ -19,8 +19,15 @@ from spark_jobs.executor.local import collect_local
 from spark_jobs.executor.session import LOCAL_CHANGE_ROWS, SMALL_CHANGE_ROWS, step_conf
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
-from spark_jobs.runtime.inputs import pending_inputs as _pending, read_input, snapshot_trace
+from spark_jobs.executor.sources.discovery import InputScan
+from spark_jobs.runtime import refresh
+from spark_jobs.runtime.bag import check_deltas
+from spark_jobs.runtime.errors import input_errors
+from spark_jobs.runtime.inputs import (is_snapshot, pending_inputs as _pending, read_input, refuse_changed,
+                                       retained_inputs, scan_inputs, snapshot_trace)
 from spark_jobs.runtime.quality_gate import check_timestep
+from spark_jobs.runtime.refresh import EmptyState
+from spark_jobs.runtime.writer import process_lease
 from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state.failpoints import failpoint
 
@@ -47,6 +54,7 @@ class StepReport:
     views: dict[str, tuple[int, int]]  # view -> (rows inserted, rows deleted)
     seconds: float
     quality: str = ""  # gate summary
+    notes: list[str] = field(default_factory=list)  # moved data root, quarantined rows, refreshed views
 
 
 class StoreReader:
@@ -96,17 +104,48 @@ def count_all_changes(spark, deltas: dict[str, DataFrame], local_rows: int = LOC
     return counts, local
 
 
-def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport:
-    """Run and commit the next timestep (last committed + 1)."""
-    say = progress or (lambda _msg: None)
+def _chosen_inputs(rt: CircuitRuntime, full_refresh: bool, say: Progress
+                   ) -> tuple[dict[str, list[InputFile]], dict[str, InputScan]]:
+    """The files this step reads, and (incremental) each input's scan; a consumed file whose
+    content changed refuses the step."""
+    spec_inputs, root, manifest = rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest()
+    if full_refresh:
+        return retained_inputs(spec_inputs, root, manifest), {}
+    scans = scan_inputs(spec_inputs, root, manifest)
+    refuse_changed(scans)
+    for scan in scans.values():
+        for note in scan.notes:
+            say(note)
+    return {name: scan.pending for name, scan in scans.items()}, scans
+
+
+def run_step(rt: CircuitRuntime, progress: Progress | None = None, *, full_refresh: bool = False) -> StepReport:
+    """Run and commit the next timestep (last committed + 1), holding the circuit's lease.
+
+    ``full_refresh``: rebuild every state from the retained input files under the circuit as it
+    is now (also after an edit of the circuit: see ``refresh.py``); the view deltas committed
+    are new view - old view.
+    """
+    with process_lease(rt):
+        with input_errors({}) as files:
+            return _run_step(rt, progress or (lambda _msg: None), full_refresh, files)
+
+
+def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files: dict) -> StepReport:
     started = time.time()
     store = rt.store
     spec = rt.compiled.spec
-    pending = pending_inputs(rt)
+    pending, scans = _chosen_inputs(rt, full_refresh, say)
+    read_files.update(pending)
     cached: list[DataFrame] = []
-    with store.begin() as txn:
+    notes: list[str] = [n for s in scans.values() for n in s.notes]
+    state = EmptyState() if full_refresh else StoreReader(store)
+    with store.begin(refresh=full_refresh) as txn:
         t = txn.timestep
-        say(f"timestep {t}: reading inputs")
+        for name, scan in scans.items():
+            if scan.consumed.changed:  # migrated records, or times refreshed after a copy
+                txn.set_consumed(name, scan.consumed.records())
+        say(f"timestep {t}: reading inputs" + (" (full refresh: every retained file)" if full_refresh else ""))
         deltas: dict[str, DataFrame] = {}
         reports: list[InputReport] = []
         refused: list[InputRefused] = []
@@ -114,7 +153,7 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
             report = InputReport(name, [f.path for f in pending[name]])
             reports.append(report)
             try:
-                change = read_input(rt.spark, inp, pending[name], store.read_trace(snapshot_trace(name)))
+                change = read_input(rt.spark, inp, pending[name], state.read(snapshot_trace(name)))
             except InputRefused as exc:  # keep going: report every refused file of the step at once
                 refused.append(exc)
                 continue
@@ -123,45 +162,62 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
                 if change.snapshot is not None:  # D(snapshot) is read by the write below and later
                     delta = delta.cache()
                     cached.append(delta)
-                    txn.append(snapshot_trace(name), delta, kind="zset")
                 deltas[name] = delta
-                txn.consume(name, [f.as_dict() for f in pending[name]])
+                txn.consume(name, [f.record() for f in pending[name]])
         if refused:
             raise InputRefused.combine(refused)
         with step_conf(rt.spark, True):  # a global count has nothing for AQE to adapt
             counts, local = count_all_changes(rt.spark, deltas)
+        if local is not None:
+            deltas = local
+        quarantined = check_deltas(rt, t, deltas, {n: d for n, (_i, d) in counts.items()}, pending, state)
+        if quarantined:
+            txn.set_meta("quarantined", {q.input: q.to_dict() for q in quarantined})
+            notes += [q.note() for q in quarantined]
         if local is None:  # too large for the driver: computed once, by the next job
             for name, df in deltas.items():
                 if not any(df is c for c in cached):
                     deltas[name] = df.cache()
                     cached.append(deltas[name])
-        else:
-            deltas = local
+        snapshots = [(snapshot_trace(n), df) for n, df in deltas.items() if is_snapshot(spec.inputs[n])]
         for report in reports:
             report.inserted, report.deleted = counts.get(report.name, (0, 0))
-        small = sum(i + d for i, d in counts.values()) <= SMALL_CHANGE_ROWS
+        small = not full_refresh and sum(i + d for i, d in counts.values()) <= SMALL_CHANGE_ROWS
         say(f"timestep {t}: evaluating {len(rt.compiled.incremental.nodes)} operators")
         schemas = {name: spark_schema(inp) for name, inp in spec.inputs.items()}
         with step_conf(rt.spark, small):
             # persist: a delta read by several operators and state writes is computed once
-            result = evaluate_step(rt.compiled.incremental, deltas, StoreReader(store),
-                                   first_step=t == 1, input_schemas=schemas,
+            result = evaluate_step(rt.compiled.incremental, deltas, state,
+                                   first_step=full_refresh or t == 1, input_schemas=schemas,
                                    broadcast_deltas=small, persist=True)
             try:
+                outputs = result.outputs
+                previous = None
+                if full_refresh:
+                    notes += refresh.start(txn, store, {v: df.schema for v, df in outputs.items()})
+                    previous = {v: refresh.old_view(store, v, df) for v, df in outputs.items()}
+                    outputs = {v: refresh.view_delta(store, v, df) for v, df in outputs.items()}
                 # small view deltas are computed once, to the driver (with the jobs they need);
                 # the gate then looks the previous view up by them without a broadcast job
-                views = collect_local(rt.spark, result.outputs, LOCAL_CHANGE_ROWS)[0] if small else None
+                views = collect_local(rt.spark, outputs, LOCAL_CHANGE_ROWS)[0] if small else None
                 if views is None:
-                    views = {view: df.cache() for view, df in result.outputs.items()}
+                    views = {view: df.cache() for view, df in outputs.items()}
                     cached.extend(views.values())
                 outputs = views
                 say(f"timestep {t}: checking view deltas")
-                gate = check_timestep(rt, t, outputs, deltas)
+                gate = check_timestep(rt, t, outputs, deltas, previous)
                 say(f"timestep {t}: writing state")
                 appends = []
+                for trace_id, df in snapshots:  # D(snapshot) integrated: the snapshot itself
+                    if full_refresh:
+                        txn.replace(trace_id, df, kind="zset")
+                    elif small:
+                        appends.append((trace_id, df, "zset", ()))
+                    else:
+                        txn.append(trace_id, df, kind="zset")
                 for node_id, update in result.updates.items():
                     kind = trace_kind(rt.compiled.incremental, node_id)
-                    if update.kind == "replace":
+                    if full_refresh or update.kind == "replace":
                         txn.replace(node_id, update.df, kind=kind, keys=tuple(update.keys), sort_by=update.sort_by)
                     elif small:  # delta-sized: every trace's delta in one write job
                         appends.append((node_id, update.df, kind, tuple(update.keys), update.sort_by))
@@ -173,11 +229,15 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
                 if not small:
                     for view, df in outputs.items():
                         txn.write_output(view, df)
+                if full_refresh:
+                    txn.set_meta("mode", "full_refresh")
                 manifest = txn.commit()
             finally:
                 result.release()
     for df in cached:
         df.unpersist()
+    for note in notes:
+        say(note)
     views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))
              for view, info in (manifest.outputs or {}).items()}
-    return StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary())
+    return StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary(), notes)

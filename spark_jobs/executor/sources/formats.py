@@ -75,10 +75,20 @@ _WEIGHT_NULL = Check("weight:null", lambda n, _x: f"column _weight has {n} null 
                                                   "leave the column out for +1")
 _WEIGHT_INT = Check("weight:int", lambda n, x: f"column _weight must hold integers: {n} value(s) "
                                                f"are not, e.g. {_short(x)}")
+# |_weight| <= 2^31 - 1: a join multiplies two weights and a trace sums many, and both must stay
+# far inside a long (2^63) for any realistic history; change batches use small weights anyway.
+MAX_WEIGHT = 2**31 - 1
+_WEIGHT_RANGE = Check("weight:range", lambda n, x: f"column _weight must lie between -{MAX_WEIGHT} and "
+                                                   f"{MAX_WEIGHT}: {n} value(s) do not, e.g. {_short(x)}")
+
+
+def _out_of_range(weight: Column) -> Column:
+    return (weight > F.lit(MAX_WEIGHT)) | (weight < F.lit(-MAX_WEIGHT))
 
 
 def _shared_checks(d: Declared) -> list[Check]:
-    return [_null_check(c) for c in d.not_null] + ([_WEIGHT_NULL, _WEIGHT_INT] if d.allow_weight else [])
+    weight = [_WEIGHT_NULL, _WEIGHT_INT, _WEIGHT_RANGE] if d.allow_weight else []
+    return [_null_check(c) for c in d.not_null] + weight
 
 
 # ---- Parquet -----------------------------------------------------------------------------------
@@ -103,13 +113,18 @@ def plan_parquet(spark: SparkSession, files: Sequence[InputFile], d: Declared) -
         counts = {c: footer.null_counts.get(c) for c in must_hold}
         reasons += [f"column {c} is declared not nullable but has {n} null value(s)" if c != WEIGHT
                     else _WEIGHT_NULL.describe(n, None) for c, n in counts.items() if n]
+        weights = footer.weight_range if d.allow_weight and WEIGHT in found else (0, 0)
+        if weights is not None and not -MAX_WEIGHT <= weights[0] <= weights[1] <= MAX_WEIGHT:
+            bad = weights[1] if weights[1] > MAX_WEIGHT else weights[0]
+            reasons.append(f"column _weight must lie between -{MAX_WEIGHT} and {MAX_WEIGHT}: its "
+                           f"values reach {bad}")
         if reasons:
             plan.problems.extend((f.path, r) for r in reasons)
             continue
         key = footer.schema.json()
         layouts[key].append(f)
         schemas[key] = footer.schema
-        if any(n is None for n in counts.values()):
+        if any(n is None for n in counts.values()) or weights is None:
             unproven.add(key)
     for key, group_files in layouts.items():
         plan.groups.append(_parquet_group(spark, group_files, schemas[key], d, key in unproven))
@@ -125,6 +140,7 @@ def _parquet_group(spark: SparkSession, files: Sequence[InputFile], schema: Stru
     checks = {f"null:{c}": (_col(c).isNull(), None) for c in d.not_null}
     if has_weight:
         checks[_WEIGHT_NULL.key] = (_col(WEIGHT).isNull(), None)
+        checks[_WEIGHT_RANGE.key] = (_out_of_range(_col(WEIGHT).cast(LongType())), _col(WEIGHT))
     return Group(frame, {c: _col(c).cast(t) for c, t in d.types.items()},
                  _col(WEIGHT).cast(LongType()) if has_weight else F.lit(1).cast(LongType()),
                  checks, needs_checks)
@@ -201,6 +217,7 @@ def _csv_group(spark: SparkSession, files: Sequence[InputFile], header: tuple[st
         weight = _col(WEIGHT).try_cast(LongType())
         checks[_WEIGHT_NULL.key] = (_col(WEIGHT).isNull(), None)
         checks[_WEIGHT_INT.key] = (_col(WEIGHT).isNotNull() & weight.isNull(), _col(WEIGHT))
+        checks[_WEIGHT_RANGE.key] = (_out_of_range(weight), _col(WEIGHT))
     return Group(frame, typed, weight, checks)
 
 
@@ -250,6 +267,7 @@ def _json_group(spark: SparkSession, files: Sequence[InputFile], d: Declared) ->
         weight = F.coalesce(parsed, F.lit(1).cast(LongType()))
         checks[_WEIGHT_NULL.key] = (ok & F.array_contains("__keys", WEIGHT) & row[WEIGHT].isNull(), None)
         checks[_WEIGHT_INT.key] = (ok & row[WEIGHT].isNotNull() & parsed.isNull(), row[WEIGHT])
+        checks[_WEIGHT_RANGE.key] = (ok & _out_of_range(parsed), row[WEIGHT])
     return Group(frame, {c: row[c] for c in d.types}, weight, checks)
 
 

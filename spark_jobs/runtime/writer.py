@@ -1,0 +1,51 @@
+"""The writer's lease around everything that writes a circuit's state (spark_jobs/state/lease.py).
+
+``dbsp step``/``dbsp run``/``dbsp reset`` hold a process lease for their whole run; a DAG run holds
+one lease owned by its run id from ``plan`` to ``commit``: each task takes it over from the
+previous task of the same run (or renews it), heartbeats it while it runs, and only ``commit``
+releases it.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+from spark_jobs.state.lease import Lease, new_owner, run_owner
+
+
+@contextmanager
+def holding(store, circuit: str, *, owner: str | None = None, kind: str = "process",
+            release: bool = True, take_over_runs: bool = False) -> Iterator[Lease]:
+    """Hold ``store``'s lease for the block (``LeaseHeld`` at once if another writer holds it).
+
+    Nested use by the same owner (``dbsp run`` around its steps) reuses the outer lease.
+    ``release=False`` leaves it held after the block (a DAG task before ``commit``).
+    """
+    held = store.lease
+    if held is not None and (owner is None or held.owner == owner):
+        yield held
+        return
+    lease = Lease(store.fs, store.root, owner or new_owner(), kind=kind, circuit=circuit,
+                  take_over_runs=take_over_runs)
+    lease.acquire()
+    lease.start_heartbeat()
+    store.lease = lease
+    try:
+        yield lease
+    finally:
+        store.lease = None
+        if release:
+            lease.release()
+        else:
+            lease.stop_heartbeat()
+
+
+def run_lease(rt, run_id: str, *, release: bool = False, take_over_runs: bool = False):
+    """The lease of DAG run ``run_id`` (shared by its tasks, which run in separate processes)."""
+    return holding(rt.store, rt.name, owner=run_owner(run_id), kind="run", release=release,
+                   take_over_runs=take_over_runs)
+
+
+def process_lease(rt):
+    """The lease of this process (``dbsp step``/``run``)."""
+    return holding(rt.store, rt.name)
