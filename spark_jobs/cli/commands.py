@@ -145,11 +145,14 @@ def cmd_draw(args: argparse.Namespace) -> int:
 def cmd_step(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.step import run_step
 
+    from spark_jobs.runtime.writer import process_lease
+
     opened: dict = {}
     with _user_errors(opened):
         rt = opened["rt"] = open_circuit(args.circuit, _config(args))
-        _quiet_spark(rt, args.verbose)
-        report = run_step(rt, progress=_err, full_refresh=args.full_refresh)
+        with process_lease(rt):  # before Spark starts: a second writer is refused at once
+            _quiet_spark(rt, args.verbose)
+            report = run_step(rt, progress=_err, full_refresh=args.full_refresh)
     print(render.step_report(report))
     return 0
 
@@ -161,8 +164,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     opened: dict = {}
     with _user_errors(opened):
         rt = opened["rt"] = open_circuit(args.circuit, _config(args))
-        _quiet_spark(rt, args.verbose)
-        with process_lease(rt):  # one lease for every step of the run
+        with process_lease(rt):  # one lease for every step of the run, taken before Spark starts
+            _quiet_spark(rt, args.verbose)
             for i in range(args.steps):
                 if i > 0 and not any(pending_inputs(rt).values()):
                     _err(f"no input has pending changes; stopping after {i} step(s)")

@@ -130,8 +130,9 @@ def _quarantine(rt, timestep: int, name: str, found: Negatives, located: DataFra
     """Write the excess deletions of one input, with the reason and their files (one write job)."""
     cols = found.columns
     private = [f"__f{i}" for i in range(len(cols))]
+    path_of = F.regexp_replace(F.url_decode(FILE_COL), r"^file:(//)?", "")  # Spark's URI -> our path
     by_tuple = (located.groupBy(*[zset.col(c).alias(p) for c, p in zip(cols, private)])
-                .agg(F.array_sort(F.collect_set(FILE_COL)).alias("_files")))
+                .agg(F.array_sort(F.collect_set(path_of)).alias("_files")))
     rows = (found.bad.join(by_tuple, on=zset.null_safe_match(cols, private), how="left")
             .select(*[zset.col(c) for c in cols],
                     (F.col(BEFORE) + F.col(CHANGE)).cast("long").alias(WEIGHT),

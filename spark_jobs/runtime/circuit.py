@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from spark_jobs.config import Config
 from spark_jobs.ir.compile import CompiledCircuit, compile_spec
@@ -42,6 +43,13 @@ class CircuitRuntime:
     config: Config
     compiled: CompiledCircuit
     path: str
+    lease: Any = None  # the writer's lease while this process holds it (runtime/writer.py)
+
+    def attach_lease(self, lease) -> None:
+        """Hold ``lease`` (None: none): the store checks it before cleaning up or committing."""
+        self.lease = lease
+        if "store" in self.__dict__:
+            self.store.lease = lease
 
     @property
     def name(self) -> str:
@@ -57,9 +65,11 @@ class CircuitRuntime:
     def store(self):
         from spark_jobs.state import StateStore
 
-        return StateStore(self.spark, state_root(self.config, self.name), self.name,
-                          self.compiled.fingerprint, compact_fraction=self.config.compact_fraction,
-                          keep_timesteps=self.config.keep_timesteps)
+        store = StateStore(self.spark, state_root(self.config, self.name), self.name,
+                           self.compiled.fingerprint, compact_fraction=self.config.compact_fraction,
+                           keep_timesteps=self.config.keep_timesteps)
+        store.lease = self.lease
+        return store
 
 
 def open_circuit(ref: str, config: Config) -> CircuitRuntime:
