@@ -84,8 +84,17 @@ def _user_errors(circuit: dict | None = None) -> Iterator[None]:
 
 
 def _quiet_spark(rt, verbose: bool) -> None:
-    """Spark logs a failed task's Java stack trace at ERROR; the CLI says what went wrong itself."""
-    if not verbose and rt.config.spark.mode != "connect":
+    """Spark logs a failed task's Java stack trace at ERROR (and PySpark the query context of a
+    failed expression, with the stack again); the CLI says what went wrong itself."""
+    if verbose:
+        return
+    import logging
+
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+    if rt.config.spark.mode != "connect":
         rt.spark.sparkContext.setLogLevel("FATAL")
 
 

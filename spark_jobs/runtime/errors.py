@@ -92,9 +92,8 @@ def data_error(exc: BaseException, expressions: Mapping[str, Sequence[str]]) -> 
     condition = next((c for c in _CONDITION.findall(text) if c.split(".")[0] in DATA_CONDITIONS), None)
     if condition is None and not _is_java_arithmetic(exc):
         return None
-    head = first_line(exc)
-    head = head.split(" SQLSTATE", 1)[0].strip()
-    node = _node_of(text, expressions)
+    head = first_line(exc).split(" SQLSTATE", 1)[0].strip().rstrip(".")
+    node = _node_of(_fragments(exc, text), expressions)
     where = f" in node {node!r}" if node else ""
     return (f"the step failed on a value of the data{where}: {head}. Nothing was committed; fix the "
             f"input (or the expression) and run the step again")
@@ -106,9 +105,18 @@ def _is_java_arithmetic(exc: BaseException) -> bool:
         "java.lang.ArithmeticException" in _text(exc)
 
 
-def _node_of(text: str, expressions: Mapping[str, Sequence[str]]) -> str | None:
-    """The node whose expression appears in Spark's query context ("== SQL ... ==" fragment)."""
-    fragments = [m.strip() for m in re.findall(r"== SQL[^\n]*==\n([^\n]+)", text)]
+def _fragments(exc: BaseException, text: str) -> list[str]:
+    """The expression text Spark's query context quotes (e.g. ``x * 4`` of a ``select``)."""
+    out = []
+    try:
+        out = [c.fragment() for c in exc.getQueryContext() if c.fragment()]  # type: ignore[attr-defined]
+    except Exception:
+        pass
+    return out + [m.strip() for m in re.findall(r"== SQL[^\n]*==\n([^\n]+)", text)]
+
+
+def _node_of(fragments: Sequence[str], expressions: Mapping[str, Sequence[str]]) -> str | None:
+    """The node whose expression holds one of the fragments."""
     squash = lambda s: re.sub(r"\s+", "", s).lower()  # noqa: E731
     for frag in map(squash, fragments):
         for node, exprs in expressions.items():
