@@ -113,6 +113,20 @@ def test_a_dag_run_lease_spans_its_tasks_and_passes_to_the_next_run(tmp_path):
         stage_task.check()
 
 
+def test_a_dag_run_that_fails_for_good_gives_its_lease_back(tmp_path, monkeypatch):
+    from spark_jobs.executor.sources import InputRefused
+    from spark_jobs.orchestration.tasks import give_up
+
+    monkeypatch.setenv("DBSP_DATA_ROOT", str(tmp_path))
+    root = tmp_path / "_dbsp" / "paper_example"
+    _lease(root, "run:r1", kind="run").acquire().stop_heartbeat()
+    give_up(PAPER, "r2", None, InputRefused([("f", "bad")]))  # another run's failure: not ours to give
+    with pytest.raises(LeaseHeld):
+        _lease(root, "dbsp-step").acquire()
+    give_up(PAPER, "r1", None, InputRefused([("f", "bad")]))
+    _lease(root, "dbsp-step").acquire()
+
+
 def _cli(root, *env_extra: tuple[str, str]) -> subprocess.Popen:
     env = dict(os.environ, **dict(env_extra))
     return subprocess.Popen([sys.executable, "-m", "spark_jobs.cli.main", "step", PAPER, "--data-root", str(root)],

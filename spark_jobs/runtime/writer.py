@@ -58,6 +58,11 @@ def run_lease(rt, run_id: str, *, release: bool = False, take_over_runs: bool = 
     return holding(rt, owner=run_owner(run_id), kind="run", release=release, take_over_runs=take_over_runs)
 
 
+def give_up_run(rt, run_id: str) -> None:
+    """Release DAG run ``run_id``'s lease after a failure no retry can fix (the run is over)."""
+    lease_for(rt, run_owner(run_id), kind="run").release(any_holder_of_owner=True)
+
+
 def process_lease(rt):
     """The lease of this process (``dbsp step``/``run``)."""
     return holding(rt)

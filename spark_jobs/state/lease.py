@@ -220,12 +220,16 @@ class Lease:
             self._lost = f"the lease of {self.root} was taken over (now held by {rec.describe() if rec else 'nobody'})"
             raise LeaseLost(self._lost)
 
-    def release(self) -> None:
-        """Give the lease back (delete this holder's file, if it is still its own)."""
+    def release(self, *, any_holder_of_owner: bool = False) -> None:
+        """Give the lease back (delete this holder's file, if it is still its own).
+
+        ``any_holder_of_owner``: also when this object did not take it (a DAG run gives up its
+        lease from whichever task failed)."""
         self.stop_heartbeat()
         with self._io:
             n, rec = self.current()
-            if self._n is not None and rec is not None and n == self._n and rec.owner == self.owner:
+            mine = n == self._n or (any_holder_of_owner and self._n is None)
+            if rec is not None and mine and rec.owner == self.owner:
                 self.fs.remove_file(self._path(n))
             self._n = None
 
