@@ -189,3 +189,23 @@ def test_task_callable_passes_mode_and_fails_fast_on_errors_retries_cannot_fix(m
     assert calls == [("plan", "c.yaml", "manual__1", None, "full_refresh")]
     with pytest.raises(AirflowFailException, match="c.yaml:3: node 'v': bad"):
         tasks.run_step("check", "c.yaml", **context)
+
+
+def test_an_alias_bomb_is_an_import_error_for_its_circuit_only_and_quick(circuits_env, tmp_path):
+    """The DAG processor reads circuits with the same bounded loader as `dbsp validate`."""
+    import time
+
+    from spark_jobs.orchestration.dag_factory import discover
+    from tests.test_yaml_limits import billion_laughs
+
+    shutil.copy(ROOT / "circuits" / "paper_example.yaml", tmp_path / "good.yaml")
+    (tmp_path / "bomb.yaml").write_text(billion_laughs())
+    start = time.perf_counter()
+    found = discover(str(tmp_path))
+    assert time.perf_counter() - start < 5.0  # the bomb itself is refused in milliseconds
+    assert [c.name for c in found.circuits] == ["paper_example"]
+    assert [p.message for p in found.problems if "expands to more than" in p.message]
+    circuits_env(tmp_path)
+    bag = dagbag()
+    assert set(bag.dags) == {"paper_example"}
+    assert "bomb.yaml:1: the YAML expands to more than 100,000 values" in bag.import_errors[ERRORS.name]

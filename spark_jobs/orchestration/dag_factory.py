@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Param, TaskGroup
@@ -82,13 +82,13 @@ def _failure(path: str, what: str, exc: BaseException) -> list[Problem]:
     return [Problem(path, 1, None, f"{what}: {type(exc).__name__}: {exc}")]
 
 
-def discover(folder: str) -> Discovery:
+def discover(folder: str, allowed_roots: Sequence[str] = ()) -> Discovery:
     """Load and compile every circuit; collect the problems of those that fail."""
     found = Discovery()
     names: dict[str, str] = {}
     for path in circuit_files(folder):
         try:
-            compiled = compile_file(path)
+            compiled = compile_file(path, allowed_roots)
             loaded = LoadedCircuit(path, compiled, stage_graph(compiled))
         except Exception as exc:  # noqa: BLE001 - every failure must become a visible import error
             found.problems += _failure(path, "cannot compile the circuit", exc)
@@ -200,7 +200,7 @@ def invalid_circuits_dag(folder: str, problems: list[Problem]) -> DAG:
 def _build(folder: str | None, config: Config | None) -> tuple[dict[str, DAG], list[Problem], str]:
     config = config or load_config()
     folder = folder or circuits_dir(config)
-    found = discover(folder)
+    found = discover(folder, config.allowed_input_roots)
     dags: dict[str, DAG] = {}
     for circuit in found.circuits:
         try:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Sequence
 
 from pyspark.sql import DataFrame
 
@@ -26,10 +27,12 @@ def consumed_records(manifest, input_name: str) -> list[dict]:
     return list(((manifest.inputs or {}).get(input_name) or {}).get("consumed", []))
 
 
-def scan_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest, *,
-                fingerprints: bool = True) -> dict[str, InputScan]:
-    """Every input's folder against what the committed timesteps consumed (``scan_input``)."""
-    return {name: scan_input(spec, data_root, consumed_records(manifest, name), fingerprints=fingerprints)
+def scan_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest, allowed_roots: Sequence[str] = (),
+                *, fingerprints: bool = True) -> dict[str, InputScan]:
+    """Every input's folder against what the committed timesteps consumed (``scan_input``);
+    ``allowed_roots``: the profile's ``inputs.allowed_roots``."""
+    return {name: scan_input(spec, data_root, consumed_records(manifest, name), allowed_roots=allowed_roots,
+                             fingerprints=fingerprints)
             for name, spec in spec_inputs.items()}
 
 
@@ -40,13 +43,16 @@ def refuse_changed(scans: dict[str, InputScan]) -> None:
         raise InputRefused.combine(refused)
 
 
-def pending_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest) -> dict[str, list[InputFile]]:
+def pending_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest,
+                   allowed_roots: Sequence[str] = ()) -> dict[str, list[InputFile]]:
     """Input files that arrived and no committed timestep consumed (not fingerprinted: for a
     "is anything pending?")."""
-    return {name: s.pending for name, s in scan_inputs(spec_inputs, data_root, manifest, fingerprints=False).items()}
+    scans = scan_inputs(spec_inputs, data_root, manifest, allowed_roots, fingerprints=False)
+    return {name: s.pending for name, s in scans.items()}
 
 
-def retained_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest) -> dict[str, list[InputFile]]:
+def retained_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest,
+                    allowed_roots: Sequence[str] = ()) -> dict[str, list[InputFile]]:
     """Every input file a full refresh rebuilds from, as it is now: consumed ones plus pending ones.
 
     A consumed `changes` file that is gone makes a full refresh impossible (its changes would be
@@ -54,7 +60,7 @@ def retained_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest)
     whose content changed is read as it is now (a refresh is how to accept such a change).
     """
     out: dict[str, list[InputFile]] = {}
-    for name, scan in scan_inputs(spec_inputs, data_root, manifest, fingerprints=False).items():
+    for name, scan in scan_inputs(spec_inputs, data_root, manifest, allowed_roots, fingerprints=False).items():
         spec = spec_inputs[name]
         listed = {f.name for f in scan.listed}
         missing = [n for n in scan.consumed.by_name if n not in listed]

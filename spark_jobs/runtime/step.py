@@ -76,7 +76,7 @@ class StoreReader:
 
 def pending_inputs(rt: CircuitRuntime) -> dict[str, list[InputFile]]:
     """Input files that arrived and no committed timestep consumed."""
-    return _pending(rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest())
+    return _pending(rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest(), rt.config.allowed_input_roots)
 
 
 def _change_totals(df: DataFrame) -> DataFrame:
@@ -109,9 +109,10 @@ def _chosen_inputs(rt: CircuitRuntime, full_refresh: bool, say: Progress
     """The files this step reads, and (incremental) each input's scan; a consumed file whose
     content changed refuses the step."""
     spec_inputs, root, manifest = rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest()
+    allowed = rt.config.allowed_input_roots
     if full_refresh:
-        return retained_inputs(spec_inputs, root, manifest), {}
-    scans = scan_inputs(spec_inputs, root, manifest)
+        return retained_inputs(spec_inputs, root, manifest, allowed), {}
+    scans = scan_inputs(spec_inputs, root, manifest, allowed)
     refuse_changed(scans)
     for scan in scans.values():
         for note in scan.notes:

@@ -116,10 +116,11 @@ def _plan(rt: CircuitRuntime, run_id: str, mode: str) -> dict:
     spec_inputs = rt.compiled.spec.inputs
     records: dict[str, list[dict]] = {}
     notes: list[str] = []
+    roots = rt.config.allowed_input_roots
     if mode == "full_refresh":
-        chosen = retained_inputs(spec_inputs, rt.config.data_root, manifest)
+        chosen = retained_inputs(spec_inputs, rt.config.data_root, manifest, roots)
     else:
-        scans = scan_inputs(spec_inputs, rt.config.data_root, manifest)
+        scans = scan_inputs(spec_inputs, rt.config.data_root, manifest, roots)
         refuse_changed(scans)
         chosen = {name: scan.pending for name, scan in scans.items()}
         records = {name: scan.consumed.records() for name, scan in scans.items() if scan.consumed.changed}

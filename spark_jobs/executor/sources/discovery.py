@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, replace
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import pyarrow.fs as pafs
 
 from spark_jobs.spec.model import InputSpec, Source
 from spark_jobs.state.arrow_fs import Location, is_local, locate, normalize, strip_file_scheme
 
+from .confine import confine
 from .identity import ConsumedRecords, file_fingerprint, folder_fingerprint, verify
 
 FORMAT_EXTENSIONS: dict[str, tuple[str, ...]] = {
@@ -82,14 +83,17 @@ def file_format(path: str) -> str | None:
 
 # ---- locations (shared with the state store: spark_jobs/state/arrow_fs.py) --------------------
 
-def resolve_path(source: Source, data_root: str) -> str:
-    """``source.path`` made absolute: as is if absolute or a URI, else under ``data_root``."""
+def resolve_path(source: Source, data_root: str, allowed_roots: Sequence[str] = ()) -> str:
+    """``source.path`` made absolute: under ``data_root``, or as is if absolute or a URI; it must
+    stay inside the data root or one of ``allowed_roots``, symbolic links followed (``confine``)."""
     path = source.path
     if "://" in path or path.startswith("file:") or os.path.isabs(path):
-        return normalize(path)
-    if is_local(data_root):
-        return normalize(os.path.join(strip_file_scheme(data_root), path))
-    return data_root.rstrip("/") + "/" + path.strip("/")
+        folder = normalize(path)
+    elif is_local(data_root):
+        folder = normalize(os.path.join(strip_file_scheme(data_root), path))
+    else:
+        folder = data_root.rstrip("/") + "/" + path.strip("/")
+    return confine(folder, path, data_root, allowed_roots)
 
 
 _GLOB_CHARS = re.compile(r"([\\{}\[\]*?])")
@@ -193,7 +197,7 @@ class InputScan:
 
 
 def scan_input(spec: InputSpec, data_root: str, consumed: Iterable[dict | str] = (), *,
-               fingerprints: bool = True) -> InputScan:
+               allowed_roots: Sequence[str] = (), fingerprints: bool = True) -> InputScan:
     """Items of ``spec``'s source not consumed yet, and consumed ones whose content changed.
 
     ``consumed`` are the manifest's records of this input (names relative to the input folder;
@@ -201,12 +205,13 @@ def scan_input(spec: InputSpec, data_root: str, consumed: Iterable[dict | str] =
     files are pending in path order. For snapshots only items named after the newest consumed
     snapshot count (an older one that arrives late is superseded already), and only the newest
     consumed snapshot is checked for changes (it is the one the state holds); the caller reads
-    the last pending one and records all. ``fingerprints=False`` skips reading the pending files
+    the last pending one and records all. ``allowed_roots``: roots outside the data root the
+    source may name (``resolve_path``). ``fingerprints=False`` skips reading the pending files
     (for a mere "is anything pending?").
     """
     if spec.source is None:
         return InputScan([], ConsumedRecords())
-    root = resolve_path(spec.source, data_root)
+    root = resolve_path(spec.source, data_root, allowed_roots)
     records = ConsumedRecords.load(spec.name, root, spec.source.path, consumed)
     if spec.source.kind == "snapshots":
         listed = _snapshot_items(locate(root))
@@ -223,9 +228,10 @@ def scan_input(spec: InputSpec, data_root: str, consumed: Iterable[dict | str] =
     return InputScan(pending, records, changed, listed)
 
 
-def pending_files(spec: InputSpec, data_root: str, consumed: Iterable[dict | str] = ()) -> list[InputFile]:
+def pending_files(spec: InputSpec, data_root: str, consumed: Iterable[dict | str] = (),
+                  allowed_roots: Sequence[str] = ()) -> list[InputFile]:
     """``scan_input(...).pending``: the items of ``spec``'s source not consumed yet."""
-    return scan_input(spec, data_root, consumed).pending
+    return scan_input(spec, data_root, consumed, allowed_roots=allowed_roots).pending
 
 
 def exists(path: str) -> bool:
