@@ -22,6 +22,7 @@ def step_report(report) -> str:
         lines.append(f"  view  {view}: +{ins} -{dele} rows")
     if getattr(report, "quality", ""):
         lines.append("  " + report.quality.replace("\n", "\n  "))
+    lines += [f"  note: {n}" for n in getattr(report, "notes", [])]  # quarantined rows, refreshed views
     return "\n".join(lines)
 
 
@@ -39,7 +40,12 @@ def status(rt) -> str:
     last = info.get("last_committed", 0)
     lines = [f"circuit {rt.name} (fingerprint {rt.compiled.fingerprint})",
              f"data root: {rt.config.data_root}",
-             f"last committed timestep: {last if last else 'none'}"]
+             f"last committed timestep: {last if last else 'none'}",
+             f"writer: {_writer(rt)}"]
+    quarantined = ((rt.store.manifest().meta or {}).get("quarantined") if last else None) or {}
+    for name, q in sorted(quarantined.items()):
+        lines.append(f"quarantined at timestep {last}: input {name}: {q.get('rows')} deleted row(s) of "
+                     f"{q.get('tuples')} tuple(s) -> {q.get('path')}")
     traces = info.get("traces", {})
     if traces:
         rows = [("state", "kind", "files", "rows", "bytes")]
@@ -48,6 +54,14 @@ def status(rt) -> str:
                          _human_bytes(int(t.get("bytes", 0)))))
         lines.append(_table(rows))
     return "\n".join(lines)
+
+
+def _writer(rt) -> str:
+    """Who holds the circuit's lease now (the writer of a step or DAG run in progress)."""
+    from spark_jobs.runtime.writer import lease_for
+
+    _n, rec = lease_for(rt, "status").current()
+    return "none" if rec is None else rec.describe()
 
 
 def _cell(value: Any) -> Any:

@@ -237,8 +237,6 @@ def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files:
                 result.release()
     for df in cached:
         df.unpersist()
-    for note in notes:
-        say(note)
     views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))
              for view, info in (manifest.outputs or {}).items()}
     return StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary(), notes)
