@@ -88,6 +88,19 @@ def find_negatives(spark: SparkSession, delta: DataFrame, integral: DataFrame | 
         return _on_spark(delta, integral)
 
 
+def _normalized(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Floats as Spark groups them: -0.0 is 0.0 and every NaN is one NaN."""
+    if not pa.types.is_floating(column.type):
+        return column
+    zeroed = pc.if_else(pc.equal(column, 0), pa.scalar(0.0, column.type), column)
+    return pc.if_else(pc.is_nan(zeroed), pa.scalar(float("nan"), column.type), zeroed)
+
+
+def _as_spark_groups(table: pa.Table) -> pa.Table:
+    """``table`` with its float columns ``_normalized``, so tuples compare as in Spark."""
+    return pa.table([_normalized(table.column(c)) for c in table.column_names], schema=table.schema)
+
+
 def _tagged(table: pa.Table, cols: list[str], before: bool) -> pa.Table:
     zero = pa.array([0] * table.num_rows, pa.int64())
     w = table.column(WEIGHT).cast(pa.int64())
@@ -95,9 +108,20 @@ def _tagged(table: pa.Table, cols: list[str], before: bool) -> pa.Table:
                     names=cols + [BEFORE, CHANGE])
 
 
+def _lookup_column(table: pa.Table, cols: list[str]) -> str | None:
+    """The first column whose values Parquet statistics and ``is_in`` compare exactly (integers,
+    strings, dates: not floats, whose -0.0/NaN Spark groups differently); the integral is sorted
+    on its first columns, so the first such column is usually the one its row groups are cut on."""
+    for c in cols:
+        t = table.schema.field(c).type
+        if pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_date(t):
+            return c
+    return None
+
+
 def _on_driver(spark: SparkSession, delta: DataFrame, integral: DataFrame | None,
                files: TraceFiles | None) -> Negatives | None:
-    table = arrow.local_table(delta, LOCAL_CHANGE_ROWS)
+    table = _as_spark_groups(arrow.local_table(delta, LOCAL_CHANGE_ROWS))
     net = arrow.consolidate(table)
     neg = net.filter(pc.less(net.column(WEIGHT), 0))
     if neg.num_rows == 0:
@@ -105,13 +129,14 @@ def _on_driver(spark: SparkSession, delta: DataFrame, integral: DataFrame | None
     cols = [c for c in neg.column_names if c != WEIGHT]
     parts = [_tagged(neg, cols, before=False)]
     if integral is not None:
-        if files is None or cols[0] not in files.schema.names:
-            raise arrow.NotLocal("the integral has no files to look up on the driver")
-        keys = pc.unique(neg.column(cols[0])).to_pylist()
-        if len(keys) > MAX_KEYS or files.admitted_rows(cols[0], keys) > MAX_DECODED_ROWS:
+        key = _lookup_column(neg, cols)
+        if files is None or key is None or key not in files.schema.names:
+            raise arrow.NotLocal("the integral has no files or no column to look up on the driver")
+        keys = pc.unique(neg.column(key)).to_pylist()
+        if len(keys) > MAX_KEYS or files.admitted_rows(key, keys) > MAX_DECODED_ROWS:
             raise arrow.NotLocal("the lookup is too big for the driver")
-        found = files.lookup(cols[0], keys).select(cols + [WEIGHT])
-        found = found.cast(pa.schema([neg.schema.field(c) for c in cols] + [found.schema.field(WEIGHT)]))
+        found = files.lookup(key, keys).select(cols + [WEIGHT])
+        found = _as_spark_groups(found.cast(pa.schema([neg.schema.field(c) for c in cols] + [found.schema.field(WEIGHT)])))
         parts.append(_tagged(found, cols, before=True))
     total = pa.concat_tables(parts, promote_options="permissive")
     sums = total.group_by(cols, use_threads=False).aggregate([(BEFORE, "sum"), (CHANGE, "sum")])
