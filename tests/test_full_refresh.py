@@ -135,6 +135,8 @@ def test_refresh_after_an_edit_by_the_step_runner(spark, tmp_path):
     assert any("view wide changed its columns" in n for n in report.notes)
     assert any("view fresh is new" in n for n in report.notes)
     assert sorted(os.listdir(tmp_path / "inbox" / "sales")) == ["000.parquet", "001.parquet"]  # inputs kept
+    assert [(r["name"], r["timestep"]) for r in rt.store.manifest().consumed("sales")] == [
+        ("000.parquet", 3), ("001.parquet", 3)]  # exactly the files the refresh read
     later = [(5, 50, 1), (4, 20, -1), (1, 8, 1)]
     _write(tmp_path, "002.parquet", later)
     history.append(later)

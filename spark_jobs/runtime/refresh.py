@@ -50,6 +50,12 @@ def view_delta(store, view: str, new: DataFrame) -> DataFrame:
     return new if old is None else zset.consolidate(zset.plus(new, zset.negate(old)))
 
 
+def forget_consumed(txn) -> None:
+    """A refresh reads every retained file again and records exactly those as consumed."""
+    for name in list(txn.previous.inputs if txn.previous is not None else {}):
+        txn.set_consumed(name, [])
+
+
 def start(txn, store, new_views: Mapping[str, StructType]) -> list[str]:
     """Drop every trace of the previous timestep that the refresh does not carry on: all operator
     state, and the view traces of views that are gone or whose columns changed. Returns notes."""

@@ -143,6 +143,8 @@ def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files:
     state = EmptyState() if full_refresh else StoreReader(store)
     with store.begin(refresh=full_refresh) as txn:
         t = txn.timestep
+        if full_refresh:
+            refresh.forget_consumed(txn)
         for name, scan in scans.items():
             if scan.consumed.changed:  # migrated records, or times refreshed after a copy
                 txn.set_consumed(name, scan.consumed.records())

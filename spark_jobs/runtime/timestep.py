@@ -325,6 +325,8 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
         if txn.timestep != p["timestep"]:
             raise RuntimeError(f"run {run_id!r} planned timestep {p['timestep']} but the store is at "
                                f"{txn.timestep - 1}; re-run the plan")
+        if full:
+            refresh.forget_consumed(txn)
         for name, records in (p.get("consumed_records") or {}).items():
             txn.set_consumed(name, records)
         appends, outputs, quarantined = [], {}, {}
