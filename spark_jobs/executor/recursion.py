@@ -555,7 +555,7 @@ def _run_on_driver(node: Node, body: Circuit, imports: Sequence[DataFrame], file
     if unsupported:
         raise arrow.NotLocal(f"operators {unsupported}")
     spark_zero = _zeros(body, imports)
-    zero = {k: to_arrow_schema(df.schema).empty_table() for k, df in spark_zero.items()}
+    zero = {k: to_arrow_schema(df.schema, timezone="UTC").empty_table() for k, df in spark_zero.items()}
     tables = [_to_arrow(df) for df in imports]
     traces = {n.id: files(trace_id(node.id, n.id)) for n in body if n.op == "integrate_nested"}
     limit = int(node.param("max_iterations"))

@@ -53,7 +53,7 @@ def local_table(df: "DataFrame", max_rows: int) -> pa.Table:
     rows = df.collect()
     if len(rows) > max_rows:
         raise NotLocal(f"a change of {len(rows)} rows")
-    schema = to_arrow_schema(df.schema)
+    schema = to_arrow_schema(df.schema, timezone="UTC")  # timestamps: UTC instants, as Parquet holds them
     return pa.table([pa.array([r[k] for r in rows], f.type) for k, f in enumerate(schema)], schema=schema)
 
 
