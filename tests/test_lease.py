@@ -22,6 +22,7 @@ from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.state.fs import LocalFileSystem
 from spark_jobs.state.lease import EXIT_CODE, Lease, LeaseHeld, LeaseLost, LeaseRecord
 from tests import oracle
+from tests.test_state_remote_fs import store_fs  # noqa: F401 - a fixture: every store file system
 
 PAPER = str(PROJECT_ROOT / "circuits" / "paper_example.yaml")
 
@@ -55,6 +56,25 @@ def test_an_expired_lease_is_taken_over_and_its_holder_may_not_commit(tmp_path):
         slow.renew()
     slow.release()  # not its own any more: leaves the taker's lease alone
     taker.check()
+
+
+def test_the_lease_on_every_store_file_system(store_fs):
+    """Local disk, pyarrow's local FS and Hadoop (viewfs://, the hdfs:// and s3a:// code path):
+    the exclusive create refuses a second writer, a stale lease is taken over and its old holder
+    may not commit, and a release lets the next writer in."""
+    fs, root = store_fs
+    first = Lease(fs, root, "a", circuit="c", ttl=0.5).acquire()
+    with pytest.raises(LeaseHeld, match="another writer"):
+        Lease(fs, root, "b", circuit="c", ttl=0.5).acquire()
+    time.sleep(0.7)  # not renewed: stale
+    taker = Lease(fs, root, "b", circuit="c").acquire()
+    with pytest.raises(LeaseLost):
+        first.check()
+    first.release()  # not its own any more: the taker's record stays
+    taker.check()
+    taker.release()
+    assert [n for n in fs.listdir(fs.join(root, "lease")) if n.endswith(".json")] == []
+    Lease(fs, root, "c", circuit="c").acquire().release()
 
 
 def test_a_heartbeat_keeps_a_lease_alive(tmp_path):

@@ -161,9 +161,11 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
     add up). Only the groups in the delta are looked up. A group exists while its row count is
     positive (the integrated input is assumed positive, as relations are). The output change is
     -old row / +new row per touched group, nothing where they are equal; it is consolidated.
-    Without ``group_by`` the single row always exists; on the first step (or with no previous
-    totals) it is emitted even for an empty delta, and ``totals_delta`` keeps a row so later steps
-    know it was.
+    Without ``group_by`` the single row always exists: it is emitted on the first step even for
+    an empty delta, and on every later step there is an old row to retract. Whether it exists is
+    known from ``first_step``, not from the totals: a compaction drops all-zero totals (the
+    global row of an empty input), and the aggregate then emitted a second ``count = 0`` row
+    beside the new one (issue 13: a count over a recursion whose base case emptied and refilled).
     """
     if not is_linear(aggs):
         raise ValueError("aggregate_linear_step supports count/sum/avg without DISTINCT only")
@@ -172,7 +174,7 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
     keys = [q(g) for g in group_by]
     acc_delta = delta.groupBy(*[col(g) for g in group_by]).agg(*[_summed(a) for a in accs])
     is_global = not group_by
-    if not (is_global and (first_step or prev_totals is None)):
+    if not (is_global and first_step):
         acc_delta = acc_delta.where(" OR ".join(f"{q(a.name)} != 0" for a in accs))  # drop no-op groups
     totals_delta = acc_delta
 
@@ -184,7 +186,6 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
         parts.append(prev)
     union = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
     both = union.groupBy(*[col(g) for g in group_by]).agg(
-        F.expr(f"max({_PREV}) AS __had_prev"),
         *[_summed(a, f"CASE WHEN {_PREV} = 1 THEN {q(a.name)} END", f"old{a.name}") for a in accs],
         *[_summed(a, q(a.name), f"new{a.name}") for a in accs])
 
@@ -198,7 +199,7 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
                 f"'__exists', {exists}) AS __{prefix}")
 
     if is_global:
-        old_exists, new_exists = "coalesce(__had_prev, 0) = 1", "TRUE"
+        old_exists, new_exists = ("FALSE" if first_step else "TRUE"), "TRUE"
     else:
         old_exists, new_exists = f"{q('old' + ROWS)} > 0", f"{q('new' + ROWS)} > 0"
     pairs = both.selectExpr(*keys, row("old", -1, old_exists), row("new", 1, new_exists))
