@@ -176,3 +176,22 @@ def test_the_check_on_spark_agrees_with_the_check_on_the_driver(spark, tmp_path,
     _write(tmp_path, "003.parquet", [(1, "a", -2), (2, "b", -1)])
     run_step(rt)
     assert _views(rt) == _expected(Counter())
+
+
+def test_a_dag_run_refuses_the_same_way(spark, tmp_path):
+    """The DAG's task protocol (plan, stages, check, commit) checks deletes like `dbsp step`: the
+    stage that reads the input refuses, naming the file and the row, and nothing is committed."""
+    from spark_jobs.runtime import timestep
+
+    circuit = _circuit(tmp_path)
+    rt = _rt(circuit, tmp_path)
+    _write(tmp_path, "001.parquet", [(1, "a", 1)])
+    run_step(rt)
+    ghost = _write(tmp_path, "002.parquet", [(1, "a", -1), (2, "ghost", -1)])
+    timestep.plan(rt, "r1")
+    with pytest.raises(InputRefused) as err:
+        for stage in timestep.stage_graph(rt.compiled):
+            timestep.run_stage(rt, "r1", stage.name)
+    assert [p for p, _ in err.value.problems] == [ghost]
+    assert "{k: 2, v: 'ghost'}" in err.value.problems[0][1] and "held 0 copies" in err.value.problems[0][1]
+    assert _rt(circuit, tmp_path).store.last_committed() == 1
