@@ -49,8 +49,9 @@ class CircuitRuntime:
     def attach_lease(self, lease) -> None:
         """Hold ``lease`` (None: none): the store checks it before cleaning up or committing."""
         self.lease = lease
-        if "store" in self.__dict__:
-            self.store.lease = lease
+        for opened in ("store", "committed"):
+            if opened in self.__dict__:
+                self.__dict__[opened].lease = lease
 
     @property
     def name(self) -> str:
@@ -69,9 +70,19 @@ class CircuitRuntime:
 
     @cached_property
     def store(self):
+        """The state store, for running timesteps (starts Spark)."""
+        return self._store(self.spark)
+
+    @cached_property
+    def committed(self):
+        """The same store for reading what is committed with pyarrow (``state.arrow_read``):
+        manifests, views, deltas. No Spark: commands that only read start no JVM."""
+        return self._store(None)
+
+    def _store(self, spark):
         from spark_jobs.state import StateStore
 
-        store = StateStore(self.spark, state_root(self.config, self.name), self.name,
+        store = StateStore(spark, state_root(self.config, self.name), self.name,
                            self.compiled.fingerprint, compact_fraction=self.config.compact_fraction,
                            keep_timesteps=self.config.keep_timesteps)
         store.lease = self.lease

@@ -27,6 +27,9 @@ class EmptyState:
     def read(self, node_id: str) -> DataFrame | None:
         return None
 
+    def trace_files(self, node_id: str) -> None:
+        return None
+
 
 def _shape(schema: StructType) -> list[tuple[str, str]]:
     return [(f.name, f.dataType.simpleString()) for f in schema.fields]

@@ -20,11 +20,12 @@ from spark_jobs.executor.session import LOCAL_CHANGE_ROWS, SMALL_CHANGE_ROWS, st
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.executor.sources.discovery import InputScan
+from spark_jobs.publish import PublishReport, publish_views
 from spark_jobs.runtime import refresh
 from spark_jobs.runtime.bag import check_deltas
 from spark_jobs.runtime.errors import input_errors
-from spark_jobs.runtime.inputs import (is_snapshot, pending_inputs as _pending, read_input, refuse_changed,
-                                       retained_inputs, scan_inputs, snapshot_trace)
+from spark_jobs.runtime.inputs import (pending_inputs as _pending, read_input, refuse_changed, retained_inputs,
+                                       scan_inputs)
 from spark_jobs.runtime.quality_gate import check_timestep
 from spark_jobs.runtime.refresh import EmptyState
 from spark_jobs.runtime.writer import process_lease
@@ -40,10 +41,14 @@ class InputReport:
     files: list[str] = field(default_factory=list)
     inserted: int = 0
     deleted: int = 0
+    unknown_keys: int = 0  # cdc records of keys the input did not hold, ignored (unknown_key: count)
 
     @property
     def note(self) -> str:
-        return "no new files: no changes" if not self.files else f"{len(self.files)} file(s)"
+        if not self.files:
+            return "no new files: no changes"
+        unknown = f"; {self.unknown_keys} change(s) to unknown keys ignored" if self.unknown_keys else ""
+        return f"{len(self.files)} file(s){unknown}"
 
 
 @dataclass
@@ -55,6 +60,7 @@ class StepReport:
     seconds: float
     quality: str = ""  # gate summary
     notes: list[str] = field(default_factory=list)  # moved data root, quarantined rows, refreshed views
+    published: PublishReport | None = None  # what publishing the views did (failures included)
 
 
 class StoreReader:
@@ -152,21 +158,25 @@ def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files:
         deltas: dict[str, DataFrame] = {}
         reports: list[InputReport] = []
         refused: list[InputRefused] = []
+        own_traces: dict[str, tuple[str, tuple[str, ...]]] = {}  # input -> (its trace, sort columns)
         for name, inp in spec.inputs.items():
             report = InputReport(name, [f.path for f in pending[name]])
             reports.append(report)
             try:
-                change = read_input(rt.spark, inp, pending[name], state.read(snapshot_trace(name)))
+                change = read_input(rt.spark, inp, pending[name], state)
             except InputRefused as exc:  # keep going: report every refused file of the step at once
                 refused.append(exc)
                 continue
             if change.delta is not None:
                 delta = change.delta
-                if change.snapshot is not None:  # D(snapshot) is read by the write below and later
+                if change.trace is not None:  # the delta is also appended to the input's own trace
                     delta = delta.cache()
                     cached.append(delta)
+                    own_traces[name] = change.trace
                 deltas[name] = delta
                 txn.consume(name, [f.record() for f in pending[name]])
+                count_unknown_keys(txn, name, change.unknown_keys, restart=full_refresh and inp.kind == "cdc")
+                report.unknown_keys = change.unknown_keys
         if refused:
             raise InputRefused.combine(refused)
         with step_conf(rt.spark, True):  # a global count has nothing for AQE to adapt
@@ -182,7 +192,6 @@ def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files:
                 if not any(df is c for c in cached):
                     deltas[name] = df.cache()
                     cached.append(deltas[name])
-        snapshots = [(snapshot_trace(n), df) for n, df in deltas.items() if is_snapshot(spec.inputs[n])]
         for report in reports:
             report.inserted, report.deleted = counts.get(report.name, (0, 0))
         small = not full_refresh and sum(i + d for i, d in counts.values()) <= SMALL_CHANGE_ROWS
@@ -211,13 +220,13 @@ def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files:
                 gate = check_timestep(rt, t, outputs, deltas, previous)
                 say(f"timestep {t}: writing state")
                 appends = []
-                for trace_id, df in snapshots:  # D(snapshot) integrated: the snapshot itself
-                    if full_refresh:
-                        txn.replace(trace_id, df, kind="zset")
+                for name, (trace_id, sort_by) in own_traces.items():  # an input's integral: its own trace
+                    if full_refresh:  # rebuilt from every retained file: the whole integral
+                        txn.replace(trace_id, deltas[name], kind="zset", sort_by=sort_by)
                     elif small:
-                        appends.append((trace_id, df, "zset", ()))
+                        appends.append((trace_id, deltas[name], "zset", (), sort_by))
                     else:
-                        txn.append(trace_id, df, kind="zset")
+                        txn.append(trace_id, deltas[name], kind="zset", sort_by=sort_by)
                 for node_id, update in result.updates.items():
                     kind = trace_kind(rt.compiled.incremental, node_id)
                     if full_refresh or update.kind == "replace":
@@ -241,4 +250,15 @@ def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files:
         df.unpersist()
     views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))
              for view, info in (manifest.outputs or {}).items()}
-    return StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary(), notes)
+    report = StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary(), notes)
+    say(f"timestep {t}: publishing views")
+    report.published = publish_views(rt, progress=say)  # a failed view: committed, the next run repairs
+    return report  # (``seconds`` is the commit's; the publish report has its own)
+
+
+def count_unknown_keys(txn, input_name: str, n: int, *, restart: bool = False) -> None:
+    """Add a step's ignored cdc records of unknown keys to the input's running total in the manifest
+    (``restart``: a full refresh read every retained file again, so its count is the total)."""
+    if n or restart:
+        previous = {} if restart else ((txn.previous.inputs if txn.previous else {}).get(input_name) or {})
+        txn.set_input_meta(input_name, "unknown_keys", int(previous.get("unknown_keys", 0)) + n)

@@ -38,13 +38,13 @@ from spark_jobs.executor.sources import InputFile, spark_schema
 from spark_jobs.runtime import refresh
 from spark_jobs.runtime.bag import check_deltas
 from spark_jobs.runtime.circuit import CircuitRuntime
+from spark_jobs.publish import publish_views
 from spark_jobs.runtime.errors import input_errors
-from spark_jobs.runtime.inputs import (is_snapshot, read_input, refuse_changed, retained_inputs, scan_inputs,
-                                       snapshot_trace)
+from spark_jobs.runtime.inputs import input_trace, read_input, refuse_changed, retained_inputs, scan_inputs
 from spark_jobs.runtime.quality_gate import check_timestep
 from spark_jobs.runtime.writer import run_lease
 from spark_jobs.runtime.stages import Stage, is_state_backed, stage_graph, staged_values
-from spark_jobs.runtime.step import StoreReader, count_changes
+from spark_jobs.runtime.step import StoreReader, count_changes, count_unknown_keys
 from spark_jobs.state.failpoints import failpoint
 from spark_jobs.state.layout import safe_name
 
@@ -193,7 +193,7 @@ def _run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
         spec = rt.compiled.spec.inputs[name]
         files = planned[name] = [InputFile.from_dict(f) for f in p["inputs"].get(name, [])]
         with input_errors({name: files}):
-            change = read_input(spark, spec, files, state.read(snapshot_trace(name)))
+            change = read_input(spark, spec, files, state)
             if change.delta is None:
                 summary.setdefault("inputs", {})[name] = "no new files: no changes"
                 continue
@@ -201,14 +201,16 @@ def _run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
             inputs[name] = delta
             ins, dels = count_changes(delta)
         deleted[name] = dels
-        summary.setdefault("inputs", {})[name] = {"files": len(files), "inserted": ins, "deleted": dels}
-        journal["inputs"][name] = {"inserted": ins, "deleted": dels}
+        summary.setdefault("inputs", {})[name] = {"files": len(files), "inserted": ins, "deleted": dels,
+                                                  **({"unknown_keys": change.unknown_keys} if change.unknown_keys else {})}
+        journal["inputs"][name] = {"inserted": ins, "deleted": dels, "unknown_keys": change.unknown_keys}
         journal["consumed"][name] = [f.record() for f in files]
-        if is_snapshot(spec):
-            path = fs.join(stage_dir, "state", safe_name(snapshot_trace(name)))
+        if change.trace is not None:  # the input's own trace (snapshot, keyed rows) gets the delta
+            trace_id, sort_by = change.trace
+            path = fs.join(stage_dir, "state", safe_name(trace_id))
             _write_parquet(rt, delta, path)
-            journal["updates"].append({"trace": snapshot_trace(name), "op": "replace" if full else "append",
-                                       "kind": "zset", "keys": [], "path": path})
+            journal["updates"].append({"trace": trace_id, "op": "replace" if full else "append",
+                                       "kind": "zset", "keys": [], "sort_by": list(sort_by), "path": path})
     with input_errors(planned):
         quarantined = check_deltas(rt, p["timestep"], inputs, deleted, planned, state)
     if quarantined:
@@ -288,10 +290,11 @@ def _check(rt: CircuitRuntime, run_id: str) -> dict:
         for name in checked & set(j["inputs"]):
             files = [InputFile.from_dict(f) for f in p["inputs"].get(name, [])]
             spec = rt.compiled.spec.inputs[name]
-            if not is_snapshot(spec):  # snapshot changes are staged as the snapshot trace update
-                inputs[name] = read_input(spark, spec, files, None).delta
-            else:
-                staged = [u["path"] for u in j["updates"] if u["trace"] == snapshot_trace(name)]
+            own = input_trace(spec)
+            if own is None:
+                inputs[name] = read_input(spark, spec, files, refresh.EmptyState()).delta
+            else:  # the change was staged as the update of the input's own trace
+                staged = [u["path"] for u in j["updates"] if u["trace"] == own[0]]
                 inputs[name] = _read_parquet(rt, staged[0])
     previous = None
     if p["mode"] == "full_refresh":  # the views' deltas were taken against comparable old views only
@@ -315,8 +318,9 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
 
 def _commit(rt: CircuitRuntime, run_id: str) -> dict:
     done = _committed_by(rt, run_id)
-    if done is not None:
-        return {"timestep": done, "note": "already committed by an earlier attempt"}
+    if done is not None:  # a retry: the commit is durable; publishing may not have happened
+        return {"timestep": done, "note": "already committed by an earlier attempt",
+                "published": publish_views(rt).raise_if_failed().summary()}
     p = load_plan(rt, run_id)
     journals = _journals(rt, run_id)
     full = p["mode"] == "full_refresh"
@@ -345,6 +349,9 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
                     appends.append((u["trace"], df, u["kind"], keys, sort_by))
             for name, files in j["consumed"].items():
                 txn.consume(name, files)
+            for name, counts in j["inputs"].items():
+                restart = full and rt.compiled.spec.inputs[name].kind == "cdc"
+                count_unknown_keys(txn, name, int(counts.get("unknown_keys", 0)), restart=restart)
         small = not full and _change_rows(journals) <= SMALL_CHANGE_ROWS
         with step_conf(rt.spark, small):
             if small:  # delta-sized, as in run_step: every state and view delta in one write job
@@ -360,9 +367,11 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
                 txn.set_meta("quarantined", quarantined)
             manifest = txn.commit()
     rt.store.fs.remove_tree(run_dir(rt, run_id))
+    published = publish_views(rt)  # after the commit point: a crash here is repaired by the next run
     return {"timestep": manifest.timestep, "notes": notes,
             "views": {v: {"inserted": o.rows_inserted, "deleted": o.rows_deleted}
-                      for v, o in (manifest.outputs or {}).items()}}
+                      for v, o in (manifest.outputs or {}).items()},
+            "published": published.raise_if_failed().summary()}
 
 
 def run_task(rt: CircuitRuntime, step: str, run_id: str, stage: str | None = None,

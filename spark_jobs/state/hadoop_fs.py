@@ -10,6 +10,7 @@ file system are full URIs.
 from __future__ import annotations
 
 import io
+import sys
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -26,6 +27,8 @@ CONDITIONAL_CREATE = "fs.option.create.conditional.overwrite"
 
 def classic_session() -> "SparkSession | None":
     """The running classic Spark session of this process, if any (Spark Connect has no JVM here)."""
+    if "pyspark.sql" not in sys.modules:  # no session without pyspark: do not import it to find out
+        return None  # (commands that only read committed state run without it)
     try:
         from pyspark.sql import SparkSession
 

@@ -78,11 +78,11 @@ def zset_of(groups: Sequence[Group], names: Sequence[str], weight: str, *, with_
 
 def own_path(spark_path: str, paths: Iterable[str]) -> str:
     """The path among ``paths`` (ours) that Spark reports as ``spark_path``."""
-    key = _spark_path_key(spark_path)
+    key = spark_path_key(spark_path)
     return next((p for p in paths if _own_path_key(p) == key), key)
 
 
-def _spark_path_key(spark_path: str) -> str:
+def spark_path_key(spark_path: str) -> str:
     """Spark reports ``file:/a%20b``; our paths are plain (``/a b``) or URIs."""
     parts = urlsplit(spark_path)
     if parts.scheme in ("", "file"):
@@ -119,7 +119,7 @@ def failed_checks(groups: Sequence[Group], checks: Sequence[Check],
     by_key = {_own_path_key(p): p for p in paths}
     problems = []
     for row in found:
-        path = by_key.get(_spark_path_key(row[FILE_COL]), _spark_path_key(row[FILE_COL]))
+        path = by_key.get(spark_path_key(row[FILE_COL]), spark_path_key(row[FILE_COL]))
         for i, chk in enumerate(checks):
             if row[f"__n{i}"]:
                 problems.append((path, chk.describe(int(row[f"__n{i}"]), row[f"__x{i}"])))
