@@ -27,13 +27,14 @@ FAILPOINT_CONF_KEY = "dbsp_failpoint"
 
 def _not_retryable() -> tuple[type[BaseException], ...]:
     """Errors a retry cannot fix: the data or the circuit must change first."""
+    from spark_jobs.executor.refusal import ValueRefused
     from spark_jobs.executor.sources import InputRefused
     from spark_jobs.quality import ExpectationConfigError, QualityGateFailed
     from spark_jobs.spec import CircuitError
     from spark_jobs.state import FingerprintMismatch, LeaseHeld, LeaseLost
 
     return (QualityGateFailed, InputRefused, FingerprintMismatch, CircuitError, ExpectationConfigError,
-            LeaseHeld, LeaseLost)
+            LeaseHeld, LeaseLost, ValueRefused)
 
 
 def arm_failpoint(context: dict[str, Any]) -> str | None:

@@ -21,12 +21,14 @@ from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.executor.sources.discovery import InputScan
 from spark_jobs.publish import PublishReport, publish_views
+from spark_jobs.quality import mark_committed
 from spark_jobs.runtime import refresh
 from spark_jobs.runtime.bag import check_deltas
 from spark_jobs.runtime.errors import input_errors
+from spark_jobs.runtime.failures import step_failures
 from spark_jobs.runtime.inputs import (pending_inputs as _pending, read_input, refuse_changed, retained_inputs,
                                        scan_inputs)
-from spark_jobs.runtime.quality_gate import check_timestep
+from spark_jobs.runtime.quality_gate import check_timestep, quality_dir
 from spark_jobs.runtime.refresh import EmptyState
 from spark_jobs.runtime.writer import process_lease
 from spark_jobs.spec.model import WEIGHT
@@ -131,9 +133,10 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None, *, full_refre
 
     ``full_refresh``: rebuild every state from the retained input files under the circuit as it
     is now (also after an edit of the circuit: see ``refresh.py``); the view deltas committed
-    are new view - old view.
+    are new view - old view. A value refused inside a job raises ``ValueRefused``, a full disk
+    ``StorageFull``: one message each, nothing committed.
     """
-    with process_lease(rt):
+    with process_lease(rt), step_failures(rt):
         with input_errors({}) as files:
             return _run_step(rt, progress or (lambda _msg: None), full_refresh, files)
 
@@ -246,6 +249,7 @@ def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files:
                 manifest = txn.commit()
             finally:
                 result.release()
+        mark_committed(quality_dir(rt), t)
     for df in cached:
         df.unpersist()
     views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))

@@ -39,9 +39,11 @@ from spark_jobs.runtime import refresh
 from spark_jobs.runtime.bag import check_deltas
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.publish import publish_views
+from spark_jobs.quality import mark_committed
 from spark_jobs.runtime.errors import input_errors
+from spark_jobs.runtime.failures import step_failures
 from spark_jobs.runtime.inputs import input_trace, read_input, refuse_changed, retained_inputs, scan_inputs
-from spark_jobs.runtime.quality_gate import check_timestep
+from spark_jobs.runtime.quality_gate import check_timestep, quality_dir
 from spark_jobs.runtime.writer import run_lease
 from spark_jobs.runtime.stages import Stage, is_state_backed, stage_graph, staged_values
 from spark_jobs.runtime.step import StoreReader, count_changes, count_unknown_keys
@@ -366,6 +368,7 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
             if quarantined:
                 txn.set_meta("quarantined", quarantined)
             manifest = txn.commit()
+    mark_committed(quality_dir(rt), manifest.timestep)
     rt.store.fs.remove_tree(run_dir(rt, run_id))
     published = publish_views(rt)  # after the commit point: a crash here is repaired by the next run
     return {"timestep": manifest.timestep, "notes": notes,
@@ -376,7 +379,13 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
 
 def run_task(rt: CircuitRuntime, step: str, run_id: str, stage: str | None = None,
              mode: str = "incremental") -> dict:
-    """Dispatch one task of a DAG run (the Airflow callables and spark-submit both come here)."""
+    """Dispatch one task of a DAG run (the Airflow callables and spark-submit both come here).
+    A value refused inside a job or a full disk ends the task with one message (``step_failures``)."""
+    with step_failures(rt):
+        return _run_task(rt, step, run_id, stage, mode)
+
+
+def _run_task(rt: CircuitRuntime, step: str, run_id: str, stage: str | None, mode: str) -> dict:
     if step == "plan":
         return plan(rt, run_id, mode=mode)
     if step == "stage":

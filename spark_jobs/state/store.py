@@ -41,7 +41,26 @@ def view_trace_id(view: str) -> str:
 
 
 class FingerprintMismatch(RuntimeError):
-    """The committed state was built by a different circuit definition."""
+    """The committed state was built by a different circuit definition.
+
+    ``describe(reset)`` words the message around the exact command that rebuilds the state; the
+    CLI passes the command as the user typed it (their circuit path, ``--data-root``, profile)."""
+
+    def __init__(self, circuit: str, root: str, timestep: int, state_fingerprint: str,
+                 circuit_fingerprint: str) -> None:
+        self.circuit, self.root, self.timestep = circuit, root, timestep
+        self.state_fingerprint, self.circuit_fingerprint = state_fingerprint, circuit_fingerprint
+        super().__init__(self.describe(f"dbsp reset {circuit} --yes"))
+
+    def __reduce__(self):  # picklable with its fields (the message is derived)
+        return (type(self), (self.circuit, self.root, self.timestep, self.state_fingerprint,
+                             self.circuit_fingerprint))
+
+    def describe(self, reset: str) -> str:
+        return (f"circuit {self.circuit!r} changed since its state was committed: state at "
+                f"{self.root} (timestep {self.timestep}) has fingerprint {self.state_fingerprint}, the "
+                f"circuit now has fingerprint {self.circuit_fingerprint}. Incremental state cannot "
+                f"be carried across a definition change; rebuild it from the inputs with `{reset}`.")
 
 
 class TimestepNotRetained(LookupError):
@@ -108,12 +127,7 @@ class StateStore:
         """Refuse to continue state built by another version of the circuit."""
         m = self.manifest()
         if m is not None and m.fingerprint != self.fingerprint:
-            raise FingerprintMismatch(
-                f"circuit {self.circuit!r} changed since its state was committed: state at "
-                f"{self.root} (timestep {m.timestep}) has fingerprint {m.fingerprint}, the "
-                f"circuit now has fingerprint {self.fingerprint}. Incremental state cannot "
-                f"be carried across a definition change; rebuild it from the inputs with "
-                f"`dbsp reset {self.circuit} --yes`.")
+            raise FingerprintMismatch(self.circuit, self.root, m.timestep, m.fingerprint, self.fingerprint)
 
     def _committed(self, t: int | None) -> Manifest | None:
         """The manifest readers use for t; errors say why a timestep cannot be read."""
