@@ -221,6 +221,7 @@ def _published(report) -> int:
 
 def cmd_step(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.step import run_step
+    from spark_jobs.runtime.writer import process_lease
 
     opened: dict = {}
     with _user_errors(args, opened):
