@@ -12,16 +12,17 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from spark_jobs.executor.evaluate import evaluate_step, trace_kind
 from spark_jobs.executor.local import collect_local
 from spark_jobs.executor.session import LOCAL_CHANGE_ROWS, SMALL_CHANGE_ROWS, step_conf
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
+from spark_jobs.executor.sources.lateness import change_totals, on_time
+from spark_jobs.executor.sources.reading import refuse_late
 from spark_jobs.runtime.circuit import CircuitRuntime
+from spark_jobs.runtime.event_time import StepClock, describe as describe_late, iso
 from spark_jobs.runtime.inputs import pending_inputs as _pending, read_input, snapshot_trace
 from spark_jobs.runtime.quality_gate import check_timestep
-from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state.failpoints import failpoint
 
 Progress = Callable[[str], None]
@@ -33,10 +34,12 @@ class InputReport:
     files: list[str] = field(default_factory=list)
     inserted: int = 0
     deleted: int = 0
+    late: str = ""  # timed inputs: late rows dropped and the watermark (event_time.describe)
 
     @property
     def note(self) -> str:
-        return "no new files: no changes" if not self.files else f"{len(self.files)} file(s)"
+        files = "no new files: no changes" if not self.files else f"{len(self.files)} file(s)"
+        return f"{files}; {self.late}" if self.late else files
 
 
 @dataclass
@@ -71,29 +74,29 @@ def pending_inputs(rt: CircuitRuntime) -> dict[str, list[InputFile]]:
     return _pending(rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest(), rt.config.allowed_input_roots)
 
 
-def _change_totals(df: DataFrame) -> DataFrame:
-    w = F.col(WEIGHT)
-    return df.agg(F.sum(F.when(w > 0, w).otherwise(0)).alias("ins"),
-                  F.sum(F.when(w < 0, -w).otherwise(0)).alias("del"))
-
-
 def count_changes(df: DataFrame) -> tuple[int, int]:
     """(rows inserted, rows deleted), weights counted: one Spark job."""
-    row = _change_totals(df).first()
+    row = change_totals(df).first()
     return int(row["ins"] or 0), int(row["del"] or 0)
 
 
-def count_all_changes(spark, deltas: dict[str, DataFrame], local_rows: int = LOCAL_CHANGE_ROWS
-                      ) -> tuple[dict[str, tuple[int, int]], dict[str, DataFrame] | None]:
-    """``count_changes`` of every input and, when the inputs together have at most
-    ``local_rows`` rows, the inputs as driver-local relations (None otherwise): one Spark job.
+def count_all_changes(spark, deltas: dict[str, DataFrame], local_rows: int = LOCAL_CHANGE_ROWS,
+                      totals: dict[str, DataFrame] | None = None
+                      ) -> tuple[dict[str, dict], dict[str, DataFrame] | None]:
+    """The change totals of every input (``lateness.change_totals``: ``ins`` and ``del``, plus
+    the late rows and largest event time of timed inputs, whose ``totals`` the caller gives) and,
+    when the inputs together have at most ``local_rows`` rows, the inputs as driver-local
+    relations (None otherwise): one Spark job.
 
     Local inputs let every lookup of state by an input's change skip its broadcast job (see
     ``zset.key_prefilter``)."""
-    totals = {name: _change_totals(df) for name, df in deltas.items()}
+    totals = {name: (totals or {}).get(name) or change_totals(df) for name, df in deltas.items()}
     local, rows = collect_local(spark, deltas, local_rows, totals)
-    counts = {name: (int(r[0]["ins"] or 0), int(r[0]["del"] or 0)) for name, r in rows.items()}
-    return counts, local
+    return {name: r[0].asDict() for name, r in rows.items()}, local
+
+
+def _ins_del(row: dict | None) -> tuple[int, int]:
+    return (int(row.get("ins") or 0), int(row.get("del") or 0)) if row else (0, 0)
 
 
 def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport:
@@ -107,6 +110,8 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
     with store.begin() as txn:
         t = txn.timestep
         say(f"timestep {t}: reading inputs")
+        clock = StepClock(spec.inputs, txn.previous)
+        totals: dict[str, DataFrame] = {}  # timed inputs: kept, late, largest event time
         deltas: dict[str, DataFrame] = {}
         reports: list[InputReport] = []
         refused: list[InputRefused] = []
@@ -124,12 +129,21 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
                     delta = delta.cache()
                     cached.append(delta)
                     txn.append(snapshot_trace(name), delta, kind="zset")
+                if clock.timed(name):  # late rows are counted, then left out
+                    totals[name] = change_totals(delta, clock.column(name), clock.watermark(name))
+                    delta = on_time(delta, clock.column(name), clock.watermark(name))
                 deltas[name] = delta
                 txn.consume(name, [f.as_dict() for f in pending[name]])
         if refused:
             raise InputRefused.combine(refused)
         with step_conf(rt.spark, True):  # a global count has nothing for AQE to adapt
-            counts, local = count_all_changes(rt.spark, deltas)
+            counts, local = count_all_changes(rt.spark, deltas, totals=totals)
+        for name, row in counts.items():
+            clock.record(name, row)
+        if clock.refused():
+            raise InputRefused.combine([refuse_late(rt.spark, spec.inputs[n], pending[n], clock.watermark(n), iso)
+                                        for n in clock.refused()])
+        clock.commit(txn)
         if local is None:  # too large for the driver: computed once, by the next job
             for name, df in deltas.items():
                 if not any(df is c for c in cached):
@@ -138,8 +152,10 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
         else:
             deltas = local
         for report in reports:
-            report.inserted, report.deleted = counts.get(report.name, (0, 0))
-        small = sum(i + d for i, d in counts.values()) <= SMALL_CHANGE_ROWS
+            report.inserted, report.deleted = _ins_del(counts.get(report.name))
+            if report.name in clock.seen:
+                report.late = describe_late(clock.seen[report.name])
+        small = sum(sum(_ins_del(row)) for row in counts.values()) <= SMALL_CHANGE_ROWS
         say(f"timestep {t}: evaluating {len(rt.compiled.incremental.nodes)} operators")
         schemas = {name: spark_schema(inp) for name, inp in spec.inputs.items()}
         with step_conf(rt.spark, small):
@@ -156,7 +172,7 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
                     cached.extend(views.values())
                 outputs = views
                 say(f"timestep {t}: checking view deltas")
-                gate = check_timestep(rt, t, outputs, deltas)
+                gate = check_timestep(rt, t, outputs, deltas, late=clock.report())
                 say(f"timestep {t}: writing state")
                 appends = []
                 for node_id, update in result.updates.items():

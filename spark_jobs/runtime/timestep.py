@@ -29,12 +29,15 @@ from spark_jobs.executor import zset
 from spark_jobs.executor.evaluate import evaluate_step, trace_kind
 from spark_jobs.executor.session import SMALL_CHANGE_ROWS, step_conf
 from spark_jobs.executor.sources import InputFile, spark_schema
+from spark_jobs.executor.sources.lateness import change_totals, on_time
+from spark_jobs.executor.sources.reading import refuse_late
 from spark_jobs.runtime.circuit import CircuitRuntime
+from spark_jobs.runtime.event_time import StepClock, iso
 from spark_jobs.runtime.inputs import (is_snapshot, pending_inputs, read_input, retained_inputs,
                                        snapshot_trace)
 from spark_jobs.runtime.quality_gate import check_timestep
 from spark_jobs.runtime.stages import Stage, is_state_backed, stage_graph, staged_values
-from spark_jobs.runtime.step import StoreReader, count_changes
+from spark_jobs.runtime.step import StoreReader
 from spark_jobs.state.failpoints import failpoint
 from spark_jobs.state.layout import safe_name
 
@@ -154,11 +157,13 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
     stage_dir = fs.join(run_dir(rt, run_id), "stages", stage_name)
     if fs.exists(stage_dir):
         fs.remove_tree(stage_dir)  # a killed earlier attempt
-    journal: dict[str, Any] = {"updates": [], "outputs": {}, "consumed": {}, "inputs": {}}
+    journal: dict[str, Any] = {"updates": [], "outputs": {}, "consumed": {}, "inputs": {}, "event_time": {}}
+    clock = StepClock(rt.compiled.spec.inputs, store.manifest(), fresh=full)
     summary: dict[str, Any] = {"stage": stage_name, "timestep": p["timestep"], "nodes": list(stage.nodes)}
 
     # inputs of an input stage: read (and validate) the planned files
     inputs: dict[str, DataFrame] = {}
+    cached: list[DataFrame] = []
     for node_id in stage.nodes:
         node = circuit[node_id]
         if node.op != "input":
@@ -172,9 +177,19 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
             summary.setdefault("inputs", {})[name] = "no new files: no changes"
             continue
         delta = change.delta.cache()
+        cached.append(delta)
+        column, mark = clock.column(name), clock.watermark(name)
+        totals = change_totals(delta, column, mark).first().asDict()  # one job: counts, late rows
+        ins, dels = int(totals["ins"] or 0), int(totals["del"] or 0)
+        late = clock.record(name, totals)
+        if name in clock.refused():
+            raise refuse_late(spark, spec, files, mark, iso)
+        if column is not None:
+            delta = on_time(delta, column, mark)
         inputs[name] = delta
-        ins, dels = count_changes(delta)
         summary.setdefault("inputs", {})[name] = {"files": len(files), "inserted": ins, "deleted": dels}
+        if late is not None:
+            summary["inputs"][name].update(late_rows=late.rows, watermark=iso(late.after.watermark_us))
         journal["inputs"][name] = {"inserted": ins, "deleted": dels}
         journal["consumed"][name] = [f.as_dict() for f in files]
         if is_snapshot(spec):
@@ -217,8 +232,9 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
         path = fs.join(stage_dir, "outputs", safe_name(view))
         _write_parquet(rt, df, path)
         journal["outputs"][view] = path
-    for df in inputs.values():
+    for df in cached:
         df.unpersist()
+    journal["event_time"] = clock.journal()
     summary["seconds"] = round(time.time() - started, 2)
     summary["state_updates"] = [u["trace"] for u in journal["updates"]]
     summary["views"] = sorted(journal["outputs"])
@@ -248,16 +264,19 @@ def check(rt: CircuitRuntime, run_id: str) -> dict:
     views = {v: _read_parquet(rt, path) for j in journals.values() for v, path in j["outputs"].items()}
     inputs: dict[str, DataFrame] = {}
     checked = {n for n, i in rt.compiled.spec.inputs.items() if i.expectations}
+    clock = StepClock(rt.compiled.spec.inputs, rt.store.manifest(), fresh=p["mode"] == "full_refresh")
     for j in journals.values():
+        clock.from_journal(j.get("event_time") or {})
         for name in checked & set(j["inputs"]):
             files = [InputFile(f["path"], f["size"], f["mtime"]) for f in j["consumed"][name]]
             spec = rt.compiled.spec.inputs[name]
             if not is_snapshot(spec):  # snapshot changes are staged as the snapshot trace update
-                inputs[name] = read_input(spark, spec, files, None).delta
+                delta = read_input(spark, spec, files, None).delta
+                inputs[name] = on_time(delta, clock.column(name), clock.watermark(name)) if clock.timed(name) else delta
             else:
                 staged = [u["path"] for u in j["updates"] if u["trace"] == snapshot_trace(name)]
                 inputs[name] = _read_parquet(rt, staged[0])
-    report = check_timestep(rt, p["timestep"], views, inputs)
+    report = check_timestep(rt, p["timestep"], views, inputs, late=clock.report())
     return {"timestep": p["timestep"], "summary": report.summary(), "failed": len(report.failed),
             "warnings": len(report.warnings)}
 
@@ -294,6 +313,10 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
                 outputs[view] = _read_parquet(rt, path)
             for name, files in j["consumed"].items():
                 txn.consume(name, files)
+        clock = StepClock(rt.compiled.spec.inputs, txn.previous, fresh=p["mode"] == "full_refresh")
+        for j in journals.values():
+            clock.from_journal(j.get("event_time") or {})
+        clock.commit(txn)
         small = p["mode"] != "full_refresh" and _change_rows(journals) <= SMALL_CHANGE_ROWS
         with step_conf(rt.spark, small):
             if small:  # delta-sized, as in run_step: every state and view delta in one write job

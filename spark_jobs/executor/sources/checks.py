@@ -74,7 +74,7 @@ def zset_of(groups: Sequence[Group], names: Sequence[str], weight: str) -> DataF
     return union.where(F.col(weight) != 0)
 
 
-def _spark_path_key(spark_path: str) -> str:
+def spark_path_key(spark_path: str) -> str:
     """Spark reports ``file:/a%20b``; our paths are plain (``/a b``) or URIs."""
     parts = urlsplit(spark_path)
     if parts.scheme in ("", "file"):
@@ -82,7 +82,7 @@ def _spark_path_key(spark_path: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{unquote(parts.path)}"
 
 
-def _own_path_key(path: str) -> str:
+def own_path_key(path: str) -> str:
     return normalize(path) if is_local(path) else path
 
 
@@ -108,10 +108,10 @@ def failed_checks(groups: Sequence[Group], checks: Sequence[Check],
         aggs.append((F.array_sort(F.collect_set(example)) if chk.all_examples else F.min(example)).alias(f"__x{i}"))
         any_bad = any_bad | (F.col(f"__n{i}") > 0)
     found = rows.groupBy(FILE_COL).agg(*aggs).where(any_bad).collect()
-    by_key = {_own_path_key(p): p for p in paths}
+    by_key = {own_path_key(p): p for p in paths}
     problems = []
     for row in found:
-        path = by_key.get(_spark_path_key(row[FILE_COL]), _spark_path_key(row[FILE_COL]))
+        path = by_key.get(spark_path_key(row[FILE_COL]), spark_path_key(row[FILE_COL]))
         for i, chk in enumerate(checks):
             if row[f"__n{i}"]:
                 problems.append((path, chk.describe(int(row[f"__n{i}"]), row[f"__x{i}"])))

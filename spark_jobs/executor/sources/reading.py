@@ -6,25 +6,33 @@ files again when used, so cache it if it is used more than once.
 """
 from __future__ import annotations
 
+from functools import reduce
 from typing import Sequence
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from spark_jobs.spec.model import WEIGHT, InputSpec
 
-from .checks import InputRefused, failed_checks, zset_of
+from .checks import FILE_COL, InputRefused, failed_checks, own_path_key, spark_path_key, zset_of
 from .discovery import InputFile, data_files, exists, file_format
-from .formats import PLANNERS, Declared
+from .formats import PLANNERS, Declared, ReadPlan
+from .lateness import late_by_file
 from .spark_types import declared_types, spark_schema
 
 
 def _declared(spec: InputSpec, allow_weight: bool) -> Declared:
+    """What the files must hold; an event-time column may not be null (a row without a time
+    cannot be judged late or placed in a window)."""
     options = spec.source.options if spec.source is not None else {}
-    return Declared(declared_types(spec), tuple(c.name for c in spec.columns if not c.nullable),
-                    allow_weight, dict(options or {}))
+    not_null = [c.name for c in spec.columns if not c.nullable]
+    if spec.time is not None and spec.time.column not in not_null:
+        not_null.append(spec.time.column)
+    return Declared(declared_types(spec), tuple(not_null), allow_weight, dict(options or {}))
 
 
-def _read(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], allow_weight: bool) -> DataFrame:
+def _plan(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], allow_weight: bool) -> ReadPlan:
+    """The checked read plan of ``files`` (``InputRefused`` naming every bad file)."""
     if spec.source is None:
         raise ValueError(f"input {spec.name} has no source to read")
     fmt = spec.source.format
@@ -35,9 +43,33 @@ def _read(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], allo
     problems += plan.problems + failed_checks(plan.groups, plan.checks, [f.path for f in wanted])
     if problems:
         raise InputRefused(problems, spec.name)
+    return plan
+
+
+def _read(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], allow_weight: bool) -> DataFrame:
+    plan = _plan(spark, spec, files, allow_weight)
     if not plan.groups:
         return spark.createDataFrame([], spark_schema(spec))
     return zset_of(plan.groups, spec.column_names, WEIGHT)
+
+
+def refuse_late(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], watermark: int,
+                describe) -> InputRefused:
+    """The refusal of a step whose change holds late rows of an input with ``on_late: refuse``:
+    every file with late rows, how many and the earliest (``describe(us)`` formats a time).
+    One more Spark job, on the refusal path only."""
+    assert spec.time is not None
+    column = spec.time.column
+    plan = _plan(spark, spec, files, allow_weight=True)
+    frames = [g.frame.select(g.columns[column].alias(column), F.col(FILE_COL)) for g in plan.groups]
+    by_key = {own_path_key(f.path): f.path for f in files}
+    problems = []
+    for spark_path, n, first in late_by_file(reduce(DataFrame.unionByName, frames), column, watermark) if frames else []:
+        path = by_key.get(spark_path_key(spark_path), spark_path_key(spark_path))
+        problems.append((path, f"{n} row(s) arrived late (on_late: refuse): {column} {describe(first)} is "
+                               f"below the watermark {describe(watermark)} (the largest {column} seen minus "
+                               f"the lateness, {spec.time.lateness})"))
+    return InputRefused(problems or [(f.path, "late rows (on_late: refuse)") for f in files], spec.name)
 
 
 def read_changes(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile]) -> DataFrame:
