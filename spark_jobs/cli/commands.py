@@ -170,6 +170,17 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gc(args: argparse.Namespace) -> int:
+    """Retention by hand (the same as after every commit); reads manifests and lists files: no Spark."""
+    from spark_jobs.runtime.retention import apply_retention
+
+    with _user_errors():
+        rt = open_circuit(args.circuit, _config(args))
+        store = rt.make_store(None)
+        print(apply_retention(rt, store, dry_run=args.dry_run).text())
+    return 0
+
+
 def cmd_reset(args: argparse.Namespace) -> int:
     config = _config(args)
     with _user_errors():

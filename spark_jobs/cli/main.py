@@ -61,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None, help="at most this many rows (table format only)")
     _common(p)
 
+    p = sub.add_parser("gc", help="remove history past the retention settings: old view deltas, "
+                                  "consumed input files, manifests")
+    p.add_argument("circuit", metavar="CIRCUIT")
+    p.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    _common(p)
+
     p = sub.add_parser("reset", help="delete all state and outputs of a circuit (inputs are kept)")
     p.add_argument("circuit", metavar="CIRCUIT")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")

@@ -22,6 +22,7 @@ def step_report(report) -> str:
         lines.append(f"  view  {view}: +{ins} -{dele} rows")
     if getattr(report, "quality", ""):
         lines.append("  " + report.quality.replace("\n", "\n  "))
+    lines += [f"  {note}" for note in getattr(report, "notes", ())]
     return "\n".join(lines)
 
 

@@ -62,11 +62,19 @@ class CircuitRuntime:
 
     @cached_property
     def store(self):
+        return self.make_store(self.spark)
+
+    def make_store(self, spark):
+        """The circuit's state store on ``spark`` (None: for manifests and files only, as
+        ``dbsp gc`` needs, without starting Spark)."""
+        from spark_jobs.runtime.retention import effective, longest_age_us
         from spark_jobs.state import StateStore
 
-        return StateStore(self.spark, state_root(self.config, self.name), self.name,
+        retention = effective(self.config, self.compiled.spec)
+        return StateStore(spark, state_root(self.config, self.name), self.name,
                           self.compiled.fingerprint, compact_fraction=self.config.compact_fraction,
-                          keep_timesteps=self.config.keep_timesteps)
+                          keep_timesteps=self.config.keep_timesteps, manifest_retention=retention.manifests,
+                          track_commit_times_us=longest_age_us(retention))
 
 
 def open_circuit(ref: str, config: Config) -> CircuitRuntime:

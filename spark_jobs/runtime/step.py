@@ -23,6 +23,7 @@ from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.runtime.event_time import StepClock, describe as describe_late, iso
 from spark_jobs.runtime.inputs import pending_inputs as _pending, read_input, snapshot_trace
 from spark_jobs.runtime.quality_gate import check_timestep
+from spark_jobs.runtime.retention import after_commit
 from spark_jobs.state.failpoints import failpoint
 
 Progress = Callable[[str], None]
@@ -50,6 +51,7 @@ class StepReport:
     views: dict[str, tuple[int, int]]  # view -> (rows inserted, rows deleted)
     seconds: float
     quality: str = ""  # gate summary
+    notes: list[str] = field(default_factory=list)  # e.g. what retention removed after the commit
 
 
 class StoreReader:
@@ -196,4 +198,6 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
         df.unpersist()
     views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))
              for view, info in (manifest.outputs or {}).items()}
-    return StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary())
+    seconds = time.time() - started
+    note = after_commit(rt)
+    return StepReport(rt.name, manifest.timestep, reports, views, seconds, gate.summary(), [note] if note else [])

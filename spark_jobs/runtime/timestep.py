@@ -36,6 +36,7 @@ from spark_jobs.runtime.event_time import StepClock, iso
 from spark_jobs.runtime.inputs import (is_snapshot, pending_inputs, read_input, retained_inputs,
                                        snapshot_trace)
 from spark_jobs.runtime.quality_gate import check_timestep
+from spark_jobs.runtime.retention import after_commit
 from spark_jobs.runtime.stages import Stage, is_state_backed, stage_graph, staged_values
 from spark_jobs.runtime.step import StoreReader
 from spark_jobs.state.failpoints import failpoint
@@ -330,9 +331,11 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
             txn.set_meta("mode", p["mode"])
             manifest = txn.commit()
     rt.store.fs.remove_tree(run_dir(rt, run_id))
-    return {"timestep": manifest.timestep,
-            "views": {v: {"inserted": o.rows_inserted, "deleted": o.rows_deleted}
-                      for v, o in (manifest.outputs or {}).items()}}
+    out = {"timestep": manifest.timestep,
+           "views": {v: {"inserted": o.rows_inserted, "deleted": o.rows_deleted}
+                     for v, o in (manifest.outputs or {}).items()}}
+    note = after_commit(rt)
+    return {**out, "retention": note} if note else out
 
 
 def run_task(rt: CircuitRuntime, step: str, run_id: str, stage: str | None = None,
