@@ -40,6 +40,9 @@ def fingerprint(spec: CircuitSpec, incremental: Circuit) -> str:
         "nodes": [(n.id, n.op, n.inputs, repr(_meaning(n.params)), n.columns) for n in incremental],
         "outputs": sorted(incremental.outputs.items()),
     }
+    keys = {name: list(inp.key) for name, inp in sorted(spec.inputs.items()) if inp.key}
+    if keys:  # a keyed input's integral holds one row per key: another key is another state
+        payload["keys"] = keys  # (only when present: unkeyed circuits keep their fingerprints)
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

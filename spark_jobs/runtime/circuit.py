@@ -62,11 +62,16 @@ class CircuitRuntime:
 
     @cached_property
     def store(self):
-        return self.make_store(self.spark)
+        """The state store, for running timesteps (starts Spark)."""
+        return self._store(self.spark)
 
-    def make_store(self, spark):
-        """The circuit's state store on ``spark`` (None: for manifests and files only, as
-        ``dbsp gc`` needs, without starting Spark)."""
+    @cached_property
+    def committed(self):
+        """The same store for reading what is committed with pyarrow (``state.arrow_read``):
+        manifests, views, deltas. No Spark: commands that only read (and ``dbsp gc``) start no JVM."""
+        return self._store(None)
+
+    def _store(self, spark):
         from spark_jobs.runtime.retention import effective, longest_age_us
         from spark_jobs.state import StateStore
 

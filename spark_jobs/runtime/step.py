@@ -20,8 +20,9 @@ from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.executor.sources.lateness import change_totals, on_time
 from spark_jobs.executor.sources.reading import refuse_late
 from spark_jobs.runtime.circuit import CircuitRuntime
+from spark_jobs.publish import PublishReport, publish_views
 from spark_jobs.runtime.event_time import StepClock, describe as describe_late, iso
-from spark_jobs.runtime.inputs import pending_inputs as _pending, read_input, snapshot_trace
+from spark_jobs.runtime.inputs import pending_inputs as _pending, read_input
 from spark_jobs.runtime.quality_gate import check_timestep
 from spark_jobs.runtime.retention import after_commit
 from spark_jobs.state.failpoints import failpoint
@@ -35,12 +36,16 @@ class InputReport:
     files: list[str] = field(default_factory=list)
     inserted: int = 0
     deleted: int = 0
+    unknown_keys: int = 0  # cdc records of keys the input did not hold, ignored (unknown_key: count)
     late: str = ""  # timed inputs: late rows dropped and the watermark (event_time.describe)
 
     @property
     def note(self) -> str:
-        files = "no new files: no changes" if not self.files else f"{len(self.files)} file(s)"
-        return f"{files}; {self.late}" if self.late else files
+        if not self.files:
+            return "no new files: no changes"
+        unknown = f"; {self.unknown_keys} change(s) to unknown keys ignored" if self.unknown_keys else ""
+        late = f"; {self.late}" if self.late else ""
+        return f"{len(self.files)} file(s){unknown}{late}"
 
 
 @dataclass
@@ -52,6 +57,7 @@ class StepReport:
     seconds: float
     quality: str = ""  # gate summary
     notes: list[str] = field(default_factory=list)  # e.g. what retention removed after the commit
+    published: PublishReport | None = None  # what publishing the views did (failures included)
 
 
 class StoreReader:
@@ -74,12 +80,6 @@ class StoreReader:
 def pending_inputs(rt: CircuitRuntime) -> dict[str, list[InputFile]]:
     """Input files that arrived and no committed timestep consumed."""
     return _pending(rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest(), rt.config.allowed_input_roots)
-
-
-def count_changes(df: DataFrame) -> tuple[int, int]:
-    """(rows inserted, rows deleted), weights counted: one Spark job."""
-    row = change_totals(df).first()
-    return int(row["ins"] or 0), int(row["del"] or 0)
 
 
 def count_all_changes(spark, deltas: dict[str, DataFrame], local_rows: int = LOCAL_CHANGE_ROWS,
@@ -109,6 +109,7 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
     spec = rt.compiled.spec
     pending = pending_inputs(rt)
     cached: list[DataFrame] = []
+    state = StoreReader(store)
     with store.begin() as txn:
         t = txn.timestep
         say(f"timestep {t}: reading inputs")
@@ -117,25 +118,28 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
         deltas: dict[str, DataFrame] = {}
         reports: list[InputReport] = []
         refused: list[InputRefused] = []
+        own_traces: dict[str, tuple[str, tuple[str, ...]]] = {}  # input -> (its trace, sort columns)
         for name, inp in spec.inputs.items():
             report = InputReport(name, [f.path for f in pending[name]])
             reports.append(report)
             try:
-                change = read_input(rt.spark, inp, pending[name], store.read_trace(snapshot_trace(name)))
+                change = read_input(rt.spark, inp, pending[name], state)
             except InputRefused as exc:  # keep going: report every refused file of the step at once
                 refused.append(exc)
                 continue
             if change.delta is not None:
                 delta = change.delta
-                if change.snapshot is not None:  # D(snapshot) is read by the write below and later
+                if change.trace is not None:  # the delta is also appended to the input's own trace
                     delta = delta.cache()
                     cached.append(delta)
-                    txn.append(snapshot_trace(name), delta, kind="zset")
+                    own_traces[name] = change.trace  # gets the on-time rows: the input as the circuit saw it
                 if clock.timed(name):  # late rows are counted, then left out
                     totals[name] = change_totals(delta, clock.column(name), clock.watermark(name))
                     delta = on_time(delta, clock.column(name), clock.watermark(name))
                 deltas[name] = delta
                 txn.consume(name, [f.as_dict() for f in pending[name]])
+                count_unknown_keys(txn, name, change.unknown_keys)
+                report.unknown_keys = change.unknown_keys
         if refused:
             raise InputRefused.combine(refused)
         with step_conf(rt.spark, True):  # a global count has nothing for AQE to adapt
@@ -162,7 +166,7 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
         schemas = {name: spark_schema(inp) for name, inp in spec.inputs.items()}
         with step_conf(rt.spark, small):
             # persist: a delta read by several operators and state writes is computed once
-            result = evaluate_step(rt.compiled.incremental, deltas, StoreReader(store),
+            result = evaluate_step(rt.compiled.incremental, deltas, state,
                                    first_step=t == 1, input_schemas=schemas,
                                    broadcast_deltas=small, persist=True)
             try:
@@ -177,6 +181,11 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
                 gate = check_timestep(rt, t, outputs, deltas, late=clock.report())
                 say(f"timestep {t}: writing state")
                 appends = []
+                for name, (trace_id, sort_by) in own_traces.items():
+                    if small:
+                        appends.append((trace_id, deltas[name], "zset", (), sort_by))
+                    else:
+                        txn.append(trace_id, deltas[name], kind="zset", sort_by=sort_by)
                 for node_id, update in result.updates.items():
                     kind = trace_kind(rt.compiled.incremental, node_id)
                     if update.kind == "replace":
@@ -198,6 +207,17 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
         df.unpersist()
     views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))
              for view, info in (manifest.outputs or {}).items()}
-    seconds = time.time() - started
-    note = after_commit(rt)
-    return StepReport(rt.name, manifest.timestep, reports, views, seconds, gate.summary(), [note] if note else [])
+    report = StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary())
+    say(f"timestep {t}: publishing views")
+    report.published = publish_views(rt, progress=say)  # a failed view: committed, the next run repairs
+    note = after_commit(rt)  # after publishing: retention keeps the deltas a table has not caught up with
+    if note:
+        report.notes.append(note)
+    return report  # (``seconds`` is the commit's; the publish report has its own)
+
+
+def count_unknown_keys(txn, input_name: str, n: int) -> None:
+    """Add a step's ignored cdc records of unknown keys to the input's running total in the manifest."""
+    if n:
+        before = ((txn.previous.inputs if txn.previous else {}).get(input_name) or {}).get("unknown_keys", 0)
+        txn.set_input_meta(input_name, "unknown_keys", int(before) + n)

@@ -32,13 +32,13 @@ from spark_jobs.executor.sources import InputFile, spark_schema
 from spark_jobs.executor.sources.lateness import change_totals, on_time
 from spark_jobs.executor.sources.reading import refuse_late
 from spark_jobs.runtime.circuit import CircuitRuntime
+from spark_jobs.publish import publish_views
 from spark_jobs.runtime.event_time import StepClock, iso
-from spark_jobs.runtime.inputs import (is_snapshot, pending_inputs, read_input, retained_inputs,
-                                       snapshot_trace)
+from spark_jobs.runtime.inputs import input_trace, pending_inputs, read_input, retained_inputs
 from spark_jobs.runtime.quality_gate import check_timestep
 from spark_jobs.runtime.retention import after_commit
 from spark_jobs.runtime.stages import Stage, is_state_backed, stage_graph, staged_values
-from spark_jobs.runtime.step import StoreReader
+from spark_jobs.runtime.step import StoreReader, count_unknown_keys
 from spark_jobs.state.failpoints import failpoint
 from spark_jobs.state.layout import safe_name
 
@@ -139,6 +139,9 @@ class _EmptyState:
     def read(self, node_id: str) -> DataFrame | None:
         return None
 
+    def trace_files(self, node_id: str) -> None:
+        return None
+
 
 def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
     """Evaluate one stage of this run into the staging area (idempotent per run id)."""
@@ -172,8 +175,7 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
         name = node.param("name") or node_id
         spec = rt.compiled.spec.inputs[name]
         files = [InputFile(f["path"], f["size"], f["mtime"]) for f in p["inputs"].get(name, [])]
-        previous = None if full else store.read_trace(snapshot_trace(name))
-        change = read_input(spark, spec, files, previous)
+        change = read_input(spark, spec, files, state)
         if change.delta is None:
             summary.setdefault("inputs", {})[name] = "no new files: no changes"
             continue
@@ -188,16 +190,18 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
         if column is not None:
             delta = on_time(delta, column, mark)
         inputs[name] = delta
-        summary.setdefault("inputs", {})[name] = {"files": len(files), "inserted": ins, "deleted": dels}
+        summary.setdefault("inputs", {})[name] = {"files": len(files), "inserted": ins, "deleted": dels,
+                                                  **({"unknown_keys": change.unknown_keys} if change.unknown_keys else {})}
         if late is not None:
             summary["inputs"][name].update(late_rows=late.rows, watermark=iso(late.after.watermark_us))
-        journal["inputs"][name] = {"inserted": ins, "deleted": dels}
+        journal["inputs"][name] = {"inserted": ins, "deleted": dels, "unknown_keys": change.unknown_keys}
         journal["consumed"][name] = [f.as_dict() for f in files]
-        if is_snapshot(spec):
-            path = fs.join(stage_dir, "state", safe_name(snapshot_trace(name)))
+        if change.trace is not None:  # the input's own trace (snapshot, keyed rows) gets the delta
+            trace_id, sort_by = change.trace
+            path = fs.join(stage_dir, "state", safe_name(trace_id))
             _write_parquet(rt, delta, path)
-            journal["updates"].append({"trace": snapshot_trace(name), "op": "replace" if full else "append",
-                                       "kind": "zset", "keys": [], "path": path})
+            journal["updates"].append({"trace": trace_id, "op": "replace" if full else "append",
+                                       "kind": "zset", "keys": [], "sort_by": list(sort_by), "path": path})
 
     def external(node_id: str) -> DataFrame:
         """Values produced outside this stage: committed state, or another stage's staged delta."""
@@ -271,11 +275,12 @@ def check(rt: CircuitRuntime, run_id: str) -> dict:
         for name in checked & set(j["inputs"]):
             files = [InputFile(f["path"], f["size"], f["mtime"]) for f in j["consumed"][name]]
             spec = rt.compiled.spec.inputs[name]
-            if not is_snapshot(spec):  # snapshot changes are staged as the snapshot trace update
-                delta = read_input(spark, spec, files, None).delta
+            own = input_trace(spec)
+            if own is None:
+                delta = read_input(spark, spec, files, _EmptyState()).delta
                 inputs[name] = on_time(delta, clock.column(name), clock.watermark(name)) if clock.timed(name) else delta
-            else:
-                staged = [u["path"] for u in j["updates"] if u["trace"] == snapshot_trace(name)]
+            else:  # the change was staged (late rows left out) as the update of the input's own trace
+                staged = [u["path"] for u in j["updates"] if u["trace"] == own[0]]
                 inputs[name] = _read_parquet(rt, staged[0])
     report = check_timestep(rt, p["timestep"], views, inputs, late=clock.report())
     return {"timestep": p["timestep"], "summary": report.summary(), "failed": len(report.failed),
@@ -290,8 +295,9 @@ def _change_rows(journals: dict[str, dict]) -> int:
 def commit(rt: CircuitRuntime, run_id: str) -> dict:
     """Move the staged updates into the store and publish the manifest (idempotent per run id)."""
     done = _committed_by(rt, run_id)
-    if done is not None:
-        return {"timestep": done, "note": "already committed by an earlier attempt"}
+    if done is not None:  # a retry: the commit is durable; publishing may not have happened
+        return {"timestep": done, "note": "already committed by an earlier attempt",
+                "published": publish_views(rt).raise_if_failed().summary()}
     p = load_plan(rt, run_id)
     journals = _journals(rt, run_id)
     with rt.store.begin() as txn:
@@ -314,6 +320,8 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
                 outputs[view] = _read_parquet(rt, path)
             for name, files in j["consumed"].items():
                 txn.consume(name, files)
+            for name, counts in j["inputs"].items():
+                count_unknown_keys(txn, name, int(counts.get("unknown_keys", 0)))
         clock = StepClock(rt.compiled.spec.inputs, txn.previous, fresh=p["mode"] == "full_refresh")
         for j in journals.values():
             clock.from_journal(j.get("event_time") or {})
@@ -331,10 +339,12 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
             txn.set_meta("mode", p["mode"])
             manifest = txn.commit()
     rt.store.fs.remove_tree(run_dir(rt, run_id))
+    published = publish_views(rt)  # after the commit point: a crash here is repaired by the next run
     out = {"timestep": manifest.timestep,
            "views": {v: {"inserted": o.rows_inserted, "deleted": o.rows_deleted}
-                     for v, o in (manifest.outputs or {}).items()}}
-    note = after_commit(rt)
+                     for v, o in (manifest.outputs or {}).items()},
+           "published": published.raise_if_failed().summary()}
+    note = after_commit(rt)  # after publishing: retention keeps the deltas a table has not caught up with
     return {**out, "retention": note} if note else out
 
 

@@ -174,20 +174,19 @@ class StateStore:
             return None
         return TraceFiles(self.fs, paths, schema)
 
-    def read_output_delta(self, view: str, t: int) -> "DataFrame | None":
-        """The view's consolidated delta committed at t (None if it was empty)."""
+    def delta_dirs(self, view: str, t: int) -> list[str]:
+        """The root-relative directories of the view's delta committed at t (none: it was empty)."""
         last = self.last_committed()
         if not 0 < t <= last:
             raise ValueError(f"timestep {t} is not committed (last committed: {last})")
         m = self.manifest(t)
         if m is not None:
             out = m.outputs.get(view)
-            rels = [out.delta] if out is not None and out.delta else []
-        else:
-            rels = self._output_dirs(view, t, t)
-            if not rels:
-                self._check_kept(view, t, f"the change of view {view!r} at timestep {t}")
-        return self._read_rels(rels, self._view_schema(view))
+            return [out.delta] if out is not None and out.delta else []
+        rels = self._output_dirs(view, t, t)
+        if not rels:
+            self._check_kept(view, t, f"the change of view {view!r} at timestep {t}")
+        return rels
 
     def _check_kept(self, view: str, t: int, what: str) -> None:
         """Refuse to read history that retention removed (an absent delta is not an empty one)."""
@@ -197,21 +196,36 @@ class StateStore:
                 f"{what} is no longer kept: retention (settings.retention.view_deltas) removed the view's "
                 f"deltas up to timestep {through}; retained timesteps, readable whole: {self.timesteps()}")
 
-    def read_view(self, view: str, t: int | None = None) -> "DataFrame | None":
-        """The materialized view at t (latest if None): the consolidated integral of its
-        output deltas up to t. Retained t reads the view trace; older t sums output deltas."""
+    def view_dirs(self, view: str, t: int | None = None) -> list[str]:
+        """The root-relative directories whose union, consolidated, is the view at t (latest if
+        None): the view trace of a retained t, else every output delta up to t."""
         last = self.last_committed()
         t = last if t is None else t
         if t <= 0:
-            return None
+            return []
         if t > last:
             raise ValueError(f"timestep {t} is not committed (last committed: {last})")
         m = self.manifest(t)
         if m is not None:
-            df = self._read_entry(m.traces.get(view_trace_id(view)))
-        else:
-            self._check_kept(view, 1, f"view {view!r} as of timestep {t} (the sum of its deltas)")
-            df = self._read_rels(self._output_dirs(view, 1, t), self._view_schema(view))
+            entry = m.traces.get(view_trace_id(view))
+            return entry.dirs if entry is not None else []
+        self._check_kept(view, 1, f"view {view!r} as of timestep {t} (the sum of its deltas)")
+        return self._output_dirs(view, 1, t)
+
+    def view_schema(self, view: str) -> str | None:
+        """The Spark schema (JSON) of the view's rows, as last written; None before any row."""
+        m = self.manifest()
+        entry = m.traces.get(view_trace_id(view)) if m else None
+        return entry.schema if entry else None
+
+    def read_output_delta(self, view: str, t: int) -> "DataFrame | None":
+        """The view's consolidated delta committed at t (None if it was empty)."""
+        return self._read_rels(self.delta_dirs(view, t), self.view_schema(view))
+
+    def read_view(self, view: str, t: int | None = None) -> "DataFrame | None":
+        """The materialized view at t (latest if None): the consolidated integral of its
+        output deltas up to t. Retained t reads the view trace; older t sums output deltas."""
+        df = self._read_rels(self.view_dirs(view, t), self.view_schema(view))
         return None if df is None else consolidate(df, "zset")
 
     def _output_dirs(self, view: str, lo: int, hi: int) -> list[str]:
@@ -227,11 +241,6 @@ class StateStore:
             if ts is not None and lo <= ts <= hi:
                 out.append(f"{top}/{name}")
         return out
-
-    def _view_schema(self, view: str) -> str | None:
-        m = self.manifest()
-        entry = m.traces.get(view_trace_id(view)) if m else None
-        return entry.schema if entry else None
 
     def _read_rels(self, rels: list[str], schema: str | None) -> "DataFrame | None":
         if not rels:

@@ -7,50 +7,53 @@ files again when used, so cache it if it is used more than once.
 from __future__ import annotations
 
 from functools import reduce
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.spec.model import WEIGHT, InputSpec
 
-from .checks import FILE_COL, InputRefused, failed_checks, own_path_key, spark_path_key, zset_of
+from .checks import FILE_COL, Group, InputRefused, failed_checks, own_path_key, spark_path_key, zset_of
 from .discovery import InputFile, data_files, exists, file_format
-from .formats import PLANNERS, Declared, ReadPlan
+from .formats import PLANNERS, Declared, Planner
 from .lateness import late_by_file
 from .spark_types import declared_types, spark_schema
 
 
-def _declared(spec: InputSpec, allow_weight: bool) -> Declared:
-    """What the files must hold; an event-time column may not be null (a row without a time
-    cannot be judged late or placed in a window)."""
+def declared(spec: InputSpec, allow_weight: bool) -> Declared:
+    """What ``spec``'s files must hold (an append_only source: no deletes); an event-time column
+    may not be null (a row without a time cannot be judged late or placed in a window)."""
     options = spec.source.options if spec.source is not None else {}
     not_null = [c.name for c in spec.columns if not c.nullable]
     if spec.time is not None and spec.time.column not in not_null:
         not_null.append(spec.time.column)
-    return Declared(declared_types(spec), tuple(not_null), allow_weight, dict(options or {}))
+    return Declared(declared_types(spec), tuple(not_null), allow_weight, dict(options or {}),
+                    inserts_only=spec.kind == "append_only")
 
 
-def _plan(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], allow_weight: bool) -> ReadPlan:
-    """The checked read plan of ``files`` (``InputRefused`` naming every bad file)."""
+def checked_groups(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], d: Declared,
+                   planners: Mapping[str, Planner] = PLANNERS) -> list[Group]:
+    """The Spark reads of ``files``, after every check passed; else ``InputRefused`` naming every
+    refused file of the input (a file of another format than the source's is refused too)."""
     if spec.source is None:
         raise ValueError(f"input {spec.name} has no source to read")
-    fmt = spec.source.format
-    problems = [(f.path, f"a {file_format(f.path)} file in a {fmt} source")
+    fmt = spec.source.reader_format
+    problems = [(f.path, f"a {file_format(f.path)} file in a {spec.source.format} source")
                 for f in files if file_format(f.path) != fmt]
     wanted = [f for f in files if file_format(f.path) == fmt]
-    plan = PLANNERS[fmt](spark, wanted, _declared(spec, allow_weight))
+    plan = planners[fmt](spark, wanted, d)
     problems += plan.problems + failed_checks(plan.groups, plan.checks, [f.path for f in wanted])
     if problems:
         raise InputRefused(problems, spec.name)
-    return plan
+    return plan.groups
 
 
 def _read(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], allow_weight: bool) -> DataFrame:
-    plan = _plan(spark, spec, files, allow_weight)
-    if not plan.groups:
+    groups = checked_groups(spark, spec, files, declared(spec, allow_weight))
+    if not groups:
         return spark.createDataFrame([], spark_schema(spec))
-    return zset_of(plan.groups, spec.column_names, WEIGHT)
+    return zset_of(groups, spec.column_names, WEIGHT)
 
 
 def refuse_late(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], watermark: int,
@@ -60,8 +63,8 @@ def refuse_late(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile]
     One more Spark job, on the refusal path only."""
     assert spec.time is not None
     column = spec.time.column
-    plan = _plan(spark, spec, files, allow_weight=True)
-    frames = [g.frame.select(g.columns[column].alias(column), F.col(FILE_COL)) for g in plan.groups]
+    groups = checked_groups(spark, spec, files, declared(spec, allow_weight=True))
+    frames = [g.frame.select(g.columns[column].alias(column), F.col(FILE_COL)) for g in groups]
     by_key = {own_path_key(f.path): f.path for f in files}
     problems = []
     for spark_path, n, first in late_by_file(reduce(DataFrame.unionByName, frames), column, watermark) if frames else []:
