@@ -63,22 +63,39 @@ def _output_timesteps(rt) -> list[int]:
     return sorted(L.parse_dir_timestep(n) for n in os.listdir(top))
 
 
-def test_view_deltas_and_manifests_by_timesteps(spark, tmp_path):
+def test_view_deltas_inputs_and_manifests_by_timesteps(spark, tmp_path, capsys):
+    """7 steps keeping 3 timesteps of view deltas, 2 of consumed inputs, 2 manifests. Publishing
+    crashes at steps 3-6: a gc then keeps the deltas the lagging Delta table still needs, which
+    catches up from them at step 7. A full refresh after input files went refuses, saying why."""
     from spark_jobs.cli.main import main
+    from spark_jobs.runtime.inputs import CannotRebuild
+    from spark_jobs.runtime.retention import apply_retention
     from spark_jobs.runtime.step import run_step
+    from spark_jobs.runtime.timestep import run_task
+    from spark_jobs.state import failpoints
     from spark_jobs.state.store import TimestepNotRetained
     from tests import oracle
 
-    rt = _open(tmp_path, '{view_deltas: "3 timesteps", manifests: "2 timesteps"}')
+    rt = _open(tmp_path, '{view_deltas: "3 timesteps", inputs: "2 timesteps", manifests: "2 timesteps"}')
     expected: Counter = Counter()
     for t in range(1, 8):
         rows = [(t, 3 + t % 2, 1), (100 + t, 5, 1)] + ([(100 + t - 2, 5, -1)] if t > 2 else [])
         _write(tmp_path, t, rows)
-        run_step(rt)
+        if 3 <= t <= 6:  # committed, then the publish crashes: the table stays at timestep 2
+            with failpoints.armed("before_publish"), pytest.raises(failpoints.InjectedFailure):
+                run_step(rt)
+        else:
+            report = run_step(rt)
         for i, a, w in rows:
             if a > 2:
                 expected[(i, a)] += w
         assert oracle.view_counter(rt, "big") == +expected
+        if t == 6:  # by the rule, deltas 1..3 may go; the table holds 2, so 3 stays
+            gc = apply_retention(rt)
+            assert gc.store.held_for_readers == {"big": 2}
+            assert _output_timesteps(rt)[0] == 3
+    published = report.published.results[0]
+    assert (published.before, published.after, published.note) == (2, 7, "")  # caught up from deltas 3..7
     assert rt.store.timesteps() == [6, 7]
     kept = _output_timesteps(rt)
     assert min(kept) > 4 and 7 in kept, kept  # deltas of timesteps <= 7 - 3 are gone
@@ -87,9 +104,31 @@ def test_view_deltas_and_manifests_by_timesteps(spark, tmp_path):
     with pytest.raises(TimestepNotRetained, match="no longer kept"):
         rt.store.read_view("big", 3)
     assert rt.store.read_output_delta("big", 5) is not None
+    # consumed input files read by timesteps <= 7 - 2 are gone (pending ones are never touched)
+    assert sorted(os.listdir(tmp_path / "data" / "inbox" / "t")) == ["b006.parquet", "b007.parquet"]
+    with pytest.raises(CannotRebuild) as err:
+        run_task(rt, "plan", "refresh", mode="full_refresh")
+    assert ("retention (settings.retention.inputs) removed input 't': 5 consumed change file(s) of timesteps "
+            "up to 5") in str(err.value) and "no input is whole any more" in str(err.value)
     # dbsp gc has nothing left to do, and says so without Spark
+    capsys.readouterr()
     code = main(["gc", str(tmp_path / "c.yaml"), "--data-root", str(tmp_path / "data"), "--dry-run"])
     assert code == 0
+    out = capsys.readouterr().out
+    assert "consumed input files: would remove none" in out and "view deltas: would remove none" in out
+
+
+def test_full_refresh_refusal_names_what_is_whole():
+    from spark_jobs.runtime.inputs import rebuild_refusal
+    from spark_jobs.spec import load_circuit_text
+
+    spec = load_circuit_text(CIRCUIT.replace("nodes:", "  dim:\n    schema: {id: long}\n"
+                                             "    source: {kind: snapshots, path: snap/dim}\nnodes:") % "{}")
+    assert rebuild_refusal(spec.inputs, {}) is None
+    assert rebuild_refusal(spec.inputs, {"t": {"files": 0, "through_timestep": 0}}) is None
+    text = rebuild_refusal(spec.inputs, {"t": {"files": 3, "through_timestep": 9}})
+    assert "input 't': 3 consumed change file(s) of timesteps up to 9" in text
+    assert "inputs a full refresh could still rebuild whole: dim" in text
 
 
 def test_view_deltas_by_age(spark, tmp_path, capsys):

@@ -40,6 +40,7 @@ from spark_jobs.runtime.retention import after_commit
 from spark_jobs.runtime.stages import Stage, is_state_backed, stage_graph, staged_values
 from spark_jobs.runtime.step import StoreReader, count_unknown_keys
 from spark_jobs.state.failpoints import failpoint
+from spark_jobs.state.retention import Removed
 from spark_jobs.state.layout import safe_name
 
 MODES = ("incremental", "full_refresh")
@@ -102,8 +103,11 @@ def plan(rt: CircuitRuntime, run_id: str, *, mode: str = "incremental") -> dict:
     rt.store.recover()
     manifest = rt.store.manifest()
     spec_inputs = rt.compiled.spec.inputs
-    chosen = (retained_inputs if mode == "full_refresh" else pending_inputs)(
-        spec_inputs, rt.config.data_root, manifest, rt.config.allowed_input_roots)
+    if mode == "full_refresh":
+        chosen = retained_inputs(spec_inputs, rt.config.data_root, manifest, rt.config.allowed_input_roots,
+                                 pruned=Removed.read(rt.store).inputs)
+    else:
+        chosen = pending_inputs(spec_inputs, rt.config.data_root, manifest, rt.config.allowed_input_roots)
     data = {"run_id": run_id, "timestep": t, "mode": mode, "created_at": time.time(),
             "inputs": {name: [f.as_dict() for f in files] for name, files in chosen.items()}}
     _write_json(rt, path, data)

@@ -102,6 +102,7 @@ class StoreCollection:
     manifests: list[int] = field(default_factory=list)
     view_deltas: dict[str, list[tuple[int, str]]] = field(default_factory=dict)  # view -> (t, rel dir)
     kept_listed: dict[str, int] = field(default_factory=dict)  # view -> old deltas a retained manifest lists
+    held_for_readers: dict[str, int] = field(default_factory=dict)  # view -> timestep its published table holds
 
     @property
     def view_delta_count(self) -> int:
@@ -135,8 +136,12 @@ def known_times(store: "StateStore") -> list[tuple[int, str]]:
 
 
 def collect(store: "StateStore", view_rule: Rule | None, now: datetime | None = None,
-            dry_run: bool = False) -> StoreCollection:
-    """Remove (unless ``dry_run``) the manifests and view deltas past retention."""
+            dry_run: bool = False, floors: dict[str, int] | None = None) -> StoreCollection:
+    """Remove (unless ``dry_run``) the manifests and view deltas past retention.
+
+    ``floors``: view -> the newest timestep a reader of its deltas (a published table) has
+    caught up with; no delta after it is removed, whatever the rule says (views keyed by their
+    names; a view missing from ``floors`` has no such reader)."""
     from spark_jobs.state import layout as L
 
     now = now or datetime.now(timezone.utc)
@@ -144,6 +149,7 @@ def collect(store: "StateStore", view_rule: Rule | None, now: datetime | None = 
     last = store.last_committed()
     through = horizon(view_rule, last, known_times(store), now)
     removed = Removed.read(store)
+    floor_of = {L.safe_name(view): t for view, t in (floors or {}).items()}
     if through:
         listed: set[str] = set()
         for t in store.timesteps():
@@ -151,9 +157,12 @@ def collect(store: "StateStore", view_rule: Rule | None, now: datetime | None = 
                 listed |= store.manifest(t).referenced_dirs()  # type: ignore[union-attr]
         for view_dir in store.fs.listdir(store.fs.join(store.root, L.OUTPUTS)):
             top = f"{L.OUTPUTS}/{view_dir}"
+            view_through = min(through, floor_of.get(view_dir, through))
+            if view_through < through:
+                out.held_for_readers[view_dir] = view_through
             for name in store.fs.listdir(store.layout.abs(top)):
                 t = L.parse_dir_timestep(name)
-                if t is None or t > through:
+                if t is None or t > view_through:
                     continue
                 rel = f"{top}/{name}"
                 if rel in listed:

@@ -564,14 +564,15 @@ class Transaction:
         self._touched.add(view_trace_id(view))
 
     def consume(self, input_name: str, files: list[dict[str, Any]]) -> None:
-        """Record input files read at this timestep (kept cumulatively in the manifest)."""
+        """Record input files read at this timestep (kept cumulatively in the manifest, each with
+        the timestep that read it: input retention measures a file's age by it)."""
         self._check_open()
         consumed = self._inputs.setdefault(input_name, {}).setdefault("consumed", [])
         seen = {json.dumps(f, sort_keys=True) for f in consumed}
         for f in files:
             if "path" not in f:
                 raise ValueError(f"consumed file record needs a 'path': {f!r}")
-            rec = _json_value("consumed file record", dict(f))
+            rec = _json_value("consumed file record", {**dict(f), "timestep": self.timestep})
             key = json.dumps(rec, sort_keys=True)
             if key not in seen:
                 consumed.append(rec)
