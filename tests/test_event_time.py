@@ -162,10 +162,12 @@ def _open(tmp_path, on_late: str = ""):
     return CircuitRuntime(config, compile_file(str(path)), str(path))
 
 
-def test_late_rows_are_dropped_counted_and_recorded(spark, tmp_path):
+def test_late_rows_are_dropped_counted_and_recorded(spark, tmp_path, capsys):
     """Out-of-order batches: rows within the lateness are applied, rows below the watermark are
     dropped (inserts and deletes alike), counted exactly in the step summary, the quality report
-    and the manifest; the view equals a recompute over the accepted rows at every step."""
+    and the manifest; the view equals a recompute over the accepted rows at every step. Step 4
+    runs through the CLI (`dbsp step`), whose summary says how many rows were late."""
+    from spark_jobs.cli.main import main
     from spark_jobs.runtime.step import run_step
 
     rt = _open(tmp_path)
@@ -186,13 +188,18 @@ def test_late_rows_are_dropped_counted_and_recorded(spark, tmp_path):
         if rows:
             _write(f"{inbox}/clicks", f"b{t}.parquet", rows, CLICK)
         before = committed_watermark(rt.store.manifest(), "clicks").watermark_us
-        report = run_step(rt)
+        if t == 4:
+            capsys.readouterr()
+            assert main(["step", str(tmp_path / "c.yaml"), "--data-root", str(tmp_path / "data")]) == 0
+            note = capsys.readouterr().out
+        else:
+            report = run_step(rt)
+            note = next(r for r in report.inputs if r.name == "clicks").note
         for uid, ts, page, w in rows:
             if before is None or micros(ts) >= before:
                 accepted[(uid, ts, page)] += w
         total_late += late
-        clicks = next(r for r in report.inputs if r.name == "clicks")
-        assert (f"{late} late row(s) dropped" in clicks.note) == bool(late), clicks.note
+        assert (f"{late} late row(s) dropped" in note) == bool(late), note
         meta = rt.store.manifest().inputs["clicks"]["event_time"]
         assert meta["late_inserted"] + meta["late_deleted"] == late and meta["late_total"] == total_late
         quality = json.loads(open(tmp_path / "data" / "_dbsp" / "clicks_per_user" / "quality" / f"t{t:012d}.json").read())

@@ -116,6 +116,9 @@ def test_view_deltas_inputs_and_manifests_by_timesteps(spark, tmp_path, capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "consumed input files: would remove none" in out and "view deltas: would remove none" in out
+    code = main(["show", str(tmp_path / "c.yaml"), "big", "--delta", "--at", "2", "--data-root", str(tmp_path / "data")])
+    err = capsys.readouterr().err
+    assert code == 1 and "no longer kept" in err and "Traceback" not in err, err
 
 
 def test_full_refresh_refusal_names_what_is_whole():

@@ -53,6 +53,7 @@ def _user_errors() -> Iterator[None]:
     except (CircuitError, FileNotFoundError) as exc:
         raise UserError(str(exc)) from None
     except (_loaded("spark_jobs.state.store", "FingerprintMismatch"),
+            _loaded("spark_jobs.state.store", "TimestepNotRetained"),
             _loaded("spark_jobs.executor.recursion", "RecursionLimitExceeded"),
             _loaded("spark_jobs.quality.expectations", "ExpectationConfigError"),
             _loaded("spark_jobs.publish.delta", "PublishError")) as exc:
