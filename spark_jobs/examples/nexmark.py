@@ -13,8 +13,8 @@ batches of Parquet files, one batch per timestep, with what makes streams hard:
 - bids go to open auctions, mostly recent ones (hot items), from registered people.
 
 Nothing here needs Spark: rows are generated with ``random``/numpy and written with pyarrow,
-atomically (temporary name, then rename). The generator is deterministic for a seed, and
-``reference`` rows (event, arrival batch) are kept so tests can recompute views from scratch.
+atomically (temporary name, then rename). The generator is deterministic for a seed; a batch's
+rows (``NexmarkBatch.rows``) are what a test needs to recompute views from scratch.
 """
 from __future__ import annotations
 
