@@ -97,6 +97,12 @@ def test_validation_messages():
     assert "c.yaml:7: node 'clicks': time.lateness: '10 minuts': unknown unit 'minuts'" in text
     assert "time.column 'name' has type string; event time needs a timestamp column" in text
     assert "event time needs a source whose rows are events (changes, append_only); a snapshots source" in text
+    cdc = (CIRCUIT % {"on_late": ""}).replace(
+        "source: {kind: changes, path: inbox/clicks, format: parquet}",
+        "key: [user_id]\n    source: {kind: cdc, path: cdc/clicks, format: jsonl}")
+    with pytest.raises(CircuitError, match="node 'clicks': event time needs a source whose rows are events "
+                                           r"\(changes, append_only\); a cdc source"):
+        load_circuit_text(cdc, "c.yaml")
     with pytest.raises(CircuitError, match="expected one of: drop, refuse"):
         load_circuit_text(CIRCUIT % {"on_late": ", on_late: keep"})
     with pytest.raises(CircuitError, match="time.column 'tss' is not a column of the input"):
@@ -177,7 +183,9 @@ def test_late_rows_are_dropped_counted_and_recorded(spark, tmp_path, capsys):
     at = lambda minutes: T0 + timedelta(minutes=minutes)  # noqa: E731
     batches = [  # (rows, rows expected late)
         ([(1, at(0), "a", 1), (2, at(30), "b", 1), (3, at(5), "c", 2)], 0),  # watermark -> 20
-        ([(1, at(21), "d", 1), (2, at(19), "late", 1), (3, at(5), "c", -1)], 2),  # 19 < 20; the delete is late too
+        # 19 < 20; the delete is late too, and so is a delete of a row never inserted: dropped, so
+        # the bag check (which judges the rows the circuit sees) does not refuse the step
+        ([(1, at(21), "d", 1), (2, at(19), "late", 1), (3, at(5), "c", -1), (2, at(10), "never", -1)], 3),
         ([(1, at(50), "e", 1), (2, at(25), "f", 1)], 0),  # 25 >= 20, then the watermark -> 40
         ([(3, at(39), "g", 1), (3, at(41), "h", 1), (1, at(50), "e", -1)], 1),
         ([], 0),

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -32,6 +34,52 @@ def _err(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def circuit_expressions(spec) -> dict[str, list[str]]:
+    """Node name -> the expression strings it holds (to name the node an error comes from)."""
+    out: dict[str, list[str]] = {}
+
+    def add(nodes) -> None:
+        for n in nodes.values():
+            out[n.name] = [e for e in [n.where, *(x for _, x in n.columns), *(a.arg for a in n.aggregates)] if e]
+            add(n.body)
+    add(spec.nodes)
+    return out
+
+
+def command_for(args: argparse.Namespace, command: str, *extra: str) -> str:
+    """A `dbsp` command line on the same circuit, as it can be pasted: the circuit as the user
+    named it (a path works as well as a name) and the same profile and data root."""
+    words = ["dbsp", command, args.circuit, *extra]
+    for flag, value in (("--config", getattr(args, "config", None)), ("--data-root", getattr(args, "data_root", None))):
+        if value:
+            words += [flag, value]
+    return shlex.join(words)
+
+
+def reset_command(args: argparse.Namespace) -> str:
+    """The `dbsp reset` that rebuilds this circuit's state (see ``command_for``)."""
+    return command_for(args, "reset", "--yes")
+
+
+def state_version_warning(circuit: str, state_fingerprint: str | None, circuit_fingerprint: str,
+                          reset: str) -> str | None:
+    """The warning `show` and `status` print when the committed state was built by another
+    version of the circuit (its fingerprint differs from the circuit file's); None otherwise."""
+    if state_fingerprint is None or state_fingerprint == circuit_fingerprint:
+        return None
+    return (f"warning: the committed state of {circuit!r} belongs to another version of the circuit "
+            f"(state fingerprint {state_fingerprint}, the circuit file now has {circuit_fingerprint}): "
+            f"what follows is the old circuit's result. Rebuild it with `{reset}`.")
+
+
+def _warn_if_other_version(rt, args: argparse.Namespace) -> None:
+    manifest = rt.committed.manifest()  # no Spark
+    warning = state_version_warning(rt.name, manifest.fingerprint if manifest else None, rt.compiled.fingerprint,
+                                    reset_command(args))
+    if warning:
+        _err(warning)
+
+
 def _loaded(module: str, name: str) -> type:
     """An exception class of ``module`` if that module is loaded (else one nothing raises): an
     exception of a module that was never imported cannot have been raised, and importing the
@@ -46,13 +94,25 @@ class _NeverRaised(Exception):
 
 
 @contextmanager
-def _user_errors() -> Iterator[None]:
-    """Turn the errors a user can act on into one clear message."""
+def _user_errors(args: argparse.Namespace | None = None, opened: dict | None = None) -> Iterator[None]:
+    """Turn the errors a user can act on into one clear message. ``args``: the command's, to print
+    a reset command that can be pasted; ``opened`` (filled by the command once it has opened the
+    circuit: {"rt": runtime}) lets a data error name its node."""
     try:
         yield
+    except _loaded("spark_jobs.state.lease", "LeaseHeld") as exc:
+        from spark_jobs.state.lease import EXIT_CODE as LEASE_EXIT_CODE
+
+        raise UserError(str(exc), exit_code=LEASE_EXIT_CODE) from None
+    except _loaded("spark_jobs.state.lease", "LeaseLost") as exc:
+        raise UserError(f"{exc}; this run stopped before committing (nothing of it is visible)") from None
     except (CircuitError, FileNotFoundError) as exc:
         raise UserError(str(exc)) from None
-    except (_loaded("spark_jobs.state.store", "FingerprintMismatch"),
+    except _loaded("spark_jobs.state.store", "FingerprintMismatch") as exc:
+        raise UserError(exc.describe(reset_command(args)) if args is not None else str(exc)) from None
+    except _loaded("spark_jobs.executor.refusal", "ValueRefused") as exc:
+        raise UserError(f"refused; nothing was committed: {exc}", exit_code=2) from None
+    except (_loaded("spark_jobs.state.space", "StorageFull"),
             _loaded("spark_jobs.state.store", "TimestepNotRetained"),
             _loaded("spark_jobs.executor.recursion", "RecursionLimitExceeded"),
             _loaded("spark_jobs.quality.expectations", "ExpectationConfigError"),
@@ -64,6 +124,29 @@ def _user_errors() -> Iterator[None]:
         lines = ["input refused; nothing was committed and the files were left in place:"]
         lines += [f"  {path}: {reason}" for path, reason in exc.problems]
         raise UserError("\n".join(lines), exit_code=2) from None
+    except Exception as exc:  # a value that broke Spark's arithmetic: one line, not a Java trace
+        if "pyspark" not in sys.modules:  # no Spark ran: not a data error
+            raise
+        from spark_jobs.runtime.errors import data_error
+
+        rt = (opened or {}).get("rt")
+        message = data_error(exc, circuit_expressions(rt.compiled.spec) if rt is not None else {})
+        if message is None:
+            raise
+        raise UserError(message) from None
+
+
+def _quiet_spark(rt, verbose: bool) -> None:
+    """Spark logs a failed task's Java stack trace at ERROR (and PySpark the query context of a
+    failed expression, with the stack again); the CLI says what went wrong itself."""
+    if verbose:
+        return
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+    if rt.config.spark.mode != "connect":
+        rt.spark.sparkContext.setLogLevel("FATAL")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -84,7 +167,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _compiled(args: argparse.Namespace):
-    with _user_errors():
+    with _user_errors(args):
         config = _config(args)
         return compile_file(find_circuit_file(args.circuit, config), config.allowed_input_roots)
 
@@ -139,28 +222,36 @@ def _published(report) -> int:
 
 def cmd_step(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.step import run_step
+    from spark_jobs.runtime.writer import process_lease
 
-    with _user_errors():
-        rt = open_circuit(args.circuit, _config(args))
-        report = run_step(rt, progress=_err)
+    opened: dict = {}
+    with _user_errors(args, opened):
+        rt = opened["rt"] = open_circuit(args.circuit, _config(args))
+        with process_lease(rt):  # before Spark starts: a second writer is refused at once
+            _quiet_spark(rt, args.verbose)
+            report = run_step(rt, progress=_err, full_refresh=args.full_refresh)
     print(render.step_report(report))
     return _published(report)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.step import pending_inputs, run_step
+    from spark_jobs.runtime.writer import process_lease
 
-    with _user_errors():
-        rt = open_circuit(args.circuit, _config(args))
-        for i in range(args.steps):
-            if i > 0 and not any(pending_inputs(rt).values()):
-                _err(f"no input has pending changes; stopping after {i} step(s)")
-                break
-            _err(f"[{i + 1}/{args.steps}] {rt.name}: running timestep {rt.store.last_committed() + 1}")
-            report = run_step(rt, progress=_err)
-            print(render.step_report(report))
-            if _published(report):
-                return 1
+    opened: dict = {}
+    with _user_errors(args, opened):
+        rt = opened["rt"] = open_circuit(args.circuit, _config(args))
+        with process_lease(rt):  # one lease for every step of the run, taken before Spark starts
+            _quiet_spark(rt, args.verbose)
+            for i in range(args.steps):
+                if i > 0 and not any(pending_inputs(rt).values()):
+                    _err(f"no input has pending changes; stopping after {i} step(s)")
+                    break
+                _err(f"[{i + 1}/{args.steps}] {rt.name}: running timestep {rt.store.last_committed() + 1}")
+                report = run_step(rt, progress=_err)
+                print(render.step_report(report))
+                if _published(report):
+                    return 1
     return 0
 
 
@@ -168,8 +259,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Reads manifests (and the published tables' logs) only: no Spark."""
     from spark_jobs.publish import table_states
 
-    with _user_errors():
+    with _user_errors(args):
         rt = open_circuit(args.circuit, _config(args))
+        _warn_if_other_version(rt, args)
         print(render.status(rt, table_states(rt.config, rt.compiled.spec)))
     return 0
 
@@ -178,14 +270,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     """Reads the committed view with pyarrow (``state.arrow_read``): no Spark, no JVM."""
     from spark_jobs.state.arrow_read import read_delta, read_view
 
-    with _user_errors():
+    with _user_errors(args):
         rt = open_circuit(args.circuit, _config(args))
         if args.view not in rt.compiled.spec.outputs:
             raise UserError(f"{rt.name} has no view {args.view!r}; views: {', '.join(rt.compiled.spec.outputs)}")
         store = rt.committed
         last = store.last_committed()
         if last == 0:
-            raise UserError(f"{rt.name} has no committed timestep yet; run `dbsp step {args.circuit}` first")
+            raise UserError(f"{rt.name} has no committed timestep yet; run `{command_for(args, 'step')}` first")
+        _warn_if_other_version(rt, args)
         at = args.at if args.at is not None else last
         if not 1 <= at <= last:
             raise UserError(f"timestep {at} is not committed (last committed: {last})")
@@ -198,18 +291,24 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     """Retention by hand (the same as after every commit); reads manifests and lists files: no Spark."""
-    from spark_jobs.runtime.retention import apply_retention
+    from contextlib import nullcontext
 
-    with _user_errors():
+    from spark_jobs.runtime.retention import apply_retention
+    from spark_jobs.runtime.writer import process_lease
+
+    with _user_errors(args):
         rt = open_circuit(args.circuit, _config(args))
-        print(apply_retention(rt, rt.committed, dry_run=args.dry_run).text())
+        with nullcontext() if args.dry_run else process_lease(rt):  # removing history is writing
+            print(apply_retention(rt, rt.committed, dry_run=args.dry_run).text())
     return 0
+
+
 def cmd_publish(args: argparse.Namespace) -> int:
     """Bring the published tables up to the last committed timestep (no Spark): repairs a crash
     between a commit and its publish, or publishes after `views.enabled` was switched on."""
     from spark_jobs.publish import publish_views
 
-    with _user_errors():
+    with _user_errors(args):
         rt = open_circuit(args.circuit, _config(args))
         report = publish_views(rt, progress=_err)
     print(report.summary())
@@ -218,13 +317,15 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_reset(args: argparse.Namespace) -> int:
     config = _config(args)
-    with _user_errors():
+    with _user_errors(args):
         path = find_circuit_file(args.circuit, config)
         compiled = compile_file(path, config.allowed_input_roots)
         name = compiled.spec.name
     from spark_jobs.publish import published_tables, remove_tables
     from spark_jobs.runtime.circuit import state_root
     from spark_jobs.state.fs import filesystem_for
+
+    from spark_jobs.state.lease import Lease, new_owner
 
     root = state_root(config, name)
     fs = filesystem_for(root)
@@ -242,7 +343,10 @@ def cmd_reset(args: argparse.Namespace) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             print("aborted")
             return 1
-    fs.remove_tree(root)
+    if fs.exists(root):
+        with _user_errors():
+            Lease(fs, root, new_owner(), circuit=name).acquire()  # never under a running writer
+    fs.remove_tree(root)  # the lease goes with it
     with _user_errors():
         remove_tables(config, compiled.spec)
     print(f"{name}: state, outputs and published tables removed ({what}); the next step starts from "

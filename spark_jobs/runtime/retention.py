@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from spark_jobs.executor.sources.discovery import data_files, remove_file, resolve_path
 from spark_jobs.spec.time import Retention, RetentionSettings, format_duration, retention_settings
 from spark_jobs.state.retention import Removed, StoreCollection, collect, horizon, known_times
 
@@ -120,9 +119,13 @@ def published_floors(rt: "CircuitRuntime") -> dict[str, int]:
 def prune_inputs(rt: "CircuitRuntime", store, rule: Retention | None, now: datetime,
                  dry_run: bool = False) -> dict[str, list[str]]:
     """Delete consumed change files (``changes``, ``append_only``, ``cdc`` sources) read by a
-    timestep that ``rule`` no longer keeps; input -> the files. Only files the source folder
-    lists now are candidates (nothing outside it is touched). Snapshot sources are left alone:
+    timestep that ``rule`` no longer keeps; input -> the files. A consumed record names its file
+    below the input's folder (``InputFile.record``) and the timestep that consumed it; only files
+    the folder lists now are candidates (nothing outside it is touched), and a record without a
+    timestep (format 1, not migrated by a step yet) is kept. Snapshot sources are left alone:
     their newest snapshot is the input's state, older ones are never read again."""
+    from spark_jobs.executor.sources.discovery import remove_file, scan_input  # (imports Spark's modules)
+
     manifest = store.manifest()
     if rule is None or manifest is None:
         return {}
@@ -133,11 +136,10 @@ def prune_inputs(rt: "CircuitRuntime", store, rule: Retention | None, now: datet
     for name, spec in rt.compiled.spec.inputs.items():
         if spec.source is None or spec.source.kind == "snapshots":
             continue
-        old = {f["path"] for f in manifest.consumed(name) if int(f.get("timestep", 0)) <= through}
-        if not old:
-            continue
-        root = resolve_path(spec.source, rt.config.data_root, rt.config.allowed_input_roots)
-        paths = [f.path for f in data_files(root) if f.path in old]
+        scan = scan_input(spec, rt.config.data_root, manifest.consumed(name),
+                          allowed_roots=rt.config.allowed_input_roots, fingerprints=False)
+        old = {n for n, rec in scan.consumed.by_name.items() if 0 < int(rec.get("timestep", 0)) <= through}
+        paths = [f.path for f in scan.listed if f.name in old]
         if paths:
             found[name] = paths
     if dry_run or not found:

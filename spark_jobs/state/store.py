@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from spark_jobs.state import layout as L
 from spark_jobs.state.failpoints import failpoint
 from spark_jobs.state.fs import filesystem_for
+from spark_jobs.state.lease import Lease
 from spark_jobs.state.lookup import TraceFiles
 from spark_jobs.state.manifest import FileStat, Manifest, OutputEntry, TraceEntry
 from spark_jobs.state.retention import Removed, expired_manifests, parse_time
@@ -43,7 +44,26 @@ def view_trace_id(view: str) -> str:
 
 
 class FingerprintMismatch(RuntimeError):
-    """The committed state was built by a different circuit definition."""
+    """The committed state was built by a different circuit definition.
+
+    ``describe(reset)`` words the message around the exact command that rebuilds the state; the
+    CLI passes the command as the user typed it (their circuit path, ``--data-root``, profile)."""
+
+    def __init__(self, circuit: str, root: str, timestep: int, state_fingerprint: str,
+                 circuit_fingerprint: str) -> None:
+        self.circuit, self.root, self.timestep = circuit, root, timestep
+        self.state_fingerprint, self.circuit_fingerprint = state_fingerprint, circuit_fingerprint
+        super().__init__(self.describe(f"dbsp reset {circuit} --yes"))
+
+    def __reduce__(self):  # picklable with its fields (the message is derived)
+        return (type(self), (self.circuit, self.root, self.timestep, self.state_fingerprint,
+                             self.circuit_fingerprint))
+
+    def describe(self, reset: str) -> str:
+        return (f"circuit {self.circuit!r} changed since its state was committed: state at "
+                f"{self.root} (timestep {self.timestep}) has fingerprint {self.state_fingerprint}, the "
+                f"circuit now has fingerprint {self.circuit_fingerprint}. Incremental state cannot "
+                f"be carried across a definition change; rebuild it from the inputs with `{reset}`.")
 
 
 class TimestepNotRetained(LookupError):
@@ -82,6 +102,9 @@ class StateStore:
         self.track_commit_times_us = track_commit_times_us
         self._cache: dict[int, Manifest] = {}
         self._open: Transaction | None = None
+        # The writer's lease (state/lease.py), set by the runtime while it holds it: cleanup and
+        # the manifest publish check it first, so a writer whose lease was taken over stops.
+        self.lease: Lease | None = None
 
     # ---- committed state -------------------------------------------------------------------
     def timesteps(self) -> list[int]:
@@ -114,12 +137,7 @@ class StateStore:
         """Refuse to continue state built by another version of the circuit."""
         m = self.manifest()
         if m is not None and m.fingerprint != self.fingerprint:
-            raise FingerprintMismatch(
-                f"circuit {self.circuit!r} changed since its state was committed: state at "
-                f"{self.root} (timestep {m.timestep}) has fingerprint {m.fingerprint}, the "
-                f"circuit now has fingerprint {self.fingerprint}. Incremental state cannot "
-                f"be carried across a definition change; rebuild it from the inputs with "
-                f"`dbsp reset {self.circuit} --yes`.")
+            raise FingerprintMismatch(self.circuit, self.root, m.timestep, m.fingerprint, self.fingerprint)
 
     def _committed(self, t: int | None) -> Manifest | None:
         """The manifest readers use for t; errors say why a timestep cannot be read."""
@@ -248,9 +266,14 @@ class StateStore:
         return read_dirs(self.spark, [self.fs.spark_uri(self.layout.abs(r)) for r in rels], schema)
 
     # ---- writing ---------------------------------------------------------------------------
-    def begin(self) -> "Transaction":
-        """Open timestep last_committed() + 1, after cleaning what failed runs left behind."""
-        self.check_fingerprint()
+    def begin(self, *, refresh: bool = False) -> "Transaction":
+        """Open timestep last_committed() + 1, after cleaning what failed runs left behind.
+
+        ``refresh``: the timestep rebuilds the state from the inputs (a full refresh), so state
+        of another circuit definition is not refused: this commit records the new fingerprint.
+        """
+        if not refresh:
+            self.check_fingerprint()
         if self._open is not None:  # recover() is about to delete its files: disable it
             self._open._state = "aborted"
         self.recover()
@@ -261,6 +284,8 @@ class StateStore:
     def recover(self) -> dict[str, list[str]]:
         """Delete leftovers: temp manifests, manifests past retention, trace directories no
         manifest lists, and output directories of timesteps after the last commit."""
+        if self.lease is not None:  # never clean up under a live writer
+            self.lease.check()
         removed: dict[str, list[str]] = {"temp": [], "manifests": [], "traces": [], "outputs": []}
         mdir = self.layout.manifests_dir
         for name in self.fs.listdir(mdir):
@@ -564,19 +589,33 @@ class Transaction:
         self._touched.add(view_trace_id(view))
 
     def consume(self, input_name: str, files: list[dict[str, Any]]) -> None:
-        """Record input files read at this timestep (kept cumulatively in the manifest, each with
-        the timestep that read it: input retention measures a file's age by it)."""
+        """Record input files read at this timestep (kept cumulatively in the manifest).
+
+        A record is identified by its ``name`` (the file's path below its input's folder, never
+        an absolute path: a moved store must still know what it consumed); a record of a name
+        already consumed replaces the old one. Each record notes the timestep that consumed it.
+        """
         self._check_open()
         consumed = self._inputs.setdefault(input_name, {}).setdefault("consumed", [])
-        seen = {json.dumps(f, sort_keys=True) for f in consumed}
+        at = {rec.get("name"): i for i, rec in enumerate(consumed)}
         for f in files:
-            if "path" not in f:
-                raise ValueError(f"consumed file record needs a 'path': {f!r}")
+            if "name" not in f:
+                raise ValueError(f"consumed file record needs a 'name': {f!r}")
             rec = _json_value("consumed file record", {**dict(f), "timestep": self.timestep})
-            key = json.dumps(rec, sort_keys=True)
-            if key not in seen:
+            if rec["name"] in at:
+                consumed[at[rec["name"]]] = rec
+            else:
+                at[rec["name"]] = len(consumed)
                 consumed.append(rec)
-                seen.add(key)
+
+    def set_consumed(self, input_name: str, records: list[dict[str, Any]]) -> None:
+        """Replace the input's consumed records (migrated from an older format, or with times
+        refreshed after a verified copy); ``consume`` then adds this timestep's. A record without
+        a timestep (format 1) gets the previous one: it was consumed by then at the latest, so
+        input retention, which measures a file's age by it, never removes it early."""
+        self._check_open()
+        self._inputs.setdefault(input_name, {})["consumed"] = [
+            _json_value("consumed file record", {"timestep": self.timestep - 1, **dict(r)}) for r in records]
 
     def set_input_meta(self, input_name: str, key: str, value: Any) -> None:
         """Per-input metadata carried to later manifests (e.g. a snapshot source's cursor)."""
@@ -666,6 +705,8 @@ class Transaction:
                     f"{s.circuit!r} cleaned this store?); not committing")
             s.fs.sync_tree(path)
         failpoint("before_manifest")
+        if s.lease is not None:  # the files checked above cannot vanish while this holds
+            s.lease.check()
         last = s.last_committed()
         if last != self.timestep - 1:
             raise ConcurrentCommit(
