@@ -22,10 +22,9 @@ def step_report(report) -> str:
         lines.append(f"  view  {view}: +{ins} -{dele} rows")
     if getattr(report, "quality", ""):
         lines.append("  " + report.quality.replace("\n", "\n  "))
-    lines += [f"  {note}" for note in getattr(report, "notes", ())]
     if getattr(report, "published", None) is not None:
         lines.append("  " + report.published.summary().replace("\n", "\n  "))
-    lines += [f"  note: {n}" for n in getattr(report, "notes", [])]  # quarantined rows, refreshed views
+    lines += [f"  note: {n}" for n in getattr(report, "notes", [])]  # quarantined rows, refreshed views, retention
     return "\n".join(lines)
 
 
