@@ -90,7 +90,7 @@ def spark_path_key(spark_path: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{unquote(parts.path)}"
 
 
-def own_path_key(path: str) -> str:
+def _own_path_key(path: str) -> str:
     return normalize(path) if is_local(path) else path
 
 
@@ -116,7 +116,7 @@ def failed_checks(groups: Sequence[Group], checks: Sequence[Check],
         aggs.append((F.array_sort(F.collect_set(example)) if chk.all_examples else F.min(example)).alias(f"__x{i}"))
         any_bad = any_bad | (F.col(f"__n{i}") > 0)
     found = rows.groupBy(FILE_COL).agg(*aggs).where(any_bad).collect()
-    by_key = {own_path_key(p): p for p in paths}
+    by_key = {_own_path_key(p): p for p in paths}
     problems = []
     for row in found:
         path = by_key.get(spark_path_key(row[FILE_COL]), spark_path_key(row[FILE_COL]))

@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.spec.model import WEIGHT, InputSpec
 
-from .checks import FILE_COL, Group, InputRefused, failed_checks, own_path_key, spark_path_key, zset_of
+from .checks import FILE_COL, Group, InputRefused, failed_checks, own_path, zset_of
 from .discovery import InputFile, data_files, exists, file_format
 from .formats import PLANNERS, Declared, Planner
 from .lateness import late_by_file
@@ -67,10 +67,10 @@ def refuse_late(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile]
     column = spec.time.column
     groups = checked_groups(spark, spec, files, declared(spec, allow_weight=True))
     frames = [g.frame.select(g.columns[column].alias(column), F.col(FILE_COL)) for g in groups]
-    by_key = {own_path_key(f.path): f.path for f in files}
+    paths = [f.path for f in files]
     problems = []
     for spark_path, n, first in late_by_file(reduce(DataFrame.unionByName, frames), column, watermark) if frames else []:
-        path = by_key.get(spark_path_key(spark_path), spark_path_key(spark_path))
+        path = own_path(spark_path, paths)
         problems.append((path, f"{n} row(s) arrived late (on_late: refuse): {column} {describe(first)} is "
                                f"below the watermark {describe(watermark)} (the largest {column} seen minus "
                                f"the lateness, {spec.time.lateness})"))
