@@ -114,7 +114,7 @@ def _user_errors(args: argparse.Namespace | None = None, opened: dict | None = N
         raise UserError(f"refused; nothing was committed: {exc}", exit_code=2) from None
     except (_loaded("spark_jobs.state.space", "StorageFull"),
             _loaded("spark_jobs.state.store", "TimestepNotRetained"),
-            _loaded("spark_jobs.executor.recursion", "RecursionLimitExceeded"),
+            _loaded("spark_jobs.executor.loop", "RecursionLimitExceeded"),
             _loaded("spark_jobs.quality.expectations", "ExpectationConfigError"),
             _loaded("spark_jobs.publish.delta", "PublishError")) as exc:
         raise UserError(str(exc)) from None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from spark_jobs.ir.compile import CompiledCircuit
-from spark_jobs.ir.explain import SYMBOLS, explain_text
+from spark_jobs.ir.explain import explain_text, symbol
 from spark_jobs.ir.graph import Circuit, state_of
 
 TIMESTEP_TEXT = (
@@ -44,7 +44,7 @@ def mermaid(circuit: Circuit, stages: Sequence, task_ids: Mapping[str, str]) -> 
         for nid in s.nodes:
             node = circuit[nid]
             # integrators and delays are named after what they do already: I(x), z(I(x))
-            text = nid if node.op in ("integrate", "delay") else f"{SYMBOLS.get(node.op, node.op)} {nid}"
+            text = nid if node.op in ("integrate", "delay") else f"{symbol(node.op)} {nid}"
             suffix = ":::stateful" if state_of(circuit, node) else ""
             lines.append(f"    {ids[nid]}[{_label(text)}]{suffix}")
         lines.append("  end")

@@ -77,10 +77,21 @@ def gx_module() -> Any:
 @dataclass
 class _Runtime:
     context: Any
-    datasource: Any
-    batch_definitions: dict[str, Any] = field(default_factory=dict)  # target -> batch definition
-    validations: dict[tuple[str, str], Any] = field(default_factory=dict)  # (target, fingerprint)
+    datasource: Any = None  # GE's Spark datasource (its creation starts a Spark session): on first use
+    batch_definitions: dict[tuple[str, str], Any] = field(default_factory=dict)  # (flavour, target) -> definition
+    validations: dict[tuple[str, str, str], Any] = field(default_factory=dict)  # (flavour, target, fingerprint)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    pandas: Any = None  # the pandas datasource, made on first use (in-process steps)
+
+    def source(self, flavour: str) -> Any:
+        if flavour == "spark":
+            if self.datasource is None:
+                self.datasource = self.context.data_sources.add_spark(name=DATASOURCE, persist=False)
+                _quiet_ge_logs()
+            return self.datasource
+        if self.pandas is None:
+            self.pandas = self.context.data_sources.add_pandas(name=f"{DATASOURCE}_pandas")
+        return self.pandas
 
 
 _INIT_LOCK = threading.Lock()  # warm_up may run in a thread while Spark starts
@@ -102,9 +113,8 @@ def _new_runtime() -> _Runtime:
 
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-    datasource = context.data_sources.add_spark(name=DATASOURCE, persist=False)
     _quiet_ge_logs()
-    return _Runtime(context=context, datasource=datasource)
+    return _Runtime(context=context)
 
 
 def warm_up() -> None:
@@ -216,22 +226,23 @@ def _fingerprint(expectations: Sequence[Expectation]) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
 
 
-def _validation_definition(target: str, expectations: Sequence[Expectation]) -> Any:
-    """The cached validation definition for this target and exact list of expectations."""
+def _validation_definition(target: str, expectations: Sequence[Expectation], flavour: str) -> Any:
+    """The cached validation definition for this target, exact list of expectations and GE
+    flavour ("spark" or "pandas")."""
     rt = _runtime()
-    key = (target, _fingerprint(expectations))
+    key = (flavour, target, _fingerprint(expectations))
     with rt.lock:
         found = rt.validations.get(key)
         if found is not None:
             return found
         built = [build_expectation(e, target, i) for i, e in enumerate(expectations)]
         gx = gx_module()
-        batch_definition = rt.batch_definitions.get(target)
+        batch_definition = rt.batch_definitions.get((flavour, target))
         if batch_definition is None:
-            asset = rt.datasource.add_dataframe_asset(name=target)
+            asset = rt.source(flavour).add_dataframe_asset(name=target)
             batch_definition = asset.add_batch_definition_whole_dataframe(BATCH_DEFINITION)
-            rt.batch_definitions[target] = batch_definition
-        name = f"{target}#{key[1]}"
+            rt.batch_definitions[(flavour, target)] = batch_definition
+        name = f"{flavour}:{target}#{key[2]}"
         suite = rt.context.suites.add(gx.ExpectationSuite(name=name))
         for expectation in built:
             suite.add_expectation(expectation)
@@ -261,8 +272,9 @@ def validate(df: "DataFrame", target: str, expectations: Sequence[Expectation]) 
     """
     if not expectations:
         return []
-    definition = _validation_definition(target, expectations)
-    cache = not is_cached(df)
+    pandas = _is_pandas(df)
+    definition = _validation_definition(target, expectations, "pandas" if pandas else "spark")
+    cache = not pandas and not is_cached(df)
     batch = df.persist() if cache else df
     try:
         outcome = definition.run(batch_parameters={"dataframe": batch}, result_format=RESULT_FORMAT)
@@ -288,6 +300,44 @@ def validate(df: "DataFrame", target: str, expectations: Sequence[Expectation]) 
             details["exception"] = error
         results.append(CheckResult(exp.name, target, exp.policy, bool(res.success), details))
     return results
+
+
+def _is_pandas(df: Any) -> bool:
+    return type(df).__module__.startswith("pandas")
+
+
+# Expectations whose result on a pandas frame is the result on Spark (the flavour GE runs a step's
+# checks in): null checks, set membership, uniqueness, lengths, counts and the table's columns,
+# and numeric ranges on numeric columns. Types are Spark's names and regexes Java's: those, and
+# any row_condition (a Spark SQL condition), always run on Spark.
+PANDAS_SAFE = frozenset({
+    "expect_column_values_to_not_be_null", "expect_column_values_to_be_null",
+    "expect_column_values_to_be_in_set", "expect_column_values_to_not_be_in_set",
+    "expect_column_values_to_be_unique", "expect_compound_columns_to_be_unique",
+    "expect_column_value_lengths_to_be_between", "expect_column_value_lengths_to_equal",
+    "expect_table_row_count_to_be_between", "expect_table_row_count_to_equal",
+    "expect_column_to_exist", "expect_table_columns_to_match_ordered_list",
+    "expect_table_columns_to_match_set", "expect_table_column_count_to_equal",
+    "expect_column_values_to_be_between", "expect_column_min_to_be_between",
+    "expect_column_max_to_be_between", "expect_column_sum_to_be_between", "expect_column_mean_to_be_between",
+})
+_NUMERIC_ONLY = frozenset({"expect_column_values_to_be_between", "expect_column_min_to_be_between",
+                           "expect_column_max_to_be_between", "expect_column_sum_to_be_between",
+                           "expect_column_mean_to_be_between"})
+
+
+def pandas_equivalent(expectations: Sequence[Expectation], numeric: set[str], strings: set[str]) -> bool:
+    """Do these expectations mean the same on a pandas frame as on Spark? (``numeric``: the
+    frame's numeric columns; ``strings``: its string columns, where lengths mean the same)"""
+    for e in expectations:
+        kwargs = e.kwargs or {}
+        if e.name not in PANDAS_SAFE or "row_condition" in kwargs or "condition_parser" in kwargs:
+            return False
+        if e.name in _NUMERIC_ONLY and kwargs.get("column") not in numeric:
+            return False
+        if "value_lengths" in e.name and kwargs.get("column") not in strings:
+            return False
+    return True
 
 
 def trivially_passed(target: str, exp: Expectation, note: str) -> CheckResult:

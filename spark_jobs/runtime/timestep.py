@@ -33,7 +33,7 @@ from pyspark.sql import DataFrame
 
 from spark_jobs.executor import zset
 from spark_jobs.executor.evaluate import evaluate_step, trace_kind
-from spark_jobs.executor.session import SMALL_CHANGE_ROWS, step_conf
+from spark_jobs.executor.session import step_conf
 from spark_jobs.executor.sources import InputFile, spark_schema
 from spark_jobs.executor.sources.lateness import change_totals, on_time
 from spark_jobs.executor.sources.reading import refuse_late
@@ -202,7 +202,7 @@ def _run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
         spec = rt.compiled.spec.inputs[name]
         files = planned[name] = [InputFile.from_dict(f) for f in p["inputs"].get(name, [])]
         with input_errors({name: files}):
-            change = read_input(spark, spec, files, state)
+            change = read_input(spark, spec, files, state, rt.config.policy)
             if change.delta is None:
                 summary.setdefault("inputs", {})[name] = "no new files: no changes"
                 continue
@@ -249,7 +249,8 @@ def _run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
 
     schemas = {name: spark_schema(inp) for name, inp in rt.compiled.spec.inputs.items()}
     result = evaluate_step(circuit, inputs, state, first_step=full or p["timestep"] == 1,
-                           input_schemas=schemas, spark=spark, only=set(stage.nodes), external=external)
+                           input_schemas=schemas, spark=spark, only=set(stage.nodes), external=external,
+                           policy=rt.config.policy)
     needed = staged_values(rt.compiled)
     for node_id in stage.nodes:
         if node_id in needed:
@@ -379,15 +380,9 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
         for j in journals.values():
             clock.from_journal(j.get("event_time") or {})
         clock.commit(txn)
-        small = not full and _change_rows(journals) <= SMALL_CHANGE_ROWS
+        small = not full and rt.config.policy.small_change(_change_rows(journals))
         with step_conf(rt.spark, small):
-            if small:  # delta-sized, as in run_step: every state and view delta in one write job
-                txn.append_many(appends, outputs)
-            else:
-                for trace_id, df, kind, keys, sort_by in appends:
-                    txn.append(trace_id, df, kind=kind, keys=keys, sort_by=sort_by)
-                for view, df in outputs.items():
-                    txn.write_output(view, df)
+            txn.write_deltas(appends, outputs, batched=small)
             txn.set_meta("run_id", run_id)
             txn.set_meta("mode", p["mode"])
             if quarantined:

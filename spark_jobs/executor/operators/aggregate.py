@@ -22,11 +22,12 @@ from pyspark.sql.types import DataType, StructType
 
 from spark_jobs.executor.operators.exact_sum import ExactSum
 from spark_jobs.executor.refusal import raise_sql, sql_string
-from spark_jobs.executor.zset import WEIGHT, col, consolidate, restrict
+from spark_jobs.executor.totals import ROWS, count_name, finish_sql, q, sum_prefix
+from spark_jobs.executor.totals import slots as linear_slots
+from spark_jobs.executor.zset import IN_LIST_MAX, WEIGHT, col, consolidate, restrict
 
 Agg = tuple[str, str, "str | None", bool]  # (out_name, func, arg_expr or None for count(*), distinct)
 
-ROWS = "__rows"  # accumulator: number of rows (sum of weights) in the group
 _PREV = "__prev"  # 1 on rows read from the previous totals, 0 on the delta's
 _FUNCS = ("count", "sum", "avg", "min", "max")
 LINEAR_FUNCS = frozenset({"count", "sum", "avg"})
@@ -89,11 +90,6 @@ def output_schema(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg]) -
     return _types(df, group_by, aggs)[0]
 
 
-def q(name: str) -> str:
-    """``name`` as a quoted SQL identifier."""
-    return "`" + name.replace("`", "``") + "`"
-
-
 # Expressions below are SQL text: one JVM call per expression instead of dozens per Column tree
 # (PySpark's Column API costs a round trip per node; on a step that is most of the driver's time).
 W = q(WEIGHT)
@@ -127,22 +123,18 @@ class _Totals:
 
     @classmethod
     def of(cls, aggs: Sequence[Agg], types: dict[int, tuple[DataType, DataType]], node: str) -> "_Totals":
-        slots: dict[int, int] = {}
-        first: dict[str, int] = {}
-        for i, (_, func, arg, distinct) in enumerate(aggs):
-            if func in LINEAR_FUNCS and not distinct and arg is not None:
-                slots[i] = first.setdefault(arg.strip(), i)
+        slots = linear_slots(aggs)
         args = {j: aggs[j][2] for j in set(slots.values())}
         accs = [_Acc(ROWS, W, "bigint", f"count(*) of node {node!r}")]
         sums: dict[int, ExactSum] = {}
         for j in sorted(args):
             out, func, arg, _ = aggs[j]
             label = f"aggregate {out!r} ({func}({arg})) of node {node!r}"
-            accs.append(_Acc(f"__c{j}", f"CASE WHEN __x{j} IS NOT NULL THEN {W} ELSE 0 END", "bigint", label))
+            accs.append(_Acc(count_name(j), f"CASE WHEN __x{j} IS NOT NULL THEN {W} ELSE 0 END", "bigint", label))
             summed = next((i for i, s in slots.items() if s == j and aggs[i][1] in ("sum", "avg")), None)
             if summed is not None:
                 arg_type, sum_type = types[summed]
-                sums[j] = ExactSum(f"__s{j}", f"__x{j}", arg_type, sum_type, label, W)
+                sums[j] = ExactSum(sum_prefix(j), f"__x{j}", arg_type, sum_type, label, W)
                 accs.extend(_Acc(c.name, c.term, c.type, label, c.can_overflow) for c in sums[j].columns())
         return cls(slots, {i: aggs[i][1] for i in slots}, args, sums, tuple(accs))
 
@@ -172,16 +164,9 @@ class _Totals:
     def finish(self, i: int, func: str, arg: str | None, prefix: str = "") -> str:
         """SQL of a linear aggregate's value from its group's totals and finished sums (columns
         ``prefix + name``, see ``finished``)."""
-        if arg is None:
-            return q(prefix + ROWS)
-        j = self.slots[i]
-        count = q(f"{prefix}__c{j}")
-        if func == "count":
-            return count
-        if func == "sum":  # SUM of no non-null value is NULL
-            return f"CASE WHEN {count} > 0 THEN {q(f'{prefix}__v{j}')} END"
-        kind = "m" if self.sums[j].family == "integer" else "v"
-        return f"CASE WHEN {count} > 0 THEN {q(f'{prefix}__{kind}{j}')} / {count} END"  # AVG
+        j = self.slots.get(i)
+        integer = j in self.sums and self.sums[j].family == "integer"
+        return finish_sql(func, arg, j, integer, prefix)
 
 
 def _totals(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg], node: str) -> tuple[StructType, _Totals]:
@@ -221,7 +206,7 @@ def aggregate(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg], *, no
 
 def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group_by: Sequence[str],
                           aggs: Sequence[Agg], first_step: bool, *, broadcast_delta: bool = True,
-                          node: str = "aggregate") -> tuple[DataFrame, DataFrame]:
+                          node: str = "aggregate", in_list_max: int = IN_LIST_MAX) -> tuple[DataFrame, DataFrame]:
     """One step of a linear aggregate (count/sum/avg): ``(out_delta, totals_delta)``.
 
     ``prev_totals`` is the trace of earlier ``totals_delta``s (any number of rows per group; they
@@ -249,7 +234,7 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
     if prev_totals is not None:
         prev = prev_totals.selectExpr(*keys, *[q(a.name) for a in accs], f"1 AS {_PREV}")
         if not is_global:
-            prev = restrict(prev, acc_delta, group_by, group_by, broadcast_delta)
+            prev = restrict(prev, acc_delta, group_by, group_by, broadcast_delta, in_list_max)
         parts.append(prev)
     union = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
     # a global groupBy gives its one row even over no rows: old and new totals are then zeros
@@ -283,7 +268,8 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
 
 def aggregate_touched_step(delta: DataFrame, integral_after: DataFrame, prev_output: DataFrame | None,
                            group_by: Sequence[str], aggs: Sequence[Agg], first_step: bool, *,
-                           broadcast_delta: bool = True, node: str = "aggregate") -> DataFrame:
+                           broadcast_delta: bool = True, node: str = "aggregate",
+                           in_list_max: int = IN_LIST_MAX) -> DataFrame:
     """One step of any aggregate by recomputing only the groups the delta touches.
 
     ``integral_after`` is the integrated input including ``delta``; ``prev_output`` is the
@@ -296,9 +282,9 @@ def aggregate_touched_step(delta: DataFrame, integral_after: DataFrame, prev_out
     if prev_output is None:
         return aggregate(integral_after, group_by, aggs, node=node)  # a consolidated set: all groups are new
     if group_by:
-        new = aggregate(restrict(integral_after, delta, group_by, group_by, broadcast_delta), group_by, aggs,
+        new = aggregate(restrict(integral_after, delta, group_by, group_by, broadcast_delta, in_list_max), group_by, aggs,
                         node=node)
-        old = restrict(prev_output, delta, group_by, group_by, broadcast_delta)
+        old = restrict(prev_output, delta, group_by, group_by, broadcast_delta, in_list_max)
     elif first_step:
         new, old = aggregate(integral_after, group_by, aggs, node=node), prev_output
     else:
