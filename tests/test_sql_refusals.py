@@ -103,6 +103,9 @@ REFUSED = [
     ("SELECT DISTINCT k, row_number() OVER (ORDER BY x) AS rn FROM a", "SELECT DISTINCT with a window", None),
     ("SELECT k FROM a ORDER BY k LIMIT x", "LIMIT takes a non-negative integer literal", 34),
     ("SELECT k FROM a ORDER BY 3 LIMIT 2", "ORDER BY position 3 is not in the SELECT list", 26),
+    ("WITH RECURSIVE r AS (SELECT k FROM a UNION SELECT k FROM (SELECT k, row_number() OVER (ORDER BY k) AS rn "
+     "FROM r) t WHERE rn <= 2) SELECT k FROM r", "a top-k (ROW_NUMBER() OVER (ORDER BY k) <= 2) of a relation that "
+     "depends on 'r' itself", None),
     ("SELECT * FROM a JOIN b USING (z)", "USING (z): the left side has no column 'z'", None),
 ]
 
