@@ -117,7 +117,8 @@ def run(view: str, rows: int, groups: int, touched: list[int], seed: int) -> lis
             live.setdefault(r[0], []).append(r)
         started = time.time()
         run_step(rt)
-        out = [{"view": view, "change": "load", "groups touched": groups, "rows": rows, "step s": round(time.time() - started, 2)}]
+        out = [{"view": view, "change": f"load {rows} rows", "groups touched": groups,
+                "step s": round(time.time() - started, 2)}]
         next_id = rows
         for t, g in enumerate(touched, start=2):
             custs = rng.sample(sorted(c for c, orders in live.items() if orders), g)

@@ -177,7 +177,8 @@ class SqlStream:
             con.execute(f'CREATE TABLE "{name}" AS SELECT * FROM "{name}_arrow"')
         for name in dependency_order(self.spec.nodes):
             node = self.spec.nodes[name]
-            assert node.op == "sql" or name in self.oracle, f"the DuckDB oracle reads sql nodes only ({name} is {node.op})"
+            assert node.op == "sql" or name in self.oracle, \
+                f"the DuckDB oracle reads sql nodes only, or those it is given a query for ({name} is {node.op})"
             con.execute(f'CREATE VIEW "{name}" AS {to_duckdb(self.oracle.get(name, node.query))}')
         out = {}
         for view in self.spec.outputs:

@@ -1,5 +1,6 @@
-"""Top-k in SQL nodes (and a YAML ``topk`` node) on random streams: at every one of 20 timesteps (inserts, deletes, bags,
-NULLs, many ties), each view equals DuckDB running the same query on the integrated inputs.
+"""Top-k in SQL nodes (and a YAML ``topk`` node) on random streams: at every one of 20 timesteps
+(inserts, deletes, bags, NULLs, many ties), each view equals DuckDB running the same query on the
+integrated inputs.
 
 The steps are small, so they run in-process (Arrow) through ``run_step`` with real Parquet state;
 the Spark kernels are compared with the Arrow ones in ``tests/test_topk.py``.
@@ -94,7 +95,8 @@ outputs: [q]
 
 
 @pytest.mark.parametrize("fields, words", [
-    ("    partition_by: [kk]\n    order_by: [x]\n    k: 2", "column 'kk' in 'partition_by' is not a column of input 'a'"),
+    ("    partition_by: [kk]\n    order_by: [x]\n    k: 2",
+     "column 'kk' in 'partition_by' is not a column of input 'a'"),
     ("    order_by: [x DESCENDING]\n    k: 2", "order_by item 'x DESCENDING': expected 'column [ASC|DESC]"),
     ("    order_by: [zz DESC]\n    k: 2", "column 'zz' in 'order_by' is not a column of input 'a'"),
     ("    order_by: [x]\n    k: 0", "field 'k'"),

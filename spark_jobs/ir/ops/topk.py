@@ -34,7 +34,6 @@ from spark_jobs.ir.builder import Builder
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.ir.operator import ALWAYS, NONLINEAR, Operator, register
 
-RANKS = ("row_number", "rank", "dense_rank")
 RANK_TYPE = "int"  # the type Spark gives row_number(), rank() and dense_rank()
 
 
@@ -226,7 +225,8 @@ def topk_frame(df: Any, node: Node) -> Any:
         rows = rows.withColumn("__before", F.coalesce(F.sum(w).over(window), F.lit(0)).cast("long"))
         rows = rows.where(col("__before") < k).withColumn("__kept", F.least(w, F.lit(k) - col("__before")))
         if rank_column:
-            numbers = F.sequence((col("__before") + 1).cast(RANK_TYPE), (col("__before") + col("__kept")).cast(RANK_TYPE))
+            first, last = col("__before") + 1, col("__before") + col("__kept")
+            numbers = F.sequence(first.cast(RANK_TYPE), last.cast(RANK_TYPE))
             return rows.select(*[col(c) for c in columns], F.explode(numbers).alias(rank_column),
                                F.lit(1).cast("long").alias(WEIGHT))
         return rows.select(*[col(c) for c in columns], col("__kept").cast("long").alias(WEIGHT))
