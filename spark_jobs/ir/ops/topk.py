@@ -27,7 +27,6 @@ the whole integral on a step with a change, and nothing on a step without).
 """
 from __future__ import annotations
 
-import functools
 from typing import Any, Sequence
 
 from spark_jobs.ir.builder import Builder
@@ -79,89 +78,90 @@ def output_columns(columns: Sequence[str], rank_column: str | None) -> tuple[str
 
 # ---- Arrow kernels ------------------------------------------------------------------------------
 
-def _compare_values(x: Any, y: Any) -> int:
-    """Spark's order of two non-NULL values of one type (NaN largest, NaN = NaN, -0.0 = 0.0)."""
-    if isinstance(x, float) and isinstance(y, float):
-        xn, yn = x != x, y != y
-        if xn or yn:
-            return 0 if xn and yn else (1 if xn else -1)
-    return (x > y) - (x < y)
+def _sort_keys(table: Any, node: Node, columns: Sequence[str]) -> tuple[Any, list[tuple[str, str, str]], list[str]]:
+    """``table`` with helper columns, the pyarrow sort keys that put it in Spark's order (groups
+    together, then ``order_by``, then, for ``row_number``, the tie-break), and the order columns.
 
+    pyarrow places NULLs and NaNs by one global option; Spark puts NULLs first ascending and last
+    descending (unless told), and NaN above every number: helper columns (is NULL, is NaN) sort
+    ahead of each key to say so."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-def _comparator(order: Sequence[tuple[str, bool, bool]]):
-    def compare(a: dict, b: dict) -> int:
-        for column, desc, nulls_first in order:
-            x, y = a[column], b[column]
-            if x is None or y is None:
-                if x is None and y is None:
-                    continue
-                return (-1 if x is None else 1) * (1 if nulls_first else -1)
-            c = _compare_values(x, y)
-            if c:
-                return -c if desc else c
-        return 0
-    return compare
-
-
-def _group_key(row: dict, partition: Sequence[str]) -> tuple:
-    from spark_jobs.executor.arrow.zsets import _as_key
-
-    return tuple(_as_key(row[p]) for p in partition)
-
-
-def _ranked(rows: list[dict], node: Node, weight: str) -> list[dict]:
-    """One group's kept rows (``rows``: consolidated, positive weights) with their weights, and the
-    rank column if the node emits one."""
     order = [tuple(o) for o in node.param("order_by")]
-    k, rank, rank_column = int(node.param("k")), node.param("rank"), node.param("rank_column")
-    peers = _comparator(order)
-    full = order + [(c, False, True) for c in tie_break([c for c in rows[0] if c != weight], node)]
-    rows = sorted(rows, key=functools.cmp_to_key(_comparator(full if rank == "row_number" else order)))
-    out: list[dict] = []
-    before, dense = 0, 0  # copies before this row; distinct order values up to this row
-    for i, row in enumerate(rows):
-        w = row[weight]
-        if rank == "row_number":
-            kept = min(w, k - before)
-            if kept <= 0:
-                break
-            if rank_column:
-                out += [{**row, rank_column: before + j + 1, weight: 1} for j in range(kept)]
-            else:
-                out.append({**row, weight: kept})
-        else:
-            new_peer = i == 0 or peers(rows[i - 1], row) != 0
-            if new_peer:
-                dense += 1
-                position = before + 1
-            value = position if rank == "rank" else dense
-            if value > k:
-                break
-            out.append({**row, rank_column: value} if rank_column else dict(row))
-        before += w
-    return out
+    if node.param("rank") == "row_number":
+        order += [(c, False, True) for c in tie_break(columns, node)]
+    keys = [(p, "ascending", "at_end") for p in _partition(node)]  # any order that keeps a group together
+    for j, (column, desc, nulls_first) in enumerate(order):
+        values = table.column(column)
+        table = table.append_column(f"__null{j}", pc.is_null(values))
+        keys.append((f"__null{j}", "descending" if nulls_first else "ascending", "at_end"))
+        if pa.types.is_floating(values.type):
+            table = table.append_column(f"__nan{j}", pc.fill_null(pc.is_nan(values), False))
+            keys.append((f"__nan{j}", "descending" if desc else "ascending", "at_end"))
+        keys.append((column, "descending" if desc else "ascending", "at_end"))
+    return table, keys, [c for c, _, _ in node.param("order_by")]
+
+
+def _key(values: Sequence[Any]) -> tuple:
+    """Values as Spark compares them for equality (NaN = NaN, -0.0 = 0.0)."""
+    return tuple(("NaN",) if isinstance(v, float) and v != v else (v + 0.0 if isinstance(v, float) else v)
+                 for v in values)
 
 
 def topk_table(table: Any, node: Node) -> Any:
-    """Top-k of a Z-set table (rows of positive weight count; others are not in the bag)."""
+    """Top-k of a Z-set table (rows of positive weight count; others are not in the bag): sorted
+    with pyarrow, then one pass that numbers the copies of each group's rows."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from spark_jobs.executor.arrow.zsets import consolidate
     from spark_jobs.spec.model import WEIGHT
 
-    rank_column = node.param("rank_column")
-    fields = [f for f in table.schema if f.name != WEIGHT]
-    if rank_column:
-        fields.append(pa.field(rank_column, pa.int32()))
+    k, rank, rank_column = int(node.param("k")), node.param("rank"), node.param("rank_column")
+    columns = [c for c in table.column_names if c != WEIGHT]
+    fields = [table.schema.field(c) for c in columns] + ([pa.field(rank_column, pa.int32())] if rank_column else [])
     schema = pa.schema(fields + [pa.field(WEIGHT, pa.int64())])
     rows = consolidate(table) if table.num_rows else table
     rows = rows.filter(pc.greater(rows.column(WEIGHT), 0)) if rows.num_rows else rows
-    groups: dict[tuple, list[dict]] = {}
-    for row in rows.to_pylist():
-        groups.setdefault(_group_key(row, _partition(node)), []).append(row)
-    out = [r for members in groups.values() for r in _ranked(members, node, WEIGHT)]
-    return pa.Table.from_pylist(out, schema=schema)
+    if rows.num_rows == 0:
+        return schema.empty_table()
+    helped, keys, ordered = _sort_keys(rows, node, columns)
+    rows = rows.take(pc.sort_indices(helped, sort_keys=keys))
+    groups = list(zip(*[rows.column(p).to_pylist() for p in _partition(node)])) or [()] * rows.num_rows
+    peers = list(zip(*[rows.column(c).to_pylist() for c in ordered]))
+    weights = rows.column(WEIGHT).to_pylist()
+    take: list[int] = []
+    out_weights: list[int] = []
+    ranks: list[int] = []
+    group = before = dense = position = None
+    for i, w in enumerate(weights):
+        if i == 0 or _key(groups[i]) != group:
+            group, before, dense, position = _key(groups[i]), 0, 0, 0
+        elif before is None:  # this group is done
+            continue
+        if rank == "row_number":
+            kept = min(w, k - before)
+            take += [i] * (kept if rank_column else 1)
+            out_weights += [1] * kept if rank_column else [kept]
+            ranks += list(range(before + 1, before + kept + 1)) if rank_column else []
+        else:
+            if i == 0 or before == 0 or _key(peers[i]) != _key(peers[i - 1]):
+                dense, position = dense + 1, before + 1
+            value = position if rank == "rank" else dense
+            if value > k:
+                before = None
+                continue
+            take.append(i)
+            out_weights.append(w)
+            ranks.append(value)
+        before += w
+        if rank == "row_number" and before >= k:
+            before = None
+    out = rows.take(pa.array(take, pa.int64())).select(columns)
+    if rank_column:
+        out = out.append_column(rank_column, pa.array(ranks, pa.int32()))
+    return out.append_column(WEIGHT, pa.array(out_weights, pa.int64())).cast(schema)
 
 
 def arrow_topk(s: Any, node: Node) -> Any:
