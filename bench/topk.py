@@ -144,7 +144,8 @@ def run(view: str, rows: int, groups: int, touched: list[int], seed: int) -> lis
                         "step s": round(seconds, 3), "engine": report.engine,
                         "state bytes read": report.bytes_read, "state bytes": total_bytes,
                         "read / state": (round(report.bytes_read / total_bytes, 4)
-                                         if report.bytes_read is not None and total_bytes else None),
+                                         if report.bytes_read is not None and total_bytes
+                                         else None),
                         "top-k state rows read": read, "top-k state rows": topk_rows,
                         "top-k read / state": round(read / topk_rows, 4) if topk_rows else None,
                         "load avg": round(load, 2)})
