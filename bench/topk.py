@@ -140,7 +140,8 @@ def run(view: str, rows: int, groups: int, touched: list[int], seed: int) -> lis
             report = run_step(rt)
             seconds = time.time() - started
             read = DECODED.get(trace, 0)
-            out.append({"view": view, "change": f"{len(change)} rows" + (" (warm-up)" if t < 5 else ""), "groups touched": g, "rows": total_rows,
+            label = f"{len(change)} rows" + (" (warm-up)" if t < 5 else "")
+            out.append({"view": view, "change": label, "groups touched": g, "rows": total_rows,
                         "step s": round(seconds, 3), "engine": report.engine,
                         "state bytes read": report.bytes_read, "state bytes": total_bytes,
                         "read / state": (round(report.bytes_read / total_bytes, 4)
