@@ -124,7 +124,7 @@ def load_config(path: str | os.PathLike[str] | None = None, data_root: str | Non
         state_root=_state_root(raw),
         views=_views(raw),
         allowed_input_roots=_allowed_roots(raw),
-        retention=_retention(state),
+        retention=_retention(raw.get("state") or {}),
     )
 
 
