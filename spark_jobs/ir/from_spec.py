@@ -26,8 +26,10 @@ def build_query_circuit(spec: CircuitSpec, columns: dict[str, tuple[str, ...]]) 
     ``columns`` are the output columns of every input and node (``spec.output_columns``).
     """
     circuit = Circuit(spec.name, inputs={n: columns[n] for n in spec.inputs})
-    for name in spec.inputs:
-        circuit.add(make_node(name, "input", out=columns[name], name=name))
+    for name, spec_input in spec.inputs.items():
+        # append_only: its reader refuses deletes, so the IR may derive insert-only streams from it
+        facts = {"append_only": True} if spec_input.kind == "append_only" else {}
+        circuit.add(make_node(name, "input", out=columns[name], name=name, **facts))
     for node in (spec.nodes[name] for name in dependency_order(spec.nodes)):
         limit = int(spec.settings.get("max_iterations", DEFAULT_MAX_ITERATIONS))
         if node.op == "recursive":

@@ -251,6 +251,22 @@ def aggregate_linear(s: "Step", node: Node) -> DataFrame:
     return out
 
 
+def aggregate_insert_only(s: "Step", node: Node) -> DataFrame:
+    """min/max (and count/sum/avg) over an insert-only input: the state rows of the groups the
+    delta touches (narrowed like ``aggregate_linear``'s totals), no integral of the input."""
+    (delta,) = s.args(node)
+    group_by = tuple(node.param("group_by", ()))
+    prev = s.state.read(node.id)
+    broadcast = _engine(s).broadcast
+    if broadcast and group_by and prev is not None:
+        prev = _narrowed_state(s, node.id, node.inputs[0], group_by, prev.columns)
+    out, state = agg.aggregate_insert_only_step(delta, prev, group_by, node.param("aggs"), s.first_step,
+                                                broadcast_delta=broadcast, node=node.id,
+                                                in_list_max=_engine(s).policy.narrow.in_list_max)
+    s.update(node.id, StateUpdate("append", state, group_by, sort_by=group_by))
+    return out
+
+
 def aggregate_touched(s: "Step", node: Node) -> DataFrame:
     delta, integral = s.args(node)
     group_by = tuple(node.param("group_by", ()))
