@@ -19,9 +19,9 @@ from spark_jobs.ir.explain import explain_text, insert_only_nodes
 from spark_jobs.ir.graph import state_of
 from spark_jobs.ir.operator import is_insert_only
 from spark_jobs.runtime.circuit import open_circuit
-from spark_jobs.spec.loader import load_circuit_text
 from spark_jobs.ir.compile import compile_spec
 from spark_jobs.spec.columns import output_columns
+from spark_jobs.spec.loader import load_circuit_text
 from tests.engines import Bag, kernel_step, maybe, output_delta
 from tests.policies import config
 
@@ -136,7 +136,7 @@ def test_the_property_is_not_taken_from_a_flag_on_a_derived_node():
 
 # ---- both engines, at every step, against DuckDB ------------------------------------------------
 
-def _oracle(bags: dict[str, Counter], columns: dict[str, dict[str, str]]) -> dict[str, Counter]:
+def _oracle(bags: dict[str, Counter], columns: dict[str, dict[str, str]], views: tuple[str, ...]) -> dict[str, Counter]:
     con = duckdb.connect()
     for name, bag in bags.items():
         cols = columns[name]
@@ -149,7 +149,7 @@ def _oracle(bags: dict[str, Counter], columns: dict[str, dict[str, str]]) -> dic
         else:
             con.register(f"{name}_arrow", table)
             con.execute(f"CREATE TABLE {name} AS SELECT * FROM {name}_arrow")
-    return {view: Counter(_row(r) for r in con.execute(sql).fetchall()) for view, sql in ORACLE.items()}
+    return {view: Counter(_row(r) for r in con.execute(ORACLE[view]).fetchall()) for view in views}
 
 
 def _row(values) -> tuple:
@@ -157,33 +157,91 @@ def _row(values) -> tuple:
                  for v in values)
 
 
-def test_insert_only_aggregates_equal_duckdb_at_every_step_on_both_engines(spark, tmp_path):
-    """24 random insert-only steps (bags, NULL groups and values, ties, NaN, several groups, the
-    global group): the integrated view deltas of Spark, Arrow and both alternately equal DuckDB's
-    from-scratch result after every step; the state stays one row per group."""
+def _run_against_duckdb(spark, tmp_path, text: str, views: tuple[str, ...], kinds: tuple[str, ...], steps: int) -> None:
+    """``steps`` random insert-only timesteps (bags, NULL groups and values, ties, NaN, several
+    groups, the global group) through ``kernel_step`` on each of ``kinds`` ("arrow", "spark",
+    "mixed": both alternately, each reading the state the other wrote); after every step the
+    integrated view deltas equal DuckDB's from-scratch result, and the aggregates' state stays
+    one row per group (up to the deltas compaction has not folded yet)."""
     path = tmp_path / "clicks.yaml"
-    path.write_text(CIRCUIT)
-    kinds = ("spark", "arrow", "mixed")
+    path.write_text(text)
     rts = {kind: open_circuit(str(path), config(tmp_path / kind, engine=kind if kind != "mixed" else "auto"))
            for kind in kinds}
     rng = random.Random(5)
     bags = {"a": Bag(A_COLS, A_DOMAIN, rng), "b": Bag(B_COLS, B_DOMAIN, rng)}
     columns = {"a": A_COLS, "b": B_COLS}
-    views: dict[str, dict[str, Counter]] = {kind: {v: Counter() for v in ORACLE} for kind in kinds}
-    for t in range(1, 25):
+    integrated = {kind: {v: Counter() for v in views} for kind in kinds}
+    for t in range(1, steps + 1):
         deltas = {"a": bags["a"].change(rng.choice([0, 3, 6]), 0), "b": bags["b"].change(1 if t < 5 else 0, 0)}
         for kind, rt in rts.items():
-            engine = kind if kind != "mixed" else ("arrow" if t % 2 else "spark")
-            kernel_step(spark, rt, engine, deltas, columns)
-        expected = _oracle({n: b.rows for n, b in bags.items()}, columns)
+            kernel_step(spark, rt, kind if kind != "mixed" else ("arrow" if t % 2 else "spark"), deltas, columns)
+        expected = _oracle({n: b.rows for n, b in bags.items()}, columns, views)
         for kind, rt in rts.items():
-            for view in ORACLE:
-                delta, _ = output_delta(rt, view)
-                views[kind][view].update(delta)
-                got = Counter({_row(r): w for r, w in views[kind][view].items() if w})
+            for view in views:
+                integrated[kind][view].update(output_delta(rt, view)[0])
+                got = Counter({_row(r): w for r, w in integrated[kind][view].items() if w})
                 assert got == expected[view], f"step {t} {kind} {view}: {dict(got)} != {dict(expected[view])}"
-    groups = {"g": 4, "all": 1}  # k in 0, 1, 2, NULL; the global group
     for kind, rt in rts.items():
-        manifest = rt.store.manifest()
-        for view, n in groups.items():
-            assert manifest.traces[view].rows <= 2 * n + 2 * 24, (kind, view, manifest.traces[view].rows)
+        traces = rt.store.manifest().traces
+        for view, groups in (("g", 4), ("all", 1)):  # k in 0, 1, 2, NULL; the global group
+            assert traces[view].rows <= 6 * groups, (kind, view, traces[view].rows)
+
+
+def test_insert_only_aggregates_equal_duckdb_at_every_step_in_process(spark, tmp_path):
+    """24 steps on Arrow, with the aggregate over a join of two append_only inputs."""
+    _run_against_duckdb(spark, tmp_path, CIRCUIT, ("g", "all", "jg"), ("arrow",), 24)
+
+
+def test_insert_only_aggregates_equal_duckdb_at_every_step_on_spark_and_alternating(spark, tmp_path):
+    """20 steps alternating Spark and Arrow (10 Spark steps, CI time): the Spark kernel's rows,
+    and each engine reading the state the other wrote."""
+    text = CIRCUIT.replace("  jg:", "  # jg:").replace("outputs: [g, all, jg]", "outputs: [g, all]")
+    _run_against_duckdb(spark, tmp_path, text, ("g", "all"), ("mixed",), 20)
+
+
+# ---- soundness: the promise is enforced where the rows come in, and checked again by the kernel ----
+
+def test_a_delete_in_an_append_only_input_is_refused_and_nothing_is_committed(spark, tmp_path):
+    """What makes the O(groups) state sound: a file that deletes is refused by the reader before
+    anything runs; the step commits nothing, the aggregate's state and view stay as they were."""
+    from spark_jobs.executor.sources import InputRefused
+    from spark_jobs.runtime.step import run_step
+
+    path = tmp_path / "c.yaml"
+    path.write_text(CIRCUIT.replace("  jg:", "  # jg:").replace("outputs: [g, all, jg]", "outputs: [g]"))
+    rt = open_circuit(str(path), config(tmp_path))
+    inbox = tmp_path / "inbox" / "a"
+    os.makedirs(inbox)
+    rows = {"k": pa.array([1, 1], pa.int64()), "v": [2.0, 5.0], "s": ["x", "y"],
+            "d": pa.array([None, None], pa.date32()), "m": pa.array([None, None], pa.decimal128(10, 2))}
+    pq.write_table(pa.table(rows), inbox / "t1.parquet")
+    run_step(rt)
+    before = rt.store.manifest()
+    assert output_delta(rt, "g")[0] == Counter({(1, 2, 2, 7.0, 3.5, 2.0, 5.0, "y", None, None): 1})
+    pq.write_table(pa.table({**rows, "_weight": pa.array([1, -1], pa.int64())}), inbox / "t2.parquet")
+    with pytest.raises(InputRefused) as refused:
+        run_step(rt)
+    (file, why), = refused.value.problems
+    assert file.endswith("t2.parquet") and "append_only" in why and "delete" in why
+    after = rt.store.manifest()
+    assert rt.store.last_committed() == 1 and after.traces["g"].rows == before.traces["g"].rows
+    assert output_delta(rt, "g")[0] == Counter({(1, 2, 2, 7.0, 3.5, 2.0, 5.0, "y", None, None): 1})
+
+
+def test_the_kernels_refuse_a_delete_that_reaches_them(spark):
+    """Belt and braces: should a delete reach an insert-only aggregate by another road, the step
+    fails (Spark: a refusal inside the job; Arrow: the step goes to Spark, which refuses it)."""
+    from spark_jobs.executor import zset
+    from spark_jobs.executor.arrow.aggregate import insert_only_step
+    from spark_jobs.executor.kernels import NotLocal
+    from spark_jobs.executor.operators.aggregate import aggregate_insert_only_step
+    from spark_jobs.executor.refusal import ValueRefused, refusals_from_spark
+
+    aggs = (("hi", "max", "v", False),)
+    delta = zset.from_rows(spark, Counter({(1, 2.0): 1, (1, 5.0): -1}), "k bigint, v double")
+    out, _ = aggregate_insert_only_step(delta, None, ("k",), aggs, True, node="g")
+    with pytest.raises(ValueRefused, match="'g': a change deletes rows"), refusals_from_spark():
+        out.collect()
+    table = pa.table({"k": [1, 1], "v": [2.0, 5.0], "_weight": pa.array([1, -1], pa.int64())})
+    with pytest.raises(NotLocal, match="deletes rows"):
+        insert_only_step(table, None, ("k",), aggs, True, "UTC", "g")
