@@ -245,3 +245,28 @@ def test_the_kernels_refuse_a_delete_that_reaches_them(spark):
     table = pa.table({"k": [1, 1], "v": [2.0, 5.0], "_weight": pa.array([1, -1], pa.int64())})
     with pytest.raises(NotLocal, match="deletes rows"):
         insert_only_step(table, None, ("k",), aggs, True, "UTC", "g")
+
+
+def test_dbsp_explain_shows_no_input_integral_for_the_aggregate(tmp_path, capsys):
+    """The measured case: count(*), sum(v), max(v) over an append_only input keeps one state,
+    the aggregate's per-group row; before, it also kept I(ev), the whole input."""
+    from spark_jobs.cli.main import main
+
+    path = tmp_path / "ev.yaml"
+    path.write_text("""\
+name: ev
+inputs:
+  ev:
+    schema: {k: long, v: double}
+    source: {kind: append_only, path: inbox/ev, format: parquet}
+nodes:
+  g: {op: aggregate, input: ev, group_by: [k], aggregates: {n: "count(*)", s: "sum(v)", hi: "max(v)"}}
+outputs: [g]
+""")
+    assert main(["explain", str(path)]) == 0
+    out = capsys.readouterr().out
+    state = out[out.index("State kept between timesteps"):out.index("Views:")].splitlines()
+    assert state == ["State kept between timesteps: 1 operator(s)",
+                     "  g: per-group running totals and extrema (inserts only: no integral of the input) of 'g'"]
+    assert "agg(insert-only) (aggregate_insert_only)" in out and "I(ev)" not in out
+    assert "Insert-only (append_only inputs, no delete reaches them): ev" in out
