@@ -14,8 +14,12 @@ version, reading the *delta* streams of its inputs. Each operator's module
   2-D deltas (timestep × iteration); joins and distincts get per-iteration traces
   (``Operator.nested``).
 
-Integrators are shared: a stream integrated for two operators is integrated once
-(``Builder.integral``).
+Every `changes` input (an input node with ``bag``) is integrated (``ops/linear.rule_input``):
+the runtime checks each step's deletions against that integral, so no tuple's weight goes below
+zero (executor/bag_check.py).
+
+Integrators are shared: a stream integrated for two operators (or for the bag check and a join
+that reads the input itself) is integrated once (``Builder.integral``).
 """
 from __future__ import annotations
 
@@ -23,7 +27,16 @@ from spark_jobs.ir.builder import BodyBuilder, Builder
 from spark_jobs.ir.graph import Circuit
 from spark_jobs.ir.operator import operator
 
-__all__ = ["Builder", "incrementalize", "incrementalize_body"]
+__all__ = ["Builder", "bag_integrals", "incrementalize", "incrementalize_body"]
+
+
+def bag_integrals(circuit: Circuit) -> dict[str, str]:
+    """Input name -> the integrator of that input that the bag check reads (``bag`` inputs)."""
+    out = {}
+    for node in circuit:
+        if node.op == "input" and node.param("bag") and f"I({node.id})" in circuit:
+            out[node.param("name") or node.id] = f"I({node.id})"
+    return out
 
 
 def incrementalize_body(body: Circuit) -> Circuit:

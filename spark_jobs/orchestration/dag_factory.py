@@ -137,7 +137,8 @@ def build_dag(circuit: LoadedCircuit, config: Config) -> DAG:
         doc_md=docs.dag_doc(circuit.path, circuit.compiled, circuit.stages, ids, sub.describe(config)),
         params={"mode": Param("incremental", type="string", enum=list(tasks.MODES), title="mode",
                               description="incremental: apply the new input changes; full_refresh: "
-                                          "rebuild all state from the retained input files")},
+                                          "rebuild all state from the retained input files (also "
+                                          "after editing the circuit)")},
         default_args={"owner": "dbsp", "retries": RETRIES, "retry_delay": retry_delay()},
     )
     plan = _make_task(dag, sub, circuit, "plan", "plan",

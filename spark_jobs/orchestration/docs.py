@@ -80,7 +80,8 @@ def dag_doc(path: str, compiled: CompiledCircuit, stages: Sequence, task_ids: Ma
     parts += [
         TIMESTEP_TEXT,
         "**Trigger with** `mode` = `incremental` (default) or `full_refresh` (rebuild all state "
-        "from the retained input files; the committed view deltas are new view - old view).",
+        "from the retained input files, also after editing the circuit; the committed view deltas "
+        "are new view - old view).",
         f"**Circuit file:** `{path}`  \n**Schedule:** `{spec.schedule or 'none (manual or triggered)'}`"
         f"  \n**Spark:** {submission}  \n**Fingerprint:** `{compiled.fingerprint}`",
         "## Tasks", task_table(stages, task_ids),

@@ -8,6 +8,11 @@ deltas, view deltas and the manifest are written with pyarrow through the same s
 first, the manifest last, atomically, in the layout Spark writes, so the next step may run on
 either engine. A step the Arrow kernels cannot serve raises ``NotLocal`` before anything is
 written, and the caller runs it on Spark.
+
+Trust checks are the Spark path's: consumed files are recorded by name, size and fingerprint
+(``InputFile.record``), and the bag check of `changes` inputs runs on the change tables
+(``bag.check_tables``, pyarrow lookups in the input's integral). A step that fails the bag check
+runs on Spark, which refuses it naming the files and rows, or quarantines the excess.
 """
 from __future__ import annotations
 
@@ -19,7 +24,10 @@ from spark_jobs.executor.evaluate import evaluate_step, trace_kind
 from spark_jobs.executor.kernels import NotLocal
 from spark_jobs.executor.kernels.arrow import ArrowEngine
 from spark_jobs.executor.sources import InputFile, InputRefused
+from spark_jobs.executor.sources.discovery import InputScan
 from spark_jobs.ir.operator import operator
+from spark_jobs.runtime.bag import check_tables
+from spark_jobs.runtime.inputs import keep_consumed_records
 from spark_jobs.runtime.quality_gate import check_timestep_tables
 from spark_jobs.state.arrow_trace import weight_totals
 from spark_jobs.state.failpoints import failpoint
@@ -54,14 +62,16 @@ def change_rows(pending: dict[str, list[InputFile]]) -> int | None:
     return total
 
 
-def run_in_process(rt: "CircuitRuntime", pending: dict[str, list[InputFile]], say: Callable[[str], None],
-                   reason: str) -> StepReport:
-    """Run and commit the next timestep on Arrow; ``NotLocal`` (nothing written) if it cannot."""
+def run_in_process(rt: "CircuitRuntime", pending: dict[str, list[InputFile]], scans: dict[str, InputScan],
+                   say: Callable[[str], None], reason: str) -> StepReport:
+    """Run and commit the next timestep on Arrow; ``NotLocal`` (nothing written) if it cannot.
+    ``scans``: each input's folder against what was consumed (``inputs.scan_inputs``)."""
     started = time.time()
     store, spec, policy = rt.store, rt.compiled.spec, rt.config.policy
     with store.begin() as txn:
         txn.in_process = True
         t = txn.timestep
+        keep_consumed_records(txn, scans)
         say(f"timestep {t}: reading inputs (in-process)")
         tables, reports, refused, read = {}, [], [], 0
         for name, inp in spec.inputs.items():
@@ -77,13 +87,14 @@ def run_in_process(rt: "CircuitRuntime", pending: dict[str, list[InputFile]], sa
             tables[name] = table
             read += nbytes
             report.inserted, report.deleted = weight_totals(table)
-            txn.consume(name, [f.as_dict() for f in pending[name]])
+            txn.consume(name, [f.record() for f in pending[name]])
         if refused:
             raise InputRefused.combine(refused)
+        state = StoreReader(store)
+        check_tables(rt, tables, {r.name: r.deleted for r in reports}, state)
         say(f"timestep {t}: evaluating {len(rt.compiled.incremental.nodes)} operators (Arrow)")
         engine = ArrowEngine(policy, rt.config.session_timezone)
         schemas = {name: arrow_inputs.schema(inp) for name, inp in spec.inputs.items()}
-        state = StoreReader(store)
         result = evaluate_step(rt.compiled.incremental, tables, state, first_step=t == 1,
                                input_schemas=schemas, engine=engine)
         say(f"timestep {t}: checking view deltas")
@@ -103,8 +114,9 @@ def run_in_process(rt: "CircuitRuntime", pending: dict[str, list[InputFile]], sa
         manifest = txn.commit()
     views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))
              for view, info in (manifest.outputs or {}).items()}
+    notes = [n for scan in scans.values() for n in scan.notes]
     return StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary(),
-                      engine="arrow", engine_reason=reason, bytes_read=read)
+                      engine="arrow", engine_reason=reason, bytes_read=read, notes=notes)
 
 
 __all__ = ["NotLocal", "change_rows", "run_in_process", "unsupported"]

@@ -26,13 +26,20 @@ from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.executor.kernels import NotLocal
 from spark_jobs.runtime import inprocess
 from spark_jobs.runtime.circuit import CircuitRuntime
+from spark_jobs.executor.sources.discovery import InputScan
 from spark_jobs.publish import publish_views
 from spark_jobs.quality import mark_committed
+from spark_jobs.runtime import refresh
+from spark_jobs.runtime.bag import check_deltas
+from spark_jobs.runtime.errors import input_errors
 from spark_jobs.runtime.failures import step_failures
 from spark_jobs.runtime.step_types import InputReport, StepReport, StoreReader
 from spark_jobs.state.arrow_fs import is_local
-from spark_jobs.runtime.inputs import pending_inputs as _pending, read_input
+from spark_jobs.runtime.inputs import (keep_consumed_records, pending_inputs as _pending, read_input,
+                                       refuse_changed, retained_inputs, scan_inputs)
 from spark_jobs.runtime.quality_gate import check_timestep, quality_dir
+from spark_jobs.runtime.refresh import EmptyState
+from spark_jobs.runtime.writer import process_lease
 from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state.failpoints import failpoint
 
@@ -72,64 +79,96 @@ def count_all_changes(spark, deltas: dict[str, DataFrame], local_rows: int, max_
     return counts, local
 
 
-def choose_engine(rt: CircuitRuntime, pending: dict[str, list[InputFile]]) -> tuple[str, str]:
+def _chosen_inputs(rt: CircuitRuntime, full_refresh: bool, say: Progress
+                   ) -> tuple[dict[str, list[InputFile]], dict[str, InputScan]]:
+    """The files this step reads, and (incremental) each input's scan; a consumed file whose
+    content changed refuses the step."""
+    spec_inputs, root, manifest = rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest()
+    allowed = rt.config.allowed_input_roots
+    if full_refresh:
+        return retained_inputs(spec_inputs, root, manifest, allowed), {}
+    scans = scan_inputs(spec_inputs, root, manifest, allowed)
+    refuse_changed(scans)
+    for scan in scans.values():
+        for note in scan.notes:
+            say(note)
+    return {name: scan.pending for name, scan in scans.items()}, scans
+
+
+def choose_engine(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full_refresh: bool = False
+                  ) -> tuple[str, str]:
     """The engine of this step and why (``ExecutionPolicy.engine_for``, from the change's size in
-    the input files' footers, whether state exists, and the profile), read without Spark."""
+    the input files' footers, whether state exists, and the profile), read without Spark. A full
+    refresh rebuilds every state from all retained files: a load, on Spark."""
     policy = rt.config.policy
     local = rt.config.spark.mode == "local" and is_local(rt.store.root)
-    why = inprocess.unsupported(rt, pending) if policy.engine != "spark" else None
+    if full_refresh:
+        why: str | None = "a full refresh rebuilds the state from every retained file (a load)"
+    else:
+        why = inprocess.unsupported(rt, pending) if policy.engine != "spark" else None
     rows = inprocess.change_rows(pending) if why is None and policy.engine == "auto" else None
     first = rt.store.last_committed() == 0
     return policy.engine_for(rows, first_step=first, local_profile=local, unsupported=why)
 
 
-def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport:
-    """Run and commit the next timestep (last committed + 1) on the engine the policy picks, then
-    publish the views (``spark_jobs.publish``: no Spark; a view that fails to publish stays
-    committed, and the next run repairs its table). ``seconds`` is the commit's; the publish
-    report has its own. A value refused inside a job raises ``ValueRefused``, a full disk
-    ``StorageFull``: one message each, nothing committed."""
-    with step_failures(rt):
-        return _run_step(rt, progress)
+def run_step(rt: CircuitRuntime, progress: Progress | None = None, *, full_refresh: bool = False) -> StepReport:
+    """Run and commit the next timestep (last committed + 1) on the engine the policy picks,
+    holding the circuit's lease, then publish the views (``spark_jobs.publish``: no Spark; a view
+    that fails to publish stays committed, and the next run repairs its table). ``seconds`` is the
+    commit's; the publish report has its own.
+
+    ``full_refresh``: rebuild every state from the retained input files under the circuit as it
+    is now (also after an edit of the circuit: see ``refresh.py``); the view deltas committed
+    are new view - old view. A value refused inside a job raises ``ValueRefused``, a full disk
+    ``StorageFull``: one message each, nothing committed.
+    """
+    with process_lease(rt), step_failures(rt):
+        with input_errors({}) as files:
+            return _run_step(rt, progress or (lambda _msg: None), full_refresh, files)
 
 
-def _run_step(rt: CircuitRuntime, progress: Progress | None) -> StepReport:
-    say = progress or (lambda _msg: None)
-    report = _commit_step(rt, say)
+def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files: dict) -> StepReport:
+    report = _commit_step(rt, say, full_refresh, read_files)
     mark_committed(quality_dir(rt), report.timestep)
     say(f"timestep {report.timestep}: publishing views")
     report.published = publish_views(rt, progress=say)
     return report
 
 
-def _commit_step(rt: CircuitRuntime, say: Progress) -> StepReport:
+def _commit_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files: dict) -> StepReport:
     """Run and commit the next timestep on the engine the policy picks (Spark if Arrow cannot)."""
-    pending = pending_inputs(rt)
-    engine, reason = choose_engine(rt, pending)
+    pending, scans = _chosen_inputs(rt, full_refresh, say)
+    read_files.update(pending)
+    engine, reason = choose_engine(rt, pending, full_refresh=full_refresh)
     if engine == "arrow":
         import pyarrow as pa
 
         before = rt.store.last_committed()
         try:
-            return inprocess.run_in_process(rt, pending, say, reason)
+            return inprocess.run_in_process(rt, pending, scans, say, reason)
         except (NotLocal, pa.ArrowException) as why:  # a type or size Arrow does not take: Spark does
             if rt.store.last_committed() != before:  # (never after the commit point)
                 raise
             what = "" if isinstance(why, NotLocal) else "Arrow refused: "
             reason = f"in-process on Arrow was not possible: {what}{why}"
             log.info("timestep runs on Spark: %s", reason)
-    return _run_on_spark(rt, pending, say, reason)
+    return _run_on_spark(rt, pending, scans, say, reason, full_refresh)
 
 
-def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], say: Progress, reason: str) -> StepReport:
+def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], scans: dict[str, InputScan],
+                  say: Progress, reason: str, full_refresh: bool) -> StepReport:
     started = time.time()
     store = rt.store
     spec = rt.compiled.spec
     cached: list[DataFrame] = []
-    state = StoreReader(store)
-    with store.begin() as txn:
+    notes: list[str] = [n for s in scans.values() for n in s.notes]
+    state = EmptyState() if full_refresh else StoreReader(store)
+    with store.begin(refresh=full_refresh) as txn:
         t = txn.timestep
-        say(f"timestep {t}: reading inputs")
+        if full_refresh:
+            refresh.forget_consumed(txn)
+        keep_consumed_records(txn, scans)
+        say(f"timestep {t}: reading inputs" + (" (full refresh: every retained file)" if full_refresh else ""))
         deltas: dict[str, DataFrame] = {}
         reports: list[InputReport] = []
         refused: list[InputRefused] = []
@@ -149,56 +188,68 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], say: 
                     cached.append(delta)
                     own_traces[name] = change.trace
                 deltas[name] = delta
-                txn.consume(name, [f.as_dict() for f in pending[name]])
-                count_unknown_keys(txn, name, change.unknown_keys)
+                txn.consume(name, [f.record() for f in pending[name]])
+                count_unknown_keys(txn, name, change.unknown_keys, restart=full_refresh and inp.kind == "cdc")
                 report.unknown_keys = change.unknown_keys
         if refused:
             raise InputRefused.combine(refused)
         policy = rt.config.policy
         with step_conf(rt.spark, True):  # a global count has nothing for AQE to adapt
             counts, local = count_all_changes(rt.spark, deltas, policy.local_change_rows, policy.collect_extra_rows)
+        if local is not None:
+            deltas = local
+        quarantined = check_deltas(rt, t, deltas, {n: d for n, (_i, d) in counts.items()}, pending, state)
+        if quarantined:
+            txn.set_meta("quarantined", {q.input: q.to_dict() for q in quarantined})
+            notes += [q.note() for q in quarantined]
         if local is None:  # too large for the driver: computed once, by the next job
             for name, df in deltas.items():
                 if not any(df is c for c in cached):
                     deltas[name] = df.cache()
                     cached.append(deltas[name])
-        else:
-            deltas = local
         for report in reports:
             report.inserted, report.deleted = counts.get(report.name, (0, 0))
-        small = policy.small_change(sum(i + d for i, d in counts.values()))
+        small = not full_refresh and policy.small_change(sum(i + d for i, d in counts.values()))
         say(f"timestep {t}: evaluating {len(rt.compiled.incremental.nodes)} operators")
         schemas = {name: spark_schema(inp) for name, inp in spec.inputs.items()}
         with step_conf(rt.spark, small):
             # persist: a delta read by several operators and state writes is computed once
             result = evaluate_step(rt.compiled.incremental, deltas, state,
-                                   first_step=t == 1, input_schemas=schemas,
+                                   first_step=full_refresh or t == 1, input_schemas=schemas,
                                    broadcast_deltas=small, persist=True, policy=policy, spark=rt.spark)
             try:
+                outputs = result.outputs
+                previous = None
+                if full_refresh:
+                    notes += refresh.start(txn, store, {v: df.schema for v, df in outputs.items()})
+                    previous = {v: refresh.old_view(store, v, df) for v, df in outputs.items()}
+                    outputs = {v: refresh.view_delta(store, v, df) for v, df in outputs.items()}
                 # small view deltas are computed once, to the driver (with the jobs they need);
                 # the gate then looks the previous view up by them without a broadcast job
-                views = collect_local(rt.spark, result.outputs, policy.local_change_rows)[0] if small else None
+                views = collect_local(rt.spark, outputs, policy.local_change_rows)[0] if small else None
                 if views is None:
-                    views = {view: df.cache() for view, df in result.outputs.items()}
+                    views = {view: df.cache() for view, df in outputs.items()}
                     cached.extend(views.values())
                 outputs = views
                 say(f"timestep {t}: checking view deltas")
-                gate = check_timestep(rt, t, outputs, deltas)
+                gate = check_timestep(rt, t, outputs, deltas, previous)
                 say(f"timestep {t}: writing state")
                 appends = []
-                for name, (trace_id, sort_by) in own_traces.items():
-                    if small:
-                        appends.append((trace_id, deltas[name], "zset", (), sort_by))
+                for name, (trace_id, sort_by) in own_traces.items():  # an input's integral: its own trace
+                    if full_refresh:  # rebuilt from every retained file: the whole integral
+                        txn.replace(trace_id, deltas[name], kind="zset", sort_by=sort_by)
                     else:
-                        txn.append(trace_id, deltas[name], kind="zset", sort_by=sort_by)
+                        appends.append((trace_id, deltas[name], "zset", (), sort_by))
                 for node_id, update in result.updates.items():
                     kind = trace_kind(rt.compiled.incremental, node_id)
-                    if update.kind == "replace":
+                    if full_refresh or update.kind == "replace":
                         txn.replace(node_id, update.df, kind=kind, keys=tuple(update.keys), sort_by=update.sort_by)
                     else:
                         appends.append((node_id, update.df, kind, tuple(update.keys), update.sort_by))
                 txn.write_deltas(appends, outputs, batched=small)  # small: one write job for all
                 failpoint("mid_step")
+                if full_refresh:
+                    txn.set_meta("mode", "full_refresh")
                 txn.set_meta("engine", "spark")
                 txn.set_meta("engine_reason", reason)
                 txn.set_meta("bytes_read_driver", state.bytes_read())
@@ -210,11 +261,12 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], say: 
     views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))
              for view, info in (manifest.outputs or {}).items()}
     return StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary(),
-                      engine="spark", engine_reason=reason, bytes_read=state.bytes_read())
+                      engine="spark", engine_reason=reason, bytes_read=state.bytes_read(), notes=notes)
 
 
-def count_unknown_keys(txn, input_name: str, n: int) -> None:
-    """Add a step's ignored cdc records of unknown keys to the input's running total in the manifest."""
-    if n:
-        before = ((txn.previous.inputs if txn.previous else {}).get(input_name) or {}).get("unknown_keys", 0)
-        txn.set_input_meta(input_name, "unknown_keys", int(before) + n)
+def count_unknown_keys(txn, input_name: str, n: int, *, restart: bool = False) -> None:
+    """Add a step's ignored cdc records of unknown keys to the input's running total in the manifest
+    (``restart``: a full refresh read every retained file again, so its count is the total)."""
+    if n or restart:
+        previous = {} if restart else ((txn.previous.inputs if txn.previous else {}).get(input_name) or {})
+        txn.set_input_meta(input_name, "unknown_keys", int(previous.get("unknown_keys", 0)) + n)

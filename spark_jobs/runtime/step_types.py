@@ -29,6 +29,7 @@ class StepReport:
     views: dict[str, tuple[int, int]]  # view -> (rows inserted, rows deleted)
     seconds: float
     quality: str = ""  # gate summary
+    notes: list[str] = field(default_factory=list)  # moved data root, quarantined rows, refreshed views
     engine: str = "spark"  # which engine ran the step: "spark" | "arrow"
     engine_reason: str = ""  # why (the policy's choice, or why Arrow could not run it)
     published: Any = None  # what publishing the views did (``publish.PublishReport``, failures included)

@@ -14,8 +14,14 @@ given ``run_id``. Nothing is visible to readers before ``commit`` writes the man
 - ``commit`` moves every staged update into the state store in one transaction and publishes the
   manifest (its meta records the run id, so a retried commit is a no-op).
 
-``mode="full_refresh"`` recomputes everything from the retained input files with empty state;
-the view deltas it commits are new view - old view, so readers of deltas stay consistent.
+``mode="full_refresh"`` recomputes everything from the retained input files with empty state,
+under the circuit as it is now (also after an edit: see ``refresh.py``); the view deltas it
+commits are new view - old view, so readers of deltas stay consistent.
+
+The run holds the circuit's lease (``writer.py``) from ``plan`` to ``commit``, owned by its run id:
+every task renews it and heartbeats while it works, so no ``dbsp step`` (or other DAG) writes the
+state meanwhile; ``plan`` may take over the lease of an earlier run of this DAG (Airflow starts a
+run only after the previous one ended), and ``commit`` releases it.
 """
 from __future__ import annotations
 
@@ -29,12 +35,16 @@ from spark_jobs.executor import zset
 from spark_jobs.executor.evaluate import evaluate_step, trace_kind
 from spark_jobs.executor.session import step_conf
 from spark_jobs.executor.sources import InputFile, spark_schema
+from spark_jobs.runtime import refresh
+from spark_jobs.runtime.bag import check_deltas
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.publish import publish_views
 from spark_jobs.quality import mark_committed
+from spark_jobs.runtime.errors import input_errors
 from spark_jobs.runtime.failures import step_failures
-from spark_jobs.runtime.inputs import input_trace, pending_inputs, read_input, retained_inputs
+from spark_jobs.runtime.inputs import input_trace, read_input, refuse_changed, retained_inputs, scan_inputs
 from spark_jobs.runtime.quality_gate import check_timestep, quality_dir
+from spark_jobs.runtime.writer import run_lease
 from spark_jobs.runtime.stages import Stage, is_state_backed, stage_graph, staged_values
 from spark_jobs.runtime.step import StoreReader, count_changes, count_unknown_keys
 from spark_jobs.state.failpoints import failpoint
@@ -83,10 +93,16 @@ def _committed_by(rt: CircuitRuntime, run_id: str) -> int | None:
 
 # ---- plan ------------------------------------------------------------------------------------
 def plan(rt: CircuitRuntime, run_id: str, *, mode: str = "incremental") -> dict:
-    """Freeze this run's timestep and input files (idempotent per run id)."""
+    """Take the run's lease and freeze its timestep and input files (idempotent per run id)."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
-    rt.store.check_fingerprint()
+    with run_lease(rt, run_id, take_over_runs=True):
+        return _plan(rt, run_id, mode)
+
+
+def _plan(rt: CircuitRuntime, run_id: str, mode: str) -> dict:
+    if mode != "full_refresh":  # a refresh rebuilds state of another definition on purpose
+        rt.store.check_fingerprint()
     done = _committed_by(rt, run_id)
     if done is not None:
         return {"run_id": run_id, "timestep": done, "already_committed": True}
@@ -96,14 +112,24 @@ def plan(rt: CircuitRuntime, run_id: str, *, mode: str = "incremental") -> dict:
     if existing and existing["timestep"] == t and existing["mode"] == mode:
         return existing
     if rt.store.fs.exists(staging_root(rt)):
-        rt.store.fs.remove_tree(staging_root(rt))  # leftovers of runs that never committed (max_active_runs=1)
+        rt.store.fs.remove_tree(staging_root(rt))  # leftovers of runs that never committed (we hold the lease)
     rt.store.recover()
     manifest = rt.store.manifest()
     spec_inputs = rt.compiled.spec.inputs
-    chosen = (retained_inputs if mode == "full_refresh" else pending_inputs)(
-        spec_inputs, rt.config.data_root, manifest, rt.config.allowed_input_roots)
+    records: dict[str, list[dict]] = {}
+    notes: list[str] = []
+    roots = rt.config.allowed_input_roots
+    if mode == "full_refresh":
+        chosen = retained_inputs(spec_inputs, rt.config.data_root, manifest, roots)
+    else:
+        scans = scan_inputs(spec_inputs, rt.config.data_root, manifest, roots)
+        refuse_changed(scans)
+        chosen = {name: scan.pending for name, scan in scans.items()}
+        records = {name: scan.consumed.records() for name, scan in scans.items() if scan.consumed.changed}
+        notes = [n for scan in scans.values() for n in scan.notes]
     data = {"run_id": run_id, "timestep": t, "mode": mode, "created_at": time.time(),
-            "inputs": {name: [f.as_dict() for f in files] for name, files in chosen.items()}}
+            "inputs": {name: [f.as_dict() for f in files] for name, files in chosen.items()},
+            "consumed_records": records, "notes": notes}
     _write_json(rt, path, data)
     return data
 
@@ -131,18 +157,13 @@ def _value_dir(rt: CircuitRuntime, run_id: str, node_id: str) -> str:
     return rt.store.fs.join(run_dir(rt, run_id), "values", safe_name(node_id))
 
 
-class _EmptyState:
-    """A full refresh starts from no state at all."""
-
-    def read(self, node_id: str) -> DataFrame | None:
-        return None
-
-    def trace_files(self, node_id: str) -> None:
-        return None
-
-
 def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
     """Evaluate one stage of this run into the staging area (idempotent per run id)."""
+    with run_lease(rt, run_id):
+        return _run_stage(rt, run_id, stage_name)
+
+
+def _run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
     started = time.time()
     p = load_plan(rt, run_id)
     if p.get("already_committed"):
@@ -154,7 +175,7 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
     stage = _stage(rt, stage_name)
     spark, circuit, store = rt.spark, rt.compiled.incremental, rt.store
     full = p["mode"] == "full_refresh"
-    state = _EmptyState() if full else StoreReader(store)
+    state = refresh.EmptyState() if full else StoreReader(store)
     fs = store.fs
     stage_dir = fs.join(run_dir(rt, run_id), "stages", stage_name)
     if fs.exists(stage_dir):
@@ -164,30 +185,39 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
 
     # inputs of an input stage: read (and validate) the planned files
     inputs: dict[str, DataFrame] = {}
+    planned: dict[str, list[InputFile]] = {}
+    deleted: dict[str, int] = {}
     for node_id in stage.nodes:
         node = circuit[node_id]
         if node.op != "input":
             continue
         name = node.param("name") or node_id
         spec = rt.compiled.spec.inputs[name]
-        files = [InputFile(f["path"], f["size"], f["mtime"]) for f in p["inputs"].get(name, [])]
-        change = read_input(spark, spec, files, state, rt.config.policy)
-        if change.delta is None:
-            summary.setdefault("inputs", {})[name] = "no new files: no changes"
-            continue
-        delta = change.delta.cache()
-        inputs[name] = delta
-        ins, dels = count_changes(delta)
+        files = planned[name] = [InputFile.from_dict(f) for f in p["inputs"].get(name, [])]
+        with input_errors({name: files}):
+            change = read_input(spark, spec, files, state, rt.config.policy)
+            if change.delta is None:
+                summary.setdefault("inputs", {})[name] = "no new files: no changes"
+                continue
+            delta = change.delta.cache()
+            inputs[name] = delta
+            ins, dels = count_changes(delta)
+        deleted[name] = dels
         summary.setdefault("inputs", {})[name] = {"files": len(files), "inserted": ins, "deleted": dels,
                                                   **({"unknown_keys": change.unknown_keys} if change.unknown_keys else {})}
         journal["inputs"][name] = {"inserted": ins, "deleted": dels, "unknown_keys": change.unknown_keys}
-        journal["consumed"][name] = [f.as_dict() for f in files]
+        journal["consumed"][name] = [f.record() for f in files]
         if change.trace is not None:  # the input's own trace (snapshot, keyed rows) gets the delta
             trace_id, sort_by = change.trace
             path = fs.join(stage_dir, "state", safe_name(trace_id))
             _write_parquet(rt, delta, path)
             journal["updates"].append({"trace": trace_id, "op": "replace" if full else "append",
                                        "kind": "zset", "keys": [], "sort_by": list(sort_by), "path": path})
+    with input_errors(planned):
+        quarantined = check_deltas(rt, p["timestep"], inputs, deleted, planned, state)
+    if quarantined:
+        journal["quarantined"] = {q.input: q.to_dict() for q in quarantined}
+        summary["quarantined"] = [q.note() for q in quarantined]
 
     def external(node_id: str) -> DataFrame:
         """Values produced outside this stage: committed state, or another stage's staged delta."""
@@ -218,9 +248,8 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
                                    "sort_by": list(update.sort_by), "path": path})
     failpoint("mid_step")
     for view, df in result.outputs.items():
-        if full:  # the change of the view = new view - old view
-            old = store.read_view(view)
-            df = zset.consolidate(zset.plus(df, zset.negate(old))) if old is not None else df
+        if full:  # the change of the view = new view - old view (where comparable)
+            df = refresh.view_delta(store, view, df)
         path = fs.join(stage_dir, "outputs", safe_name(view))
         _write_parquet(rt, df, path)
         journal["outputs"][view] = path
@@ -247,6 +276,11 @@ def _journals(rt: CircuitRuntime, run_id: str) -> dict[str, dict]:
 # ---- check and commit --------------------------------------------------------------------------
 def check(rt: CircuitRuntime, run_id: str) -> dict:
     """Quality gate on the staged view deltas; raises ``QualityGateFailed`` on a `fail` check."""
+    with run_lease(rt, run_id):
+        return _check(rt, run_id)
+
+
+def _check(rt: CircuitRuntime, run_id: str) -> dict:
     p = load_plan(rt, run_id)
     if p.get("already_committed"):
         return {"skipped": "timestep already committed by this run"}
@@ -257,15 +291,18 @@ def check(rt: CircuitRuntime, run_id: str) -> dict:
     checked = {n for n, i in rt.compiled.spec.inputs.items() if i.expectations}
     for j in journals.values():
         for name in checked & set(j["inputs"]):
-            files = [InputFile(f["path"], f["size"], f["mtime"]) for f in j["consumed"][name]]
+            files = [InputFile.from_dict(f) for f in p["inputs"].get(name, [])]
             spec = rt.compiled.spec.inputs[name]
             own = input_trace(spec)
             if own is None:
-                inputs[name] = read_input(spark, spec, files, _EmptyState()).delta
+                inputs[name] = read_input(spark, spec, files, refresh.EmptyState()).delta
             else:  # the change was staged as the update of the input's own trace
                 staged = [u["path"] for u in j["updates"] if u["trace"] == own[0]]
                 inputs[name] = _read_parquet(rt, staged[0])
-    report = check_timestep(rt, p["timestep"], views, inputs)
+    previous = None
+    if p["mode"] == "full_refresh":  # the views' deltas were taken against comparable old views only
+        previous = {v: refresh.old_view(rt.store, v, df) for v, df in views.items()}
+    report = check_timestep(rt, p["timestep"], views, inputs, previous)
     return {"timestep": p["timestep"], "summary": report.summary(), "failed": len(report.failed),
             "warnings": len(report.warnings)}
 
@@ -276,22 +313,36 @@ def _change_rows(journals: dict[str, dict]) -> int:
 
 
 def commit(rt: CircuitRuntime, run_id: str) -> dict:
-    """Move the staged updates into the store and publish the manifest (idempotent per run id)."""
+    """Move the staged updates into the store and publish the manifest (idempotent per run id);
+    then give the run's lease back."""
+    with run_lease(rt, run_id, release=True):
+        return _commit(rt, run_id)
+
+
+def _commit(rt: CircuitRuntime, run_id: str) -> dict:
     done = _committed_by(rt, run_id)
     if done is not None:  # a retry: the commit is durable; publishing may not have happened
         return {"timestep": done, "note": "already committed by an earlier attempt",
                 "published": publish_views(rt).raise_if_failed().summary()}
     p = load_plan(rt, run_id)
     journals = _journals(rt, run_id)
-    with rt.store.begin() as txn:
+    full = p["mode"] == "full_refresh"
+    notes = list(p.get("notes") or [])
+    with rt.store.begin(refresh=full) as txn:
         if txn.timestep != p["timestep"]:
             raise RuntimeError(f"run {run_id!r} planned timestep {p['timestep']} but the store is at "
                                f"{txn.timestep - 1}; re-run the plan")
-        if p["mode"] == "full_refresh":
-            for trace_id in list(txn.previous.traces if txn.previous else {}):
-                if not trace_id.startswith("view:"):
-                    txn.drop(trace_id)
-        appends, outputs = [], {}
+        if full:
+            refresh.forget_consumed(txn)
+        for name, records in (p.get("consumed_records") or {}).items():
+            txn.set_consumed(name, records)
+        appends, outputs, quarantined = [], {}, {}
+        for j in journals.values():
+            for view, path in j["outputs"].items():
+                outputs[view] = _read_parquet(rt, path)
+            quarantined.update(j.get("quarantined") or {})
+        if full:
+            notes += refresh.start(txn, rt.store, {v: df.schema for v, df in outputs.items()})
         for j in journals.values():
             for u in j["updates"]:
                 df, keys, sort_by = _read_parquet(rt, u["path"]), tuple(u["keys"]), tuple(u.get("sort_by", ()))
@@ -299,22 +350,23 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
                     txn.replace(u["trace"], df, kind=u["kind"], keys=keys, sort_by=sort_by)
                 else:
                     appends.append((u["trace"], df, u["kind"], keys, sort_by))
-            for view, path in j["outputs"].items():
-                outputs[view] = _read_parquet(rt, path)
             for name, files in j["consumed"].items():
                 txn.consume(name, files)
             for name, counts in j["inputs"].items():
-                count_unknown_keys(txn, name, int(counts.get("unknown_keys", 0)))
-        small = p["mode"] != "full_refresh" and rt.config.policy.small_change(_change_rows(journals))
+                restart = full and rt.compiled.spec.inputs[name].kind == "cdc"
+                count_unknown_keys(txn, name, int(counts.get("unknown_keys", 0)), restart=restart)
+        small = not full and rt.config.policy.small_change(_change_rows(journals))
         with step_conf(rt.spark, small):
             txn.write_deltas(appends, outputs, batched=small)
             txn.set_meta("run_id", run_id)
             txn.set_meta("mode", p["mode"])
+            if quarantined:
+                txn.set_meta("quarantined", quarantined)
             manifest = txn.commit()
     mark_committed(quality_dir(rt), manifest.timestep)
     rt.store.fs.remove_tree(run_dir(rt, run_id))
     published = publish_views(rt)  # after the commit point: a crash here is repaired by the next run
-    return {"timestep": manifest.timestep,
+    return {"timestep": manifest.timestep, "notes": notes,
             "views": {v: {"inserted": o.rows_inserted, "deleted": o.rows_deleted}
                       for v, o in (manifest.outputs or {}).items()},
             "published": published.raise_if_failed().summary()}

@@ -2,7 +2,7 @@
 
 The same rules as ``executor/sources`` (Parquet footers compared with the declared schema, lossless
 widenings only, declared non-null columns checked, ``_weight`` integral and non-null, +1 without
-one, rows of weight 0 dropped), the same refusal (``InputRefused``, every refused file of the step
+one and within +-2^31-1, rows of weight 0 dropped), the same refusal (``InputRefused``, every refused file of the step
 with its reason), and the same values: columns cast to the declared types. Only what the
 in-process engine takes is read here: ``changes`` sources in Parquet; any other input makes the
 step run on Spark (``unsupported``).
@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.executor.sources.discovery import file_format, locate
+from spark_jobs.executor.sources.formats import MAX_WEIGHT, WEIGHT_RANGE, weight_range_problems
 from spark_jobs.executor.sources.schema_check import UnreadableFile, column_problems, read_parquet_footer
 from spark_jobs.executor.sources.spark_types import declared_types
 from spark_jobs.spec.model import WEIGHT, InputSpec
@@ -77,6 +78,7 @@ def read_changes(spec: InputSpec, files: Sequence[InputFile]) -> tuple[pa.Table,
         found = {fld.name: fld.dataType for fld in footer.schema}
         found.update({name: None for name in footer.null_counts if name not in found})
         reasons = list(footer.problems) + column_problems(found, declared, True)
+        reasons += weight_range_problems(footer.weight_range if WEIGHT in found else None)
         if reasons:
             problems.extend((f.path, r) for r in reasons)
             continue
@@ -107,6 +109,11 @@ def _row_problems(raw: pa.Table, not_null: Sequence[str]) -> list[str]:
     if WEIGHT in raw.column_names and raw.column(WEIGHT).null_count:
         reasons.append(f"column _weight has {raw.column(WEIGHT).null_count} null value(s); "
                        "leave the column out for +1")
+    if WEIGHT in raw.column_names:
+        w = raw.column(WEIGHT)
+        out = pc.filter(w, pc.or_(pc.greater(w, MAX_WEIGHT), pc.less(w, -MAX_WEIGHT)))
+        if len(out):
+            reasons.append(WEIGHT_RANGE.describe(len(out), out[0].as_py()))
     return reasons
 
 

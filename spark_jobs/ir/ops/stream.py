@@ -42,6 +42,8 @@ def integral_role(circuit: Circuit, node: Node) -> str:
     for reader, pos in _readers(circuit, node):
         uses = operator(reader.op).uses
         users.append(uses(circuit, reader, pos) if uses is not None else f"{reader.op} {reader.origin!r}")
+    if circuit[node.inputs[0]].param("bag"):
+        users.insert(0, "the bag check: deletes must not exceed inserts")
     seen = list(dict.fromkeys(users))
     return f"integral of {node.inputs[0]!r}" + (f" (for {', '.join(seen)})" if seen else "")
 
