@@ -294,7 +294,8 @@ def _linear_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str]
     return _changes(key_fields, outs, groups, old, new, finished, first_step), totals
 
 
-def _arguments(delta: pa.Table, aggs: Sequence[Agg], timezone: str) -> tuple[dict[int, list[Any]], dict[int, pa.DataType]]:
+def _arguments(delta: pa.Table, aggs: Sequence[Agg], timezone: str
+               ) -> tuple[dict[int, list[Any]], dict[int, pa.DataType]]:
     """Each aggregate's argument per row of ``delta`` (as Python values), and its type."""
     args, types = {}, {}
     for i, (_, _, arg, _) in enumerate(aggs):
