@@ -171,4 +171,7 @@ def policy_from_profile(raw: Mapping[str, Any]) -> ExecutionPolicy:
     if "state" in execution:
         raise ValueError("execution.state: state settings go in the profile's top-level state: section")
     policy = _section(ExecutionPolicy, execution, "execution")
-    return replace(policy, state=_section(StatePolicy, raw.get("state"), "state"))
+    state = raw.get("state")
+    if isinstance(state, Mapping):  # state.retention is not a threshold: config.py reads it (spec/time.py)
+        state = {k: v for k, v in state.items() if k != "retention"}
+    return replace(policy, state=_section(StatePolicy, state, "state"))

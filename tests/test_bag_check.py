@@ -199,3 +199,21 @@ def test_a_dag_run_refuses_the_same_way(spark, tmp_path):
     assert [p for p, _ in err.value.problems] == [ghost]
     assert "{k: 2, v: 'ghost'}" in err.value.problems[0][1] and "held 0 copies" in err.value.problems[0][1]
     assert _rt(circuit, tmp_path).store.last_committed() == 1
+
+
+def test_an_in_process_step_checks_deletes_against_the_integral_it_keeps(spark, tmp_path):
+    """A small step runs on Arrow with its bag check there: a valid delete stays in-process (and
+    appends to the integral), one past what the integral holds is handed to Spark, which refuses."""
+    circuit = _circuit(tmp_path)
+    rt = _rt(circuit, tmp_path)
+    _write(tmp_path, "001.parquet", [(1, "a", 2), (2, "b", 1)])
+    run_step(rt)
+    _write(tmp_path, "002.parquet", [(1, "a", -1)])
+    report = run_step(rt)
+    assert report.engine == "arrow", report.engine_reason
+    over = _write(tmp_path, "003.parquet", [(1, "a", -2)])  # one copy is left
+    with pytest.raises(InputRefused, match="held 1 copy") as err:
+        run_step(rt)
+    assert [p for p, _ in err.value.problems] == [over]
+    assert rt.store.last_committed() == 2
+    assert _views(rt) == _expected(Counter({(1, "a"): 1, (2, "b"): 1}))

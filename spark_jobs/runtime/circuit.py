@@ -77,14 +77,17 @@ class CircuitRuntime:
     @cached_property
     def committed(self):
         """The same store for reading what is committed with pyarrow (``state.arrow_read``):
-        manifests, views, deltas. No Spark: commands that only read start no JVM."""
+        manifests, views, deltas. No Spark: commands that only read (and ``dbsp gc``) start no JVM."""
         return self._store(None)
 
     def _store(self, spark):
+        from spark_jobs.runtime.retention import effective, longest_age_us
         from spark_jobs.state import StateStore
 
+        retention = effective(self.config, self.compiled.spec)
         store = StateStore(spark, state_root(self.config, self.name), self.name,
-                           self.compiled.fingerprint, policy=self.config.policy.state)
+                           self.compiled.fingerprint, policy=self.config.policy.state,
+                           manifest_retention=retention.manifests, track_commit_times_us=longest_age_us(retention))
         store.lease = self.lease
         return store
 

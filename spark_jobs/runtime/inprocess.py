@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 
 def unsupported(rt: "CircuitRuntime", pending: dict[str, list[InputFile]]) -> str | None:
     """Why this step cannot run in-process at all (None: it may try)."""
+    for name, spec in rt.compiled.spec.inputs.items():  # every step of such a circuit carries the watermarks
+        if spec.time is not None:
+            return f"input {name!r} has event time (watermark, late rows): its steps run on Spark"
     for name, files in pending.items():
         if files:
             why = arrow_inputs.unsupported(rt.compiled.spec.inputs[name])

@@ -17,7 +17,6 @@ import time
 from typing import Callable
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from spark_jobs.executor.evaluate import evaluate_step, trace_kind
 from spark_jobs.executor.local import collect_local
@@ -25,6 +24,8 @@ from spark_jobs.executor.session import step_conf
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.executor.kernels import NotLocal
 from spark_jobs.runtime import inprocess
+from spark_jobs.executor.sources.lateness import change_totals, on_time
+from spark_jobs.executor.sources.reading import refuse_late
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.executor.sources.discovery import InputScan
 from spark_jobs.publish import publish_views
@@ -32,6 +33,7 @@ from spark_jobs.quality import mark_committed
 from spark_jobs.runtime import refresh
 from spark_jobs.runtime.bag import check_deltas
 from spark_jobs.runtime.errors import input_errors
+from spark_jobs.runtime.event_time import StepClock, describe as describe_late, iso
 from spark_jobs.runtime.failures import step_failures
 from spark_jobs.runtime.step_types import InputReport, StepReport, StoreReader
 from spark_jobs.state.arrow_fs import is_local
@@ -39,9 +41,10 @@ from spark_jobs.runtime.inputs import (keep_consumed_records, pending_inputs as 
                                        refuse_changed, retained_inputs, scan_inputs)
 from spark_jobs.runtime.quality_gate import check_timestep, quality_dir
 from spark_jobs.runtime.refresh import EmptyState
+from spark_jobs.runtime.retention import after_commit
 from spark_jobs.runtime.writer import process_lease
-from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state.failpoints import failpoint
+from spark_jobs.state.retention import Removed
 
 Progress = Callable[[str], None]
 log = logging.getLogger(__name__)
@@ -54,29 +57,29 @@ def pending_inputs(rt: CircuitRuntime) -> dict[str, list[InputFile]]:
     return _pending(rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest(), rt.config.allowed_input_roots)
 
 
-def _change_totals(df: DataFrame) -> DataFrame:
-    w = F.col(WEIGHT)
-    return df.agg(F.sum(F.when(w > 0, w).otherwise(0)).alias("ins"),
-                  F.sum(F.when(w < 0, -w).otherwise(0)).alias("del"))
-
-
 def count_changes(df: DataFrame) -> tuple[int, int]:
     """(rows inserted, rows deleted), weights counted: one Spark job."""
-    row = _change_totals(df).first()
+    row = change_totals(df).first()
     return int(row["ins"] or 0), int(row["del"] or 0)
 
 
-def count_all_changes(spark, deltas: dict[str, DataFrame], local_rows: int, max_extra_rows: int
-                      ) -> tuple[dict[str, tuple[int, int]], dict[str, DataFrame] | None]:
-    """``count_changes`` of every input and, when the inputs together have at most
-    ``local_rows`` rows, the inputs as driver-local relations (None otherwise): one Spark job.
+def count_all_changes(spark, deltas: dict[str, DataFrame], local_rows: int, max_extra_rows: int,
+                      totals: dict[str, DataFrame] | None = None
+                      ) -> tuple[dict[str, dict], dict[str, DataFrame] | None]:
+    """The change totals of every input (``lateness.change_totals``: ``ins`` and ``del``, plus
+    the late rows and largest event time of timed inputs, whose ``totals`` the caller gives) and,
+    when the inputs together have at most ``local_rows`` rows, the inputs as driver-local
+    relations (None otherwise): one Spark job.
 
     Local inputs let every lookup of state by an input's change skip its broadcast job (see
     ``zset.key_prefilter``)."""
-    totals = {name: _change_totals(df) for name, df in deltas.items()}
+    totals = {name: (totals or {}).get(name) or change_totals(df) for name, df in deltas.items()}
     local, rows = collect_local(spark, deltas, local_rows, totals, max_extra_rows)
-    counts = {name: (int(r[0]["ins"] or 0), int(r[0]["del"] or 0)) for name, r in rows.items()}
-    return counts, local
+    return {name: r[0].asDict() for name, r in rows.items()}, local
+
+
+def _ins_del(row: dict | None) -> tuple[int, int]:
+    return (int(row.get("ins") or 0), int(row.get("del") or 0)) if row else (0, 0)
 
 
 def _chosen_inputs(rt: CircuitRuntime, full_refresh: bool, say: Progress
@@ -86,7 +89,7 @@ def _chosen_inputs(rt: CircuitRuntime, full_refresh: bool, say: Progress
     spec_inputs, root, manifest = rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest()
     allowed = rt.config.allowed_input_roots
     if full_refresh:
-        return retained_inputs(spec_inputs, root, manifest, allowed), {}
+        return retained_inputs(spec_inputs, root, manifest, allowed, pruned=Removed.read(rt.store).inputs), {}
     scans = scan_inputs(spec_inputs, root, manifest, allowed)
     refuse_changed(scans)
     for scan in scans.values():
@@ -131,7 +134,10 @@ def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files:
     report = _commit_step(rt, say, full_refresh, read_files)
     mark_committed(quality_dir(rt), report.timestep)
     say(f"timestep {report.timestep}: publishing views")
-    report.published = publish_views(rt, progress=say)
+    report.published = publish_views(rt, progress=say)  # a failed view: committed, the next run repairs
+    note = after_commit(rt)  # after publishing: retention keeps the deltas a table has not caught up with
+    if note:
+        report.notes.append(note)
     return report
 
 
@@ -169,6 +175,8 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], scans
             refresh.forget_consumed(txn)
         keep_consumed_records(txn, scans)
         say(f"timestep {t}: reading inputs" + (" (full refresh: every retained file)" if full_refresh else ""))
+        clock = StepClock(spec.inputs, txn.previous, fresh=full_refresh)
+        totals: dict[str, DataFrame] = {}  # timed inputs: kept, late, largest event time
         deltas: dict[str, DataFrame] = {}
         reports: list[InputReport] = []
         refused: list[InputRefused] = []
@@ -186,7 +194,10 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], scans
                 if change.trace is not None:  # the delta is also appended to the input's own trace
                     delta = delta.cache()
                     cached.append(delta)
-                    own_traces[name] = change.trace
+                    own_traces[name] = change.trace  # gets the on-time rows: the input as the circuit saw it
+                if clock.timed(name):  # late rows are counted, then left out
+                    totals[name] = change_totals(delta, clock.column(name), clock.watermark(name))
+                    delta = on_time(delta, clock.column(name), clock.watermark(name))
                 deltas[name] = delta
                 txn.consume(name, [f.record() for f in pending[name]])
                 count_unknown_keys(txn, name, change.unknown_keys, restart=full_refresh and inp.kind == "cdc")
@@ -195,10 +206,18 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], scans
             raise InputRefused.combine(refused)
         policy = rt.config.policy
         with step_conf(rt.spark, True):  # a global count has nothing for AQE to adapt
-            counts, local = count_all_changes(rt.spark, deltas, policy.local_change_rows, policy.collect_extra_rows)
+            counts, local = count_all_changes(rt.spark, deltas, policy.local_change_rows, policy.collect_extra_rows,
+                                              totals=totals)
+        for name, row in counts.items():
+            clock.record(name, row)
+        if clock.refused():
+            raise InputRefused.combine([refuse_late(rt.spark, spec.inputs[n], pending[n], clock.watermark(n), iso)
+                                        for n in clock.refused()])
+        clock.commit(txn)
         if local is not None:
             deltas = local
-        quarantined = check_deltas(rt, t, deltas, {n: d for n, (_i, d) in counts.items()}, pending, state)
+        # late rows are out of the deltas already: the bag check judges what the circuit sees
+        quarantined = check_deltas(rt, t, deltas, {n: _ins_del(r)[1] for n, r in counts.items()}, pending, state)
         if quarantined:
             txn.set_meta("quarantined", {q.input: q.to_dict() for q in quarantined})
             notes += [q.note() for q in quarantined]
@@ -208,8 +227,10 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], scans
                     deltas[name] = df.cache()
                     cached.append(deltas[name])
         for report in reports:
-            report.inserted, report.deleted = counts.get(report.name, (0, 0))
-        small = not full_refresh and policy.small_change(sum(i + d for i, d in counts.values()))
+            report.inserted, report.deleted = _ins_del(counts.get(report.name))
+            if report.name in clock.seen:
+                report.late = describe_late(clock.seen[report.name])
+        small = not full_refresh and policy.small_change(sum(sum(_ins_del(row)) for row in counts.values()))
         say(f"timestep {t}: evaluating {len(rt.compiled.incremental.nodes)} operators")
         schemas = {name: spark_schema(inp) for name, inp in spec.inputs.items()}
         with step_conf(rt.spark, small):
@@ -232,7 +253,7 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], scans
                     cached.extend(views.values())
                 outputs = views
                 say(f"timestep {t}: checking view deltas")
-                gate = check_timestep(rt, t, outputs, deltas, previous)
+                gate = check_timestep(rt, t, outputs, deltas, previous, late=clock.report())
                 say(f"timestep {t}: writing state")
                 appends = []
                 for name, (trace_id, sort_by) in own_traces.items():  # an input's integral: its own trace

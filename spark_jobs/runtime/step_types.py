@@ -12,13 +12,15 @@ class InputReport:
     inserted: int = 0
     deleted: int = 0
     unknown_keys: int = 0  # cdc records of keys the input did not hold, ignored (unknown_key: count)
+    late: str = ""  # timed inputs: late rows dropped and the watermark (event_time.describe)
 
     @property
     def note(self) -> str:
         if not self.files:
             return "no new files: no changes"
         unknown = f"; {self.unknown_keys} change(s) to unknown keys ignored" if self.unknown_keys else ""
-        return f"{len(self.files)} file(s){unknown}"
+        late = f"; {self.late}" if self.late else ""
+        return f"{len(self.files)} file(s){unknown}{late}"
 
 
 @dataclass
@@ -29,7 +31,7 @@ class StepReport:
     views: dict[str, tuple[int, int]]  # view -> (rows inserted, rows deleted)
     seconds: float
     quality: str = ""  # gate summary
-    notes: list[str] = field(default_factory=list)  # moved data root, quarantined rows, refreshed views
+    notes: list[str] = field(default_factory=list)  # moved data root, quarantined rows, refreshed views, retention
     engine: str = "spark"  # which engine ran the step: "spark" | "arrow"
     engine_reason: str = ""  # why (the policy's choice, or why Arrow could not run it)
     published: Any = None  # what publishing the views did (``publish.PublishReport``, failures included)

@@ -35,19 +35,24 @@ from spark_jobs.executor import zset
 from spark_jobs.executor.evaluate import evaluate_step, trace_kind
 from spark_jobs.executor.session import step_conf
 from spark_jobs.executor.sources import InputFile, spark_schema
+from spark_jobs.executor.sources.lateness import change_totals, on_time
+from spark_jobs.executor.sources.reading import refuse_late
 from spark_jobs.runtime import refresh
 from spark_jobs.runtime.bag import check_deltas
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.publish import publish_views
 from spark_jobs.quality import mark_committed
 from spark_jobs.runtime.errors import input_errors
+from spark_jobs.runtime.event_time import StepClock, iso
 from spark_jobs.runtime.failures import step_failures
 from spark_jobs.runtime.inputs import input_trace, read_input, refuse_changed, retained_inputs, scan_inputs
 from spark_jobs.runtime.quality_gate import check_timestep, quality_dir
+from spark_jobs.runtime.retention import after_commit
 from spark_jobs.runtime.writer import run_lease
 from spark_jobs.runtime.stages import Stage, is_state_backed, stage_graph, staged_values
-from spark_jobs.runtime.step import StoreReader, count_changes, count_unknown_keys
+from spark_jobs.runtime.step import StoreReader, count_unknown_keys
 from spark_jobs.state.failpoints import failpoint
+from spark_jobs.state.retention import Removed
 from spark_jobs.state.layout import safe_name
 
 MODES = ("incremental", "full_refresh")
@@ -120,7 +125,7 @@ def _plan(rt: CircuitRuntime, run_id: str, mode: str) -> dict:
     notes: list[str] = []
     roots = rt.config.allowed_input_roots
     if mode == "full_refresh":
-        chosen = retained_inputs(spec_inputs, rt.config.data_root, manifest, roots)
+        chosen = retained_inputs(spec_inputs, rt.config.data_root, manifest, roots, pruned=Removed.read(rt.store).inputs)
     else:
         scans = scan_inputs(spec_inputs, rt.config.data_root, manifest, roots)
         refuse_changed(scans)
@@ -180,11 +185,13 @@ def _run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
     stage_dir = fs.join(run_dir(rt, run_id), "stages", stage_name)
     if fs.exists(stage_dir):
         fs.remove_tree(stage_dir)  # a killed earlier attempt
-    journal: dict[str, Any] = {"updates": [], "outputs": {}, "consumed": {}, "inputs": {}}
+    journal: dict[str, Any] = {"updates": [], "outputs": {}, "consumed": {}, "inputs": {}, "event_time": {}}
+    clock = StepClock(rt.compiled.spec.inputs, store.manifest(), fresh=full)
     summary: dict[str, Any] = {"stage": stage_name, "timestep": p["timestep"], "nodes": list(stage.nodes)}
 
     # inputs of an input stage: read (and validate) the planned files
     inputs: dict[str, DataFrame] = {}
+    cached: list[DataFrame] = []
     planned: dict[str, list[InputFile]] = {}
     deleted: dict[str, int] = {}
     for node_id in stage.nodes:
@@ -200,11 +207,21 @@ def _run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
                 summary.setdefault("inputs", {})[name] = "no new files: no changes"
                 continue
             delta = change.delta.cache()
+            cached.append(delta)
+            column, mark = clock.column(name), clock.watermark(name)
+            totals = change_totals(delta, column, mark).first().asDict()  # one job: counts, late rows
+            ins, dels = int(totals["ins"] or 0), int(totals["del"] or 0)
+            late = clock.record(name, totals)
+            if name in clock.refused():
+                raise refuse_late(spark, spec, files, mark, iso)
+            if column is not None:
+                delta = on_time(delta, column, mark)
             inputs[name] = delta
-            ins, dels = count_changes(delta)
         deleted[name] = dels
         summary.setdefault("inputs", {})[name] = {"files": len(files), "inserted": ins, "deleted": dels,
                                                   **({"unknown_keys": change.unknown_keys} if change.unknown_keys else {})}
+        if late is not None:
+            summary["inputs"][name].update(late_rows=late.rows, watermark=iso(late.after.watermark_us))
         journal["inputs"][name] = {"inserted": ins, "deleted": dels, "unknown_keys": change.unknown_keys}
         journal["consumed"][name] = [f.record() for f in files]
         if change.trace is not None:  # the input's own trace (snapshot, keyed rows) gets the delta
@@ -253,8 +270,9 @@ def _run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
         path = fs.join(stage_dir, "outputs", safe_name(view))
         _write_parquet(rt, df, path)
         journal["outputs"][view] = path
-    for df in inputs.values():
+    for df in cached:
         df.unpersist()
+    journal["event_time"] = clock.journal()
     summary["seconds"] = round(time.time() - started, 2)
     summary["state_updates"] = [u["trace"] for u in journal["updates"]]
     summary["views"] = sorted(journal["outputs"])
@@ -289,20 +307,23 @@ def _check(rt: CircuitRuntime, run_id: str) -> dict:
     views = {v: _read_parquet(rt, path) for j in journals.values() for v, path in j["outputs"].items()}
     inputs: dict[str, DataFrame] = {}
     checked = {n for n, i in rt.compiled.spec.inputs.items() if i.expectations}
+    clock = StepClock(rt.compiled.spec.inputs, rt.store.manifest(), fresh=p["mode"] == "full_refresh")
     for j in journals.values():
+        clock.from_journal(j.get("event_time") or {})
         for name in checked & set(j["inputs"]):
             files = [InputFile.from_dict(f) for f in p["inputs"].get(name, [])]
             spec = rt.compiled.spec.inputs[name]
             own = input_trace(spec)
             if own is None:
-                inputs[name] = read_input(spark, spec, files, refresh.EmptyState()).delta
-            else:  # the change was staged as the update of the input's own trace
+                delta = read_input(spark, spec, files, refresh.EmptyState()).delta
+                inputs[name] = on_time(delta, clock.column(name), clock.watermark(name)) if clock.timed(name) else delta
+            else:  # the change was staged (late rows left out) as the update of the input's own trace
                 staged = [u["path"] for u in j["updates"] if u["trace"] == own[0]]
                 inputs[name] = _read_parquet(rt, staged[0])
     previous = None
     if p["mode"] == "full_refresh":  # the views' deltas were taken against comparable old views only
         previous = {v: refresh.old_view(rt.store, v, df) for v, df in views.items()}
-    report = check_timestep(rt, p["timestep"], views, inputs, previous)
+    report = check_timestep(rt, p["timestep"], views, inputs, previous, late=clock.report())
     return {"timestep": p["timestep"], "summary": report.summary(), "failed": len(report.failed),
             "warnings": len(report.warnings)}
 
@@ -355,6 +376,10 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
             for name, counts in j["inputs"].items():
                 restart = full and rt.compiled.spec.inputs[name].kind == "cdc"
                 count_unknown_keys(txn, name, int(counts.get("unknown_keys", 0)), restart=restart)
+        clock = StepClock(rt.compiled.spec.inputs, txn.previous, fresh=full)
+        for j in journals.values():
+            clock.from_journal(j.get("event_time") or {})
+        clock.commit(txn)
         small = not full and rt.config.policy.small_change(_change_rows(journals))
         with step_conf(rt.spark, small):
             txn.write_deltas(appends, outputs, batched=small)
@@ -366,10 +391,12 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
     mark_committed(quality_dir(rt), manifest.timestep)
     rt.store.fs.remove_tree(run_dir(rt, run_id))
     published = publish_views(rt)  # after the commit point: a crash here is repaired by the next run
-    return {"timestep": manifest.timestep, "notes": notes,
-            "views": {v: {"inserted": o.rows_inserted, "deleted": o.rows_deleted}
-                      for v, o in (manifest.outputs or {}).items()},
-            "published": published.raise_if_failed().summary()}
+    out = {"timestep": manifest.timestep, "notes": notes,
+           "views": {v: {"inserted": o.rows_inserted, "deleted": o.rows_deleted}
+                     for v, o in (manifest.outputs or {}).items()},
+           "published": published.raise_if_failed().summary()}
+    note = after_commit(rt)  # after publishing: retention keeps the deltas a table has not caught up with
+    return {**out, "retention": note} if note else out
 
 
 def run_task(rt: CircuitRuntime, step: str, run_id: str, stage: str | None = None,
