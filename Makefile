@@ -47,9 +47,10 @@ lint: install
 	@if [ -x $(VENV)/bin/ruff ]; then $(VENV)/bin/ruff check .; else echo "   (ruff not installed; skipped)"; fi
 
 bench: install
-	@echo ">> bench: $(PY) -m bench.run $(BENCH_ARGS); $(PY) -m bench.recursion (W3)"
+	@echo ">> bench: $(PY) -m bench.run $(BENCH_ARGS); $(PY) -m bench.recursion (W3); $(PY) -m bench.topk"
 	@$(PY) -m bench.run $(BENCH_ARGS)
 	@$(PY) -m bench.recursion
+	@$(PY) -m bench.topk
 
 bench-smoke: install
 	@echo ">> bench-smoke: $(PY) -m bench.run --smoke; $(PY) -m bench.recursion --smoke (W3)"

@@ -79,6 +79,12 @@ def _aggregate(c: Circuit, n: NodeSpec, cols: dict) -> Node:
                            group_by=n.group_by, aggs=aggs))
 
 
+def _topk(c: Circuit, n: NodeSpec, cols: dict) -> Node:
+    spec = n.extra["topk"]
+    return c.add(make_node(n.name, "topk", [n.input], cols[n.name], partition_by=spec.partition_by,
+                           order_by=spec.order_by, k=spec.k, rank=spec.rank, rank_column=spec.rank_column))
+
+
 def _union_all(c: Circuit, n: NodeSpec, cols: dict) -> Node:
     return c.add(make_node(n.name, "plus", n.references, cols[n.name]))
 
@@ -153,6 +159,7 @@ _TRANSLATIONS: dict[str, Callable[[Circuit, NodeSpec, dict], Node]] = {
     "filter": _filter,
     "distinct": _distinct,
     "aggregate": _aggregate,
+    "topk": _topk,
     "union_all": _union_all,
     "union": _union,
     "difference": _difference,

@@ -70,7 +70,8 @@ class Operator:
 
     ``arity``: number of inputs (None: one or more). ``incremental``: the rule that replaces the
     operator in Q^Δ (``Rule``: ``(builder, node, input_deltas) -> delta node id``); None for
-    operators that only appear in incremental circuits. ``nested``: the rule inside a recursive
+    operators that only appear in incremental circuits (``form_of`` then names the query
+    operator whose rule produces them). ``nested``: the rule inside a recursive
     body (``NestedRule``: ``(body_builder, node) -> None``); None: it cannot run in a scope.
     ``keeps_state(circuit, node)`` refines ``state`` per node (a delay of an integral keeps
     none of its own). ``positive``: whether the output is a positive Z-set (all weights >= 0)
@@ -107,6 +108,7 @@ class Operator:
     delta_form: Callable[["Circuit", "Node"], str] | None = None  # explain: what it does with a change
     kernels: Mapping[str, KernelRef] = field(default_factory=dict)
     in_body_only: bool = False  # delta0 / feedback / the 2-D forms: only inside a scope's body
+    form_of: str = ""  # an operator of Q^Δ only: the query operator whose rule produces it (it has no rule)
 
     def stateful(self, circuit: "Circuit", node: "Node") -> bool:
         """Does ``node`` (of this operator) keep state of its own between timesteps?"""

@@ -63,6 +63,7 @@ AGGREGATE = register(Operator(
 
 AGGREGATE_LINEAR = register(Operator(
     "aggregate_linear", arity=1, linearity=NONLINEAR, symbol="agg(linear)", consolidated=True,
+    form_of="aggregate",
     summary="linear aggregates from the delta and per-group running totals",
     # format 2: exact running totals (integer limbs for float sums, decimal(38,...) for integers
     # and decimals; issue 19): state of format 1 is refused with the reset hint, not misread
@@ -72,6 +73,7 @@ AGGREGATE_LINEAR = register(Operator(
 
 AGGREGATE_TOUCHED = register(Operator(
     "aggregate_touched", arity=2, linearity=NONLINEAR, symbol="agg(touched)", consolidated=True,
+    form_of="aggregate",
     summary="recompute the groups the delta touches from the integrated input",
     state=State("previous output row per group", keys=group_keys, update_reads="output"),
     lookup=_groups_of_integral, uses=lambda c, n, p: f"integrated input of aggregate {n.origin!r}",

@@ -37,7 +37,7 @@ DISTINCT = register(Operator(
     kernels=builtin_kernels("distinct")))
 
 DISTINCT_H = register(Operator(
-    "distinct_h", arity=2, linearity=NONLINEAR, symbol="H", consolidated=True,
+    "distinct_h", arity=2, linearity=NONLINEAR, symbol="H", consolidated=True, form_of="distinct",
     summary="H(Δx, z⁻¹(I x)): the change of distinct, from the delta's tuples only",
     lookup=_tuple, uses=lambda c, n, p: f"distinct {n.origin!r}",
     delta_form=lambda c, n: f"H: looks up only the changed tuples in {c[n.inputs[1]].inputs[0]}, emits sign flips",
