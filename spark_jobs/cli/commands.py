@@ -13,7 +13,7 @@ from typing import Iterator
 
 from spark_jobs.cli import render
 from spark_jobs.config import Config, load_config
-from spark_jobs.ir.explain import explain_text, sql_lowering_text, to_dot
+from spark_jobs.ir.explain import explain_text, insert_only_nodes, sql_lowering_text, to_dot
 from spark_jobs.runtime.circuit import compile_file, find_circuit_file, open_circuit
 from spark_jobs.spec import CircuitError, validate_file
 
@@ -174,11 +174,13 @@ def _compiled(args: argparse.Namespace):
 
 def cmd_explain(args: argparse.Namespace) -> int:
     compiled = _compiled(args)
+    growing = insert_only_nodes(compiled.optimized)
     if args.query:
-        print(explain_text(compiled.optimized, f"Query circuit of {compiled.spec.name} (after distinct consolidation)"))
+        print(explain_text(compiled.optimized, f"Query circuit of {compiled.spec.name} (after distinct consolidation)",
+                           growing))
         print()
     print(explain_text(compiled.incremental,
-                       f"Incremental circuit of {compiled.spec.name} (fingerprint {compiled.fingerprint})"))
+                       f"Incremental circuit of {compiled.spec.name} (fingerprint {compiled.fingerprint})", growing))
     lowering = sql_lowering_text(compiled.optimized, compiled.incremental)
     if lowering:
         print()

@@ -14,6 +14,9 @@ group-by columns, then ``__rows`` (bigint, Σ w), then per *slot* ``j`` (the ind
 count/sum/avg whose argument text, stripped, is this one) ``__c<j>`` (bigint, Σ w over rows whose
 argument is not NULL) and, when a sum or avg reads the slot, the exact sum's parts
 ``__s<j>_<part>`` (``PARTS``, by family of Spark's SUM type: integer, decimal, split decimal, float).
+
+An ``aggregate_insert_only`` row (inputs that only insert) holds the same totals, then per min/max
+aggregate ``i`` its extremum so far ``__e<i>`` (in the argument's type; NULL: no non-NULL value).
 """
 from __future__ import annotations
 
@@ -51,6 +54,11 @@ def q(name: str) -> str:
 
 def count_name(j: int) -> str:
     return f"__c{j}"
+
+
+def extremum_name(i: int) -> str:
+    """The state column of min/max aggregate ``i`` of an ``aggregate_insert_only`` node."""
+    return f"__e{i}"
 
 
 def sum_prefix(j: int) -> str:

@@ -56,8 +56,10 @@ def _state_format(op: str) -> int:
     return state.format if state is not None else 1
 
 
-# Params that bound or tune the work, or document it, without changing what the state means.
-_NOT_MEANING = frozenset({"max_iterations", "sql"})
+# Params that bound or tune the work, or document it, without changing what the state means
+# (an input's ``append_only`` changes state only through the operators it selects, whose names
+# are in the fingerprint: circuits whose state it does not change keep their fingerprint).
+_NOT_MEANING = frozenset({"max_iterations", "sql", "append_only"})
 
 
 def _meaning(params: tuple) -> tuple:

@@ -1,8 +1,10 @@
 """Human-readable views of a compiled circuit: a table (`dbsp explain`) and Graphviz DOT (`dbsp draw`)."""
 from __future__ import annotations
 
+from typing import Sequence
+
 from spark_jobs.ir.graph import Circuit, Node, state_of
-from spark_jobs.ir.operator import operator
+from spark_jobs.ir.operator import is_insert_only, operator
 
 
 def symbol(op: str) -> str:
@@ -23,8 +25,14 @@ def state_role(circuit: Circuit, node: Node) -> str | None:
     return role(circuit, node) if role is not None else f"{kind} of {node.origin!r}"
 
 
-def explain_text(circuit: Circuit, title: str = "") -> str:
-    """A table of every operator: inputs, linearity and the state it keeps."""
+def insert_only_nodes(query: Circuit) -> list[str]:
+    """The nodes of a query circuit whose value only grows (``operator.is_insert_only``)."""
+    return [n.id for n in query if is_insert_only(query, n.id)]
+
+
+def explain_text(circuit: Circuit, title: str = "", insert_only: Sequence[str] = ()) -> str:
+    """A table of every operator: inputs, linearity and the state it keeps; then the state, the
+    views and ``insert_only``, the streams that only grow (``insert_only_nodes`` of the query)."""
     rows = [("node", "op", "linear", "inputs", "state")]
     for node in circuit:
         rows.append((node.id, symbol(node.op) + ("" if node.op == symbol(node.op) else f" ({node.op})"),
@@ -41,6 +49,8 @@ def explain_text(circuit: Circuit, title: str = "") -> str:
     for n in stateful:
         lines.append(f"  {n.id}: {state_role(circuit, n)}")
     lines.append("Views: " + ", ".join(f"{v} <- {nid}" for v, nid in circuit.outputs.items()))
+    if insert_only:
+        lines.append("Insert-only (append_only inputs, no delete reaches them): " + ", ".join(insert_only))
     for scope in (n for n in circuit if n.op == "scope"):
         lines += ["", *_scope_text(scope)]
     return "\n".join(lines)

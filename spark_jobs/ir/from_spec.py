@@ -28,8 +28,10 @@ def build_query_circuit(spec: CircuitSpec, columns: dict[str, tuple[str, ...]]) 
     circuit = Circuit(spec.name, inputs={n: columns[n] for n in spec.inputs})
     for name, inp in spec.inputs.items():
         # only `changes` can delete what is not there: snapshots and cdc derive their changes from
-        # the input's own state, append_only refuses deletes (the bag check: runtime/bag.py)
-        params = {"bag": True} if inp.source is not None and inp.source.kind == "changes" else {}
+        # the input's own state, append_only refuses deletes (the bag check: runtime/bag.py).
+        # append_only: since its reader refuses deletes, the IR derives insert-only streams from it
+        kind = inp.source.kind if inp.source is not None else None
+        params = {"bag": True} if kind == "changes" else {"append_only": True} if kind == "append_only" else {}
         circuit.add(make_node(name, "input", out=columns[name], name=name, **params))
     for node in (spec.nodes[name] for name in dependency_order(spec.nodes)):
         limit = int(spec.settings.get("max_iterations", DEFAULT_MAX_ITERATIONS))

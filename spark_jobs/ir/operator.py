@@ -37,6 +37,8 @@ Linearity = Literal["linear", "bilinear", "linear (stream)", "non-linear"]
 # how an operator's output relates to its inputs' properties
 ALWAYS, INPUTS, NEVER = "always", "inputs", "never"
 Property = Literal["always", "inputs", "never"]
+# a fact that depends on the node itself (an input: its declared, enforced source kind)
+NodeFact = Callable[["Circuit", "Node"], bool]
 
 KernelRef = Union[str, Callable[..., Any]]
 ENGINES = ("spark", "arrow")  # engines of a timestep; "loop" names a nested-loop kernel
@@ -76,7 +78,10 @@ class Operator:
     whenever the inputs are ("inputs") or always; ``distinct_moves``: the distinct rewrites of
     the consolidation pass that may cross it ("delay": Prop. 4.4, "once": Prop. 4.5).
     ``consolidated``: its output has one row per tuple and no zero weight, so a view reading it
-    needs no consolidation. ``lookup(node, position)``: the columns by which the operator looks
+    needs no consolidation. ``insert_only``: whether the node's value only grows over time (every
+    change has weights >= 0) whenever its inputs' do ("inputs"), or per node (a ``NodeFact``: an
+    input is insert-only when its source is ``append_only``, whose reader refuses a delete); see
+    ``is_insert_only``. ``lookup(node, position)``: the columns by which the operator looks
     up its (state-sized) input at ``position``, if it does (the integral it reads is then kept
     sorted on them); ``uses(circuit, node, position)``: what it reads that input for, in the
     user's terms (``explain``). ``summary`` and ``note`` feed ``explain`` (the note for a node
@@ -92,6 +97,7 @@ class Operator:
     state: State | None = None
     keeps_state: Callable[["Circuit", "Node"], bool] | None = None
     positive: Property = NEVER
+    insert_only: "Property | NodeFact" = NEVER
     distinct_moves: frozenset[str] = frozenset()
     consolidated: bool = False
     incremental: Callable[..., str] | None = None
@@ -187,6 +193,20 @@ def delayed_integral_source(circuit: "Circuit", node_id: str) -> str | None:
 def is_integral(circuit: "Circuit", node_id: str) -> bool:
     """Is this value state-sized: I(x), or z⁻¹(I(x))?"""
     return circuit[node_id].op == "integrate" or delayed_integral_source(circuit, node_id) is not None
+
+
+def is_insert_only(circuit: "Circuit", node_id: str) -> bool:
+    """Does the value of ``node_id`` (in a query circuit) only grow: is every change of it
+    insert-only (weights >= 0)? Derived from the IR, operator by operator (``Operator.insert_only``):
+    it holds only where it is proved from the inputs up, never from a flag on the node itself,
+    so an aggregate may keep O(groups) state for it (``aggregate_insert_only``)."""
+    node = circuit[node_id]
+    fact = operator(node.op).insert_only
+    if callable(fact):
+        return fact(circuit, node)
+    if fact == INPUTS:
+        return bool(node.inputs) and all(is_insert_only(circuit, i) for i in node.inputs)
+    return fact == ALWAYS
 
 
 def builtin_kernels(fn: str | None, *, loop: str | None = None) -> dict[str, str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from spark_jobs.ir.compile import CompiledCircuit
-from spark_jobs.ir.explain import explain_text, symbol
+from spark_jobs.ir.explain import explain_text, insert_only_nodes, symbol
 from spark_jobs.ir.graph import Circuit, state_of
 
 TIMESTEP_TEXT = (
@@ -86,7 +86,8 @@ def dag_doc(path: str, compiled: CompiledCircuit, stages: Sequence, task_ids: Ma
         f"  \n**Spark:** {submission}  \n**Fingerprint:** `{compiled.fingerprint}`",
         "## Tasks", task_table(stages, task_ids),
         "## Incremental circuit (`dbsp explain`)",
-        _fence("text", explain_text(compiled.incremental, f"Incremental circuit of {spec.name}")),
+        _fence("text", explain_text(compiled.incremental, f"Incremental circuit of {spec.name}",
+                                    insert_only_nodes(compiled.optimized))),
         "## Diagram (Mermaid; bold = keeps state)",
         _fence("mermaid", mermaid(compiled.incremental, stages, task_ids)),
         "## Circuit YAML", _fence("yaml", spec.text),

@@ -21,9 +21,10 @@ from spark_jobs.executor.arrow.expressions import column_value
 from spark_jobs.executor.arrow.zsets import consolidate
 from spark_jobs.executor.kernels import NotLocal
 from spark_jobs.executor.totals import (EXACT, LIMBS, MAX_SPLIT_SCALE, PARTS, ROWS, TOTAL_LIMIT_EXP, count_name,
-                                        finish_float, finish_limbs, finish_sql, float_terms, is_split, split_terms,
-                                        sum_prefix)
+                                        extremum_name, finish_float, finish_limbs, finish_sql, float_terms, is_split,
+                                        split_terms, sum_prefix)
 from spark_jobs.executor.totals import slots as linear_slots
+from spark_jobs.ir.ops.aggregate import EXTREMA
 from spark_jobs.spec.model import WEIGHT
 
 Agg = tuple[str, str, "str | None", bool]  # (out, func, arg or None for count(*), distinct)
@@ -90,10 +91,7 @@ def _value(func: str, distinct: bool, values: list[Any] | None, weights: list[in
         return sum(w for _, w in present)
     present = [v for v in values or () if v is not None]
     if func in ("min", "max"):
-        if not present:
-            return None
-        pick = min if func == "min" else max
-        return pick(present, key=_spark_key)
+        return _pick(func, present)
     raise NotLocal(f"{func} in-process: exact running totals are not built on Arrow yet")
 
 
@@ -265,17 +263,62 @@ def linear_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str],
 
 def _linear_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str], aggs: Sequence[Agg],
                  first_step: bool, timezone: str, node: str) -> tuple[pa.Table, pa.Table]:
+    args, types = _arguments(delta, aggs, timezone)
+    slots, sums, accs = _layout(aggs, types, node)
+    names = [n for n, _, _ in accs]
+    changed = {k: a for k, a in _delta_totals(delta, group_by, args, slots, sums, names).items()
+               if any(v != 0 for v in a.values())}  # no-op groups
+    _check_totals(changed, accs)
+    key_fields = [pa.field(g, delta.schema.field(g).type) for g in group_by]
+    totals = _table(key_fields + [pa.field(n, t) for n, t, _ in accs],
+                    [[*k, *(a[n] for n in names)] for k, a in changed.items()])
+
+    old: dict[tuple, dict[str, Any]] = {}
+    if prev is not None and prev.num_rows:
+        prev_keys = _keys(prev, group_by)
+        values = {n: prev.column(n).to_pylist() for n in names}
+        for r, key in enumerate(prev_keys):
+            if group_by and key not in changed:
+                continue
+            acc = old.setdefault(key, dict.fromkeys(names, 0))
+            for n in names:
+                acc[n] += values[n][r] if values[n][r] is not None else 0
+    groups = [()] if not group_by else list(changed)  # a global aggregate's one row always exists
+    zero = dict.fromkeys(names, 0)
+    new = {k: {n: old.get(k, zero)[n] + changed.get(k, zero)[n] for n in names} for k in groups}
+    _check_totals(old, accs)
+    _check_totals(new, accs)
+    outs = _outs(aggs, types)
+    finished = {side: _finish({k: rows.get(k, zero) for k in groups}, slots, sums, outs, timezone)
+                for side, rows in (("old", old), ("new", new))}
+    return _changes(key_fields, outs, groups, old, new, finished, first_step), totals
+
+
+def _arguments(delta: pa.Table, aggs: Sequence[Agg], timezone: str
+               ) -> tuple[dict[int, list[Any]], dict[int, pa.DataType]]:
+    """Each aggregate's argument per row of ``delta`` (as Python values), and its type."""
     args, types = {}, {}
     for i, (_, _, arg, _) in enumerate(aggs):
         if arg is not None:
             value, types[i] = column_value(delta, arg, timezone)
             args[i] = value.to_pylist()
-    slots, sums, accs = _layout(aggs, types, node)
-    names = [n for n, _, _ in accs]
-    keys = list(zip(*[delta.column(g).to_pylist() for g in group_by])) if group_by else [()] * delta.num_rows
+    return args, types
+
+
+def _keys(table: pa.Table, group_by: Sequence[str]) -> list[tuple]:
+    return list(zip(*[table.column(g).to_pylist() for g in group_by])) if group_by else [()] * table.num_rows
+
+
+def _outs(aggs: Sequence[Agg], types: dict[int, pa.DataType]) -> list[tuple[str, str, str | None, pa.DataType]]:
+    return [(out, func, arg, output_type(func, types.get(i), False)) for i, (out, func, arg, _) in enumerate(aggs)]
+
+
+def _delta_totals(delta: pa.Table, group_by: Sequence[str], args: dict[int, list[Any]], slots: dict[int, int],
+                  sums: dict[int, _Sum], names: list[str]) -> dict[tuple, dict[str, Any]]:
+    """The running totals each group of ``delta`` adds (``totals`` layout), by group."""
     weights = delta.column(WEIGHT).to_pylist()
     changed: dict[tuple, dict[str, Any]] = {}
-    for r, key in enumerate(keys):
+    for r, key in enumerate(_keys(delta, group_by)):
         acc = changed.setdefault(key, dict.fromkeys(names, 0))
         w = weights[r]
         acc[ROWS] += w
@@ -287,34 +330,18 @@ def _linear_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str]
             if j in sums:
                 for (n, _), term in zip(sums[j].parts, sums[j].terms(x, w)):
                     acc[n] += term
-    changed = {k: a for k, a in changed.items() if any(v != 0 for v in a.values())}  # no-op groups
-    _check_totals(changed, accs)
-    key_fields = [pa.field(g, delta.schema.field(g).type) for g in group_by]
-    totals = _table(key_fields + [pa.field(n, t) for n, t, _ in accs],
-                    [[*k, *(a[n] for n in names)] for k, a in changed.items()])
+    return changed
 
-    old: dict[tuple, dict[str, Any]] = {}
-    if prev is not None and prev.num_rows:
-        prev_keys = list(zip(*[prev.column(g).to_pylist() for g in group_by])) if group_by else [()] * prev.num_rows
-        values = {n: prev.column(n).to_pylist() for n in names}
-        for r, key in enumerate(prev_keys):
-            if group_by and key not in changed:
-                continue
-            acc = old.setdefault(key, dict.fromkeys(names, 0))
-            for n in names:
-                acc[n] += values[n][r] if values[n][r] is not None else 0
-    is_global = not group_by
-    groups = [()] if is_global else list(changed)  # a global aggregate's one row always exists
-    zero = dict.fromkeys(names, 0)
-    new = {k: {n: old.get(k, zero)[n] + changed.get(k, zero)[n] for n in names} for k in groups}
-    _check_totals(old, accs)
-    _check_totals(new, accs)
-    outs = [(out, func, arg, output_type(func, types.get(i), False)) for i, (out, func, arg, _) in enumerate(aggs)]
-    finished = {side: _finish({k: rows.get(k, zero) for k in groups}, slots, sums, outs, timezone)
-                for side, rows in (("old", old), ("new", new))}
+
+def _changes(key_fields: list[pa.Field], outs: list[tuple[str, str, str | None, pa.DataType]], groups: list[tuple],
+             old: dict[tuple, dict[str, Any]], new: dict[tuple, dict[str, Any]],
+             finished: dict[str, dict[tuple, list[Any]]], first_step: bool) -> pa.Table:
+    """-old row / +new row of each touched group, nothing where they are equal (a group exists
+    while its row count is positive; without group_by the one row always exists)."""
+    is_global = not key_fields
     out_rows = []
     for k in groups:
-        old_exists = not first_step if is_global else old.get(k, zero)[ROWS] > 0
+        old_exists = not first_step if is_global else old.get(k, {ROWS: 0})[ROWS] > 0
         new_exists = True if is_global else new[k][ROWS] > 0
         before, after = finished["old"][k], finished["new"][k]
         if old_exists and new_exists and all(_same(a, b) for a, b in zip(before, after)):
@@ -324,7 +351,85 @@ def _linear_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str]
         if new_exists:
             out_rows.append([*k, *after, 1])
     out_fields = key_fields + [pa.field(o, t) for o, _, _, t in outs] + [pa.field(WEIGHT, pa.int64())]
-    return _table(out_fields, out_rows), totals
+    return _table(out_fields, out_rows)
+
+
+# ---- min/max over an insert-only input: totals and extrema, as ``aggregate_insert_only_step`` ----
+
+def insert_only_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str], aggs: Sequence[Agg],
+                     first_step: bool, timezone: str, node: str = "aggregate") -> tuple[pa.Table, pa.Table]:
+    """One step of an aggregate with min/max over an insert-only input: ``(out_delta,
+    state_delta)``, the same rows, types and state as ``operators/aggregate.
+    aggregate_insert_only_step``. ``prev``: this node's state rows of the groups the delta
+    touches (all of them without group_by; None: none yet). A negative weight hands the step to
+    Spark, which refuses it."""
+    with localcontext(EXACT):
+        return _insert_only_step(delta, prev, group_by, aggs, first_step, timezone, node)
+
+
+def _pick(func: str, values: Sequence[Any]) -> Any:
+    """Spark's min/max of ``values`` (NULLs ignored; NaN above every number); None if none."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    return (min if func == "min" else max)(present, key=_spark_key)
+
+
+def _insert_only_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str], aggs: Sequence[Agg],
+                      first_step: bool, timezone: str, node: str) -> tuple[pa.Table, pa.Table]:
+    if delta.num_rows and pc.min(delta.column(WEIGHT)).as_py() < 0:
+        raise NotLocal(f"aggregate {node!r}: a change deletes rows but its input is insert-only: Spark reports it")
+    args, types = _arguments(delta, aggs, timezone)
+    slots, sums, accs = _layout(aggs, types, node)
+    names = [n for n, _, _ in accs]
+    ext = {i: func for i, (_, func, _, _) in enumerate(aggs) if func in EXTREMA}
+    changed = {k: a for k, a in _delta_totals(delta, group_by, args, slots, sums, names).items() if a[ROWS] != 0}
+    weights = delta.column(WEIGHT).to_pylist()
+    found: dict[tuple, dict[int, list[Any]]] = {k: {i: [] for i in ext} for k in changed}
+    for r, key in enumerate(_keys(delta, group_by)):
+        if weights[r] > 0 and key in found:
+            for i in ext:
+                found[key][i].append(args[i][r])
+
+    zero = dict.fromkeys(names, 0)
+    old: dict[tuple, dict[str, Any]] = {}
+    old_found: dict[tuple, dict[int, list[Any]]] = {}
+    if prev is not None and prev.num_rows:
+        values = {n: prev.column(n).to_pylist() for n in [*names, *map(extremum_name, ext), WEIGHT]}
+        for r, key in enumerate(_keys(prev, group_by)):
+            if group_by and key not in changed:
+                continue
+            sign = -1 if values[WEIGHT][r] < 0 else 1  # -old +new rows: the totals telescope
+            acc = old.setdefault(key, dict(zero))
+            for n in names:
+                acc[n] += sign * (values[n][r] or 0)
+            for i in ext:  # monotone: the extremum over every row is the last one
+                old_found.setdefault(key, {j: [] for j in ext})[i].append(values[extremum_name(i)][r])
+    groups = [()] if not group_by else list(changed)
+    new = {k: {n: old.get(k, zero)[n] + changed.get(k, zero)[n] for n in names} for k in groups}
+    _check_totals(changed, accs)
+    _check_totals(new, accs)
+    outs = _outs(aggs, types)
+    linear = [i for i in range(len(aggs)) if i not in ext]
+    extrema = {"old": {k: {i: _pick(f, old_found.get(k, {}).get(i, [])) for i, f in ext.items()} for k in groups}}
+    extrema["new"] = {k: {i: _pick(f, [extrema["old"][k][i], *found.get(k, {}).get(i, [])]) for i, f in ext.items()}
+                      for k in groups}
+    finished = {}
+    for side, rows in (("old", old), ("new", new)):
+        values = _finish({k: rows.get(k, zero) for k in groups}, slots, sums, outs, timezone, linear)
+        finished[side] = {k: [extrema[side][k][i] if i in ext else v for i, v in enumerate(row)]
+                          for k, row in values.items()}
+    key_fields = [pa.field(g, delta.schema.field(g).type) for g in group_by]
+    out = _changes(key_fields, outs, groups, old, new, finished, first_step)
+    state_rows = []
+    for k in groups:
+        sides = (("old", old.get(k, zero), -1), ("new", new[k], 1))
+        if old.get(k, zero)[ROWS] != new[k][ROWS]:
+            state_rows += [[*k, *(t[n] for n in names), *extrema[side][k].values(), w]
+                           for side, t, w in sides if t[ROWS] > 0]
+    state_fields = (key_fields + [pa.field(n, t) for n, t, _ in accs]
+                    + [pa.field(extremum_name(i), types[i]) for i in ext] + [pa.field(WEIGHT, pa.int64())])
+    return out, _table(state_fields, state_rows)
 
 
 def _check_totals(groups: dict[tuple, dict[str, Any]], accs: list[tuple[str, pa.DataType, bool]]) -> None:
@@ -347,9 +452,11 @@ def _spark_name(t: pa.DataType) -> str:
 
 
 def _finish(groups: dict[tuple, dict[str, Any]], slots: dict[int, int], sums: dict[int, _Sum],
-            outs: list[tuple[str, str, str | None, pa.DataType]], timezone: str) -> dict[tuple, list[Any]]:
+            outs: list[tuple[str, str, str | None, pa.DataType]], timezone: str,
+            only: Sequence[int] | None = None) -> dict[tuple, list[Any]]:
     """Each group's output values from its totals: the finished sums (``_Sum.value``, in
-    Python), then the Spark kernel's finishing SQL (``totals.finish_sql``) compiled to Arrow."""
+    Python), then the Spark kernel's finishing SQL (``totals.finish_sql``) compiled to Arrow.
+    ``only``: the aggregates to finish (the others are None: min/max, kept apart)."""
     if not groups:
         return {}
     columns: dict[str, tuple[pa.DataType, list[Any]]] = {ROWS: (pa.int64(), [t[ROWS] for t in groups.values()])}
@@ -368,6 +475,9 @@ def _finish(groups: dict[tuple, dict[str, Any]], slots: dict[int, int], sums: di
     table = pa.Table.from_arrays([pa.array(v, t) for t, v in columns.values()], names=list(columns))
     values = []
     for i, (_, func, arg, dtype) in enumerate(outs):
+        if only is not None and i not in only:
+            values.append([None] * len(groups))
+            continue
         j = slots.get(i)
         sql = finish_sql(func, arg, j, j in sums and sums[j].family == "integer")
         values.append(column_value(table, f"CAST({sql} AS {_spark_name(dtype)})", timezone)[0].to_pylist())

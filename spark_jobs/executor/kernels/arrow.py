@@ -246,23 +246,38 @@ def aggregate(s: "Step", node: Node) -> pa.Table:
 
 
 def aggregate_linear(s: "Step", node: Node) -> pa.Table:
-    """count/sum/avg from the delta and the running totals of the groups it touches (looked up by
-    the first group column; without group_by the whole totals trace, one row per step)."""
+    """count/sum/avg from the delta and the running totals of the groups it touches."""
+    return _from_own_state(s, node, agg.linear_step)
+
+
+def aggregate_insert_only(s: "Step", node: Node) -> pa.Table:
+    """min/max (and count/sum/avg) over an insert-only input from the state rows (totals and
+    extrema) of the groups the delta touches: ``arrow/aggregate.insert_only_step``."""
+    return _from_own_state(s, node, agg.insert_only_step)
+
+
+def _from_own_state(s: "Step", node: Node, step: Callable[..., tuple[pa.Table, pa.Table]]) -> pa.Table:
+    """``step`` on the delta and this node's state rows of the groups it touches; the rows it
+    returns are appended to the state."""
     delta = _delta(s, node.inputs[0])
     group_by = tuple(node.param("group_by", ()))
-    trace = _engine(s).trace(node.id)
-    prev = None
-    if trace is not None:
-        if group_by:
-            keys = pc.unique(delta.column(group_by[0])).to_pylist() if delta.num_rows else []
-            prev = _engine(s).lookup(trace, group_by[0], keys) if keys else trace.schema.empty_table()
-        else:
-            _engine(s).charge(trace.rows(), "the totals of a global aggregate")
-            prev = trace.read_all()
-    out, totals = agg.linear_step(delta, prev, group_by, node.param("aggs"), s.first_step, _engine(s).timezone,
-                                 node.id)
-    s.update(node.id, StateUpdate("append", totals, group_by, sort_by=group_by))
+    out, state = step(delta, _own_rows(s, node, delta, group_by), group_by, node.param("aggs"), s.first_step,
+                      _engine(s).timezone, node.id)
+    s.update(node.id, StateUpdate("append", state, group_by, sort_by=group_by))
     return out
+
+
+def _own_rows(s: "Step", node: Node, delta: pa.Table, group_by: Sequence[str]) -> pa.Table | None:
+    """The rows of ``node``'s own trace for the groups ``delta`` touches (looked up by the first
+    group column; without group_by the whole trace); None when it has none yet."""
+    trace = _engine(s).trace(node.id)
+    if trace is None:
+        return None
+    if not group_by:
+        _engine(s).charge(trace.rows(), "the state of a global aggregate")
+        return trace.read_all()
+    keys = pc.unique(delta.column(group_by[0])).to_pylist() if delta.num_rows else []
+    return _engine(s).lookup(trace, group_by[0], keys) if keys else trace.schema.empty_table()
 
 
 def aggregate_touched(s: "Step", node: Node) -> pa.Table:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -238,16 +238,27 @@ def aggregate(s: "Step", node: Node) -> DataFrame:
 
 
 def aggregate_linear(s: "Step", node: Node) -> DataFrame:
+    return _from_own_state(s, node, agg.aggregate_linear_step)
+
+
+def aggregate_insert_only(s: "Step", node: Node) -> DataFrame:
+    """min/max (and count/sum/avg) over an insert-only input: no integral of the input."""
+    return _from_own_state(s, node, agg.aggregate_insert_only_step)
+
+
+def _from_own_state(s: "Step", node: Node, step: Callable[..., tuple[DataFrame, DataFrame]]) -> DataFrame:
+    """An aggregate kept as one state row set per group (running totals; for insert-only inputs
+    also extrema): ``step`` reads the rows of the groups the delta touches (narrowed on the
+    driver when small) and returns the output change and the rows to append to the state."""
     (delta,) = s.args(node)
     group_by = tuple(node.param("group_by", ()))
     prev = s.state.read(node.id)
     broadcast = _engine(s).broadcast
     if broadcast and prev is not None:
         prev = _narrowed_state(s, node.id, node.inputs[0], group_by, prev.columns)
-    out, totals = agg.aggregate_linear_step(delta, prev, group_by, node.param("aggs"), s.first_step,
-                                            broadcast_delta=broadcast, node=node.id,
-                                            in_list_max=_engine(s).policy.narrow.in_list_max)
-    s.update(node.id, StateUpdate("append", totals, group_by, sort_by=group_by))
+    out, state = step(delta, prev, group_by, node.param("aggs"), s.first_step, broadcast_delta=broadcast,
+                      node=node.id, in_list_max=_engine(s).policy.narrow.in_list_max)
+    s.update(node.id, StateUpdate("append", state, group_by, sort_by=group_by))
     return out
 
 

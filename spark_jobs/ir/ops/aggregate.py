@@ -8,14 +8,20 @@ with func one of count, sum, avg, min, max. Without group_by there is one row, e
 - ``aggregate_touched`` (inputs: the delta, the integral of the input): recompute only the
   groups the delta touches from the integral; its state is the previous output per group, so
   the old row of a touched group is known without recomputing it.
+- ``aggregate_insert_only`` (min/max, with or without count/sum/avg, none DISTINCT, over an
+  insert-only input: ``operator.is_insert_only``): a group's min can only fall and its max only
+  rise, so the new extremum is the extremum of the old one and the delta's. Its state is one row
+  per group (running totals and extrema); it keeps no integral of its input: O(groups), not
+  O(rows).
 """
 from __future__ import annotations
 
 from spark_jobs.ir.builder import Builder
 from spark_jobs.ir.graph import Circuit, Node
-from spark_jobs.ir.operator import ALWAYS, NONLINEAR, Operator, State, builtin_kernels, register
+from spark_jobs.ir.operator import ALWAYS, NONLINEAR, Operator, State, builtin_kernels, is_insert_only, register
 
 LINEAR_AGGREGATES = frozenset({"count", "sum", "avg"})
+EXTREMA = frozenset({"min", "max"})
 
 
 def is_linear(aggs) -> bool:
@@ -23,11 +29,21 @@ def is_linear(aggs) -> bool:
     return all(func in LINEAR_AGGREGATES and not distinct for _, func, _, distinct in aggs)
 
 
+def monotone(aggs) -> bool:
+    """Can every aggregate be maintained from running totals and extrema when rows are only
+    ever inserted (no DISTINCT: that needs the set of values)?"""
+    return all(func in LINEAR_AGGREGATES | EXTREMA and not distinct for _, func, _, distinct in aggs)
+
+
 def rule_aggregate(b: Builder, node: Node, deltas: list[str]) -> str:
-    """Section 7: linear aggregates from the delta; others re-evaluated for touched groups only."""
+    """Section 7: linear aggregates from the delta; min/max over an insert-only input from the
+    old extrema and the delta; others re-evaluated for touched groups only."""
     (dx,) = deltas
-    if is_linear(node.param("aggs")):
+    aggs = node.param("aggs")
+    if is_linear(aggs):
         return b.add(node.with_(op="aggregate_linear", inputs=(dx,)))
+    if monotone(aggs) and is_insert_only(b.query, node.inputs[0]):
+        return b.add(node.with_(op="aggregate_insert_only", inputs=(dx,)))
     return b.add(node.with_(op="aggregate_touched", inputs=(dx, b.integral(dx))))
 
 
@@ -64,3 +80,14 @@ AGGREGATE_TOUCHED = register(Operator(
     delta_form=lambda c, n: (f"recomputes only the groups in the change from {n.inputs[1]}, keeps its previous "
                              f"output per group"),
     kernels=builtin_kernels("aggregate_touched")))
+
+AGGREGATE_INSERT_ONLY = register(Operator(
+    "aggregate_insert_only", arity=1, linearity=NONLINEAR, symbol="agg(insert-only)", consolidated=True,
+    summary="min/max (and count/sum/avg) of an insert-only input from per-group totals and extrema",
+    # one row per group (zset: each step appends -old +new state rows of the groups it touches,
+    # which compaction cancels): running totals as aggregate_linear's, then the extrema
+    state=State("per-group running totals and extrema (inserts only: no integral of the input)",
+                keys=group_keys),
+    delta_form=lambda c, n: ("new extremum = extremum(old, change's), totals plus the change's "
+                             "(state: one row per touched group)"),
+    kernels=builtin_kernels("aggregate_insert_only")))

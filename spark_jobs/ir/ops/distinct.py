@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from spark_jobs.ir.builder import Builder, BodyBuilder
 from spark_jobs.ir.graph import Node, make_node
-from spark_jobs.ir.operator import ALWAYS, NONLINEAR, Operator, builtin_kernels, register
+from spark_jobs.ir.operator import ALWAYS, INPUTS, NONLINEAR, Operator, builtin_kernels, register
 
 
 def rule_distinct(b: Builder, node: Node, deltas: list[str]) -> str:
@@ -32,6 +32,7 @@ def _tuple(node: Node, position: int) -> tuple[str, ...] | None:
 
 DISTINCT = register(Operator(
     "distinct", arity=1, linearity=NONLINEAR, symbol="distinct", positive=ALWAYS, consolidated=True,
+    insert_only=INPUTS,  # a tuple's weight in I(x) never falls: once in the set, it stays
     summary="the set of tuples with a positive weight", incremental=rule_distinct, nested=nested_distinct,
     kernels=builtin_kernels("distinct")))
 

@@ -50,9 +50,12 @@ def _side(circuit: Circuit, node: Node, position: int) -> str:
 
 
 JOIN = register(Operator(
-    "join", arity=2, linearity=BILINEAR, symbol="⋈", positive=INPUTS, distinct_moves=frozenset({"delay", "once"}),
+    "join", arity=2, linearity=BILINEAR, symbol="⋈", positive=INPUTS, insert_only=INPUTS,
+    distinct_moves=frozenset({"delay", "once"}),
     summary="inner equi-join (or product); weights multiply", incremental=rule_bilinear, nested=nested_join,
     lookup=join_keys, uses=_side, delta_form=delta_form, kernels=builtin_kernels("join")))
+# insert_only=INPUTS: over insert-only inputs all three terms of the rule are products of
+# non-negative Z-sets (a change, or the integral of non-negative changes), so the change is too
 
 JOIN_NESTED = register(Operator(
     "join_nested", arity=4, linearity=BILINEAR, symbol="⋈ (2-D)", in_body_only=True,

@@ -48,23 +48,32 @@ def nested_as_is(bb: BodyBuilder, node: Node) -> None:
     bb.add(node)
 
 
+def append_only_input(circuit: Circuit, node: Node) -> bool:
+    """An input is insert-only when its source is ``append_only``: its reader refuses a file with
+    a negative ``_weight`` and the step commits nothing (``executor/sources/formats.py``)."""
+    return node.param("append_only") is True
+
+
 INPUT = register(Operator(
-    "input", arity=0, linearity=LINEAR, symbol="in", positive=ALWAYS,
+    "input", arity=0, linearity=LINEAR, symbol="in", positive=ALWAYS, insert_only=append_only_input,
     summary="the change of an input relation (its value in the query circuit)",
     incremental=rule_input, delta_form=same_on_the_change, kernels=builtin_kernels("input")))
 
 MAP = register(Operator(
-    "map", arity=1, linearity=LINEAR, symbol="map", positive=INPUTS, distinct_moves=frozenset({"once"}),
+    "map", arity=1, linearity=LINEAR, symbol="map", positive=INPUTS, insert_only=INPUTS,
+    distinct_moves=frozenset({"once"}),
     summary="computed columns, weights unchanged (select)", incremental=rule_linear, nested=nested_as_is,
     note=AS_IS, delta_form=same_on_the_change, kernels=builtin_kernels("map", loop="linear")))
 
 FILTER = register(Operator(
-    "filter", arity=1, linearity=LINEAR, symbol="σ", positive=INPUTS, distinct_moves=frozenset({"delay", "once"}),
+    "filter", arity=1, linearity=LINEAR, symbol="σ", positive=INPUTS, insert_only=INPUTS,
+    distinct_moves=frozenset({"delay", "once"}),
     summary="rows whose predicate is true", incremental=rule_linear, nested=nested_as_is, note=AS_IS,
     delta_form=same_on_the_change, kernels=builtin_kernels("filter", loop="linear")))
 
 PLUS = register(Operator(
-    "plus", arity=None, linearity=LINEAR, symbol="+", positive=INPUTS, distinct_moves=frozenset({"once"}),
+    "plus", arity=None, linearity=LINEAR, symbol="+", positive=INPUTS, insert_only=INPUTS,
+    distinct_moves=frozenset({"once"}),
     summary="Z-set addition (UNION ALL)", incremental=rule_linear, nested=nested_as_is, note=AS_IS,
     delta_form=plus_form, kernels=builtin_kernels("plus", loop="plus")))
 
