@@ -133,14 +133,41 @@ class TraceFiles:
                 keep = pc.and_(keep, pc.less_equal(it, hi))
         return table.filter(keep)
 
+    def matching(self, column: str, values: Sequence[object], max_found: int) -> pa.Table:
+        """Rows whose ``column`` is one of ``values`` (NULL matches NULL), streamed: the admitted
+        row groups are decoded batch by batch and only the matching rows are kept (nothing is
+        cached). For a probe of many keys spread over a large sorted trace, where ``lookup``
+        would hold most of the trace in memory. ``TooMany`` once more than ``max_found`` rows
+        match (the caller then leaves the work to Spark)."""
+        present, want_null = _probe(values)
+        wanted = pa.array(present + ([None] if want_null else []), self.schema.field(column).type)
+        admitted: dict[int, list[int]] = {}
+        for g in self._admitted(column, present, want_null, (None, None), None):
+            admitted.setdefault(g.file, []).append(g.index)
+        parts, found = [], 0
+        for f, groups in admitted.items():
+            with self.fs.open_read(self.paths[f]) as fh:
+                reader = pq.ParquetFile(fh, metadata=self._meta[f])
+                for batch in reader.iter_batches(batch_size=65_536, row_groups=groups, columns=self.schema.names):
+                    keep = batch.filter(pc.is_in(batch.column(column), value_set=wanted, skip_nulls=not want_null))
+                    found += keep.num_rows
+                    if found > max_found:
+                        raise TooMany(f"more than {max_found} trace rows match")
+                    if keep.num_rows:
+                        parts.append(pa.Table.from_batches([keep]).cast(self.schema))
+            rgs = [self._meta[f].row_group(g) for g in groups]
+            self.bytes_read += sum(rg.column(c).total_compressed_size for rg in rgs for c in range(rg.num_columns))
+        return pa.concat_tables(parts) if parts else self.schema.empty_table()
+
     def _groups_of(self, column: str, iter_column: str | None) -> list[_Group]:
         key = (column, iter_column)
         if key not in self._groups:
             out = []
             for f, meta in enumerate(self._meta):
+                at, iter_at = _chunk_index(meta, column), _chunk_index(meta, iter_column) if iter_column else None
                 for g in range(meta.num_row_groups):
-                    stats = _stats(meta, g, column)
-                    its = _stats(meta, g, iter_column) if iter_column else None
+                    stats = _stats(meta, g, column, at)
+                    its = _stats(meta, g, iter_column, iter_at) if iter_column else None
                     low, high, nulls = stats if stats is not None else (None, None, True)
                     out.append(_Group(f, g, low, high, nulls, *(its[:2] if its else (None, None))))
             self._groups[key] = out
@@ -162,18 +189,31 @@ def _probe(values: Sequence[object]) -> tuple[list, bool]:
     return present, len(present) < len(set(values))
 
 
-def _stats(meta: pq.FileMetaData, g: int, column: str) -> tuple[object, object, bool] | None:
-    """(min, max, may hold NULL) of a column in a row group; None when not recorded."""
+class TooMany(Exception):
+    """A streamed lookup found more rows than its caller allows."""
+
+
+def _chunk_index(meta: pq.FileMetaData, column: str) -> int | None:
+    """Where ``column``'s chunk sits in this file's row groups (the same in every row group of
+    a file); found once per file, because a sorted trace's footer lists thousands of groups and
+    searching each group's chunks by name was most of the cost of reading its statistics."""
+    if meta.num_row_groups == 0:
+        return None
+    rg = meta.row_group(0)
+    return next((c for c in range(rg.num_columns) if rg.column(c).path_in_schema == column), None)
+
+
+def _stats(meta: pq.FileMetaData, g: int, column: str, at: int | None = -1) -> tuple[object, object, bool] | None:
+    """(min, max, may hold NULL) of a column in a row group; None when not recorded. ``at``:
+    the column's chunk index from ``_chunk_index`` (-1: look it up)."""
     rg = meta.row_group(g)
-    for c in range(rg.num_columns):
-        chunk = rg.column(c)
-        if chunk.path_in_schema != column:
-            continue
-        s = chunk.statistics
-        if s is None or not s.has_min_max:
-            return None
-        return s.min, s.max, (s.null_count is None or s.null_count > 0)
-    return None
+    c = _chunk_index(meta, column) if at == -1 else at
+    if c is None:
+        return None
+    s = rg.column(c).statistics
+    if s is None or not s.has_min_max:
+        return None
+    return s.min, s.max, (s.null_count is None or s.null_count > 0)
 
 
 def _admits(present: list, low: object, high: object) -> bool:
