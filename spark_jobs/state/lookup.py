@@ -134,11 +134,13 @@ class TraceFiles:
         return table.filter(keep)
 
     def matching(self, column: str, values: Sequence[object], max_found: int) -> pa.Table:
-        """Rows whose ``column`` is one of ``values`` (NULL matches NULL), streamed: the admitted
-        row groups are decoded batch by batch and only the matching rows are kept (nothing is
-        cached). For a probe of many keys spread over a large sorted trace, where ``lookup``
-        would hold most of the trace in memory. ``TooMany`` once more than ``max_found`` rows
-        match (the caller then leaves the work to Spark)."""
+        """Rows whose ``column`` is one of ``values`` (NULL matches NULL), streamed and nothing
+        cached: for a probe of many keys spread over a large sorted trace, where ``lookup``
+        would hold most of the trace in memory. The admitted row groups' ``column`` is read
+        first (a sorted key column is small); only the groups where a probed value really occurs
+        are then decoded whole, batch by batch, keeping the matching rows. (10k deleted orders
+        among 15M touch half of a lineitem integral's groups: the other half costs one column.)
+        ``TooMany`` once more than ``max_found`` rows match (the caller leaves it to Spark)."""
         present, want_null = _probe(values)
         wanted = pa.array(present + ([None] if want_null else []), self.schema.field(column).type)
         admitted: dict[int, list[int]] = {}
@@ -148,16 +150,37 @@ class TraceFiles:
         for f, groups in admitted.items():
             with self.fs.open_read(self.paths[f]) as fh:
                 reader = pq.ParquetFile(fh, metadata=self._meta[f])
-                for batch in reader.iter_batches(batch_size=65_536, row_groups=groups, columns=self.schema.names):
+                hit = self._groups_holding(reader, f, groups, column, wanted, want_null)
+                for batch in reader.iter_batches(batch_size=65_536, row_groups=hit, columns=self.schema.names) if hit else ():
                     keep = batch.filter(pc.is_in(batch.column(column), value_set=wanted, skip_nulls=not want_null))
                     found += keep.num_rows
                     if found > max_found:
                         raise TooMany(f"more than {max_found} trace rows match")
                     if keep.num_rows:
                         parts.append(pa.Table.from_batches([keep]).cast(self.schema))
-            rgs = [self._meta[f].row_group(g) for g in groups]
-            self.bytes_read += sum(rg.column(c).total_compressed_size for rg in rgs for c in range(rg.num_columns))
+            self.bytes_read += sum(_chunk_bytes(self._meta[f].row_group(g)) for g in hit)
         return pa.concat_tables(parts) if parts else self.schema.empty_table()
+
+    def _groups_holding(self, reader: pq.ParquetFile, f: int, groups: list[int], column: str,
+                        wanted: pa.Array, want_null: bool, chunk: int = 256) -> list[int]:
+        """Those of ``groups`` whose ``column`` holds a value of ``wanted``, from that column
+        alone (read ``chunk`` groups at a time, so memory stays small)."""
+        out: list[int] = []
+        at = _chunk_index(self._meta[f], column)
+        for i in range(0, len(groups), chunk):
+            part = groups[i:i + chunk]
+            keys = reader.read_row_groups(part, columns=[column]).column(0)
+            hits = pc.is_in(keys, value_set=wanted, skip_nulls=not want_null)
+            start = 0
+            for g in part:
+                rg = self._meta[f].row_group(g)
+                n = rg.num_rows
+                if n and pc.any(hits.slice(start, n)).as_py():
+                    out.append(g)
+                start += n
+                if at is not None:
+                    self.bytes_read += rg.column(at).total_compressed_size
+        return out
 
     def _groups_of(self, column: str, iter_column: str | None) -> list[_Group]:
         key = (column, iter_column)
@@ -214,6 +237,11 @@ def _probe(values: Sequence[object]) -> tuple[list, bool]:
 
 class TooMany(Exception):
     """A streamed lookup found more rows than its caller allows."""
+
+
+def _chunk_bytes(rg: pq.RowGroupMetaData) -> int:
+    """Compressed bytes of a row group's column chunks (what decoding it whole reads)."""
+    return sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
 
 
 def _chunk_index(meta: pq.FileMetaData, column: str) -> int | None:
