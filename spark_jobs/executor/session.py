@@ -47,7 +47,9 @@ def get_spark(settings: SparkSettings | Config | None = None):
         builder = builder.remote(settings.remote or "sc://127.0.0.1:15002")
     else:
         builder = builder.master(settings.master)
-    engine = ENGINE_CONF if settings.mode == "connect" else {**ENGINE_CONF, **ENGINE_STATIC_CONF}
+    # a Spark Connect client cannot set static settings: the server's launch sets them
+    # (scripts/spark_connect.sh)
+    engine = {} if settings.mode == "connect" else {**ENGINE_CONF, **ENGINE_STATIC_CONF}
     for k, v in {**engine, **settings.conf}.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()

@@ -42,6 +42,7 @@ DATASOURCE = "dbsp"
 BATCH_DEFINITION = "whole"
 INDEX_KEY = "dbsp_index"  # our key in each GE expectation's meta
 RESULT_FORMAT: dict[str, Any] = {"result_format": "SUMMARY", "partial_unexpected_count": 5}
+SPARK, PANDAS = "spark", "pandas"  # where GE computes: Spark DataFrames, or rows held on the driver
 
 
 class ExpectationConfigError(ValueError):
@@ -78,9 +79,17 @@ def gx_module() -> Any:
 class _Runtime:
     context: Any
     datasource: Any
-    batch_definitions: dict[str, Any] = field(default_factory=dict)  # target -> batch definition
-    validations: dict[tuple[str, str], Any] = field(default_factory=dict)  # (target, fingerprint)
+    batch_definitions: dict[tuple[str, str], Any] = field(default_factory=dict)  # (engine, target)
+    validations: dict[tuple[str, str, str], Any] = field(default_factory=dict)  # (engine, target, fingerprint)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    pandas_source: Any = None  # created on first use (rows held on the driver)
+
+    def source(self, engine: str) -> Any:
+        if engine == SPARK:
+            return self.datasource
+        if self.pandas_source is None:
+            self.pandas_source = self.context.data_sources.add_pandas(name=f"{DATASOURCE}_local")
+        return self.pandas_source
 
 
 _INIT_LOCK = threading.Lock()  # warm_up may run in a thread while Spark starts
@@ -216,22 +225,22 @@ def _fingerprint(expectations: Sequence[Expectation]) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
 
 
-def _validation_definition(target: str, expectations: Sequence[Expectation]) -> Any:
-    """The cached validation definition for this target and exact list of expectations."""
+def _validation_definition(target: str, expectations: Sequence[Expectation], engine: str = SPARK) -> Any:
+    """The cached validation definition for this engine, target and exact list of expectations."""
     rt = _runtime()
-    key = (target, _fingerprint(expectations))
+    key = (engine, target, _fingerprint(expectations))
     with rt.lock:
         found = rt.validations.get(key)
         if found is not None:
             return found
         built = [build_expectation(e, target, i) for i, e in enumerate(expectations)]
         gx = gx_module()
-        batch_definition = rt.batch_definitions.get(target)
+        batch_definition = rt.batch_definitions.get((engine, target))
         if batch_definition is None:
-            asset = rt.datasource.add_dataframe_asset(name=target)
+            asset = rt.source(engine).add_dataframe_asset(name=target)
             batch_definition = asset.add_batch_definition_whole_dataframe(BATCH_DEFINITION)
-            rt.batch_definitions[target] = batch_definition
-        name = f"{target}#{key[1]}"
+            rt.batch_definitions[(engine, target)] = batch_definition
+        name = f"{target}#{engine}#{key[2]}"
         suite = rt.context.suites.add(gx.ExpectationSuite(name=name))
         for expectation in built:
             suite.add_expectation(expectation)
@@ -253,16 +262,18 @@ def _exception_message(info: Any) -> str | None:
     return "; ".join(dict.fromkeys(messages)) or None
 
 
-def validate(df: "DataFrame", target: str, expectations: Sequence[Expectation]) -> list[CheckResult]:
+def validate(df: Any, target: str, expectations: Sequence[Expectation]) -> list[CheckResult]:
     """Run ``expectations`` on ``df`` with GE; one CheckResult per expectation, in order.
 
-    ``df`` is read several times by GE (one Spark job per metric bundle, 4-7 for a couple of
-    expectations), so it is cached for the run unless it already is.
+    ``df`` is a Spark DataFrame, or a pandas DataFrame of rows held on the driver (GE's pandas
+    engine: no Spark job). A Spark ``df`` is read several times by GE (one Spark job per metric
+    bundle, 4-7 for a couple of expectations), so it is cached for the run unless it already is.
     """
     if not expectations:
         return []
-    definition = _validation_definition(target, expectations)
-    cache = not is_cached(df)
+    engine = PANDAS if _is_pandas(df) else SPARK
+    definition = _validation_definition(target, expectations, engine)
+    cache = engine == SPARK and not is_cached(df)
     batch = df.persist() if cache else df
     try:
         outcome = definition.run(batch_parameters={"dataframe": batch}, result_format=RESULT_FORMAT)
@@ -288,6 +299,10 @@ def validate(df: "DataFrame", target: str, expectations: Sequence[Expectation]) 
             details["exception"] = error
         results.append(CheckResult(exp.name, target, exp.policy, bool(res.success), details))
     return results
+
+
+def _is_pandas(df: Any) -> bool:
+    return type(df).__module__.startswith("pandas.")
 
 
 def trivially_passed(target: str, exp: Expectation, note: str) -> CheckResult:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from spark_jobs.quality import expectations as ge
 from spark_jobs.executor.zset import is_local
@@ -48,14 +48,27 @@ def _job_description(spark: "SparkSession", text: str) -> Iterator[None]:
         sc.setJobDescription(None)  # type: ignore[arg-type]
 
 
-def _user_checks(target: str, rows: "DataFrame | None", n_rows: int | None,
+def local_inserted_rows(table: Any) -> Any:
+    """The inserted rows of a change held on the driver (an Arrow table), as pandas, for GE."""
+    import pyarrow.compute as pc
+
+    if WEIGHT in table.column_names:
+        table = table.filter(pc.greater(table.column(WEIGHT), 0)).drop_columns([WEIGHT])
+    return table.to_pandas()
+
+
+def _user_checks(target: str, rows: Any, n_rows: int | None,
                  declared: Sequence[Expectation]) -> list[CheckResult]:
-    """Declared expectations on the inserted rows. With zero rows, row expectations hold
-    trivially and GE runs only for table-level ones (row count, columns) on the empty frame."""
+    """Declared expectations on the inserted rows (a Spark or a pandas DataFrame). With zero
+    rows, row expectations hold trivially and GE runs only for table-level ones (row count,
+    columns) on the empty frame."""
     if not declared:
         return []
     if rows is not None and n_rows is None:
-        n_rows = 0 if rows.isEmpty() else None  # one cheap action; None = "some"
+        if ge._is_pandas(rows):
+            n_rows = len(rows)
+        else:
+            n_rows = 0 if rows.isEmpty() else None  # one cheap action; None = "some"
     if rows is not None and n_rows != 0:
         return ge.validate(rows, target, declared)
     table_level = [i for i, e in enumerate(declared) if not ge.judges_rows(e, target)]
@@ -73,14 +86,18 @@ def run_gate(spark: "SparkSession", timestep: int, *,
              set_views: set[str] | frozenset[str],
              view_expectations: Mapping[str, Sequence[Expectation]],
              input_deltas: Mapping[str, "DataFrame"],
-             input_expectations: Mapping[str, Sequence[Expectation]]) -> GateReport:
+             input_expectations: Mapping[str, Sequence[Expectation]],
+             local: Mapping[str, Any] | None = None) -> GateReport:
     """Check one timestep: declared expectations on the inputs' and views' inserted rows, and the
     built-in Z-set checks on every view delta. Raises ``ExpectationConfigError`` (before touching
     data) if a declaration cannot be built; otherwise returns the report and never raises.
 
     A view or input with expectations but no entry in the deltas had no change: its expectations
     hold trivially. Deltas that are not cached are cached for the duration of their checks.
+    ``local`` maps targets (``view:<v>``, ``input:<i>``) to the same changes held on the driver
+    as Arrow tables: their expectations run on pandas (no Spark job).
     """
+    local = local or {}
     started = time.perf_counter()
     declared = {**{f"input:{n}": list(e) for n, e in input_expectations.items() if e},
                 **{f"view:{n}": list(e) for n, e in view_expectations.items() if e}}
@@ -94,7 +111,10 @@ def run_gate(spark: "SparkSession", timestep: int, *,
         target = f"input:{name}"
         delta = input_deltas.get(name)
         with _job_description(spark, f"quality t={timestep} {target}"):
-            rows = inserted_rows(delta) if delta is not None else None
+            if target in local:
+                rows = local_inserted_rows(local[target])
+            else:
+                rows = inserted_rows(delta) if delta is not None else None
             results.extend(_user_checks(target, rows, None, list(exps)))
 
     for name in dict.fromkeys([*view_deltas, *(n for n, e in view_expectations.items() if e)]):
@@ -112,8 +132,8 @@ def run_gate(spark: "SparkSession", timestep: int, *,
                 builtin = check_view_delta(name, delta, view_previous.get(name),
                                            is_set=name in set_views, target=target)
                 results.extend(builtin.results)
-                results.extend(_user_checks(target, inserted_rows(delta), builtin.inserted_rows,
-                                            exps))
+                rows = local_inserted_rows(local[target]) if target in local else inserted_rows(delta)
+                results.extend(_user_checks(target, rows, builtin.inserted_rows, exps))
         finally:
             if own_cache:
                 delta.unpersist()

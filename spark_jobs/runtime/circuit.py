@@ -55,9 +55,18 @@ class CircuitRuntime:
 
     @cached_property
     def store(self):
+        return self._store(self.spark)
+
+    @cached_property
+    def files(self):
+        """The state store without a Spark session: manifests, files and staging only (a DAG's
+        plan task uses it, so planning starts no JVM and no Spark Connect session)."""
+        return self._store(None)
+
+    def _store(self, spark):
         from spark_jobs.state import StateStore
 
-        return StateStore(self.spark, state_root(self.config, self.name), self.name,
+        return StateStore(spark, state_root(self.config, self.name), self.name,
                           self.compiled.fingerprint, compact_fraction=self.config.compact_fraction,
                           keep_timesteps=self.config.keep_timesteps)
 

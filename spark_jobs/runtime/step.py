@@ -19,6 +19,7 @@ from spark_jobs.executor.local import collect_local
 from spark_jobs.executor.session import LOCAL_CHANGE_ROWS, SMALL_CHANGE_ROWS, step_conf
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
+from spark_jobs.runtime.feeds import publish_feeds
 from spark_jobs.runtime.inputs import pending_inputs as _pending, read_input, snapshot_trace
 from spark_jobs.runtime.quality_gate import check_timestep
 from spark_jobs.spec.model import WEIGHT
@@ -178,6 +179,7 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
                 result.release()
     for df in cached:
         df.unpersist()
+    publish_feeds(rt, manifest)
     views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))
              for view, info in (manifest.outputs or {}).items()}
     return StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary())

@@ -20,7 +20,8 @@ import yaml
 
 from .errors import CircuitError, Problem
 from .expressions import ExpressionError, parse_aggregate
-from .model import CircuitSpec, Column, Expectation, InputSpec, NodeSpec, OutputSpec, Source
+from .model import (DEFAULT_ORCHESTRATION_TASKS, ON_INPUTS, CircuitSpec, Column, Expectation, InputSpec, NodeSpec,
+                    Orchestration, OutputSpec, Source)
 from .validate import schema_problems, semantic_problems
 
 YamlPath = tuple[Any, ...]  # keys (str) and list indexes (int) from the document root
@@ -266,8 +267,35 @@ def build_outputs(raw: Any, doc: Document) -> dict[str, OutputSpec]:
         return {}
     return {v: OutputSpec(v, build_expectations((body or {}).get("expectations") if isinstance(body, dict) else None,
                                                 ("outputs", v, "expectations"), doc),
-                          doc.line(("outputs", v)))
+                          doc.line(("outputs", v)),
+                          feed=isinstance(body, dict) and body.get("feed") is True)
             for v, body in raw.items()}
+
+
+def build_schedule(raw: Any, inputs: dict[str, Any]) -> tuple[str | None, tuple[str, ...]]:
+    """``schedule`` as (cron or preset, asset references): a string, ``none``, ``on_inputs``
+    (every input's folder), or ``{cron: ..., assets: [...]}``. Wrong types are left to the schema."""
+    if isinstance(raw, str):
+        text = raw.strip()
+        if text.lower() == "none":
+            return None, ()
+        if text == ON_INPUTS:
+            return None, tuple(inputs)
+        return raw, ()
+    if isinstance(raw, dict):
+        cron = raw.get("cron")
+        assets = raw.get("assets")
+        refs = tuple(a for a in assets if isinstance(a, str)) if isinstance(assets, list) else ()
+        return (cron if isinstance(cron, str) and cron.strip().lower() != "none" else None), refs
+    return None, ()
+
+
+def build_orchestration(raw: Any, doc: Document) -> Orchestration:
+    if not isinstance(raw, dict):
+        return Orchestration()
+    tasks = raw.get("tasks", DEFAULT_ORCHESTRATION_TASKS)
+    return Orchestration(tasks=tasks if isinstance(tasks, str) else DEFAULT_ORCHESTRATION_TASKS,
+                         commit_empty=raw.get("commit_empty") is True, line=doc.line(("orchestration",)))
 
 
 def build_spec(doc: Document, broken: frozenset[str] = frozenset()) -> tuple[CircuitSpec, list[Problem]]:
@@ -276,18 +304,17 @@ def build_spec(doc: Document, broken: frozenset[str] = frozenset()) -> tuple[Cir
     problems: list[Problem] = []
     inputs = data.get("inputs") if isinstance(data.get("inputs"), dict) else {}
     nodes = data.get("nodes") if isinstance(data.get("nodes"), dict) else {}
-    schedule = data.get("schedule")
-    if isinstance(schedule, str) and schedule.strip().lower() == "none":
-        schedule = None
+    schedule, schedule_assets = build_schedule(data.get("schedule"), inputs)
     settings = data.get("settings")
     spec = CircuitSpec(
         name=str(data.get("name", "")), path=doc.file,
         inputs={k: build_input(k, v, doc) for k, v in inputs.items()},
         nodes={k: build_node(k, v, ("nodes", k), doc, broken, problems) for k, v in nodes.items()},
         outputs=build_outputs(data.get("outputs"), doc),
-        schedule=schedule if isinstance(schedule, str) else None,
+        schedule=schedule,
         description=data.get("description") if isinstance(data.get("description"), str) else "",
-        text=doc.text, settings=dict(settings) if isinstance(settings, dict) else {})
+        text=doc.text, settings=dict(settings) if isinstance(settings, dict) else {},
+        schedule_assets=schedule_assets, orchestration=build_orchestration(data.get("orchestration"), doc))
     return spec, problems
 
 

@@ -22,6 +22,10 @@ SOURCE_KINDS = ("changes", "snapshots")
 SOURCE_FORMATS = ("parquet", "csv", "json")
 AGGREGATE_FUNCS = ("count", "sum", "avg", "min", "max")
 POLICIES = ("fail", "warn")
+# `orchestration.tasks`: how a DAG run is cut into Airflow tasks (see spark_jobs/orchestration).
+ORCHESTRATION_TASKS = ("per_step", "per_stage")
+DEFAULT_ORCHESTRATION_TASKS = "per_step"  # chosen by measurement: bench/results/airflow.md
+ON_INPUTS = "on_inputs"  # `schedule: on_inputs` = a run whenever files land in any input folder
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,16 @@ class OutputSpec:
     name: str  # a node or input name
     expectations: tuple[Expectation, ...] = ()
     line: int = 0
+    feed: bool = False  # also write each timestep's change as a change file under feeds/ (chaining)
+
+
+@dataclass(frozen=True)
+class Orchestration:
+    """The optional ``orchestration:`` block: how the circuit's DAG runs a timestep."""
+
+    tasks: str = DEFAULT_ORCHESTRATION_TASKS  # "per_step" | "per_stage"
+    commit_empty: bool = False  # commit a timestep when no input has new files (else: skipped)
+    line: int = 0
 
 
 @dataclass(frozen=True)
@@ -165,10 +179,14 @@ class CircuitSpec:
     inputs: dict[str, InputSpec]
     nodes: dict[str, NodeSpec]  # in file order
     outputs: dict[str, OutputSpec]
-    schedule: str | None = None
+    schedule: str | None = None  # cron string or preset; None = no time-based runs
     description: str = ""
     text: str = ""  # the YAML as written (for fingerprints and DAG docs)
     settings: dict[str, Any] = field(default_factory=dict)  # optional `settings:` block (e.g. max_iterations)
+    # Airflow assets that start a run: input names of this circuit (files landing in their
+    # folder) or ``<circuit>.<view>`` (another circuit's view, updated by its commit)
+    schedule_assets: tuple[str, ...] = ()
+    orchestration: Orchestration = field(default_factory=Orchestration)
 
 
 def dependency_order(nodes: dict[str, NodeSpec]) -> list[str]:

@@ -1,0 +1,150 @@
+"""Values handed from one task of a DAG run to the next, in the cheapest durable form.
+
+A stage task's results (the deltas other stages read, its state updates, its view deltas) must
+survive the task's process: the next task may run in another process, after a retry. When the
+results of one stage are small (``LOCAL_CHANGE_ROWS`` rows together), ONE Spark job brings them
+all to this process as Arrow, and pyarrow writes each as a Parquet file: no write job, no count
+job (rows and weights are summed by pyarrow), and the task that reads them back turns them into
+a local relation, which costs no job either (on Spark Connect the rows travel in the plan).
+Larger results are written by Spark, one job each, and read back by Spark.
+
+Works on classic sessions and on Spark Connect: only the public DataFrame API is used.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Mapping
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from spark_jobs.spec.model import WEIGHT
+from spark_jobs.state.arrow_fs import locate
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+ARROW, SPARK = "arrow", "spark"  # how a value was staged
+_SLOT = "__slot"
+
+
+@dataclass(frozen=True)
+class Staged:
+    """One staged value: where it is, how it was written, and what it holds."""
+
+    path: str  # a Parquet file (arrow) or a Parquet directory (spark)
+    form: str  # ARROW | SPARK
+    schema: str  # the Spark schema as JSON: read back with exactly these types
+    rows: int | None = None  # rows in the file (None: not counted, large)
+    inserted: int | None = None  # sum of positive weights (Z-sets only)
+    deleted: int | None = None  # sum of |negative weights|
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "Staged":
+        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
+
+
+# ---- one job for many frames ------------------------------------------------------------------
+def collect_tables(frames: Mapping[str, "DataFrame"], max_rows: int,
+                   counts: Mapping[str, "DataFrame"] | None = None
+                   ) -> tuple[dict[str, pa.Table] | None, dict[str, int]]:
+    """``frames`` as Arrow tables, and the row count of each of ``counts``, in ONE Spark job.
+
+    Returns ``(None, counts)`` when the frames hold more than ``max_rows`` rows together (the
+    caller then writes them with Spark); the counts are returned in any case. The frames share
+    one union whose columns are every frame's columns side by side (``p<i>_<k>``, NULL in the
+    rows of the other frames), so frames with clashing names or types fit; the slot column says
+    which frame a row belongs to. (Top-level columns, because a union makes them nullable:
+    Arrow refuses NULL structs holding non-nullable fields.)
+    """
+    from pyspark.sql import functions as F
+
+    names = list(frames)
+    counted = list(counts or {})
+    parts: list[DataFrame] = [(counts or {})[n].groupBy().count() for n in counted]
+    parts += [frames[n] for n in names]
+    if not parts:
+        return {}, {}
+    layout = [[(f"p{i}_{k}", f) for k, f in enumerate(df.schema.fields)] for i, df in enumerate(parts)]
+    union = None
+    for i, df in enumerate(parts):
+        cols = [F.lit(i).alias(_SLOT)]
+        for j, fields in enumerate(layout):
+            for k, (alias, field) in enumerate(fields):
+                value = df[df.columns[k]] if j == i else F.lit(None).cast(field.dataType)
+                cols.append(value.alias(alias))
+        tagged = df.select(*cols)
+        union = tagged if union is None else union.unionByName(tagged)
+    assert union is not None
+    table = union.limit(max_rows + 1 + len(counted)).toArrow()
+    mask = {i: pc.equal(table.column(_SLOT), i) for i in range(len(parts))}
+
+    def part(i: int) -> pa.Table:
+        aliases = [alias for alias, _ in layout[i]]
+        picked = table.select(aliases).filter(mask[i])
+        return picked.rename_columns([f.name for _, f in layout[i]])
+
+    found = {}
+    for k, n in enumerate(counted):
+        t = part(k)
+        found[n] = int(t.column(0)[0].as_py()) if t.num_rows else 0
+    if table.num_rows - len(counted) > max_rows:
+        return None, found
+    return {n: part(len(counted) + k) for k, n in enumerate(names)}, found
+
+
+# ---- writing and reading -----------------------------------------------------------------------
+def weight_totals(table: pa.Table) -> tuple[int | None, int | None]:
+    """(inserted, deleted) of a Z-set table; (None, None) when it has no weight column."""
+    if WEIGHT not in table.column_names:
+        return None, None
+    w = table.column(WEIGHT)
+    ins = pc.sum(pc.if_else(pc.greater(w, 0), w, 0)).as_py() or 0
+    dels = pc.sum(pc.if_else(pc.less(w, 0), pc.negate(w), 0)).as_py() or 0
+    return int(ins), int(dels)
+
+
+def write_table(table: pa.Table, path: str, schema_json: str) -> Staged:
+    """Write an Arrow table as one Parquet file (pyarrow; no Spark job)."""
+    loc = locate(path)
+    parent = loc.inner.rsplit("/", 1)[0]
+    loc.fs.create_dir(parent, recursive=True)
+    with loc.fs.open_output_stream(loc.inner) as out:
+        pq.write_table(table, out)
+    ins, dels = weight_totals(table)
+    return Staged(path, ARROW, schema_json, table.num_rows, ins, dels)
+
+
+def write_frame(df: "DataFrame", path: str, uri: str) -> Staged:
+    """Write a large DataFrame with Spark (one job); not counted."""
+    df.write.mode("overwrite").parquet(uri)
+    return Staged(path, SPARK, df.schema.json())
+
+
+def read_table(path: str) -> pa.Table:
+    loc = locate(path)
+    with loc.fs.open_input_file(loc.inner) as fh:
+        return pq.read_table(fh)
+
+
+def spark_schema(schema_json: str):
+    from pyspark.sql.types import StructType
+
+    return StructType.fromJson(json.loads(schema_json))
+
+
+def to_frame(spark: "SparkSession", table: pa.Table, schema_json: str) -> "DataFrame":
+    """A local relation of an Arrow table, with the Spark types it was staged with."""
+    return spark.createDataFrame(table, schema=spark_schema(schema_json))
+
+
+def read_staged(spark: "SparkSession", staged: Staged, uri: str) -> "DataFrame":
+    """A staged value as a DataFrame: a local relation (arrow) or a Parquet scan (spark)."""
+    if staged.form == ARROW:
+        return to_frame(spark, read_table(staged.path), staged.schema)
+    return spark.read.schema(spark_schema(staged.schema)).parquet(uri)
