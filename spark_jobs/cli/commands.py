@@ -36,6 +36,7 @@ def _err(msg: str) -> None:
 def _user_errors() -> Iterator[None]:
     """Turn the errors a user can act on into one clear message."""
     from spark_jobs.executor.recursion import RecursionLimitExceeded
+    from spark_jobs.executor.session import ConnectServerUnreachable
     from spark_jobs.executor.sources import InputRefused
     from spark_jobs.quality import ExpectationConfigError, QualityGateFailed
     from spark_jobs.state import FingerprintMismatch
@@ -46,7 +47,7 @@ def _user_errors() -> Iterator[None]:
         raise UserError(str(exc)) from None
     except FileNotFoundError as exc:
         raise UserError(str(exc)) from None
-    except (FingerprintMismatch, RecursionLimitExceeded) as exc:
+    except (FingerprintMismatch, RecursionLimitExceeded, ConnectServerUnreachable) as exc:
         raise UserError(str(exc)) from None
     except QualityGateFailed as exc:
         raise UserError(f"quality gate failed; nothing was committed:\n{exc.report.summary()}", exit_code=3) from None

@@ -35,6 +35,15 @@ HEALTHY_PARTS = ("metadatabase", "scheduler", "dag_processor")
 IDLE_SLEEP_SECONDS = 0.25
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
 def venv_bin() -> str:
     return os.path.dirname(sys.executable)
 

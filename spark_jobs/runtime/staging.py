@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 ARROW, SPARK = "arrow", "spark"  # how a value was staged
-_SLOT = "__slot"
 
 
 @dataclass(frozen=True)
@@ -50,52 +49,18 @@ class Staged:
 
 
 # ---- one job for many frames ------------------------------------------------------------------
-def collect_tables(frames: Mapping[str, "DataFrame"], max_rows: int,
+def collect_tables(spark: "SparkSession", frames: Mapping[str, "DataFrame"], max_rows: int,
                    counts: Mapping[str, "DataFrame"] | None = None
                    ) -> tuple[dict[str, pa.Table] | None, dict[str, int]]:
-    """``frames`` as Arrow tables, and the row count of each of ``counts``, in ONE Spark job.
+    """``frames`` as Arrow tables, and the row count of each of ``counts``, in ONE Spark job
+    (``executor.local.collect_arrow``); ``(None, counts)`` when the frames hold more than
+    ``max_rows`` rows together (the caller then writes them with Spark)."""
+    from spark_jobs.executor.local import collect_arrow
 
-    Returns ``(None, counts)`` when the frames hold more than ``max_rows`` rows together (the
-    caller then writes them with Spark); the counts are returned in any case. The frames share
-    one union whose columns are every frame's columns side by side (``p<i>_<k>``, NULL in the
-    rows of the other frames), so frames with clashing names or types fit; the slot column says
-    which frame a row belongs to. (Top-level columns, because a union makes them nullable:
-    Arrow refuses NULL structs holding non-nullable fields.)
-    """
-    from pyspark.sql import functions as F
-
-    names = list(frames)
-    counted = list(counts or {})
-    parts: list[DataFrame] = [(counts or {})[n].groupBy().count() for n in counted]
-    parts += [frames[n] for n in names]
-    if not parts:
-        return {}, {}
-    layout = [[(f"p{i}_{k}", f) for k, f in enumerate(df.schema.fields)] for i, df in enumerate(parts)]
-    union = None
-    for i, df in enumerate(parts):
-        cols = [F.lit(i).alias(_SLOT)]
-        for j, fields in enumerate(layout):
-            for k, (alias, field) in enumerate(fields):
-                value = df[df.columns[k]] if j == i else F.lit(None).cast(field.dataType)
-                cols.append(value.alias(alias))
-        tagged = df.select(*cols)
-        union = tagged if union is None else union.unionByName(tagged)
-    assert union is not None
-    table = union.limit(max_rows + 1 + len(counted)).toArrow()
-    mask = {i: pc.equal(table.column(_SLOT), i) for i in range(len(parts))}
-
-    def part(i: int) -> pa.Table:
-        aliases = [alias for alias, _ in layout[i]]
-        picked = table.select(aliases).filter(mask[i])
-        return picked.rename_columns([f.name for _, f in layout[i]])
-
-    found = {}
-    for k, n in enumerate(counted):
-        t = part(k)
-        found[n] = int(t.column(0)[0].as_py()) if t.num_rows else 0
-    if table.num_rows - len(counted) > max_rows:
-        return None, found
-    return {n: part(len(counted) + k) for k, n in enumerate(names)}, found
+    extras = {n: df.groupBy().count() for n, df in (counts or {}).items()}
+    tables, small = collect_arrow(spark, frames, max_rows, extras)
+    found = {n: int(t.column(0)[0].as_py()) if t.num_rows else 0 for n, t in small.items()}
+    return tables, found
 
 
 # ---- writing and reading -----------------------------------------------------------------------

@@ -312,7 +312,7 @@ def _evaluate_stage(run: _Run, stage: Stage) -> dict:
         counted = {n: values[n] for n in stage.nodes
                    if not is_state_backed(circuit, n) and f"value/{n}" not in keys and n in values}
         t0 = time.perf_counter()
-        tables, counts = staging.collect_tables(frames, LOCAL_CHANGE_ROWS, counted)
+        tables, counts = staging.collect_tables(spark, frames, LOCAL_CHANGE_ROWS, counted)
         written: dict[str, staging.Staged] = {}
         for key, df in frames.items():
             path = fs.join(stage_dir, *[safe_name(part) for part in key.split("/", 1)])
