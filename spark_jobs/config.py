@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from spark_jobs.spec.paths import ALLOWED_ROOTS_KEY
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = PROJECT_ROOT / "config" / "local.yaml"
 STATE_DIR = "_dbsp"  # default state root under the data root: <data_root>/_dbsp/<circuit>/...
@@ -37,6 +39,7 @@ class Config:
     raw: dict[str, Any] = field(default_factory=dict)
     path: str = ""
     state_root: str | None = None  # None: <data_root>/_dbsp
+    allowed_input_roots: tuple[str, ...] = ()  # inputs.allowed_roots: outside roots inputs may read
 
     def with_data_root(self, data_root: str | None) -> "Config":
         """The same profile on another data root (an explicit ``state_root`` stays)."""
@@ -85,7 +88,17 @@ def load_config(path: str | os.PathLike[str] | None = None, data_root: str | Non
         raw=raw,
         path=chosen,
         state_root=_state_root(raw),
+        allowed_input_roots=_allowed_roots(raw),
     )
+
+
+def _allowed_roots(raw: dict[str, Any]) -> tuple[str, ...]:
+    """``inputs.allowed_roots``: folders or URIs outside the data root that a circuit's input
+    paths may name (absolute). Empty by default: inputs stay inside the data root."""
+    roots = (raw.get("inputs") or {}).get("allowed_roots") or []
+    if isinstance(roots, str) or not isinstance(roots, list):
+        raise ValueError(f"{ALLOWED_ROOTS_KEY} must be a list of absolute paths or URIs, got {roots!r}")
+    return tuple(_resolve(str(r), PROJECT_ROOT).rstrip("/") or "/" for r in roots)
 
 
 def _state_root(raw: dict[str, Any]) -> str | None:

@@ -61,3 +61,25 @@ def test_reset_needs_confirmation(tmp_path, capsys):
 def test_commands_need_arguments():
     with pytest.raises(SystemExit):
         main(["show", PAPER])
+
+
+@pytest.mark.parametrize("args", [["explain", PAPER], ["draw", PAPER], ["validate", PAPER, PAPER],
+                                  ["explain", "no_such_circuit"], ["--help"]],
+                         ids=["explain", "draw", "validate", "error", "help"])
+def test_a_closed_pipe_ends_the_command_quietly(args):
+    """`dbsp explain X | head`: the reader goes away; no BrokenPipeError traceback, exit 141."""
+    import subprocess
+    import sys
+
+    dbsp = [sys.executable, "-m", "spark_jobs.cli.main"]
+    proc = subprocess.Popen([*dbsp, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=PROJECT_ROOT)
+    proc.stdout.close()  # a real pipe whose reader is gone before the command writes
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    if args[-1] == "no_such_circuit":  # its message goes to stderr, which is still open
+        assert proc.returncode == 1 and "no circuit named" in err
+    elif args == ["--help"]:  # argparse itself ignores a failed write of its help
+        assert proc.returncode == 0 and err == ""
+    else:
+        assert proc.returncode == 141 and err == ""

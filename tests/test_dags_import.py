@@ -298,3 +298,23 @@ def test_an_empty_plan_skips_the_rest_of_the_run_unless_empty_steps_commit(monke
     assert sorted(skipped.value.tasks) == ["commit", "quality_check", "stages"]
     assert pushed[tasks.PLAN_XCOM_KEY]["empty"] is True  # the run note says why nothing was committed
     assert tasks.run_step("plan", "c.yaml", commit_empty=True, **context)["empty"] is True
+
+
+def test_an_alias_bomb_is_an_import_error_for_its_circuit_only_and_quick(circuits_env, tmp_path):
+    """The DAG processor reads circuits with the same bounded loader as `dbsp validate`."""
+    import time
+
+    from spark_jobs.orchestration.dag_factory import discover
+    from tests.test_yaml_limits import billion_laughs
+
+    shutil.copy(ROOT / "circuits" / "paper_example.yaml", tmp_path / "good.yaml")
+    (tmp_path / "bomb.yaml").write_text(billion_laughs())
+    start = time.perf_counter()
+    found = discover(str(tmp_path))
+    assert time.perf_counter() - start < 5.0  # the bomb itself is refused in milliseconds
+    assert [c.name for c in found.circuits] == ["paper_example"]
+    assert [p.message for p in found.problems if "expands to more than" in p.message]
+    circuits_env(tmp_path)
+    bag = dagbag()
+    assert set(bag.dags) == {"paper_example"}
+    assert "bomb.yaml:1: the YAML expands to more than 100,000 values" in bag.import_errors[ERRORS.name]

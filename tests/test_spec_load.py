@@ -31,7 +31,7 @@ ALL_OPS = """\
 name: every_op
 schedule: none
 description: one node of each kind
-settings: {max_iterations: 50, note: free}
+settings: {max_iterations: 50}
 inputs:
   a:
     schema:
@@ -95,7 +95,7 @@ def test_base_circuit_objects():
 def test_every_op_loads():
     spec = load_circuit_text(ALL_OPS)
     assert spec.schedule is None and spec.description == "one node of each kind"
-    assert spec.settings == {"max_iterations": 50, "note": "free"}
+    assert spec.settings == {"max_iterations": 50}
     a = spec.inputs["a"]
     assert a.columns[1] == Column("v", "decimal(10, 2)", False, 9)
     assert a.source.format == "parquet" and a.source.options == {"header": True}

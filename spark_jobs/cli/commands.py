@@ -60,9 +60,13 @@ def _user_errors() -> Iterator[None]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    try:  # not _user_errors(): its imports (Spark, Great Expectations) would triple validate's time
+        roots = _config(args).allowed_input_roots
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read the profile: {exc}") from None
     failed = 0
     for path in args.files:
-        problems = validate_file(path)
+        problems = validate_file(path, roots)
         if problems:
             failed += 1
             for p in problems:
@@ -74,7 +78,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _compiled(args: argparse.Namespace):
     with _user_errors():
-        return compile_file(find_circuit_file(args.circuit, _config(args)))
+        config = _config(args)
+        return compile_file(find_circuit_file(args.circuit, config), config.allowed_input_roots)
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -166,7 +171,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
     config = _config(args)
     with _user_errors():
         path = find_circuit_file(args.circuit, config)
-        name = compile_file(path).spec.name
+        name = compile_file(path, config.allowed_input_roots).spec.name
     from spark_jobs.runtime.circuit import state_root
     from spark_jobs.state.fs import filesystem_for
 

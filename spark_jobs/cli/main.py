@@ -6,6 +6,7 @@ stderr, so `dbsp show ... --format csv > view.csv` gives a clean file.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -67,17 +68,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+CLOSED_PIPE = 141  # 128 + SIGPIPE: what a Unix tool whose reader went away (`| head`) exits with
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    handler = getattr(commands, f"cmd_{args.command}")
     try:
-        return int(handler(args) or 0)
-    except commands.UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        args = build_parser().parse_args(argv)
+        handler = getattr(commands, f"cmd_{args.command}")
+        try:
+            code = int(handler(args) or 0)
+        except commands.UserError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            code = exc.exit_code
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return code
+    except BrokenPipeError:
+        return _reader_went_away()
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _reader_went_away() -> int:
+    """The reader of stdout (or stderr) closed it, as `dbsp explain X | head` does: stop quietly.
+
+    Both streams are pointed at /dev/null so that Python's flush at exit does not raise again.
+    Nothing half-done is left behind: a step commits with its manifest, after its work.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):  # a replaced stream without a file descriptor
+            pass
+    os.close(devnull)
+    return CLOSED_PIPE
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Param, TaskGroup, get_parsing_context
@@ -91,7 +91,7 @@ def _failure(path: str, what: str, exc: BaseException) -> list[Problem]:
     return [Problem(path, 1, None, f"{what}: {type(exc).__name__}: {exc}")]
 
 
-def discover(folder: str, only: str | None = None) -> Discovery:
+def discover(folder: str, allowed_roots: Sequence[str] = (), only: str | None = None) -> Discovery:
     """Load and compile every circuit; collect the problems of those that fail. With ``only``
     (a task's own process), just the circuit of that name when ``<only>.yaml`` holds it."""
     found = Discovery()
@@ -102,7 +102,7 @@ def discover(folder: str, only: str | None = None) -> Discovery:
         files = mine or files
     for path in files:
         try:
-            compiled = compile_file(path)
+            compiled = compile_file(path, allowed_roots)
             loaded = LoadedCircuit(path, compiled, stage_graph(compiled))
         except Exception as exc:  # noqa: BLE001 - every failure must become a visible import error
             found.problems += _failure(path, "cannot compile the circuit", exc)
@@ -114,7 +114,7 @@ def discover(folder: str, only: str | None = None) -> Discovery:
         names[loaded.name] = path
         found.circuits.append(loaded)
     if only and len(files) == 1 and found.circuits and found.circuits[0].name != only:
-        return discover(folder)  # the file named after the DAG holds another circuit
+        return discover(folder, allowed_roots)  # the file named after the DAG holds another circuit
     return found
 
 
@@ -245,7 +245,7 @@ def _build(folder: str | None, config: Config | None) -> tuple[dict[str, DAG], l
     config = config or load_config()
     folder = folder or circuits_dir(config)
     task_dag = get_parsing_context().dag_id  # set in a task's own process: build just its DAG
-    found = discover(folder, only=task_dag)
+    found = discover(folder, config.allowed_input_roots, only=task_dag)
     views = None if task_dag else {c.name: list(c.compiled.spec.outputs) for c in found.circuits}
     dags: dict[str, DAG] = {}
     for circuit in found.circuits:

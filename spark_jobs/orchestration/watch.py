@@ -51,7 +51,7 @@ class InputFilesTrigger(BaseEventTrigger):
         config = load_config(self.config_path, data_root=self.data_root)
         store = StateStore(None, state_root(config, spec.name), spec.name, "")
         consumed = {f["path"] for f in consumed_files(store.manifest(), self.input_name)}
-        files = pending_files(spec.inputs[self.input_name], config.data_root, consumed)
+        files = pending_files(spec.inputs[self.input_name], config.data_root, consumed, config.allowed_input_roots)
         return {(f.path, f.size, f.mtime) for f in files}
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Sequence
 
 from spark_jobs.config import Config
 from spark_jobs.ir.compile import CompiledCircuit, compile_spec
@@ -26,8 +27,9 @@ def find_circuit_file(ref: str, config: Config) -> str:
     raise FileNotFoundError(f"no circuit file {ref!r} and no circuit named {ref!r} in {config.circuits_dir}")
 
 
-def compile_file(path: str) -> CompiledCircuit:
-    spec = load_circuit(path)
+def compile_file(path: str, allowed_roots: Sequence[str] = ()) -> CompiledCircuit:
+    """Load, validate and compile; ``allowed_roots``: the profile's ``inputs.allowed_roots``."""
+    spec = load_circuit(path, allowed_roots)
     return compile_spec(spec, output_columns(spec))
 
 
@@ -49,9 +51,14 @@ class CircuitRuntime:
 
     @cached_property
     def spark(self):
+        """The session, once Spark's own parser has read the circuit's expressions as the
+        validator did (``spark_parse_check``): nothing runs before that check."""
         from spark_jobs.executor.session import get_spark
+        from spark_jobs.executor.spark_parse_check import check_circuit
 
-        return get_spark(self.config)
+        spark = get_spark(self.config)
+        check_circuit(spark, self.compiled.spec)
+        return spark
 
     @cached_property
     def store(self):
@@ -73,4 +80,4 @@ class CircuitRuntime:
 
 def open_circuit(ref: str, config: Config) -> CircuitRuntime:
     path = find_circuit_file(ref, config)
-    return CircuitRuntime(config, compile_file(path), path)
+    return CircuitRuntime(config, compile_file(path, config.allowed_input_roots), path)

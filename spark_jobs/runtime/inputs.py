@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from pyspark.sql import DataFrame
 
@@ -24,13 +25,15 @@ def consumed_files(manifest, input_name: str) -> list[dict]:
     return list(((manifest.inputs or {}).get(input_name) or {}).get("consumed", []))
 
 
-def pending_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest) -> dict[str, list[InputFile]]:
+def pending_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest,
+                   allowed_roots: Sequence[str] = ()) -> dict[str, list[InputFile]]:
     """Input files that arrived and no committed timestep consumed."""
-    return {name: pending_files(spec, data_root, {f["path"] for f in consumed_files(manifest, name)})
+    return {name: pending_files(spec, data_root, {f["path"] for f in consumed_files(manifest, name)}, allowed_roots)
             for name, spec in spec_inputs.items()}
 
 
-def retained_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest) -> dict[str, list[InputFile]]:
+def retained_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest,
+                    allowed_roots: Sequence[str] = ()) -> dict[str, list[InputFile]]:
     """Every input file a full refresh rebuilds from: consumed ones that still exist plus pending ones.
 
     A consumed `changes` file that is gone makes a full refresh impossible (its changes would be
@@ -41,7 +44,7 @@ def retained_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest)
     from spark_jobs.executor.sources.discovery import exists
 
     out: dict[str, list[InputFile]] = {}
-    pending = pending_inputs(spec_inputs, data_root, manifest)
+    pending = pending_inputs(spec_inputs, data_root, manifest, allowed_roots)
     for name, spec in spec_inputs.items():
         old = [InputFile(f["path"], int(f.get("size", 0)), float(f.get("mtime", 0.0)))
                for f in consumed_files(manifest, name)]

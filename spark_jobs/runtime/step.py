@@ -69,7 +69,7 @@ class StoreReader:
 
 def pending_inputs(rt: CircuitRuntime) -> dict[str, list[InputFile]]:
     """Input files that arrived and no committed timestep consumed."""
-    return _pending(rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest())
+    return _pending(rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest(), rt.config.allowed_input_roots)
 
 
 def _change_totals(df: DataFrame) -> DataFrame:

@@ -95,7 +95,7 @@ def plan(rt: CircuitRuntime, run_id: str, *, mode: str = "incremental") -> dict:
     manifest = store.manifest()
     spec = rt.compiled.spec
     chosen = (retained_inputs if mode == "full_refresh" else pending_inputs)(
-        spec.inputs, rt.config.data_root, manifest)
+        spec.inputs, rt.config.data_root, manifest, rt.config.allowed_input_roots)
     empty = mode == "incremental" and not any(chosen.values())
     data = {"run_id": run_id, "timestep": t, "mode": mode, "created_at": time.time(), "empty": empty,
             "inputs": {name: [f.as_dict() for f in files] for name, files in chosen.items()}}

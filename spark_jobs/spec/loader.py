@@ -14,10 +14,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
+from . import yaml_limits
 from .errors import CircuitError, Problem
 from .expressions import ExpressionError, parse_aggregate
 from .model import (DEFAULT_ORCHESTRATION_TASKS, ON_INPUTS, CircuitSpec, Column, Expectation, InputSpec, NodeSpec,
@@ -27,8 +28,9 @@ from .validate import schema_problems, semantic_problems
 YamlPath = tuple[Any, ...]  # keys (str) and list indexes (int) from the document root
 
 
-class _CircuitYamlLoader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 booleans: `on`, `off`, `yes`, `no` stay strings."""
+class _CircuitYamlLoader(yaml_limits.DepthLimit, yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 booleans (`on`, `off`, `yes`, `no` stay strings) and a bound on
+    nesting (``yaml_limits``)."""
 
 
 _CircuitYamlLoader.yaml_implicit_resolvers = {
@@ -109,12 +111,26 @@ def _plain(value: Any) -> Any:
 def read_yaml(text: str, file: str) -> Document:
     """Parse YAML safely, recording lines and duplicate keys; syntax errors become problems."""
     doc = Document(file=file, text=text)
+    if len(text) > yaml_limits.MAX_BYTES and len(text.encode("utf-8")) > yaml_limits.MAX_BYTES:
+        doc.problems.append(Problem(file, 1, None, yaml_limits.size_problem(len(text.encode("utf-8")))))
+        doc.ok = False
+        return doc
     loader = _CircuitYamlLoader(text)
     try:
         root = loader.get_single_node()
-        if root is not None:
+        if root is not None and (why := yaml_limits.expansion_problem(root)):
+            doc.problems.append(Problem(file, 1, None, why))
+            doc.ok = False
+        elif root is not None:
             _walk(root, (), doc, set())
             doc.data = _plain(loader.construct_document(root))
+    except RecursionError:
+        doc.problems.append(Problem(file, 1, None, f"the YAML is nested too deeply (at most "
+                                                   f"{yaml_limits.MAX_DEPTH} levels)"))
+        doc.ok = False
+    except yaml_limits.TooDeep as exc:
+        doc.problems.append(Problem(file, exc.problem_mark.line + 1, None, str(exc.problem)))
+        doc.ok = False
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         what = " ".join(str(s) for s in (exc.context, exc.problem) if s)
@@ -320,9 +336,11 @@ def build_spec(doc: Document, broken: frozenset[str] = frozenset()) -> tuple[Cir
 
 # ---- public entry points -------------------------------------------------------------------
 
-def check_text(text: str, path: str = "<string>") -> tuple[CircuitSpec | None, list[Problem]]:
+def check_text(text: str, path: str = "<string>", allowed_roots: Sequence[str] = ()
+               ) -> tuple[CircuitSpec | None, list[Problem]]:
     """Parse and validate; returns the spec (None if the YAML is unusable) and all problems,
-    ordered by line."""
+    ordered by line. ``allowed_roots``: roots outside the data root that input paths may name
+    (the profile's ``inputs.allowed_roots``)."""
     doc = read_yaml(text, path)
     if not doc.ok:
         return None, doc.problems
@@ -332,14 +350,14 @@ def check_text(text: str, path: str = "<string>") -> tuple[CircuitSpec | None, l
                                                              f"name, inputs, nodes and outputs; got {got}")]
     structural, broken = schema_problems(doc)
     spec, parse_problems = build_spec(doc, broken)
-    problems = doc.problems + structural + parse_problems + semantic_problems(spec, doc, broken)
+    problems = doc.problems + structural + parse_problems + semantic_problems(spec, doc, broken, allowed_roots)
     unique = list(dict.fromkeys(problems))
     return spec, sorted(unique, key=lambda p: p.line)
 
 
-def load_circuit_text(text: str, path: str = "<string>") -> CircuitSpec:
+def load_circuit_text(text: str, path: str = "<string>", allowed_roots: Sequence[str] = ()) -> CircuitSpec:
     """A validated ``CircuitSpec`` from YAML text; raises ``CircuitError`` listing every problem."""
-    spec, problems = check_text(text, path)
+    spec, problems = check_text(text, path, allowed_roots)
     if problems or spec is None:
         raise CircuitError(problems)
     return spec
@@ -347,20 +365,22 @@ def load_circuit_text(text: str, path: str = "<string>") -> CircuitSpec:
 
 def _read(path: str | Path) -> tuple[str | None, list[Problem]]:
     try:
-        return Path(path).read_text(encoding="utf-8"), []
+        return yaml_limits.read_text(path), []
+    except yaml_limits.FileTooLarge as exc:
+        return None, [Problem(str(path), 1, None, str(exc))]
     except (OSError, UnicodeDecodeError) as exc:
         return None, [Problem(str(path), 0, None, f"cannot read circuit file: {exc}")]
 
 
-def load_circuit(path: str | Path) -> CircuitSpec:
+def load_circuit(path: str | Path, allowed_roots: Sequence[str] = ()) -> CircuitSpec:
     """A validated ``CircuitSpec`` from a file; raises ``CircuitError`` listing every problem."""
     text, problems = _read(path)
     if text is None:
         raise CircuitError(problems)
-    return load_circuit_text(text, str(path))
+    return load_circuit_text(text, str(path), allowed_roots)
 
 
-def validate_file(path: str | Path) -> list[Problem]:
+def validate_file(path: str | Path, allowed_roots: Sequence[str] = ()) -> list[Problem]:
     """Every problem in a circuit file (empty = valid), for ``dbsp validate``."""
     text, problems = _read(path)
-    return problems if text is None else check_text(text, str(path))[1]
+    return problems if text is None else check_text(text, str(path), allowed_roots)[1]

@@ -5,7 +5,8 @@
    name patterns, expectation entry form. jsonschema's errors are rewritten into our messages.
 2. Meaning, in Python: duplicate names, references (with "did you mean"), either/or fields
    (``on`` vs ``left_on``/``right_on``, ``inputs`` vs ``left``/``right``), cycles, schedules,
-   column types, columns of keys, groups and expressions, expectation columns.
+   column types, columns of keys, groups and expressions, expectation columns, what expressions
+   may call (``sql_check.py``), input paths (``paths.py``) and reader options.
 
 A node the schema found broken is skipped by layer 2 (and its columns count as unknown), so a
 wrong field does not also surface as a string of follow-on errors.
@@ -16,13 +17,17 @@ import json
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from jsonschema import Draft202012Validator, ValidationError
 
 from .columns import Resolution, resolve
 from .errors import Problem, did_you_mean, listing
-from .expressions import AGGREGATE_FUNCS, ExpressionError, analyze
+from . import sql_check, sql_functions
+from .paths import source_path_problem
+from .reader_options import option_problems
+from .sites import condition_problem, expression_sites
+from .sql_check import ExpressionError
 from .model import ALL_OPS, CircuitSpec, Expectation, NodeSpec
 
 if TYPE_CHECKING:
@@ -163,11 +168,13 @@ _CHAR = re.compile(r"^(?:var)?char\s*\(\s*\d+\s*\)$", re.IGNORECASE)
 TYPE_HELP = "boolean, tinyint, smallint, int, bigint/long, float, double, string, date, timestamp, decimal(p,s), binary"
 
 
-def semantic_problems(spec: CircuitSpec, doc: "Document", broken: frozenset[str]) -> list[Problem]:
-    """Problems of meaning; nodes in ``broken`` (schema errors) are not checked again."""
+def semantic_problems(spec: CircuitSpec, doc: "Document", broken: frozenset[str],
+                      allowed_roots: Sequence[str] = ()) -> list[Problem]:
+    """Problems of meaning; nodes in ``broken`` (schema errors) are not checked again.
+    ``allowed_roots``: roots outside the data root that input paths may name (the profile's)."""
     if not isinstance(doc.get(("inputs",)), dict) or not isinstance(doc.get(("nodes",)), dict):
         return []  # without both namespaces every reference would look wrong
-    problems = _schedule(spec, doc) + _column_types(spec) + _names(spec)
+    problems = _schedule(spec, doc) + _column_types(spec) + _names(spec) + _sources(spec, doc, allowed_roots)
     scopes = list(_scopes(spec.nodes, "", frozenset(spec.inputs) | frozenset(spec.nodes), broken))
     for label, node, visible in scopes:
         problems += _node_fields(spec, label, node)
@@ -176,8 +183,7 @@ def semantic_problems(spec: CircuitSpec, doc: "Document", broken: frozenset[str]
     problems += cycle_problems
     resolution, column_problems = resolve(spec, broken | in_cycles)
     problems += column_problems
-    for label, node, _ in scopes:
-        problems += _expressions(spec, label, node, resolution)
+    problems += _expressions(spec, resolution, broken) + _expectation_forms(spec)
     problems += _outputs(spec, resolution)
     for label, node, _ in scopes:
         if node.op == "recursive":
@@ -296,6 +302,21 @@ def _schedule_assets(spec: CircuitSpec, doc: "Document") -> list[Problem]:
         elif not dot and ref not in spec.inputs:
             problems.append(Problem(spec.path, line, None, f"schedule asset '{ref}' is not an input of this circuit "
                                     f"({listing(spec.inputs)}) nor '<circuit>.<view>'{did_you_mean(ref, spec.inputs)}"))
+    return problems
+
+
+def _sources(spec: CircuitSpec, doc: "Document", allowed_roots: Sequence[str]) -> list[Problem]:
+    """Input paths stay inside the data root (``paths.py``); reader options are allow-listed."""
+    problems = []
+    for inp in spec.inputs.values():
+        src = inp.source
+        if src is None:
+            continue
+        where = ("inputs", inp.name, "source")
+        if src.path and (why := source_path_problem(src.path, allowed_roots)):
+            problems.append(Problem(spec.path, doc.line(where + ("path",)), inp.name, why))
+        problems += [Problem(spec.path, doc.line(where + ("options", key)), inp.name, why)
+                     for key, why in option_problems(src.format, src.options)]
     return problems
 
 
@@ -432,39 +453,52 @@ def _cycle_through(start: str, edges: dict[str, list[str]]) -> list[str]:
     return []
 
 
-def _expressions(spec: CircuitSpec, label: str, node: NodeSpec, res: Resolution) -> list[Problem]:
-    """Unknown columns (and unreadable syntax) in where, select expressions and aggregate args."""
-    source = res.reads.get(label, {}).get(node.input or "")
-    checks: list[tuple[str, str, str]] = []  # (field key, what, expression)
-    if node.op == "filter" and node.where is not None:
-        checks.append(("where", "where", node.where))
-    if node.op in ("select", "map"):
-        for i, (name, expr) in enumerate(node.columns):
-            key = f"columns.{name}" if f"columns.{name}" in node.field_lines else f"columns.{i}"
-            checks.append((key, f"column '{name}'", expr))
-    if node.op == "aggregate":
-        checks += [(f"aggregates.{a.name}", f"aggregate '{a.name}'", a.arg) for a in node.aggregates if a.arg]
+def _expressions(spec: CircuitSpec, res: Resolution, broken: frozenset[str]) -> list[Problem]:
+    """Every SQL text of the circuit (``sites.py``), judged on its parse tree (``sql_check.py``):
+    what it calls, whether it can be read, and the columns it names."""
     problems = []
-    for key, what, expr in checks:
+    for site in expression_sites(spec, broken):
         try:
-            found = analyze(expr)
+            found = sql_check.check(site.text)
         except ExpressionError as exc:
-            problems.append(Problem(spec.path, node.line_of(key), label, f"{what}: cannot read '{expr}': {exc}"))
+            problems.append(Problem(spec.path, site.line, site.label,
+                                    f"{site.what}: cannot read '{site.text}': {exc}"))
             continue
-        aggs = [f for f in found.functions if f in AGGREGATE_FUNCS]
-        if aggs and node.op != "aggregate":
-            problems.append(Problem(spec.path, node.line_of(key), label,
-                                    f"{what}: aggregate function '{aggs[0]}' in a row expression; "
-                                    f"use an aggregate node"))
-        if source is None:
+        problems += [Problem(spec.path, site.line, site.label, f"{site.what}: '{_clip(site.text)}' is refused: {reason}")
+                     for reason in found.refusals]
+        if site.kind == "node":
+            available = res.reads.get(site.label, {}).get(site.reads)
+        else:
+            available = res.columns.get(site.reads)
+        if available is None:
             continue
-        known = {c.lower() for c in source}
+        known = {c.lower() for c in available}
         for col in found.columns:
             if col.lower() not in known:
-                problems.append(Problem(spec.path, node.line_of(key), label,
-                                        f"{what}: unknown column '{col}' in '{expr}'; expected a column of "
-                                        f"'{node.input}' ({listing(source)}){did_you_mean(col, source)}"))
+                problems.append(Problem(spec.path, site.line, site.label,
+                                        f"{site.what}: unknown column '{col}' in '{site.text}'; expected a column "
+                                        f"of '{site.reads}' ({listing(available)}){did_you_mean(col, available)}"
+                                        f"{_bare_function(col)}"))
     return problems
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _bare_function(name: str) -> str:
+    """A note when an unknown column is a name Spark would read as a function (current_date)."""
+    if name.lower() not in sql_functions.BARE_FUNCTIONS:
+        return ""
+    return f"; Spark would read it as the function {name.lower()}(), which {sql_functions.verdict(name).reason}"
+
+
+def _expectation_forms(spec: CircuitSpec) -> list[Problem]:
+    """Expectation arguments that carry SQL must carry it in the one form that is checked."""
+    owners = [(inp.name, inp.expectations) for inp in spec.inputs.values()]
+    owners += [(out.name, out.expectations) for out in spec.outputs.values()]
+    return [Problem(spec.path, exp.line, owner, why)
+            for owner, exps in owners for exp in exps if (why := condition_problem(exp))]
 
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

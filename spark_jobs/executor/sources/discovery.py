@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import pyarrow.fs as pafs
 
 from spark_jobs.spec.model import InputSpec, Source
 from spark_jobs.state.arrow_fs import Location, is_local, locate, normalize, strip_file_scheme
+
+from .confine import confine
 
 FORMAT_EXTENSIONS: dict[str, tuple[str, ...]] = {
     "parquet": (".parquet", ".parq"),
@@ -67,14 +69,17 @@ def file_format(path: str) -> str | None:
 
 # ---- locations (shared with the state store: spark_jobs/state/arrow_fs.py) --------------------
 
-def resolve_path(source: Source, data_root: str) -> str:
-    """``source.path`` made absolute: as is if absolute or a URI, else under ``data_root``."""
+def resolve_path(source: Source, data_root: str, allowed_roots: Sequence[str] = ()) -> str:
+    """``source.path`` made absolute: under ``data_root``, or as is if absolute or a URI; it must
+    stay inside the data root or one of ``allowed_roots``, symbolic links followed (``confine``)."""
     path = source.path
     if "://" in path or path.startswith("file:") or os.path.isabs(path):
-        return normalize(path)
-    if is_local(data_root):
-        return normalize(os.path.join(strip_file_scheme(data_root), path))
-    return data_root.rstrip("/") + "/" + path.strip("/")
+        folder = normalize(path)
+    elif is_local(data_root):
+        folder = normalize(os.path.join(strip_file_scheme(data_root), path))
+    else:
+        folder = data_root.rstrip("/") + "/" + path.strip("/")
+    return confine(folder, path, data_root, allowed_roots)
 
 
 _GLOB_CHARS = re.compile(r"([\\{}\[\]*?])")
@@ -156,7 +161,8 @@ def _snapshot_items(loc: Location, consumed: set[str]) -> list[InputFile]:
     return items
 
 
-def pending_files(spec: InputSpec, data_root: str, consumed: Iterable[str]) -> list[InputFile]:
+def pending_files(spec: InputSpec, data_root: str, consumed: Iterable[str],
+                  allowed_roots: Sequence[str] = ()) -> list[InputFile]:
     """Items of ``spec``'s source not consumed yet, sorted (path for changes, name for snapshots).
 
     For snapshots only items named after the newest consumed snapshot count: an older snapshot
@@ -164,7 +170,7 @@ def pending_files(spec: InputSpec, data_root: str, consumed: Iterable[str]) -> l
     """
     if spec.source is None:
         return []
-    root = resolve_path(spec.source, data_root)
+    root = resolve_path(spec.source, data_root, allowed_roots)
     done = {normalize(p) for p in consumed}
     if spec.source.kind == "snapshots":
         return _snapshot_items(locate(root), done)

@@ -1,0 +1,54 @@
+"""Where an input's ``source.path`` may point: inside the data root, or an allowed outside root.
+
+A circuit names its inputs' folders relative to the data root (``inbox/orders``), so a circuit
+file cannot make the engine read anything else: a path with a ``..`` segment is refused always,
+and an absolute path or URI (``/etc``, ``s3a://bucket/x``) only passes when the profile lists a
+root containing it in ``inputs.allowed_roots`` (config/README.md). These are checks on the text,
+done at validation; symbolic links are resolved when a step opens the folder
+(``spark_jobs/executor/sources/confine.py``).
+"""
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Sequence
+
+ALLOWED_ROOTS_KEY = "inputs.allowed_roots"
+
+
+def is_absolute(path: str) -> bool:
+    """A URI (``scheme://...``, ``file:...``) or an absolute local path."""
+    return "://" in path or path.startswith(("file:", "/"))
+
+
+def normalize(path: str) -> str:
+    """Comparable form: local paths without ``file:`` and with ``.``/``//`` folded; URIs as is."""
+    if path.startswith("file://"):
+        path = path[len("file://"):]
+    elif path.startswith("file:"):
+        path = path[len("file:"):]
+    if "://" in path:
+        return path.rstrip("/")
+    return posixpath.normpath(path) if path else path
+
+
+def within(path: str, root: str) -> bool:
+    """Is ``path`` the root itself or below it (compared by whole segments)?"""
+    path, root = normalize(path), normalize(root)
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def has_parent_segment(path: str) -> bool:
+    return ".." in re.split(r"[/\\]", path)
+
+
+def source_path_problem(path: str, allowed_roots: Sequence[str] = ()) -> str | None:
+    """Why ``path`` may not be an input's folder (None when it may)."""
+    if has_parent_segment(path):
+        return (f"source path '{path}' has a '..' segment: input paths stay inside the data root "
+                f"(write a path relative to it, without '..')")
+    if is_absolute(path) and not any(within(path, root) for root in allowed_roots):
+        allowed = f" (allowed roots: {', '.join(allowed_roots)})" if allowed_roots else ""
+        return (f"source path '{path}' is outside the data root: input paths are relative to the "
+                f"data root; a profile may allow other roots with {ALLOWED_ROOTS_KEY}{allowed}")
+    return None

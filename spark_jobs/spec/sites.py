@@ -1,0 +1,87 @@
+"""Every place a circuit holds Spark SQL text, with the line and the relation the text reads.
+
+Both checks of expressions walk this one list: the validator on sqlglot's parse
+(``validate.py``) and the check on Spark's own parse before a step (``spark_parse_check.py``),
+so a new kind of SQL text in the spec has to be added here once to be checked twice. The places:
+
+- ``filter``: ``where``; ``select``/``map``: each column's expression; ``aggregate``: each
+  aggregate's argument (all of these also inside recursive bodies);
+- expectations (on inputs and outputs): ``row_condition`` with ``condition_parser: spark``,
+  which Great Expectations hands to Spark as a filter.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from .model import CircuitSpec, Expectation, NodeSpec
+
+ROW_CONDITION = "row_condition"
+CONDITION_PARSER = "condition_parser"
+
+
+@dataclass(frozen=True)
+class ExpressionSite:
+    """One SQL text: where it is (``label``, ``line``), what it is (``what``), and ``reads``, the
+    input or node whose columns it sees (``kind`` "node": the node's input; "expectation": the
+    input or view the expectation is declared on)."""
+
+    label: str
+    line: int
+    what: str
+    text: str
+    reads: str
+    kind: str  # "node" | "expectation"
+
+
+def node_sites(label: str, node: NodeSpec) -> Iterator[ExpressionSite]:
+    """The SQL texts of one node (not of its body)."""
+    source = node.input or ""
+    if node.op == "filter" and node.where is not None:
+        yield ExpressionSite(label, node.line_of("where"), "where", node.where, source, "node")
+    if node.op in ("select", "map"):
+        for i, (name, expr) in enumerate(node.columns):
+            key = f"columns.{name}" if f"columns.{name}" in node.field_lines else f"columns.{i}"
+            yield ExpressionSite(label, node.line_of(key), f"column '{name}'", expr, source, "node")
+    if node.op == "aggregate":
+        for agg in node.aggregates:
+            if agg.arg:
+                yield ExpressionSite(label, node.line_of(f"aggregates.{agg.name}"), f"aggregate '{agg.name}'",
+                                     agg.arg, source, "node")
+
+
+def expectation_sites(owner: str, expectations: tuple[Expectation, ...]) -> Iterator[ExpressionSite]:
+    """Row conditions of expectations (the ones ``condition_problem`` accepts the form of)."""
+    for exp in expectations:
+        text = exp.kwargs.get(ROW_CONDITION)
+        if isinstance(text, str) and condition_problem(exp) is None:
+            yield ExpressionSite(owner, exp.line, f"{exp.name}: {ROW_CONDITION}", text, owner, "expectation")
+
+
+def condition_problem(exp: Expectation) -> str | None:
+    """Why an expectation's row condition cannot be checked (None when it has none or is fine)."""
+    if ROW_CONDITION not in exp.kwargs:
+        return None
+    if not isinstance(exp.kwargs.get(ROW_CONDITION), str):
+        return f"{exp.name}: {ROW_CONDITION} must be a Spark SQL expression (a string)"
+    if exp.kwargs.get(CONDITION_PARSER) != "spark":
+        return (f"{exp.name}: a {ROW_CONDITION} needs '{CONDITION_PARSER}: spark' (the condition is a "
+                f"Spark SQL expression, checked like every expression of the circuit)")
+    return None
+
+
+def expression_sites(spec: CircuitSpec, skip: frozenset[str] = frozenset()) -> Iterator[ExpressionSite]:
+    """Every SQL text of ``spec``; nodes (labels) in ``skip`` and their bodies are left out."""
+    def visit(nodes: dict[str, NodeSpec], prefix: str) -> Iterator[ExpressionSite]:
+        for name, node in nodes.items():
+            label = prefix + name
+            if label in skip:
+                continue
+            yield from node_sites(label, node)
+            yield from visit(node.body, label + ".")
+
+    yield from visit(spec.nodes, "")
+    for inp in spec.inputs.values():
+        yield from expectation_sites(inp.name, inp.expectations)
+    for out in spec.outputs.values():
+        yield from expectation_sites(out.name, out.expectations)

@@ -1,0 +1,163 @@
+"""The orchestration layer's parts that need neither Spark nor a running Airflow: the folder
+watcher's trigger, run notes, the files behind a failed check, log tables, the preload hook."""
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from spark_jobs.examples.generators import write_csv, write_parquet
+from spark_jobs.orchestration import logs, run_note, warm
+from spark_jobs.runtime.circuit import open_circuit
+from spark_jobs.config import load_config
+
+CIRCUIT = """\
+name: watched
+inputs:
+  t:
+    schema: {id: long, amount: double}
+    source: {kind: changes, path: inbox/t, format: parquet}
+  c:
+    schema: {id: long, name: string}
+    source: {kind: snapshots, path: snapshots/c, format: csv}
+nodes:
+  big: {op: filter, input: t, where: "amount > 2"}
+outputs:
+  big: {}
+"""
+ROWS = pa.schema([("id", pa.int64()), ("amount", pa.float64())])
+
+
+@pytest.fixture
+def circuit(tmp_path: Path) -> Path:
+    path = tmp_path / "watched.yaml"
+    path.write_text(CIRCUIT)
+    return path
+
+
+def _events(trigger, rounds: int) -> list[dict]:
+    """The payloads ``rounds`` polls of the trigger yield (each poll waits poll_seconds)."""
+    async def collect():
+        out: list[dict] = []
+
+        async def consume():
+            async for event in trigger.run():
+                out.append(event.payload)
+
+        task = asyncio.ensure_future(consume())
+        await asyncio.sleep(trigger.poll_seconds * rounds)
+        task.cancel()
+        return out
+
+    return asyncio.run(collect())
+
+
+def test_the_folder_watcher_announces_new_and_replaced_files_once(circuit, tmp_path):
+    from spark_jobs.orchestration.watch import InputFilesTrigger
+
+    data = tmp_path / "data"
+    trigger = InputFilesTrigger(circuit_path=str(circuit), input_name="t", config_path="",
+                                data_root=str(data), poll_seconds=0.2)
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "spark_jobs.orchestration.watch.InputFilesTrigger" and kwargs["input_name"] == "t"
+    assert trigger.pending() == set()  # no folder yet: nothing, no error
+    write_parquet(str(data / "inbox" / "t" / "t-1.parquet"), [{"id": 1, "amount": 3.0}], ROWS)
+    write_parquet(str(data / "inbox" / "t" / ".t-2.parquet"), [{"id": 2, "amount": 3.0}], ROWS)  # hidden
+    events = _events(trigger, 4)
+    assert len(events) == 1 and events[0]["new_files"] == 1 and events[0]["files"][0].endswith("t-1.parquet")
+    # a file replaced by another of the same name is news again; an unchanged one is not
+    write_parquet(str(data / "inbox" / "t" / "t-1.parquet"), [{"id": 1, "amount": 30.0}, {"id": 5, "amount": 1.0}], ROWS)
+    os.utime(data / "inbox" / "t" / "t-1.parquet", (1, 1))
+    write_parquet(str(data / "inbox" / "t" / "t-3.parquet"), [{"id": 3, "amount": 3.0}], ROWS)
+    events = _events(trigger, 4)
+    assert len(events) == 1 and events[0]["new_files"] == 2, events
+
+
+def test_consumed_files_are_not_announced(circuit, tmp_path):
+    """Files a committed timestep consumed (the manifest says so) are not pending."""
+    from spark_jobs.orchestration.watch import InputFilesTrigger
+    from spark_jobs.runtime import timestep
+
+    data = tmp_path / "data"
+    write_parquet(str(data / "inbox" / "t" / "t-1.parquet"), [{"id": 1, "amount": 3.0}], ROWS)
+    trigger = InputFilesTrigger(circuit_path=str(circuit), input_name="t", config_path="",
+                                data_root=str(data), poll_seconds=0.2)
+    assert len(trigger.pending()) == 1
+    rt = open_circuit(str(circuit), load_config(data_root=str(data)))
+    with rt.files.begin() as txn:  # a commit that consumed the file (no Spark: only the manifest)
+        txn.consume("t", [{"path": p} for p, _, _ in trigger.pending()])
+        txn.commit()
+    assert trigger.pending() == set()
+    assert timestep.plan(rt, "r1")["empty"]
+
+
+def test_run_notes_say_what_a_timestep_changed():
+    note = run_note.success_note("rev", {"timestep": 7, "mode": "incremental",
+                                         "views": {"by_region": {"inserted": 5, "deleted": 3}}}, None)
+    assert note.startswith("**timestep 7** (incremental) committed")
+    assert "| by_region | 5 | 3 |" in note and "(/dbsp/quality/rev/)" in note
+    empty = run_note.success_note("rev", None, {"timestep": 8, "empty": True})
+    assert "no new input files" in empty and "stays at timestep 7" in empty
+    failed = run_note.failure_note("rev", {"timestep": 8, "mode": "incremental"}, ["quality_check"])
+    assert "**timestep 8 (incremental) failed** at `quality_check`" in failed and "quality gate" in failed
+    many = run_note.success_note("rev", {"timestep": 1, "views": {f"v{i}": {"inserted": i, "deleted": 0}
+                                                                  for i in range(40)}}, None)
+    assert len(many) <= run_note.MAX_NOTE and "more" in many
+
+
+def test_a_failed_check_names_the_files_holding_its_values(circuit, tmp_path):
+    from spark_jobs.runtime.culprits import culprit_files
+
+    data = tmp_path / "data"
+    good, bad = data / "inbox" / "t" / "t-1.parquet", data / "inbox" / "t" / "t-2.parquet"
+    write_parquet(str(good), [{"id": 1, "amount": 3.0}], ROWS)
+    write_parquet(str(bad), [{"id": 2, "amount": -4.0}, {"id": 3, "amount": None}], ROWS)
+    snap = data / "snapshots" / "c" / "c-1.csv"
+    write_csv(str(snap), [{"id": 1, "name": "ann"}, {"id": 2, "name": "-4"}], ["id", "name"])
+    rt = open_circuit(str(circuit), load_config(data_root=str(data)))
+    plan = {"inputs": {"t": [{"path": str(good)}, {"path": str(bad)}], "c": [{"path": str(snap)}]}}
+    # a column check on an input: exactly the file with the value (a double -4.0 as GE reports it)
+    details = {"kwargs": {"column": "amount", "min_value": 0}, "partial_unexpected_list": [-4.0]}
+    assert culprit_files(rt, plan, "input:t", details) == ([str(bad)], True)
+    assert culprit_files(rt, plan, "input:t", {"kwargs": {"column": "amount"},
+                                               "partial_unexpected_list": [None]}) == ([str(bad)], True)
+    # a view column with the same name: searched in every input; a computed value is not found,
+    # so every file of the timestep is named
+    assert culprit_files(rt, plan, "view:big", details) == ([str(bad)], True)
+    files, exact = culprit_files(rt, plan, "view:big", {"kwargs": {"column": "amount"},
+                                                        "partial_unexpected_list": [123.5]})
+    assert not exact and set(files) == {str(good), str(bad), str(snap)}
+    files, exact = culprit_files(rt, plan, "view:big", {"kwargs": {"min_value": 3}})  # a table-level check
+    assert not exact and len(files) == 3
+
+
+def test_log_tables_are_aligned_text():
+    lines = logs.table(("operator", "rows in"), [("paid", 12), ("enriched[ΔaΔb]", None)], right=(1,))
+    assert lines == ["operator        rows in", "--------------  -------",
+                     "paid                 12", "enriched[ΔaΔb]        -"]
+    summary = {"stage": "paid", "timestep": 3, "mode": "incremental", "seconds": 1.5, "spark_seconds": 1.2,
+               "staged_as": "arrow", "inputs": {}, "views": {"v": {"inserted": 2, "deleted": 1}},
+               "operators": [{"operator": "paid", "op": "σ", "rows_in": 70, "rows_out": 46, "state_read": None,
+                              "state_written": None, "seconds": 0.01}]}
+    text = "\n".join(logs.stage_lines(summary))
+    assert "stage paid (timestep 3, incremental)" in text and "\\u" not in text and "σ" in text
+    assert "view v: +2 / -1 rows" in text
+
+
+def test_the_preload_hook_installs_once_and_never_over_a_users_file(tmp_path, monkeypatch):
+    assert "preloaded" in warm.install(str(tmp_path))
+    written = (tmp_path / "config" / "airflow_local_settings.py").read_text()
+    assert warm.MARKER in written and "__all__" in written
+    assert "preloaded" in warm.install(str(tmp_path))  # ours: rewritten
+    (tmp_path / "config" / "airflow_local_settings.py").write_text("# my own settings\n")
+    assert "yours" in warm.install(str(tmp_path))
+    assert (tmp_path / "config" / "airflow_local_settings.py").read_text() == "# my own settings\n"
+    monkeypatch.setattr("sys.argv", ["airflow", "api-server"])
+    assert not warm.wanted() and warm.preload() == 0.0  # only the scheduler forks task processes
+    monkeypatch.setattr("sys.argv", ["airflow", "scheduler"])
+    assert warm.wanted()
+    monkeypatch.setenv(warm.ENV, "0")
+    assert not warm.wanted()
