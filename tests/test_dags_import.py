@@ -91,7 +91,7 @@ def test_the_docs_show_the_circuit_as_an_svg_drawn_at_parse_time(circuits_env, t
     (tmp_path / "c").mkdir()
     circuits_env(_per_stage(ROOT / "circuits", tmp_path / "c"))
     dag = dagbag().dags["revenue_by_region"]
-    found = re.search(r"!\[incremental circuit of revenue_by_region\]\(/dbsp/docs/([^)]+\.svg)\)", dag.doc_md)
+    found = re.search(r"\[!\[incremental circuit of revenue_by_region\]\(/dbsp/docs/([^)]+\.svg)\)\]", dag.doc_md)
     assert found, dag.doc_md[:500]
     assert "```mermaid" not in dag.doc_md and "data:" not in dag.doc_md  # the UI strips data: URLs
     svg = ET.parse(tmp_path / "docs" / found.group(1)).getroot()
@@ -130,17 +130,15 @@ def test_schedules_on_assets_inputs_and_other_circuits_views(circuits_env, tmp_p
     bag = dagbag()
     assert bag.import_errors == {}
     watched = bag.dags["watched"].timetable.asset_condition
-    assert isinstance(watched, AssetAny)  # any input's new files start a run
-    assets = {a.name: a for a in watched.objects}
-    assert set(assets) == {"watched.input.t", "watched.input.r"}
-    for asset in assets.values():  # the triggerer polls the input folder for new files
-        (watcher,) = asset.watchers
-        assert isinstance(watcher.trigger, InputFilesTrigger) and watcher.trigger.input_name in ("t", "r")
-        assert asset.uri.startswith("file://") and asset.uri.endswith(("/inbox/t", "/inbox/r"))
+    assert isinstance(watched, AssetAny)  # any of the named assets starts a run
+    (asset,) = watched.objects  # one asset for the circuit's input folders: one event per batch
+    assert asset.name == "watched.inputs" and asset.uri.startswith("file://")
+    (watcher,) = asset.watchers  # the triggerer polls the input folders for new files
+    assert isinstance(watcher.trigger, InputFilesTrigger) and watcher.trigger.input_names == ["t", "r"]
     chained = bag.dags["chained"]
     assert isinstance(chained.timetable, AssetOrTimeSchedule)
     names = {a.name for a in chained.timetable.asset_condition.objects}
-    assert names == {"paper_example.v", "chained.input.t"}
+    assert names == {"paper_example.v", "chained.inputs"}
     commit = bag.dags["paper_example"].get_task("commit")
     assert "paper_example.v" in {a.name for a in commit.outlets}  # the producer of that asset
 

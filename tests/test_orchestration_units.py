@@ -14,6 +14,7 @@ from spark_jobs.orchestration import logs, run_note, warm
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.config import load_config
 
+ROOT = Path(__file__).resolve().parent.parent
 CIRCUIT = """\
 name: watched
 inputs:
@@ -38,19 +39,23 @@ def circuit(tmp_path: Path) -> Path:
     return path
 
 
-def _events(trigger, rounds: int) -> list[dict]:
-    """The payloads ``rounds`` polls of the trigger yield (each poll waits poll_seconds)."""
+def _events(trigger, *phases) -> list[list[dict]]:
+    """Run the trigger (one poll loop) through ``phases`` (callables changing files); the
+    payloads it yields in each phase, waiting 5 polls after each change."""
     async def collect():
-        out: list[dict] = []
+        out: list[list[dict]] = [[]]
 
         async def consume():
             async for event in trigger.run():
-                out.append(event.payload)
+                out[-1].append(event.payload)
 
         task = asyncio.ensure_future(consume())
-        await asyncio.sleep(trigger.poll_seconds * rounds)
+        for change in phases:
+            change()
+            await asyncio.sleep(trigger.poll_seconds * 5)
+            out.append([])
         task.cancel()
-        return out
+        return out[:-1]
 
     return asyncio.run(collect())
 
@@ -59,21 +64,30 @@ def test_the_folder_watcher_announces_new_and_replaced_files_once(circuit, tmp_p
     from spark_jobs.orchestration.watch import InputFilesTrigger
 
     data = tmp_path / "data"
-    trigger = InputFilesTrigger(circuit_path=str(circuit), input_name="t", config_path="",
+    trigger = InputFilesTrigger(circuit_path=str(circuit), input_names=["t", "c"], config_path="",
                                 data_root=str(data), poll_seconds=0.2)
     classpath, kwargs = trigger.serialize()
-    assert classpath == "spark_jobs.orchestration.watch.InputFilesTrigger" and kwargs["input_name"] == "t"
-    assert trigger.pending() == set()  # no folder yet: nothing, no error
-    write_parquet(str(data / "inbox" / "t" / "t-1.parquet"), [{"id": 1, "amount": 3.0}], ROWS)
-    write_parquet(str(data / "inbox" / "t" / ".t-2.parquet"), [{"id": 2, "amount": 3.0}], ROWS)  # hidden
-    events = _events(trigger, 4)
-    assert len(events) == 1 and events[0]["new_files"] == 1 and events[0]["files"][0].endswith("t-1.parquet")
-    # a file replaced by another of the same name is news again; an unchanged one is not
-    write_parquet(str(data / "inbox" / "t" / "t-1.parquet"), [{"id": 1, "amount": 30.0}, {"id": 5, "amount": 1.0}], ROWS)
-    os.utime(data / "inbox" / "t" / "t-1.parquet", (1, 1))
-    write_parquet(str(data / "inbox" / "t" / "t-3.parquet"), [{"id": 3, "amount": 3.0}], ROWS)
-    events = _events(trigger, 4)
-    assert len(events) == 1 and events[0]["new_files"] == 2, events
+    assert classpath == "spark_jobs.orchestration.watch.InputFilesTrigger" and kwargs["input_names"] == ["t", "c"]
+    assert trigger.pending() == set()  # no folders yet: nothing, no error
+
+    def batch():
+        write_parquet(str(data / "inbox" / "t" / "t-1.parquet"), [{"id": 1, "amount": 3.0}], ROWS)
+        write_parquet(str(data / "inbox" / "t" / ".t-2.parquet"), [{"id": 2, "amount": 3.0}], ROWS)  # hidden
+        write_csv(str(data / "snapshots" / "c" / "c-1.csv"), [{"id": 1, "name": "a"}], ["id", "name"])
+
+    def nothing():
+        pass
+
+    def replace_one():  # a file replaced by another of the same name is news again
+        write_parquet(str(data / "inbox" / "t" / "t-1.parquet"), [{"id": 1, "amount": 30.0}, {"id": 5, "amount": 1.0}], ROWS)
+        os.utime(data / "inbox" / "t" / "t-1.parquet", (1, 1))
+
+    first, second, third = _events(trigger, batch, nothing, replace_one)
+    # a batch in two folders is one event (one run), once the listing has settled
+    assert len(first) == 1 and first[0]["new_files"] == 2, first
+    assert any(f.startswith("t: ") and f.endswith("t-1.parquet") for f in first[0]["files"])
+    assert second == []  # announced files are not announced again while they wait
+    assert len(third) == 1 and third[0]["new_files"] == 1 and third[0]["files"][0].endswith("t-1.parquet"), third
 
 
 def test_consumed_files_are_not_announced(circuit, tmp_path):
@@ -83,12 +97,12 @@ def test_consumed_files_are_not_announced(circuit, tmp_path):
 
     data = tmp_path / "data"
     write_parquet(str(data / "inbox" / "t" / "t-1.parquet"), [{"id": 1, "amount": 3.0}], ROWS)
-    trigger = InputFilesTrigger(circuit_path=str(circuit), input_name="t", config_path="",
+    trigger = InputFilesTrigger(circuit_path=str(circuit), input_names=["t"], config_path="",
                                 data_root=str(data), poll_seconds=0.2)
     assert len(trigger.pending()) == 1
     rt = open_circuit(str(circuit), load_config(data_root=str(data)))
     with rt.files.begin() as txn:  # a commit that consumed the file (no Spark: only the manifest)
-        txn.consume("t", [{"path": p} for p, _, _ in trigger.pending()])
+        txn.consume("t", [{"path": p} for _, p, _, _ in trigger.pending()])
         txn.commit()
     assert trigger.pending() == set()
     assert timestep.plan(rt, "r1")["empty"]
@@ -161,3 +175,25 @@ def test_the_preload_hook_installs_once_and_never_over_a_users_file(tmp_path, mo
     assert warm.wanted()
     monkeypatch.setenv(warm.ENV, "0")
     assert not warm.wanted()
+
+
+@pytest.mark.slow
+def test_a_task_s_local_spark_logs_its_start_up_to_stdout_not_stderr():
+    """Airflow logs a task's stderr at ERROR level: a local driver started by a task must write
+    its log4j lines (start-up included) to stdout (config/log4j2-tasks.properties)."""
+    import subprocess
+    import sys
+
+    code = ("import logging, sys; logging.basicConfig(stream=sys.stdout, level=logging.INFO); "
+            "from spark_jobs.config import load_config; from spark_jobs.runtime.circuit import open_circuit; "
+            "from spark_jobs.orchestration.tasks import open_spark; "
+            "rt = open_circuit('circuits/paper_example.yaml', load_config()); open_spark(rt); s = rt.spark; "
+            "s.range(3).count(); s.sparkContext._jvm.org.apache.log4j.LogManager.getLogger('dbsp.test')"
+            ".error('an error logged by the JVM'); print('done')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=ROOT, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert out.returncode == 0, out.stderr
+    assert "an error logged by the JVM" in out.stdout  # the JVM's log4j output reaches stdout...
+    assert "spark: WARNING: Using incubator modules" in out.stdout  # (the JVM's own stderr, at INFO)
+    assert out.stderr.strip() == "", out.stderr  # ...and nothing of it is logged at ERROR
+    assert "Using Spark's default log4j profile" not in out.stdout + out.stderr

@@ -3,9 +3,9 @@
 - Every view is an Asset named ``<circuit>.<view>`` (URI: the view's published location,
   ``<data_root>/views/<circuit>/<view>``); the DAG's ``commit`` task lists them as outlets and
   attaches the timestep and rows inserted/deleted to each event.
-- Every input is an Asset named ``<circuit>.input.<input>`` (URI: its folder). When a schedule
-  names an input, the asset gets a watcher: ``watch.InputFilesTrigger`` (run by Airflow's
-  triggerer) emits an event when files the circuit has not consumed land in the folder.
+- The input folders a schedule names are one Asset per circuit, ``<circuit>.inputs``, with a
+  watcher: ``watch.InputFilesTrigger`` (run by Airflow's triggerer) emits an event when files
+  the circuit has not consumed land in one of them.
 - ``schedule`` of the YAML becomes the DAG's schedule: a cron string or preset; assets (any
   one of them updated starts a run); or both (``{cron: ..., assets: [...]}``).
 
@@ -22,7 +22,7 @@ from spark_jobs.state.arrow_fs import is_local, strip_file_scheme, uri_join
 
 VIEWS_DIR = "views"  # published views: <data_root>/views/<circuit>/<view>
 POLL_ENV = "DBSP_WATCH_POLL_SECONDS"
-DEFAULT_POLL_SECONDS = 5.0
+DEFAULT_POLL_SECONDS = 3.0
 
 
 def _uri(path: str) -> str:
@@ -33,8 +33,8 @@ def view_asset_name(circuit: str, view: str) -> str:
     return f"{circuit}.{view}"
 
 
-def input_asset_name(circuit: str, name: str) -> str:
-    return f"{circuit}.input.{name}"
+def inputs_asset_name(circuit: str) -> str:
+    return f"{circuit}.inputs"
 
 
 def view_asset(config: Config, circuit: str, view: str):
@@ -48,19 +48,22 @@ def poll_seconds() -> float:
     return float(os.environ.get(POLL_ENV) or DEFAULT_POLL_SECONDS)
 
 
-def input_asset(config: Config, spec: CircuitSpec, path: str, name: str):
-    """The input's folder as an Asset, watched for new files by the triggerer."""
+def inputs_asset(config: Config, spec: CircuitSpec, path: str, names: list[str]):
+    """The circuit's input folders named in its schedule, as one Asset watched by the triggerer.
+
+    One asset (and one trigger) for all of them: a batch that lands in several folders at once
+    starts one run, not one per folder. Its URI is the circuit's own place under the state root
+    (Airflow wants a URI per asset, and two circuits may read one folder)."""
     from airflow.sdk import Asset, AssetWatcher
 
     from spark_jobs.orchestration.watch import InputFilesTrigger
 
-    source = spec.inputs[name].source.path  # type: ignore[union-attr]
-    folder = source if "://" in source or os.path.isabs(source) else uri_join(config.data_root, source)
-    trigger = InputFilesTrigger(circuit_path=os.path.abspath(path), input_name=name,
+    trigger = InputFilesTrigger(circuit_path=os.path.abspath(path), input_names=list(names),
                                 config_path=config.path, data_root=config.data_root,
                                 poll_seconds=poll_seconds())
-    watcher = AssetWatcher(name=f"dbsp_watch_{spec.name}_{name}", trigger=trigger)
-    return Asset(name=input_asset_name(spec.name, name), uri=_uri(folder), group="dbsp", watchers=[watcher])
+    watcher = AssetWatcher(name=f"dbsp_watch_{spec.name}", trigger=trigger)
+    location = uri_join(config.resolved_state_root, spec.name, "inputs")
+    return Asset(name=inputs_asset_name(spec.name), uri=_uri(location), group="dbsp", watchers=[watcher])
 
 
 class UnknownAsset(ValueError):
@@ -76,11 +79,11 @@ def schedule_of(config: Config, spec: CircuitSpec, path: str, views: dict[str, I
         return spec.schedule
     from airflow.sdk import AssetAny
 
-    assets = []
+    watched = [ref for ref in spec.schedule_assets if "." not in ref]
+    assets = [inputs_asset(config, spec, path, watched)] if watched else []
     for ref in spec.schedule_assets:
         circuit, dot, view = ref.partition(".")
         if not dot:
-            assets.append(input_asset(config, spec, path, ref))
             continue
         if views is not None and view not in set(views.get(circuit, ())):
             known = sorted(f"{c}.{v}" for c, vs in views.items() if c != spec.name for v in vs)

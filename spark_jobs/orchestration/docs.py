@@ -106,18 +106,19 @@ def dag_doc(path: str, compiled: CompiledCircuit, stages: Sequence, task_ids: Ma
     parts = [f"# Circuit `{spec.name}`"]
     if spec.description:
         parts.append(spec.description)
+    parts.append("## Incremental circuit")
+    if image_url:  # first, so it shows when the docs open; a click opens it full size
+        parts.append(f"[![incremental circuit of {spec.name}]({image_url})]({image_url})")
     parts += [
+        "Boxes are operators of the incremental circuit, coloured by the task that computes them; "
+        "a thick border keeps state. `dbsp explain` prints the same circuit as text.",
+        "## A run",
         _timestep_text(per_step),
         "**Trigger → Run Parameters:** `mode` = `incremental` (default) or `full_refresh` (rebuild "
         "all state from the retained input files; the committed view deltas are new view − old view).",
         f"- **Circuit file:** `{path}`\n- **Schedule:** {schedule}\n- **Tasks:** `{spec.orchestration.tasks}`"
         f"\n- **Spark:** {submission}\n- **Fingerprint:** `{compiled.fingerprint}`",
-        "## Incremental circuit",
     ]
-    if image_url:
-        parts.append(f"![incremental circuit of {spec.name}]({image_url})")
-    parts.append("Boxes are operators of the incremental circuit, coloured by the task that computes them; "
-                 "a thick border keeps state. `dbsp explain` prints the same circuit as text.")
     parts += ["## Tasks", task_table(stages, task_ids, per_step),
               "## State", state_table(compiled),
               "## Circuit YAML", _fence("yaml", spec.text)]

@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from spark_jobs.orchestration import logs
 
@@ -72,6 +74,44 @@ def quiet_jvm_startup() -> None:
                                              "pyspark-shell")
 
 
+@contextmanager
+def jvm_stderr_logged() -> Iterator[None]:
+    """A JVM started in the body writes its stderr into this process's log at INFO level.
+
+    Airflow logs whatever a task writes to stderr at ERROR; a local Spark driver writes its
+    start-up lines there (the JVM's own warnings, which no log4j setting reaches). The JVM
+    inherits this process's stderr when it starts, so for that moment stderr is a pipe that a
+    thread copies into the log, for as long as the JVM lives."""
+    read, write = os.pipe()
+    saved = os.dup(2)
+    os.dup2(write, 2)
+    os.close(write)
+
+    def copy() -> None:
+        with os.fdopen(read, errors="replace") as lines:
+            for line in lines:
+                if line.strip():
+                    log.info("spark: %s", line.rstrip())
+
+    threading.Thread(target=copy, name="jvm-stderr", daemon=True).start()
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def open_spark(rt) -> None:
+    """Start the circuit's Spark session (a Connect channel, or a local/cluster driver whose
+    JVM logs to stdout and whose stderr is logged at INFO)."""
+    if rt.config.spark.mode == "connect":
+        rt.spark  # noqa: B018
+        return
+    quiet_jvm_startup()
+    with jvm_stderr_logged():
+        rt.spark  # noqa: B018
+
+
 def execute(step: str, circuit: str, run_id: str, stage: str | None = None, mode: str = "incremental",
             config: str | None = None) -> dict:
     """Run one step of the timestep ``run_id`` against the runtime contract; adds ``timing``."""
@@ -85,7 +125,7 @@ def execute(step: str, circuit: str, run_id: str, stage: str | None = None, mode
     t1 = time.perf_counter()
     rt = open_circuit(circuit, load_config(config))
     if step != "plan":
-        rt.spark  # noqa: B018 - the session (JVM or Connect channel) is opening cost, not work
+        open_spark(rt)  # the session (JVM or Connect channel) is opening cost, not work
     t2 = time.perf_counter()
     summary = timestep.run_task(rt, step, run_id, stage, mode)
     t3 = time.perf_counter()
@@ -146,7 +186,6 @@ def run_step(step: str, circuit: str, stage: str | None = None, config: str | No
     from airflow.sdk.exceptions import AirflowFailException
 
     arm_failpoint(context)
-    quiet_jvm_startup()
     mode = str((context.get("params") or {}).get("mode") or "incremental")
     run_id = str(context["run_id"])
     what = f"{step} {stage}" if stage else step
