@@ -108,7 +108,7 @@ class Bench:
                     timing = value.get("timing") or {} if isinstance(value, dict) else {}
                 except AssertionError:
                     timing = {}
-            queued, start, end = _parse(ti.get("queued_when")), _parse(ti.get("start_date")), _parse(ti.get("end_date"))
+            queued, start = _parse(ti.get("queued_when")), _parse(ti.get("start_date"))
             work = timing.get("work")
             tasks.append({"task": ti["task_id"], "state": ti["state"], "duration": ti.get("duration"),
                           "queue_delay": round(start - queued, 3) if start and queued else None,

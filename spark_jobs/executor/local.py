@@ -118,7 +118,6 @@ def collect_arrow(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows
     fields.) Extras come first, so the limit never cuts them (at most ``MAX_EXTRA_ROWS``).
     """
     extras = dict(extras or {})
-    names = list(extras) + list(frames)
     parts = list(extras.values()) + list(frames.values())
     if not parts:
         return {}, {}

@@ -36,12 +36,13 @@ class AirflowAPI:
         req.add_header("Content-Type", "application/json")
         if token == "self":
             req.add_header("Authorization", f"Bearer {self.token}")
-        for attempt in range(READ_ATTEMPTS if method == "GET" else 1):
+        attempts = READ_ATTEMPTS if method == "GET" else 1  # only a read is safe to ask again
+        for attempt in range(attempts):
             try:
                 with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
                     return json.loads(resp.read() or b"null")
-            except (TimeoutError, ConnectionResetError) if method == "GET" else () as exc:
-                if attempt + 1 == READ_ATTEMPTS:
+            except (TimeoutError, ConnectionResetError):
+                if attempt + 1 == attempts:
                     raise
                 time.sleep(1 + attempt)  # a busy API server (one worker, a loaded machine)
 

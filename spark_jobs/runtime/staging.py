@@ -22,9 +22,12 @@ import pyarrow.parquet as pq
 
 from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state.arrow_fs import locate
+from spark_jobs.state.layout import safe_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from spark_jobs.runtime.circuit import CircuitRuntime
 
 ARROW, SPARK = "arrow", "spark"  # how a value was staged
 
@@ -113,3 +116,28 @@ def read_staged(spark: "SparkSession", staged: Staged, uri: str) -> "DataFrame":
     if staged.form == ARROW:
         return to_frame(spark, read_table(staged.path), staged.schema)
     return spark.read.schema(spark_schema(staged.schema)).parquet(uri)
+
+
+# ---- where a run's staged values live ---------------------------------------------------------------
+# Under the state root, on the store's file system (local, hdfs://, s3a://, ...); files first, the
+# JSON that lists them (plan, journals) last and atomically.
+def staging_root(rt: "CircuitRuntime") -> str:
+    return rt.files.fs.join(rt.files.root, "staging")
+
+
+def run_dir(rt: "CircuitRuntime", run_id: str) -> str:
+    return rt.files.fs.join(staging_root(rt), safe_name(run_id))
+
+
+def journal_path(rt: "CircuitRuntime", run_id: str, stage: str) -> str:
+    return rt.files.fs.join(run_dir(rt, run_id), "journal", f"{stage}.json")
+
+
+def write_json(rt: "CircuitRuntime", path: str, data: dict) -> None:
+    """Write JSON atomically: a reader sees the old file or the whole new one."""
+    rt.files.fs.publish_text(path, json.dumps(data, indent=1, default=str), tmp_prefix=".tmp-")
+
+
+def read_json(rt: "CircuitRuntime", path: str) -> dict | None:
+    fs = rt.files.fs
+    return json.loads(fs.read_text(path)) if fs.exists(path) else None
