@@ -47,9 +47,10 @@ lint: install
 	@if [ -x $(VENV)/bin/ruff ]; then $(VENV)/bin/ruff check .; else echo "   (ruff not installed; skipped)"; fi
 
 bench: install
-	@echo ">> bench: $(PY) -m bench.run; $(PY) -m bench.recursion (W3)"
+	@echo ">> bench: $(PY) -m bench.run; $(PY) -m bench.recursion (W3); $(PY) -m bench.airflow (DAG runs)"
 	@$(PY) -m bench.run
 	@$(PY) -m bench.recursion
+	@$(PY) -m bench.airflow
 
 bench-smoke: install
 	@echo ">> bench-smoke: $(PY) -m bench.run --smoke; $(PY) -m bench.recursion --smoke (W3)"

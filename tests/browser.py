@@ -3,11 +3,11 @@ person would: used by tests/test_airflow_e2e.py::test_the_ui_in_a_browser.
 
 Selectors are the UI's own accessible names (aria labels and roles), as Airflow 3.3 renders
 them: "Dag Import Error" (the badge on the Dags page), "Dag Docs" (the book icon on a DAG's
-page), "Show Graph (Press g)", "Trigger Dag" (then the dialog's "Run Parameters" and "Trigger").
+page), "Show Graph (Press g)", "Trigger Dag" (then the dialog's "Run Parameters" and "Trigger"),
+"Edit note" (on a run's page: opens the whole note, rendered).
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -21,6 +21,7 @@ def drive_the_ui(base: str, user: str, password: str, dag_id: str, shots: Path, 
     read its page; returns what was found (note text, docs image, graph) and saves screenshots."""
     from playwright.sync_api import expect, sync_playwright
 
+    expect.set_options(timeout=TIMEOUT_MS)  # its default is 5 s
     found: dict = {}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=args)
@@ -34,14 +35,16 @@ def drive_the_ui(base: str, user: str, password: str, dag_id: str, shots: Path, 
             page.wait_for_url(base + "/")
 
             page.goto(base + "/dags")
-            expect(page.get_by_role("link", name=dag_id)).to_be_visible()
+            page.get_by_placeholder("Search Dags").first.fill(dag_id)
+            expect(page.get_by_role("link", name=dag_id, exact=True).first).to_be_visible()
             badge = page.get_by_role("button", name="Dag Import Error")
             found["import_errors_badge"] = badge.count() > 0
             page.screenshot(path=str(shots / "01-dags.png"))
             if found["import_errors_badge"]:
                 badge.click()
                 dialog = page.get_by_role("dialog")
-                expect(dialog).to_contain_text("dbsp validate")
+                dialog.get_by_text("dbsp_circuit_errors.py").first.click()  # unfold the message
+                expect(dialog.get_by_text("dbsp validate", exact=False).first).to_be_visible()
                 page.screenshot(path=str(shots / "02-import-errors.png"))
                 page.keyboard.press("Escape")
 
@@ -71,12 +74,22 @@ def drive_the_ui(base: str, user: str, password: str, dag_id: str, shots: Path, 
             run_id = finished_run(before)
 
             page.goto(f"{base}/dags/{dag_id}/runs/{run_id}")
-            note = page.get_by_text("rows inserted").first
-            expect(note).to_be_visible()
-            time.sleep(1)  # let the grid settle for the picture
-            found["note"] = page.locator("body").inner_text()
+            preview = page.get_by_text("committed:").first  # the note's first line, on the run page
+            expect(preview).to_be_visible()
+            found["note_preview"] = preview.inner_text()
+            page.screenshot(path=str(shots / "06-run.png"))
+            page.get_by_role("button", name="Edit note").first.click()  # the whole note, rendered
+            dialog = page.get_by_role("dialog")
+            expect(dialog.get_by_text("rows inserted").first).to_be_visible()
+            found["note"] = dialog.inner_text()
             found["run_id"] = run_id
-            page.screenshot(path=str(shots / "06-run.png"), full_page=True)
+            page.screenshot(path=str(shots / "07-note.png"))
+            href = dialog.get_by_role("link", name="quality report").get_attribute("href")
+            found["quality_link"] = href
+            page.goto(base + href)  # the plugin's page, behind the same login (the session cookie)
+            expect(page.get_by_role("heading", name="Quality reports")).to_be_visible()
+            found["quality_page"] = page.locator("body").inner_text()
+            page.screenshot(path=str(shots / "08-quality-report.png"))
         except Exception:
             page.screenshot(path=str(shots / "failure.png"), full_page=True)
             raise

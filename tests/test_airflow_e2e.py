@@ -276,7 +276,7 @@ def test_the_readme_walkthrough(world):
             if batches == 2:  # the DAG is unpaused: the files landing start a run (asset event)
                 run = world.wait_for_commit("my_view", 2)
                 assert run["run_type"] == "asset_triggered", run
-                assert "**timestep 2** (incremental) committed" in run["note"], run["note"]
+                assert "**timestep 2** (incremental) committed: +" in run["note"], run["note"]
                 assert re.search(r"\| by_region \| \d+ \| \d+ \|", run["note"]), run["note"]
         elif command == "dbsp step my_view":
             assert "timestep 1" in text, text
@@ -292,7 +292,7 @@ def test_the_readme_walkthrough(world):
             assert run["state"] == "success", world.api.describe("my_view", run["dag_run_id"], world.home)
             if "full_refresh" in command:
                 assert states == {t: "success" for t in states}
-                assert "**timestep 3** (full_refresh) committed" in run["note"], run["note"]
+                assert "**timestep 3** (full_refresh) committed: +" in run["note"], run["note"]
             else:  # no new file since the asset-triggered run: skipped in seconds, nothing committed
                 assert states["plan"] == "success" and {states[t] for t in states if t != "plan"} == {"skipped"}
                 assert "no new input files" in run["note"] and "timestep 3 skipped" in run["note"], run["note"]
@@ -415,10 +415,12 @@ def test_the_ui_in_a_browser(world):
                          lambda: {r["dag_run_id"] for r in world.runs(REVENUE_STEP)})
     committed = world.store(REVENUE_STEP).last_committed()
     assert world.store(REVENUE_STEP).manifest(committed).meta["run_id"] == found["run_id"]
+    assert f"timestep {committed} (incremental) committed: +" in found["note_preview"], found["note_preview"]
     assert f"timestep {committed}" in found["note"] and "rows inserted" in found["note"], found["note"]
     for view, change in world.store(REVENUE_STEP).manifest(committed).outputs.items():
         assert f"{view}\t{change.rows_inserted}\t{change.rows_deleted}" in found["note"], (view, found["note"])
     assert found["docs_image"].startswith("/dbsp/docs/revenue_step-") and "Incremental circuit" in found["docs_text"]
+    assert f"dbsp_view_is_set" in found["quality_page"] and "PASS" in found["quality_page"]
     assert "stages" in found["graph"] and found["import_errors_badge"]
 
 

@@ -111,7 +111,7 @@ def test_consumed_files_are_not_announced(circuit, tmp_path):
 def test_run_notes_say_what_a_timestep_changed():
     note = run_note.success_note("rev", {"timestep": 7, "mode": "incremental",
                                          "views": {"by_region": {"inserted": 5, "deleted": 3}}}, None)
-    assert note.startswith("**timestep 7** (incremental) committed")
+    assert note.startswith("**timestep 7** (incremental) committed: +5 / −3 rows in 1 view(s)")
     assert "| by_region | 5 | 3 |" in note and "(/dbsp/quality/rev/)" in note
     empty = run_note.success_note("rev", None, {"timestep": 8, "empty": True})
     assert "no new input files" in empty and "stays at timestep 7" in empty

@@ -16,7 +16,10 @@ def success_note(dag_id: str, commit: dict | None, plan: dict | None) -> str | N
     """A committed timestep (``commit``), or a run skipped because no input had new files."""
     if commit and commit.get("timestep") is not None:
         views = list((commit.get("views") or {}).items())
-        lines = [f"**timestep {commit['timestep']}** ({commit.get('mode', 'incremental')}) committed", "",
+        ins = sum(int(c.get("inserted") or 0) for _, c in views)
+        dels = sum(int(c.get("deleted") or 0) for _, c in views)
+        lines = [f"**timestep {commit['timestep']}** ({commit.get('mode', 'incremental')}) committed: "
+                 f"+{ins} / −{dels} rows in {len(views)} view(s)", "",
                  "| view | rows inserted | rows deleted |", "|---|---:|---:|"]
         lines += [f"| {v} | {c.get('inserted', 0)} | {c.get('deleted', 0)} |" for v, c in views[:MAX_VIEWS]]
         if len(views) > MAX_VIEWS:
