@@ -90,6 +90,12 @@ def drive_the_ui(base: str, user: str, password: str, dag_id: str, shots: Path, 
             expect(page.get_by_role("heading", name="Quality reports")).to_be_visible()
             found["quality_page"] = page.locator("body").inner_text()
             page.screenshot(path=str(shots / "08-quality-report.png"))
+
+            page.goto(f"{base}/dags/{dag_id}/runs/{run_id}/tasks/commit")  # the task's extra link
+            link = page.get_by_text("Quality report").first
+            expect(link).to_be_visible()
+            found["extra_link"] = link.inner_text()
+            page.screenshot(path=str(shots / "09-commit-task.png"))
         except Exception:
             page.screenshot(path=str(shots / "failure.png"), full_page=True)
             raise

@@ -278,6 +278,9 @@ def test_the_readme_walkthrough(world):
                 assert run["run_type"] == "asset_triggered", run
                 assert "**timestep 2** (incremental) committed: +" in run["note"], run["note"]
                 assert re.search(r"\| by_region \| \d+ \| \d+ \|", run["note"]), run["note"]
+                links = world.api.call("GET", f"/api/v2/dags/my_view/dagRuns/{run['dag_run_id']}"
+                                              "/taskInstances/quality_check/links")
+                assert links.get("Quality report") == "/dbsp/quality/my_view/", links
         elif command == "dbsp step my_view":
             assert "timestep 1" in text, text
         elif command == "dbsp show my_view by_region":
@@ -420,7 +423,8 @@ def test_the_ui_in_a_browser(world):
     for view, change in world.store(REVENUE_STEP).manifest(committed).outputs.items():
         assert f"{view}\t{change.rows_inserted}\t{change.rows_deleted}" in found["note"], (view, found["note"])
     assert found["docs_image"].startswith("/dbsp/docs/revenue_step-") and "Incremental circuit" in found["docs_text"]
-    assert f"dbsp_view_is_set" in found["quality_page"] and "PASS" in found["quality_page"]
+    assert "dbsp_view_is_set" in found["quality_page"] and "PASS" in found["quality_page"]
+    assert found["quality_link"] == f"/dbsp/quality/{REVENUE_STEP}/" and found["extra_link"] == "Quality report"
     assert "stages" in found["graph"] and found["import_errors_badge"]
 
 
