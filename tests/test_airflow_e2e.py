@@ -111,12 +111,16 @@ class Project:
     def __init__(self, base: Path) -> None:
         self.root = base / "project"
         listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                                capture_output=True, text=True, check=True).stdout.splitlines()
-        for rel in listed:
-            src = ROOT / rel
-            if src.is_file():
-                (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, self.root / rel)
+                                capture_output=True, text=True)
+        if listed.returncode == 0:
+            for rel in listed.stdout.splitlines():
+                src = ROOT / rel
+                if src.is_file():
+                    (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src, self.root / rel)
+        else:  # not a git checkout: the tree without what git would ignore
+            shutil.copytree(ROOT, self.root, ignore=shutil.ignore_patterns(
+                ".git", ".venv", "data", ".airflow", ".run", "__pycache__", "*.egg-info", "screenshots"))
         venv = self.root / ".venv"
         venv.mkdir()
         for entry in (ROOT / ".venv").iterdir():

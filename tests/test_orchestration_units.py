@@ -40,8 +40,8 @@ def circuit(tmp_path: Path) -> Path:
 
 
 def _events(trigger, *phases) -> list[list[dict]]:
-    """Run the trigger (one poll loop) through ``phases`` (callables changing files); the
-    payloads it yields in each phase, waiting 5 polls after each change."""
+    """Run the trigger (one poll loop) through ``phases``: callables changing files, each waiting
+    5 polls after its change, or ``(callable, polls)``; the payloads yielded in each phase."""
     async def collect():
         out: list[list[dict]] = [[]]
 
@@ -50,9 +50,10 @@ def _events(trigger, *phases) -> list[list[dict]]:
                 out[-1].append(event.payload)
 
         task = asyncio.ensure_future(consume())
-        for change in phases:
+        for phase in phases:
+            change, polls = phase if isinstance(phase, tuple) else (phase, 5)
             change()
-            await asyncio.sleep(trigger.poll_seconds * 5)
+            await asyncio.sleep(trigger.poll_seconds * polls)
             out.append([])
         task.cancel()
         return out[:-1]
@@ -70,9 +71,11 @@ def test_the_folder_watcher_announces_new_and_replaced_files_once(circuit, tmp_p
     assert classpath == "spark_jobs.orchestration.watch.InputFilesTrigger" and kwargs["input_names"] == ["t", "c"]
     assert trigger.pending() == set()  # no folders yet: nothing, no error
 
-    def batch():
+    def batch_starts():
         write_parquet(str(data / "inbox" / "t" / "t-1.parquet"), [{"id": 1, "amount": 3.0}], ROWS)
         write_parquet(str(data / "inbox" / "t" / ".t-2.parquet"), [{"id": 2, "amount": 3.0}], ROWS)  # hidden
+
+    def batch_ends():  # half a poll later, in another folder
         write_csv(str(data / "snapshots" / "c" / "c-1.csv"), [{"id": 1, "name": "a"}], ["id", "name"])
 
     def nothing():
@@ -82,9 +85,9 @@ def test_the_folder_watcher_announces_new_and_replaced_files_once(circuit, tmp_p
         write_parquet(str(data / "inbox" / "t" / "t-1.parquet"), [{"id": 1, "amount": 30.0}, {"id": 5, "amount": 1.0}], ROWS)
         os.utime(data / "inbox" / "t" / "t-1.parquet", (1, 1))
 
-    first, second, third = _events(trigger, batch, nothing, replace_one)
-    # a batch in two folders is one event (one run), once the listing has settled
-    assert len(first) == 1 and first[0]["new_files"] == 2, first
+    starts, first, second, third = _events(trigger, (batch_starts, 0.5), batch_ends, nothing, replace_one)
+    # a batch landing in two folders, file after file, is one event (one run), once it has settled
+    assert starts == [] and len(first) == 1 and first[0]["new_files"] == 2, (starts, first)
     assert any(f.startswith("t: ") and f.endswith("t-1.parquet") for f in first[0]["files"])
     assert second == []  # announced files are not announced again while they wait
     assert len(third) == 1 and third[0]["new_files"] == 1 and third[0]["files"][0].endswith("t-1.parquet"), third
