@@ -103,6 +103,7 @@ def collect_all(frames: dict[Any, DataFrame]) -> dict[Any, list[tuple]]:
 
 def _decoder(schema: StructType) -> Callable[[str], tuple]:
     """JSON (from ``to_json``; null fields omitted) back to a tuple of Python values of ``schema``."""
+    import base64
     import datetime
     import decimal
     import json
@@ -119,7 +120,9 @@ def _decoder(schema: StructType) -> Callable[[str], tuple]:
         if isinstance(dtype, T.DateType):
             return datetime.date.fromisoformat
         if isinstance(dtype, (T.TimestampType, T.TimestampNTZType)):
-            return lambda v: datetime.datetime.fromisoformat(v).replace(tzinfo=None)
+            return _naive_utc
+        if isinstance(dtype, T.BinaryType):  # to_json writes binary as base64
+            return lambda v: base64.b64decode(v)
         return lambda v: v
 
     fields = [(f.name, convert(f.dataType)) for f in schema.fields]
@@ -129,6 +132,16 @@ def _decoder(schema: StructType) -> Callable[[str], tuple]:
         return tuple(None if obj.get(name) is None else conv(obj[name]) for name, conv in fields)
 
     return decode
+
+
+def _naive_utc(text: str):
+    """A timestamp from to_json (in the session's time zone, with its offset) as naive UTC."""
+    import datetime
+
+    value = datetime.datetime.fromisoformat(text)
+    if value.tzinfo is not None:
+        value = value.astimezone(datetime.timezone.utc)
+    return value.replace(tzinfo=None)
 
 
 def _counter(rows: list[tuple]) -> Counter:

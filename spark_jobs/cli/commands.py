@@ -11,7 +11,7 @@ from typing import Iterator
 
 from spark_jobs.cli import render
 from spark_jobs.config import Config, load_config
-from spark_jobs.ir.explain import explain_text, to_dot
+from spark_jobs.ir.explain import explain_text, sql_lowering_text, to_dot
 from spark_jobs.runtime.circuit import compile_file, find_circuit_file, open_circuit
 from spark_jobs.spec import CircuitError, validate_file
 
@@ -89,6 +89,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print()
     print(explain_text(compiled.incremental,
                        f"Incremental circuit of {compiled.spec.name} (fingerprint {compiled.fingerprint})"))
+    lowering = sql_lowering_text(compiled.optimized, compiled.incremental)
+    if lowering:
+        print()
+        print(lowering)
     return 0
 
 

@@ -555,7 +555,7 @@ def _run_on_driver(node: Node, body: Circuit, imports: Sequence[DataFrame], file
     if unsupported:
         raise arrow.NotLocal(f"operators {unsupported}")
     spark_zero = _zeros(body, imports)
-    zero = {k: to_arrow_schema(df.schema).empty_table() for k, df in spark_zero.items()}
+    zero = {k: to_arrow_schema(df.schema, timezone="UTC").empty_table() for k, df in spark_zero.items()}
     tables = [_to_arrow(df) for df in imports]
     traces = {n.id: files(trace_id(node.id, n.id)) for n in body if n.op == "integrate_nested"}
     limit = int(node.param("max_iterations"))
@@ -645,7 +645,7 @@ def _to_arrow(df: DataFrame) -> pa.Table:
     rows = df.collect()
     if len(rows) > LOCAL_ROWS:
         raise arrow.NotLocal(f"an input change of {len(rows)} rows")
-    schema = to_arrow_schema(df.schema)
+    schema = to_arrow_schema(df.schema, timezone="UTC")  # timestamps: UTC instants, as Parquet holds them
     return pa.table([pa.array([r[k] for r in rows], f.type) for k, f in enumerate(schema)], schema=schema)
 
 

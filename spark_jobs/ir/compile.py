@@ -43,8 +43,8 @@ def fingerprint(spec: CircuitSpec, incremental: Circuit) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-# Params that bound or tune the work without changing what the state means.
-_NOT_MEANING = frozenset({"max_iterations"})
+# Params that bound or tune the work, or document it, without changing what the state means.
+_NOT_MEANING = frozenset({"max_iterations", "sql"})
 
 
 def _meaning(params: tuple) -> tuple:

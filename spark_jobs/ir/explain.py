@@ -107,6 +107,52 @@ def _scope_text(scope: Node) -> list[str]:
     return lines
 
 
+def _short(text: str, limit: int = 70) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def incremental_form(inc: Circuit, node_id: str) -> str:
+    """How the incremental circuit computes the change of query node ``node_id``, and what it keeps."""
+    n = inc[node_id]
+    if n.op == "plus" and n.inputs and all(i.startswith(node_id + "[") for i in n.inputs):
+        delays = [j for t in n.inputs for j in inc[t].inputs if inc[j].op == "delay"]
+        traces = list(dict.fromkeys(inc[j].inputs[0] for j in delays))
+        return ("Δl⋈Δr + z⁻¹(I l)⋈Δr + Δl⋈z⁻¹(I r): joins the change with the other side's integral; "
+                f"reads {', '.join(traces)}")
+    if n.op == "distinct_h":
+        return f"H: looks up only the changed tuples in {inc[n.inputs[1]].inputs[0]}, emits sign flips"
+    if n.op == "aggregate_linear":
+        return "per-group running totals from the change (state: the totals of the touched groups)"
+    if n.op == "aggregate_touched":
+        return (f"recomputes only the groups in the change from {n.inputs[1]}, keeps its previous "
+                f"output per group")
+    if n.op in LINEAR_OPS:
+        return "the same operator on the change (linear, no state)"
+    if n.op == "scope":
+        return (f"the fixed point on 2-D changes (timestep × iteration, section 6): "
+                f"{state_of(inc, n)}; see 'Recursive scope {n.id!r}' above")
+    return SYMBOLS.get(n.op, n.op)
+
+
+def sql_lowering_text(query: Circuit, inc: Circuit) -> str:
+    """For every ``sql`` node: each operator it was lowered to, the SQL fragment it implements,
+    then its incremental form (what it does with a change, what state it reads)."""
+    origins = list(dict.fromkeys(n.origin for n in query if n.param("sql") is not None))
+    if not origins:
+        return ""
+    lines = ["SQL nodes, as lowered (operator, the SQL it implements, its incremental form):"]
+    for origin in origins:
+        lines.append(f"  {origin}:")
+        for n in query:
+            if n.origin != origin or n.param("sql") is None:
+                continue
+            lines.append(f"    {n.id}  {SYMBOLS.get(n.op, n.op)}  {_short(n.param('sql'))}")
+            if n.id in inc:
+                lines.append(f"        Δ: {incremental_form(inc, n.id)}")
+    return "\n".join(lines)
+
+
 def to_dot(circuit: Circuit, title: str = "") -> str:
     """Graphviz DOT in the paper's box-and-arrow style (stateful operators drawn bold)."""
     def q(s: str) -> str:
@@ -118,6 +164,8 @@ def to_dot(circuit: Circuit, title: str = "") -> str:
     for node in circuit:
         label = SYMBOLS.get(node.op, node.op)
         detail = node.id if node.op != "input" else f"Δ{node.id}" if "^Δ" in circuit.name else node.id
+        if node.param("sql"):  # the SQL fragment an sql node's operator implements
+            detail += "\n" + _short(node.param("sql"), 40)
         attrs = [f"label={q(label + chr(10) + detail)}"]
         if node.op == "input":
             attrs.append("shape=plaintext")

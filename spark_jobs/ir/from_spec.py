@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Callable
 
+from spark_jobs.ir.from_sql import lower_sql
 from spark_jobs.ir.graph import Circuit, Node, make_node
 from spark_jobs.ir.scope import DEFAULT_MAX_ITERATIONS, build_scope
 from spark_jobs.spec.columns import body_columns, join_layout
 from spark_jobs.spec.model import CircuitSpec, NodeSpec, dependency_order
+from spark_jobs.spec.sql.node import bind_node
 
 
 class UnsupportedOperator(ValueError):
@@ -27,9 +29,12 @@ def build_query_circuit(spec: CircuitSpec, columns: dict[str, tuple[str, ...]]) 
     for name in spec.inputs:
         circuit.add(make_node(name, "input", out=columns[name], name=name))
     for node in (spec.nodes[name] for name in dependency_order(spec.nodes)):
+        limit = int(spec.settings.get("max_iterations", DEFAULT_MAX_ITERATIONS))
         if node.op == "recursive":
-            limit = int(spec.settings.get("max_iterations", DEFAULT_MAX_ITERATIONS))
             build_scope(circuit, node, body_columns(spec, node.name), columns[node.name], _translate_body, limit)
+            continue
+        if node.op == "sql":
+            lower_sql(circuit, node.name, bind_node(node.sql, columns.get, list(columns)), limit)
             continue
         translate = _TRANSLATIONS.get(node.op)
         if translate is None:

@@ -25,6 +25,14 @@ Translate = Callable[[Circuit, NodeSpec, dict], Node]
 DEFAULT_MAX_ITERATIONS = 1000
 
 
+def delta0(body: Circuit, outer: Circuit, name: str) -> str:
+    """The body's ``δ0`` of outer node ``name`` (one per name)."""
+    if name not in body:
+        src = outer[name]
+        body.add(make_node(name, "delta0", out=src.columns, is_set=src.is_set, name=name))
+    return name
+
+
 def feedback_id(source: str) -> str:
     return f"z({source})"
 
@@ -44,10 +52,7 @@ def build_scope(outer: Circuit, node: NodeSpec, body_cols: dict[str, tuple[str, 
             return _feedback(body, node.outputs[0], body_cols)
         if name in node.body:
             return name if position[name] < position[reader] else _feedback(body, name, body_cols)
-        if name not in body:
-            src = outer[name]
-            body.add(make_node(name, "delta0", out=src.columns, is_set=src.is_set, name=name))
-        return name
+        return delta0(body, outer, name)
 
     for name in order:
         spec = node.body[name]
@@ -58,11 +63,19 @@ def build_scope(outer: Circuit, node: NodeSpec, body_cols: dict[str, tuple[str, 
                           extra={**spec.extra, "right_name": spec.right})
         translate(body, renamed, body_cols)
     body.outputs = {out: out for out in node.outputs}
+    return finish_scope(outer, node.name, node.name, body, own_cols, max_iterations)
+
+
+def finish_scope(outer: Circuit, node_id: str, origin: str, body: Circuit, own_cols: tuple[str, ...],
+                 max_iterations: int, **params) -> Node:
+    """Add the scope of a built ``body`` (its ``outputs`` set, its first output the value) to
+    ``outer``: unreachable body nodes dropped, loop-invariant ones hoisted out."""
+    outputs = tuple(body.outputs)
     body.prune(_back_edge_source)
     body, imports = _hoist(outer, body)
-    first = body[body.outputs[node.outputs[0]]]
-    return outer.add(make_node(node.name, "scope", imports, own_cols, origin=node.name, is_set=first.is_set,
-                               body=body, outputs=node.outputs, max_iterations=max_iterations))
+    first = body[body.outputs[outputs[0]]]
+    return outer.add(make_node(node_id, "scope", imports, own_cols, origin=origin, is_set=first.is_set,
+                               body=body, outputs=outputs, max_iterations=max_iterations, **params))
 
 
 def _feedback(body: Circuit, source: str, body_cols: dict[str, tuple[str, ...]]) -> str:

@@ -15,6 +15,7 @@ Each node's output columns follow from its op and its inputs' columns:
   to rename the column first).
 - ``antijoin``: the left input's columns.
 - ``aggregate``: the ``group_by`` columns, then the aggregate names; a name may appear once.
+- ``sql``: the columns of the query's result (``spec/sql``): the SELECT list's names.
 - ``recursive``: the columns of its first body output. Body nodes may read each other in a
   cycle, so their columns are found by iterating until nothing changes.
 - ``_weight`` is reserved for the Z-set weight: declaring or producing it is an error.
@@ -29,6 +30,7 @@ from typing import Callable
 
 from .errors import CircuitError, Problem, did_you_mean, listing
 from .model import WEIGHT, CircuitSpec, NodeSpec, dependency_order
+from .sql.node import sql_node_columns
 
 Cols = tuple[str, ...]
 Lookup = Callable[[str], "Cols | None"]
@@ -104,7 +106,7 @@ def _reserved(names: Cols, field_name: str) -> list[Issue]:
             for n in names if n == WEIGHT]
 
 
-def node_columns(node: NodeSpec, lookup: Lookup) -> tuple[Cols | None, list[Issue]]:
+def node_columns(node: NodeSpec, lookup: Lookup, known: tuple[str, ...] = ()) -> tuple[Cols | None, list[Issue]]:
     """A node's output columns (None when they depend on unknown inputs) and its column issues.
 
     Checks that need input columns are skipped while those are unknown, so one broken node does
@@ -133,6 +135,9 @@ def node_columns(node: NodeSpec, lookup: Lookup) -> tuple[Cols | None, list[Issu
         return _set_op_columns(node, lookup)
     if op in ("join", "antijoin", "product"):
         return _join_columns(node, lookup)
+    if op == "sql":  # ``known``: the relations a query may name
+        cols, found = sql_node_columns(node.sql, node.tables, lookup, known)
+        return cols, [Issue(key, message) for key, message in found]
     return None, []  # recursive is resolved by its scope; unknown ops were reported by the schema
 
 
@@ -209,7 +214,7 @@ def _resolve_nodes(spec: CircuitSpec, nodes: dict[str, NodeSpec], prefix: str, l
         if node.op == "recursive":
             into[name] = _resolve_scope(spec, node, label, lookup, res, skip, problems, report)
             continue
-        cols, issues = node_columns(node, lookup)
+        cols, issues = node_columns(node, lookup, tuple(spec.inputs) + tuple(spec.nodes))
         if issues:
             cols = None  # a wrong node's columns would only cause follow-on errors downstream
         into[name] = tuple(c for c in cols if c != WEIGHT) if cols is not None else None

@@ -12,7 +12,7 @@ in ``validate.py`` reports them), so one run reports every problem in the file.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -23,6 +23,7 @@ from .errors import CircuitError, Problem
 from .expressions import ExpressionError, parse_aggregate
 from .model import (DEFAULT_ORCHESTRATION_TASKS, ON_INPUTS, CircuitSpec, Column, Expectation, InputSpec, NodeSpec,
                     Orchestration, OutputSpec, Source)
+from .sql import parse_query
 from .validate import schema_problems, semantic_problems
 
 YamlPath = tuple[Any, ...]  # keys (str) and list indexes (int) from the document root
@@ -49,6 +50,7 @@ class Document:
     text: str
     data: Any = None
     lines: dict[YamlPath, int] = field(default_factory=dict)  # 1-based line of each key / item
+    scalars: dict[YamlPath, tuple[int, str | None]] = field(default_factory=dict)  # string value: (line, style)
     problems: list[Problem] = field(default_factory=list)
     ok: bool = True  # False when the YAML could not be read at all
 
@@ -163,6 +165,8 @@ def _walk(node: yaml.Node, path: YamlPath, doc: Document, seen: set[int]) -> Non
             else:
                 first[key] = line
                 doc.lines[path + (key,)] = line
+                if isinstance(value_node, yaml.ScalarNode):
+                    doc.scalars[path + (key,)] = (value_node.start_mark.line + 1, value_node.style)
             _walk(value_node, path + (key,), doc, seen)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
@@ -223,6 +227,10 @@ def build_node(name: str, raw: Any, path: YamlPath, doc: Document, broken: froze
     body: dict[str, NodeSpec] = {}
     extra: dict[str, Any] = {}
     outputs: tuple[str, ...] = ()
+    query, parsed = _str(raw.get("query")), None
+    if op == "sql" and query is not None:
+        parsed = parse_query(query)
+        lines.update(_query_lines(query, doc.scalars.get(path + ("query",))))
     if op == "recursive":
         raw_body, raw_outputs = raw.get("body"), raw.get("outputs")
         if isinstance(raw_body, dict):
@@ -234,7 +242,22 @@ def build_node(name: str, raw: Any, path: YamlPath, doc: Document, broken: froze
         left=left, right=right, on=_strs(raw.get("on")), left_on=_strs(raw.get("left_on")),
         right_on=_strs(raw.get("right_on")), where=_str(raw.get("where")), columns=pairs,
         group_by=_strs(raw.get("group_by")), aggregates=tuple(aggregates), extra=extra, body=body,
-        outputs=outputs, field_lines=lines)
+        outputs=outputs, query=query, tables=parsed.tables if parsed else (), sql=parsed, field_lines=lines)
+
+
+def _query_lines(query: str, mark: tuple[int, str | None] | None) -> dict[str, int]:
+    """YAML line of each line of a query (``query.<n>``), where the YAML style keeps lines apart:
+    a literal block (``|``) line by line, a one-line value on its own line; a folded or a quoted
+    multi-line value only its first line (YAML joined the rest)."""
+    if mark is None:
+        return {}
+    line, style = mark
+    count = query.count("\n") + (0 if query.endswith("\n") else 1)
+    if style == "|":
+        return {f"query.{i}": line + i for i in range(1, count + 1)}
+    if style == ">":
+        return {"query.1": line + 1}
+    return {"query.1": line}
 
 
 def build_expectations(raw: Any, path: YamlPath, doc: Document) -> tuple[Expectation, ...]:
@@ -322,10 +345,14 @@ def build_spec(doc: Document, broken: frozenset[str] = frozenset()) -> tuple[Cir
     nodes = data.get("nodes") if isinstance(data.get("nodes"), dict) else {}
     schedule, schedule_assets = build_schedule(data.get("schedule"), inputs)
     settings = data.get("settings")
+    built = {k: build_node(k, v, ("nodes", k), doc, broken, problems) for k, v in nodes.items()}
+    known = {n.lower(): n for n in list(inputs) + list(nodes)}
+    built = {k: replace(n, tables=tuple(known.get(t.lower(), t) for t in n.tables)) if n.tables else n
+             for k, n in built.items()}  # SQL names are case-insensitive: the circuit's spelling
     spec = CircuitSpec(
         name=str(data.get("name", "")), path=doc.file,
         inputs={k: build_input(k, v, doc) for k, v in inputs.items()},
-        nodes={k: build_node(k, v, ("nodes", k), doc, broken, problems) for k, v in nodes.items()},
+        nodes=built,
         outputs=build_outputs(data.get("outputs"), doc),
         schedule=schedule,
         description=data.get("description") if isinstance(data.get("description"), str) else "",

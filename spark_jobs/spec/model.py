@@ -16,7 +16,8 @@ UNARY_OPS = ("select", "map", "filter", "distinct", "aggregate", "delay", "integ
 BINARY_OPS = ("join", "product", "antijoin", "difference", "intersect")
 NARY_OPS = ("union", "union_all")
 SCOPE_OPS = ("recursive",)
-ALL_OPS = UNARY_OPS + BINARY_OPS + NARY_OPS + SCOPE_OPS
+SQL_OPS = ("sql",)
+ALL_OPS = UNARY_OPS + BINARY_OPS + NARY_OPS + SCOPE_OPS + SQL_OPS
 
 SOURCE_KINDS = ("changes", "snapshots")
 SOURCE_FORMATS = ("parquet", "csv", "json")
@@ -95,13 +96,16 @@ class NodeSpec:
     - join / antijoin: `left`, `right`, and `on` or `left_on` + `right_on`
     - distinct / delay / integrate / differentiate: `input`
     - aggregate: `input`, `group_by` (may be empty), `aggregates`
+    - sql: `query` (one Spark SQL query); ``sql`` holds it parsed (``spec.sql.ParsedQuery``) and
+      ``tables`` the inputs/nodes its FROM clauses read (their circuit spelling)
     - recursive: `body` (a nested mapping of nodes), kept raw for the recursion layer in
       ``extra["body"]`` and parsed into ``body``; `outputs` (body node names; the node's value
       is its first output). Body nodes may read outer inputs/nodes, each other (cycles are the
       recursion) and the recursive node itself.
 
     ``field_lines`` maps a field (``"where"``, ``"on"``, ``"on.1"``, ``"columns.amt"``,
-    ``"aggregates.revenue"``) to its line, so a problem can point at the field, not the node.
+    ``"aggregates.revenue"``) to its line, so a problem can point at the field, not the node;
+    ``"query.3"`` is the YAML line of the third line of a query (when the YAML style keeps lines).
     """
 
     name: str
@@ -121,6 +125,9 @@ class NodeSpec:
     extra: dict[str, Any] = field(default_factory=dict)  # op-specific fields not modelled above
     body: dict[str, "NodeSpec"] = field(default_factory=dict)  # recursive: nested nodes, file order
     outputs: tuple[str, ...] = ()  # recursive: body nodes it exposes (first = the node's value)
+    query: str | None = None  # sql: the query as written
+    tables: tuple[str, ...] = ()  # sql: the inputs and nodes the query reads
+    sql: Any = field(default=None, compare=False, repr=False)  # sql: the parsed query
     field_lines: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -134,6 +141,7 @@ class NodeSpec:
             refs.append(self.left)
         if self.right:
             refs.append(self.right)
+        refs.extend(self.tables)
         return tuple(refs)
 
     @property

@@ -6,13 +6,16 @@ so a new kind of SQL text in the spec has to be added here once to be checked tw
 
 - ``filter``: ``where``; ``select``/``map``: each column's expression; ``aggregate``: each
   aggregate's argument (all of these also inside recursive bodies);
+- ``sql``: every expression of the query's plan that Spark receives (the author's text with
+  column references replaced, ``spec/sql/text.py``): computed columns, WHERE/ON/HAVING
+  conditions, join residuals; at the query's line;
 - expectations (on inputs and outputs): ``row_condition`` with ``condition_parser: spark``,
   which Great Expectations hands to Spark as a filter.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .model import CircuitSpec, Expectation, NodeSpec
 
@@ -50,6 +53,39 @@ def node_sites(label: str, node: NodeSpec) -> Iterator[ExpressionSite]:
                                      agg.arg, source, "node")
 
 
+def sql_sites(label: str, node: NodeSpec, lookup: Callable[[str], tuple[str, ...] | None],
+              known: tuple[str, ...]) -> Iterator[ExpressionSite]:
+    """The texts an sql node hands to Spark (none when the query does not bind: validation says why)."""
+    from .sql import SqlError, plan as P
+    from .sql.node import bind_node
+
+    try:
+        rel = bind_node(node.sql, lookup, known)
+    except SqlError:
+        return
+    line, seen, stack, texts = node.line_of("query"), set(), [rel], []
+    while stack:
+        r = stack.pop()
+        if id(r) in seen:
+            continue
+        seen.add(id(r))
+        stack.extend(P.inputs_of(r))
+        if isinstance(r, P.Map):
+            texts += [e for _, e in r.exprs if not _is_column(e)]
+        elif isinstance(r, P.Filter):
+            texts.append(r.where)
+        elif isinstance(r, P.Join):
+            texts += [t for t in (r.left_only, r.right_only, r.mixed) if t]
+        elif isinstance(r, P.Semi) and r.residual:
+            texts.append(r.residual)
+    for text in dict.fromkeys(texts):
+        yield ExpressionSite(label, line, "query expression", text, "", "node")
+
+
+def _is_column(text: str) -> bool:
+    return text.startswith("`") and text.endswith("`") and text.count("`") == 2
+
+
 def expectation_sites(owner: str, expectations: tuple[Expectation, ...]) -> Iterator[ExpressionSite]:
     """Row conditions of expectations (the ones ``condition_problem`` accepts the form of)."""
     for exp in expectations:
@@ -72,12 +108,23 @@ def condition_problem(exp: Expectation) -> str | None:
 
 def expression_sites(spec: CircuitSpec, skip: frozenset[str] = frozenset()) -> Iterator[ExpressionSite]:
     """Every SQL text of ``spec``; nodes (labels) in ``skip`` and their bodies are left out."""
+    columns: list = []  # resolved once, when an sql node needs its relations' columns
+
+    def lookup(name: str) -> tuple[str, ...] | None:
+        if not columns:
+            from .columns import resolve
+
+            columns.append(resolve(spec, skip)[0].columns)
+        return columns[0].get(name)
+
     def visit(nodes: dict[str, NodeSpec], prefix: str) -> Iterator[ExpressionSite]:
         for name, node in nodes.items():
             label = prefix + name
             if label in skip:
                 continue
             yield from node_sites(label, node)
+            if node.op == "sql" and not prefix:
+                yield from sql_sites(label, node, lookup, tuple(spec.inputs) + tuple(spec.nodes))
             yield from visit(node.body, label + ".")
 
     yield from visit(spec.nodes, "")

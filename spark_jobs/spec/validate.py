@@ -179,6 +179,9 @@ def semantic_problems(spec: CircuitSpec, doc: "Document", broken: frozenset[str]
     for label, node, visible in scopes:
         problems += _node_fields(spec, label, node)
         problems += _references(spec, label, node, visible)
+        if node.op == "sql" and "." in label:
+            problems.append(Problem(spec.path, node.line, label, "an sql node cannot be inside a recursive body: "
+                                    "write the recursion in the query (WITH RECURSIVE)"))
     cycle_problems, in_cycles = _cycles(spec, broken)
     problems += cycle_problems
     resolution, column_problems = resolve(spec, broken | in_cycles)

@@ -153,7 +153,8 @@ class StateStore:
 
         paths = [full for d in entry.dirs for full, _ in self.fs.data_files(self.layout.abs(d))]
         if entry.schema:
-            schema = to_arrow_schema(StructType.fromJson(json.loads(entry.schema)))
+            # Spark stores timestamps as UTC instants: read them as UTC (a TimestampType needs a zone)
+            schema = to_arrow_schema(StructType.fromJson(json.loads(entry.schema)), timezone="UTC")
         elif paths:  # an old manifest without the schema: the first file's (its columns are the trace's)
             import pyarrow.parquet as pq
 

@@ -1,0 +1,188 @@
+"""GROUP BY / aggregates / HAVING: a pre-projection, the aggregate, a post-projection.
+
+The pre-projection computes exactly the group keys and aggregate arguments as columns (so the
+aggregate's state holds nothing else); the aggregate is the IR's (count, sum, avg, min, max,
+count(DISTINCT x)); the SELECT list and HAVING are then expressions over group keys and aggregate
+results. A SELECT expression may use a GROUP BY expression as a whole (``GROUP BY a + b`` lets
+``SELECT (a + b) * 2``), as SQL does; any other column outside an aggregate is refused.
+GROUP BY without aggregates is a DISTINCT of the keys.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlglot import exp
+
+from . import plan as P
+from .errors import SqlError, describe
+from .exprs import AGGREGATES, aggregates_of, check_row_expression, column_sql, function_name, is_literal_int, walk
+from .scope import Field, Scope, fresh
+
+if TYPE_CHECKING:
+    from .binder import Binder, Relation
+
+_UNSUPPORTED_HINT = "supported aggregates: count(*), count(x), count(DISTINCT x), sum, avg, min, max"
+
+
+def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dict, names_needed: bool) -> "Relation":
+    from .binder import Relation, unalias
+
+    scope = rel.scope
+    items = list(sel.expressions)
+    for item in items:
+        if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
+            raise SqlError("SELECT * in a grouped query: list the GROUP BY columns and aggregates", item)
+    having = sel.args.get("having")
+    group = sel.args.get("group")
+    group_items = list(group.expressions) if group is not None else []
+    if group is not None:
+        for key in ("rollup", "cube", "grouping_sets"):
+            if group.args.get(key):
+                raise SqlError(f"GROUP BY {key.upper().replace('_', ' ')} is not supported", group)
+        for g in group_items:
+            if isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)):
+                raise SqlError(f"GROUP BY {type(g).__name__.upper().replace('SETS', ' SETS')} is not supported: "
+                               f"write one query per grouping and UNION ALL them", g)
+    aliases = {unalias(i)[1].lower(): unalias(i)[0] for i in items if unalias(i)[1]}
+    taken: set[str] = set()
+    pre: list[tuple[str, str]] = []  # pre-projection (name, expr)
+    keys: dict[str, str] = {}  # canonical bound SQL -> key column
+    for g in group_items:
+        e = g
+        n = is_literal_int(g)
+        if n is not None:
+            if not 1 <= n <= len(items):
+                raise SqlError(f"GROUP BY {n}: the SELECT list has {len(items)} item(s)", g)
+            e, _ = unalias(items[n - 1])
+        elif isinstance(g, exp.Column) and not g.table and not scope.find(g) and g.name.lower() in aliases:
+            e = aliases[g.name.lower()]  # GROUP BY an output alias (Spark allows it)
+        if aggregates_of(e):
+            raise SqlError(f"aggregate '{describe(aggregates_of(e)[0])}' in GROUP BY", g)
+        sql = binder.bind_expr(e, scope, "GROUP BY")
+        canon = binder.canonical(e, scope)
+        if canon in keys:
+            continue
+        base = scope.resolve(e).name if isinstance(e, exp.Column) else _alias_for(e, items) or f"group{len(keys)}"
+        name = fresh(base, taken)
+        taken.add(name)
+        keys[canon] = name
+        pre.append((name, sql))
+
+    # aggregates of SELECT and HAVING, each computed once
+    aggs: dict[tuple, str] = {}  # (func, distinct, arg sql) -> output column
+    agg_rows: list[tuple[str, str, str | None, bool]] = []
+    args: dict[str, str] = {}  # arg sql -> pre column
+    sources = items + ([having.this] if having is not None else [])
+    for source in sources:
+        for call in aggregates_of(source):
+            func, distinct, arg = _aggregate_call(call, binder.text)
+            arg_sql = None
+            if arg is not None:
+                nested = aggregates_of(arg)
+                if nested:
+                    raise SqlError(f"aggregate '{describe(nested[0])}' inside aggregate '{describe(call)}'", nested[0])
+                arg_sql = binder.bind_expr(arg, scope, f"the argument of {func}")
+            canon = binder.canonical(arg, scope) if arg is not None else None
+            sig = (func, distinct, canon)
+            if sig in aggs:
+                continue
+            col = None
+            if arg_sql is not None and canon is not None:
+                if canon not in args:
+                    base = scope.resolve(arg).name if isinstance(arg, exp.Column) else f"{func}_arg"
+                    args[canon] = fresh(base, taken)
+                    taken.add(args[canon])
+                    pre.append((args[canon], arg_sql))
+                col = args[canon]
+            out = fresh(_alias_for(call, items) or f"{func}{'_distinct' if distinct else ''}", taken)
+            taken.add(out)
+            aggs[sig] = out
+            agg_rows.append((out, func, column_sql(col) if col else None, distinct))
+
+    key_cols = tuple(keys.values())
+    group_text = "GROUP BY " + ", ".join(describe(g, 30) for g in group_items) if group_items else "(one group)"
+    pre_plan = P.Map(tuple(n for n, _ in pre), "(group keys and aggregate arguments)", rel.plan, tuple(pre))
+    if agg_rows:
+        agg_text = group_text + ": " + ", ".join(f"{f}({'DISTINCT ' if d else ''}{a or '*'})"
+                                                 for _, f, a, d in agg_rows)
+        agg_plan: P.Rel = P.Aggregate(key_cols + tuple(r[0] for r in agg_rows), agg_text, pre_plan, key_cols,
+                                      tuple(agg_rows))
+    else:
+        agg_plan = P.Distinct(key_cols, group_text + " (no aggregates: distinct keys)", pre_plan)
+    out = Relation(agg_plan, [Field(None, c, c) for c in agg_plan.columns])
+
+    def post(node: exp.Expression, what: str) -> str:
+        """``node`` over the aggregate's output: aggregates and group expressions by their columns."""
+        for w in walk(node):
+            if isinstance(w, exp.Window):
+                raise SqlError("window functions over a grouped query are not supported", w)
+        check_row_expression(node, what, binder.text,
+                             skip=lambda n: isinstance(n, exp.AggFunc) or id(n) in binder.scalars)
+
+        def replace(sub: exp.Expression) -> str | None:
+            if id(sub) in binder.scalars:
+                return column_sql(binder.scalars[id(sub)])
+            if isinstance(sub, exp.AggFunc):
+                func, distinct, arg = _aggregate_call(sub, binder.text)
+                canon = binder.canonical(arg, scope) if arg is not None else None
+                return column_sql(aggs[(func, distinct, canon)])
+            if isinstance(sub, (exp.Literal, exp.Null, exp.Boolean)):
+                return None
+            try:
+                canon = binder.canonical(sub, scope) if not aggregates_of(sub) else None
+            except SqlError:
+                canon = None
+            if canon is not None and canon in keys:
+                return column_sql(keys[canon])
+            if isinstance(sub, exp.Column):
+                raise SqlError(f"column '{sub.sql(dialect='spark')}' in {what} is neither in GROUP BY nor inside "
+                               f"an aggregate", sub)
+            return None
+
+        return binder.source.splice(node, replace)
+
+    if having is not None:
+        hrel, _ = binder.attach_scalars(out, [having.this], ctes)
+        cond = post(having.this, "HAVING")
+        out = Relation(P.Filter(hrel.plan.columns, f"HAVING {describe(having.this)}", hrel.plan, cond), hrel.fields)
+    out, items = binder.attach_scalars(out, items, ctes)
+    return binder.projection(out, items, names_needed, post, names=scope)
+
+
+def _aggregate_call(call: exp.AggFunc, text: str | None = None) -> tuple[str, bool, exp.Expression | None]:
+    """(function, DISTINCT?, argument or None for count(*)) of a supported aggregate call."""
+    func = next((name for cls, name in AGGREGATES.items() if type(call) is cls), None)
+    if func is None:
+        name = function_name(call, text)
+        raise SqlError(f"aggregate function '{name}' is not supported ({_UNSUPPORTED_HINT})", call)
+    if isinstance(call.parent, exp.Filter):
+        raise SqlError(f"{func}(...) FILTER (WHERE ...) is not supported: aggregate a CASE WHEN instead", call)
+    if call.args.get("expressions"):
+        raise SqlError(f"{func} takes one argument", call)
+    arg = call.this
+    distinct = False
+    if isinstance(arg, exp.Distinct):
+        values = arg.expressions
+        if len(values) != 1:
+            raise SqlError(f"{func}(DISTINCT ...) of several columns is not supported", call)
+        distinct, arg = True, values[0]
+        if func in ("min", "max"):
+            distinct = False  # the same value
+        elif func != "count":
+            raise SqlError(f"{func}(DISTINCT ...) is not supported: only count supports DISTINCT "
+                           f"(aggregate a SELECT DISTINCT subquery instead)", call)
+    if isinstance(arg, exp.Star):
+        if func != "count" or distinct:
+            raise SqlError(f"{func}(*) is not an aggregate; only count(*) is", call)
+        return func, False, None
+    if arg is None:
+        raise SqlError(f"{func}() needs an argument", call)
+    return func, distinct, arg
+
+
+def _alias_for(node: exp.Expression, items: list[exp.Expression]) -> str | None:
+    """The alias of the SELECT item that is exactly ``node`` (for readable column names)."""
+    for item in items:
+        if isinstance(item, exp.Alias) and item.this == node:
+            return item.alias
+    return None

@@ -1,0 +1,156 @@
+"""The relational plan of a SQL query: what the binder produces and the IR lowers.
+
+Engine-free relational algebra over bags. Every expression is a Spark SQL string over the
+relation's own column names (backquoted), regenerated from the parsed tree, so the IR and the
+executor see the same kind of expression as a YAML ``select``/``filter`` holds. Every node keeps
+the SQL fragment it implements (``sql``), which ``dbsp explain`` and ``dbsp draw`` show.
+
+Nodes are compared by identity: a CTE read twice is one plan object, lowered once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Cols = tuple[str, ...]
+Pairs = tuple[tuple[str, str], ...]
+
+
+@dataclass(eq=False)
+class Rel:
+    columns: Cols  # output column names, unique within the relation
+    sql: str  # the SQL fragment this node implements
+
+
+@dataclass(eq=False)
+class Table(Rel):
+    """An input or node of the circuit (its columns as declared)."""
+
+    name: str
+
+
+@dataclass(eq=False)
+class Map(Rel):
+    """Computed columns ``(name, expr)``: a bag projection (SELECT without DISTINCT)."""
+
+    input: Rel
+    exprs: Pairs
+
+
+@dataclass(eq=False)
+class Filter(Rel):
+    """Rows whose predicate is TRUE (NULL drops the row, as WHERE does)."""
+
+    input: Rel
+    where: str
+
+
+@dataclass(eq=False)
+class Join(Rel):
+    """``left <kind> JOIN right``: equi keys plus the rest of the ON condition.
+
+    Output: ``left_out`` then ``right_out`` columns, ``(source column, output name)``. The ON
+    condition's conjuncts that are not key equalities are split by what they read (output names):
+    ``left_only`` (only left columns), ``right_only``, ``mixed``. For an inner join the binder
+    pushes the one-sided ones into the inputs, so only ``mixed`` is left. ``mixed_refs`` are the
+    output columns ``mixed`` reads. Null keys never match (SQL ``=``).
+    """
+
+    kind: str  # inner | left | right | full
+    left: Rel
+    right: Rel
+    left_keys: Cols
+    right_keys: Cols
+    left_out: Pairs
+    right_out: Pairs
+    left_only: str | None = None
+    right_only: str | None = None
+    mixed: str | None = None
+    mixed_refs: Cols = ()
+
+
+@dataclass(eq=False)
+class Semi(Rel):
+    """Rows of ``left`` with (``anti=False``) or without (``anti=True``) a match in ``right``:
+    EXISTS / IN / LEFT SEMI JOIN and NOT EXISTS / LEFT ANTI JOIN.
+
+    A match: ``left_keys`` = ``right_keys`` (null never matches) and ``residual`` TRUE, where
+    ``residual`` reads left columns (``residual_left``) and the right columns ``right_out``
+    renamed apart from the left's. Without keys the match is a product (an uncorrelated EXISTS).
+    The output is ``left``'s columns, with ``left``'s multiplicities.
+    """
+
+    left: Rel
+    right: Rel
+    left_keys: Cols
+    right_keys: Cols
+    anti: bool
+    residual: str | None = None
+    residual_left: Cols = ()
+    right_out: Pairs = ()
+
+
+@dataclass(eq=False)
+class NotIn(Rel):
+    """``left_key NOT IN (SELECT right_key FROM right)`` in a WHERE, with SQL's NULL rules: TRUE when
+    ``right`` is empty; otherwise only for a non-null key that matches no value while ``right``
+    holds no NULL."""
+
+    left: Rel
+    right: Rel
+    left_key: str
+    right_key: str
+
+
+@dataclass(eq=False)
+class Aggregate(Rel):
+    """GROUP BY ``group_by`` (columns of ``input``) computing ``aggs``: (out, func, arg column or
+    None for count(*), distinct). Without ``group_by`` exactly one row, as SQL."""
+
+    input: Rel
+    group_by: Cols
+    aggs: tuple[tuple[str, str, "str | None", bool], ...]
+
+
+@dataclass(eq=False)
+class Distinct(Rel):
+    input: Rel
+
+
+@dataclass(eq=False)
+class SetOp(Rel):
+    """UNION / EXCEPT / INTERSECT (``all`` for the bag forms); ``right`` has ``left``'s column
+    names (the binder renames by position). NULLs compare equal, as SQL set operators do."""
+
+    kind: str  # union | except | intersect
+    all: bool
+    left: Rel
+    right: Rel
+
+
+@dataclass(eq=False)
+class Recursive(Rel):
+    """WITH RECURSIVE ``name`` AS (``base`` UNION ``step``): the least fixed point, where ``step``
+    reads ``loop`` (the relation as of the previous iteration)."""
+
+    name: str
+    base: Rel
+    step: Rel
+    loop: "Loop"
+
+
+@dataclass(eq=False)
+class Loop(Rel):
+    """Inside a recursive CTE's step: the relation being defined."""
+
+    name: str
+
+
+def inputs_of(rel: Rel) -> tuple[Rel, ...]:
+    """The relations a plan node reads, in order."""
+    if isinstance(rel, (Map, Filter, Aggregate, Distinct)):
+        return (rel.input,)
+    if isinstance(rel, (Join, Semi, NotIn, SetOp)):
+        return (rel.left, rel.right)
+    if isinstance(rel, Recursive):
+        return (rel.base, rel.step)
+    return ()
