@@ -3,14 +3,14 @@ stage in turn, the ``stages`` task of ``per_step``) does between the plan and th
 
 A stage reads its inputs (an input stage: the planned files, once), evaluates its incremental
 operators one at a time (so each gets its planning seconds), then brings everything later
-tasks need (the deltas other stages read, its state updates and view deltas) and the row count
-of every other delta to the driver in one Spark job, stages them (``staging.py``) and writes
-its journal last. The journal's summary is the table the task logs: operators, rows in and out,
+tasks need (the deltas other stages read, its state updates and view deltas) to the driver in
+one Spark job, stages them (``staging.py``) and writes its journal last. The journal's summary is the table the task logs: operators, rows in and out,
 state rows read and written, seconds. Its Spark jobs run under a job group (classic session) or
 job tag (Spark Connect) named after the stage.
 """
 from __future__ import annotations
 
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -89,18 +89,17 @@ class RunValues:
 def stage_jobs(spark, circuit: str, stage: str) -> Iterator[None]:
     """Submit the stage's Spark jobs under a name the Spark UI shows: a job group and description
     on a classic session; a job tag on Spark Connect (which sets its own group per request)."""
+    from spark_jobs.executor.local import is_connect
+
     tag = f"dbsp-{circuit}-{stage}".replace(",", "_")
-    try:
-        sc = spark.sparkContext
-    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
-        sc = None
-    if sc is None:
+    if is_connect(spark):
         spark.addTag(tag)
         try:
             yield
         finally:
             spark.removeTag(tag)
         return
+    sc = spark.sparkContext
     sc.setJobGroup(tag, f"dbsp {circuit}: stage {stage}")
     try:
         yield
@@ -122,13 +121,57 @@ def _state_trace(circuit, node_id: str) -> str | None:
     return node.inputs[0] if node.op == "delay" else node_id
 
 
+COUNT_ENV = "DBSP_COUNT_OPERATORS"
+
+
+def count_all() -> bool:
+    """Count the rows of the operators inside a stage too (``$DBSP_COUNT_OPERATORS=1``)?
+
+    Off by default: a count is one more aggregate per operator in the stage's job, which runs
+    that operator's subplan again (measured: the join stage of the README example took 2-4 s
+    instead of 0.6 s with its three join terms counted). Without it, the table shows the rows of
+    what the stage hands on (the deltas other stages read, state updates, view deltas) and of
+    its inputs; an operator whose rows flow straight into the next one in the same job shows "-".
+    """
+    return os.environ.get(COUNT_ENV) == "1"
+
+
+def operator_rows(run: RunValues, stage: Stage, rows: dict[str, int], written: dict[str, int | None],
+                  seconds: dict[str, float]) -> list[dict]:
+    """The stage's table: per operator, rows in and out (``rows``: deltas counted in this stage;
+    others were staged by earlier stages), state rows read (the committed traces it looks up)
+    and written (``written``: its state update), and the seconds its evaluation took."""
+    from spark_jobs.ir.explain import SYMBOLS
+
+    circuit = run.rt.compiled.incremental
+    manifest = None if run.full else run.rt.files.manifest()
+
+    def rows_of(node_id: str) -> int | None:
+        return rows[node_id] if node_id in rows else (run.staged.get(node_id) or {}).get("rows")
+
+    out = []
+    for node_id in stage.nodes:
+        node = circuit[node_id]
+        ins = [rows_of(i) for i in node.inputs if not is_state_backed(circuit, i)]
+        looked_up = [t for t in (_state_trace(circuit, i) for i in node.inputs) if t]
+        if node_id in written and node.op != "integrate":
+            looked_up.append(node_id)  # an operator that looks its own state up (totals, H)
+        out.append({
+            "operator": node_id, "op": SYMBOLS.get(node.op, node.op),
+            "rows_in": None if not ins or any(r is None for r in ins) else sum(ins),  # type: ignore[arg-type]
+            "rows_out": None if is_state_backed(circuit, node_id) else rows_of(node_id),
+            "state_read": sum(_trace_rows(manifest, t) for t in looked_up) if looked_up else None,
+            "state_written": written.get(node_id),
+            "seconds": round(seconds.get(node_id, 0.0), 3)})
+    return out
+
+
 def evaluate_stage(run: RunValues, stage: Stage) -> dict:
     """Evaluate one stage of the run and stage its results durably; returns its journal."""
     from spark_jobs.executor import zset
     from spark_jobs.executor.evaluate import evaluate_step, trace_kind
     from spark_jobs.executor.session import LOCAL_CHANGE_ROWS
     from spark_jobs.executor.sources import InputFile, spark_schema
-    from spark_jobs.ir.explain import SYMBOLS
     from spark_jobs.runtime import staging
     from spark_jobs.runtime.inputs import read_input
 
@@ -158,6 +201,8 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
             return delta if prev is None else zset.plus(prev, delta)
         if node_id in run.staged or node_id in run.tables:
             return run.value(node_id)
+        if node.op == "input":  # every input another stage reads is staged
+            raise RuntimeError(f"input {node_id!r} of run {run.run_id!r} was not staged by its stage")
         if node_id not in foreign:  # inside another stage and not staged (e.g. reached by
             # narrowing walking upstream): planned again from what is staged, lazily
             foreign[node_id] = evaluate_step(circuit, {}, run.state, first_step=run.full or p["timestep"] == 1,
@@ -215,8 +260,9 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
             want(f"state/{node_id}", update.df)
         for view, df in outputs.items():
             want(f"output/{view}", df)
-        counted = {n: values[n] for n in stage.nodes
-                   if not is_state_backed(circuit, n) and f"value/{n}" not in keys and n in values}
+        held = {n: fk for n in stage.nodes for fk, df in frames.items() if values.get(n) is df}
+        counted = {n: values[n] for n in stage.nodes  # (the integral I(x) is state plus delta: not counted)
+                   if n in values and n not in held and not is_state_backed(circuit, n)} if count_all() else {}
         t0 = time.perf_counter()
         tables, counts = staging.collect_tables(spark, frames, LOCAL_CHANGE_ROWS, counted)
         written: dict[str, staging.Staged] = {}
@@ -255,32 +301,8 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
                                            "kind": "zset", "keys": [], "sort_by": [], "staged": st.to_dict()})
     failpoint("mid_step")
 
-    manifest = None if run.full else store.manifest()
-
-    def rows_of(node_id: str) -> int | None:
-        st = staged.get(f"value/{node_id}")
-        if st is not None:
-            return st.rows
-        if node_id in counts:
-            return counts[node_id]
-        return (run.staged.get(node_id) or {}).get("rows")  # staged by another stage
-
-    operators = []
-    for node_id in stage.nodes:
-        node = circuit[node_id]
-        ins = [rows_of(i) for i in node.inputs if not is_state_backed(circuit, i)]
-        rows_in = None if not ins or any(r is None for r in ins) else sum(ins)  # type: ignore[arg-type]
-        read = sum(_trace_rows(manifest, t) for t in filter(None, (_state_trace(circuit, i) for i in node.inputs)))
-        if node_id in updates and node.op != "integrate":
-            read += _trace_rows(manifest, node_id)  # an operator that looks its own state up
-        upd = staged.get(f"state/{node_id}")
-        operators.append({
-            "operator": node_id, "op": SYMBOLS.get(node.op, node.op),
-            "rows_in": rows_in,
-            "rows_out": None if is_state_backed(circuit, node_id) else rows_of(node_id),
-            "state_read": read if any(_state_trace(circuit, i) for i in node.inputs) or upd else None,
-            "state_written": upd.rows if upd is not None else None,
-            "seconds": round(seconds.get(node_id, 0.0), 3)})
+    counts.update({n: written[fk].rows for n, fk in held.items() if written[fk].rows is not None})
+    operators = operator_rows(run, stage, counts, {n: staged[f"state/{n}"].rows for n in updates}, seconds)
     summary = {"stage": stage.name, "timestep": p["timestep"], "mode": p["mode"],
                "staged_as": "arrow" if tables is not None else "spark", "operators": operators,
                "inputs": journal["inputs"], "views": {v: {"inserted": staged[f"output/{v}"].inserted,
