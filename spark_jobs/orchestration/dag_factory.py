@@ -124,10 +124,16 @@ def retry_delay() -> timedelta:
 
 
 class DbspTaskOperator(PythonOperator):
-    """A step of a timestep in the task process; links to the circuit's quality reports."""
+    """A step of a timestep in the task process."""
+
+    ui_color = "#e8f1fb"
+
+
+class DbspReportingTaskOperator(DbspTaskOperator):
+    """``quality_check`` and ``commit``: they also link to the circuit's quality reports (a link
+    costs its task one more call to Airflow's API, so the other tasks have none)."""
 
     operator_extra_links = (QualityReportLink(),)
-    ui_color = "#e8f1fb"
 
 
 def _make_task(dag: DAG, sub: Submission, circuit: LoadedCircuit, task_id: str, step: str,
@@ -145,8 +151,8 @@ def _make_task(dag: DAG, sub: Submission, circuit: LoadedCircuit, task_id: str, 
     if step == "plan":
         kwargs["commit_empty"] = circuit.compiled.spec.orchestration.commit_empty
     # the return value is a summary for XCom; the log already shows it as tables
-    return DbspTaskOperator(python_callable=tasks.run_step, op_kwargs=kwargs, show_return_value_in_logs=False,
-                            **common)
+    operator = DbspReportingTaskOperator if step in ("check", "commit") else DbspTaskOperator
+    return operator(python_callable=tasks.run_step, op_kwargs=kwargs, show_return_value_in_logs=False, **common)
 
 
 def task_ids(stages: list[Stage]) -> dict[str, str]:

@@ -61,7 +61,7 @@ def annotate(dag_run, succeeded: bool) -> str | None:
     if session is None or not _is_dbsp(session, dag_run) or dag_run.note:
         return None  # a note a person wrote stays
     found = _xcoms(session, dag_run)
-    plan = found.get(("plan", PLAN_XCOM_KEY))
+    plan = found.get(("plan", "return_value")) or found.get(("plan", PLAN_XCOM_KEY))
     plan = plan if isinstance(plan, dict) else None
     if succeeded:
         commit = found.get(("commit", "return_value"))

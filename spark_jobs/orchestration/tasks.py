@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 STEPS = ("plan", "stage", "stages", "check", "commit")
 MODES = ("incremental", "full_refresh")  # = spark_jobs.runtime.timestep.MODES (not imported: pyspark)
-PLAN_XCOM_KEY = "dbsp_plan"  # the plan of a run, also when the plan task skips the run
+PLAN_XCOM_KEY = "dbsp_plan"  # the plan of a run the plan task skips (else: its return value)
 
 # Fault injection for tests and drills: with DBSP_ALLOW_FAILPOINTS=1 in the workers' environment,
 # a run triggered with conf {"dbsp_failpoint": {"task": "stages.x", "point": "mid_step",
@@ -158,12 +158,12 @@ def _on_plan(summary: dict, result: dict, context: dict[str, Any]) -> None:
 
     if isinstance(summary.get("inputs"), dict):
         _log_lines(logs.plan_lines(summary))
-    ti = context.get("ti")
-    if ti is not None:
-        ti.xcom_push(key=PLAN_XCOM_KEY, value=result)
     if summary.get("empty") and not context.get("commit_empty"):
         log.info("no input has new files: the rest of this run is skipped and nothing is committed "
                  "(set orchestration.commit_empty: true to commit empty timesteps)")
+        ti = context.get("ti")
+        if ti is not None:  # a skipping task returns nothing: the run's note needs the plan
+            ti.xcom_push(key=PLAN_XCOM_KEY, value=result)
         raise DownstreamTasksSkipped(tasks=_downstream(context))
 
 

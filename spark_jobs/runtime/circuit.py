@@ -28,9 +28,28 @@ def find_circuit_file(ref: str, config: Config) -> str:
 
 
 def compile_file(path: str, allowed_roots: Sequence[str] = ()) -> CompiledCircuit:
-    """Load, validate and compile; ``allowed_roots``: the profile's ``inputs.allowed_roots``."""
-    spec = load_circuit(path, allowed_roots)
-    return compile_spec(spec, output_columns(spec))
+    """Load, validate and compile; ``allowed_roots``: the profile's ``inputs.allowed_roots``.
+
+    Remembered per process for the file as it is (its path, size, mtime and text): an Airflow
+    task process parses the DAG file, which compiles the circuit, then runs the task, which
+    opens it again."""
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read()
+    except OSError:
+        text = b""
+    key = (os.path.abspath(path), tuple(allowed_roots), text)
+    found = _COMPILED.get(key)
+    if found is None:
+        spec = load_circuit(path, allowed_roots)
+        found = compile_spec(spec, output_columns(spec))
+        if len(_COMPILED) >= 16:
+            _COMPILED.pop(next(iter(_COMPILED)))  # the oldest
+        _COMPILED[key] = found
+    return found
+
+
+_COMPILED: dict[tuple, CompiledCircuit] = {}
 
 
 def state_root(config: Config, circuit_name: str) -> str:
