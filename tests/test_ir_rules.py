@@ -161,3 +161,15 @@ def test_stream_operators_are_invariant():
     inc = incrementalize(build_query_circuit(spec, {"t": ("a",), "i": ("a",), "z": ("a",), "d": ("a",)}))
     assert [inc[x].op for x in ("i", "z", "d")] == ["integrate", "delay", "differentiate"]
     assert sorted(_stateful(inc)) == ["d", "i", "z"]
+
+
+def test_only_delay_keeps_a_set_a_set():
+    """I(distinct(t)) counts a tuple once per timestep it is present: not a set, so a distinct
+    over it must stay and the quality gate must not hold its view to weight 1 (found by the fuzz
+    test: an integrated aggregate failed dbsp_view_is_set at its second timestep)."""
+    spec = _spec([NodeSpec("s", "distinct", input="t"), NodeSpec("i", "integrate", input="s"),
+                  NodeSpec("z", "delay", input="s"), NodeSpec("d", "differentiate", input="s"),
+                  NodeSpec("v", "distinct", input="i")], ["i", "z", "d", "v"], {"t": ["a"]})
+    q = build_query_circuit(spec, {n: ("a",) for n in ("t", "s", "i", "z", "d", "v")})
+    assert (q["i"].is_set, q["z"].is_set, q["d"].is_set) == (False, True, False)
+    assert consolidate_distinct(q)["v"].op == "distinct"

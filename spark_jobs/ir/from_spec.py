@@ -47,8 +47,10 @@ def build_query_circuit(spec: CircuitSpec, columns: dict[str, tuple[str, ...]]) 
 
 def _unary(op: str) -> Callable[[Circuit, NodeSpec, dict], Node]:
     def translate(c: Circuit, n: NodeSpec, cols: dict) -> Node:
+        # z⁻¹ of a set is a set; the integral of a set is not (a tuple present at two timesteps
+        # has weight 2), nor is a difference of sets (weights -1)
         src = c[n.input]
-        return c.add(make_node(n.name, op, [n.input], cols[n.name], is_set=src.is_set and op != "differentiate"))
+        return c.add(make_node(n.name, op, [n.input], cols[n.name], is_set=src.is_set and op == "delay"))
     return translate
 
 

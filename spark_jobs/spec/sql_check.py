@@ -238,7 +238,7 @@ class TreeCheck:
             return self._call(node)
         if isinstance(node, _SYNTAX):
             return [(child, frozenset()) for child in node.iter_expressions()]
-        self.refuse(f"'{_short(node)}' is not an allowed expression form")
+        self.refuse(f"'{short_sql(node)}' is not an allowed expression form")
         return []
 
     def query(self, node: exp.Expression) -> list[tuple[exp.Expression, frozenset[str]]]:
@@ -256,7 +256,7 @@ class TreeCheck:
             self.refuse(ADJACENT)
         name = function_name(node, self.text)
         if name is None:
-            self.refuse(f"'{_short(node)}' is not an allowed expression form")
+            self.refuse(f"'{short_sql(node)}' is not an allowed expression form")
             return []
         empty = _empty_call(node, self.text)
         verdict = catalog.verdict(name, 0 if empty else None)
@@ -270,7 +270,8 @@ class TreeCheck:
         return [(child, frozenset()) for child in node.iter_expressions()]
 
 
-def _short(node: exp.Expression) -> str:
+def short_sql(node: exp.Expression) -> str:
+    """The Spark SQL of ``node`` for a message, at most 60 characters."""
     try:
         text = node.sql(dialect="spark")
     except Exception:  # noqa: BLE001 - only for a message
