@@ -112,19 +112,23 @@ class Bench:
         run = api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
         tasks = []
         for ti in api.task_instances(dag_id, run_id):
-            timing = {}
+            timing, stages = {}, []
             if ti["state"] == "success":
                 try:
                     value = api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/"
                                             f"{ti['task_id']}/xcomEntries/return_value")["value"]
-                    timing = value.get("timing") or {} if isinstance(value, dict) else {}
                 except AssertionError:
-                    timing = {}
+                    value = None
+                if isinstance(value, dict):
+                    timing = value.get("timing") or {}
+                    one = [value] if "spark_seconds" in value else value.get("stages") or []
+                    stages = [{"stage": st.get("stage"), "seconds": st.get("seconds"),
+                               "spark_seconds": st.get("spark_seconds")} for st in one if isinstance(st, dict)]
             queued, start = _parse(ti.get("queued_when")), _parse(ti.get("start_date"))
             work = timing.get("work")
             tasks.append({"task": ti["task_id"], "state": ti["state"], "duration": ti.get("duration"),
                           "queue_delay": round(start - queued, 3) if start and queued else None,
-                          "timing": timing,
+                          "timing": timing, "stages": stages,
                           "overhead": round(ti["duration"] - work, 3) if ti.get("duration") and work is not None else None})
         return {"dag_id": dag_id, "run_id": run_id, "wall": round(wall, 2) if wall is not None else None,
                 "airflow_seconds": round(_parse(run["end_date"]) - _parse(run["start_date"]), 2),
@@ -161,6 +165,14 @@ def summarize(results: dict) -> dict:
                       for task, ts in per_task.items()},
         }
         out[mode]["max_task_overhead"] = max((v["overhead"] or 0) for v in out[mode]["tasks"].values())
+        per_stage: dict[str, list[dict]] = {}
+        for r in runs:
+            for t in r["tasks"]:
+                for st in t.get("stages") or []:
+                    per_stage.setdefault(st["stage"], []).append(st)
+        out[mode]["stages"] = {name: {"seconds": median([x["seconds"] for x in xs]),
+                                      "spark_seconds": median([x["spark_seconds"] for x in xs])}
+                               for name, xs in per_stage.items()}
     sched = results["scheduled"]
     out["scheduled_empty"] = {"queued_to_end_median": median([r["queued_to_end"] for r in sched]),
                               "start_to_end_median": median([r["airflow_seconds"] for r in sched]),
@@ -208,6 +220,10 @@ def markdown(results: dict) -> str:
             lines.append(f"| `{task}` | {v['queue_delay']} | {v['duration']} | {v['work']} | {v['overhead']} | "
                          f"{v['imports']} | {v['open']} |")
         lines.append("")
+        if s[mode].get("stages"):
+            lines += ["Operator stages (medians, seconds): " + ", ".join(
+                f"`{name}` {v['seconds']} (its Spark job {v['spark_seconds']})" for name, v in s[mode]["stages"].items()) + ".",
+                ""]
     lines += ["Overhead = the task's duration in Airflow minus its work (the step's own code and Spark "
               "jobs); it includes opening the Spark Connect session and compiling the circuit (the "
               "`opening` column), the task process and DAG parse, and Airflow's API calls. Queue delay "

@@ -1,13 +1,17 @@
-"""Task processes that start warm: the scheduler imports the task runtime once, before forking.
+"""Task processes that start warm: the scheduler imports the task runtime and compiles the
+circuits once, before forking.
 
 Airflow 3's LocalExecutor forks its workers from the scheduler, and each worker forks a fresh
 process per task (the task SDK supervisor). Whatever the scheduler has imported, every task
 process has for free. Measured here (``python -X importtime``): the Spark Connect client (grpc,
-pandas, pyarrow) ~0.9 s, the dbsp runtime ~0.3 s, Great Expectations ~2 s, in every task. So
+pandas, pyarrow) ~0.9 s, the dbsp runtime ~0.3 s, Great Expectations ~2 s, in every task; then
+the task parses its DAG file, which compiles its circuit (0.3 s under load). So
 ``scripts/airflow_local.sh`` installs ``$AIRFLOW_HOME/config/airflow_local_settings.py`` (Airflow
 imports it at start in every process), which calls ``preload()``: in the scheduler only, it
-imports those modules. Nothing is started (no Spark session, no thread, no socket); a fork keeps
-the imported modules and shares their memory with the parent until written.
+imports those modules and compiles the circuits (``runtime.circuit.compile_file`` remembers a
+compiled file by its text, so an edited circuit is compiled again). Nothing is started (no Spark
+session, no thread, no socket); a fork keeps the imported modules and shares their memory with
+the parent until written.
 
 Set ``DBSP_PRELOAD=0`` to turn it off; ``DBSP_PRELOAD=all`` also preloads in other processes.
 """
@@ -64,6 +68,12 @@ def preload(modules: tuple[str, ...] = MODULES, great_expectations: bool = True)
             gx_module()
         except Exception as exc:  # noqa: BLE001
             log.warning("dbsp preload: cannot import great_expectations: %s", exc)
+    try:  # the circuits compiled once: a task's DAG parse and its step find them compiled
+        from spark_jobs.orchestration.dag_factory import build_dags
+
+        build_dags()
+    except Exception as exc:  # noqa: BLE001 - a broken circuit is the DAG processor's to report
+        log.warning("dbsp preload: circuits not compiled ahead: %s", exc)
     seconds = time.perf_counter() - started
     log.info("dbsp preload: task runtime imported in %.1f s", seconds)
     return seconds
