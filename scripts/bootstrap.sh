@@ -6,7 +6,7 @@
 #   3. installs uv into it with pip
 #   4. uv pip install -r requirements.lock   (exact pins)
 #   5. uv pip install --no-deps -e .         (this project, editable)
-#   6. verifies pyspark is 4.2.0 (python files *and* jars; see NOTES.md "pyspark-client" trap)
+#   6. verifies pyspark is 4.2.0 (python files *and* jars; pyspark-client shares its files, so a mismatched pin overwrites them)
 #
 # A stamp file .venv/.installed-<hash of requirements.lock + pyproject.toml + project path>
 # makes a second run a fast no-op. Force a reinstall with FORCE=1.

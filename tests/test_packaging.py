@@ -1,4 +1,4 @@
-"""Packaging invariants: the lock keeps the pins that NOTES.md says matter, and the CLI entry
+"""Packaging invariants: the lock keeps the pins that matter (pyspark and pyspark-client share files), and the CLI entry
 point is where the code expects it."""
 from __future__ import annotations
 

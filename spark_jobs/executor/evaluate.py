@@ -289,6 +289,13 @@ _EVAL: dict[str, Callable[[_Step, Node], DataFrame]] = {
 }
 
 
+# A value whose Spark plan would hold more IR operators than this is materialized first. The
+# bilinear rule reads a join's input three times (Δa·Δb, I(a)·Δb, Δa·I(b)), so a chain of k joins
+# on an unmaterialized change has a plan of ~3^k subtrees: a 6-way TPC-H join took 7 s to analyze
+# per operator and a 10-query circuit exhausted the driver's heap in Spark's analyzer.
+MAX_PLAN_OPERATORS = 100
+
+
 def _reused(circuit: Circuit) -> set[str]:
     """Nodes whose value is read more than once in a step (by nodes, views or a state update).
 
@@ -330,6 +337,7 @@ def evaluate_step(circuit: Circuit, inputs: Mapping[str, DataFrame], state: Stat
     if broadcast_deltas and files_of is not None and session is not None and narrowing_enabled(session):
         step.narrowing = Narrowing(session, circuit, step.value, files_of)
     reused = _reused(circuit) if persist else set()
+    plan_size: dict[str, int] = {}  # IR operators in each value's Spark plan, shared inputs counted per use
     for node in circuit:
         if only is not None and node.id not in only:
             continue
@@ -337,7 +345,11 @@ def evaluate_step(circuit: Circuit, inputs: Mapping[str, DataFrame], state: Stat
         if evaluate is None:
             raise NotSupported(f"IR node {node.id!r}: no evaluator for op {node.op!r}")
         value = evaluate(step, node)
-        if node.id in reused and not zset.is_local(value):  # a local value is computed already
+        plan_size[node.id] = 1 + sum(plan_size.get(i, 1) for i in node.inputs)
+        if plan_size[node.id] > MAX_PLAN_OPERATORS:
+            value = zset.cut_lineage(value)
+            plan_size[node.id] = 1
+        elif node.id in reused and not zset.is_local(value):  # a local value is computed already
             value = value.persist()
             step.result.persisted.append(value)
         step.result.values[node.id] = value

@@ -4,7 +4,7 @@ Iteration i computes d[t][i] of every body node (``operators/nested.py`` has the
 runs ONE Spark job that materializes (``localCheckpoint``) the deltas later iterations read and
 counts them. The counts say which deltas are empty (so later terms are skipped, not planned) and
 when to stop. A zero change at i is not the end by itself: old facts derived at deeper iterations
-may still meet this timestep's changes (DESIGN.md, "Incremental recursion"). So when the back
+may still meet this timestep's changes (ARCHITECTURE.md, "IR and incrementalizer"). So when the back
 edges carry nothing at i, one more small job asks the traces whether any row beyond i matches the
 keys of this timestep's changes so far; if none does, every later iteration is provably zero and
 the loop stops. A small change therefore runs as many iterations as its consequences need, not as

@@ -65,6 +65,12 @@ def is_local(df: DataFrame) -> bool:
     return jdf is not None and jdf.queryExecution().optimizedPlan().getClass().getSimpleName() == "LocalRelation"
 
 
+def cut_lineage(df: DataFrame) -> DataFrame:
+    """``df`` computed now, as a relation with no lineage (a local checkpoint: executors' memory
+    and disk, dropped with the session). Later plans that read it analyze a leaf, not its tree."""
+    return df.localCheckpoint(eager=True)
+
+
 def local_values(df: DataFrame, column: str, limit: int) -> frozenset | None:
     """The values of ``column`` in a driver-local DataFrame (a projection of a local relation is
     folded at planning: no Spark job); None if there are more than ``limit``."""
