@@ -30,6 +30,7 @@ venv install:
 	@bash scripts/bootstrap.sh
 
 test: install
+	@bash scripts/ensure_chromium.sh
 	@echo ">> test: $(PYTEST) -q"
 	@$(PYTEST) -q
 

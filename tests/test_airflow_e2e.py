@@ -407,7 +407,8 @@ def test_the_ui_in_a_browser(world):
     whose page shows its timestep and row counts. Screenshots: tests/screenshots/."""
     pytest.importorskip("playwright.sync_api", reason="pip install playwright (requirements.lock)")
     if not os.path.exists(CHROMIUM):
-        pytest.skip(f"no browser at {CHROMIUM} (apt-get install -y chromium)")
+        pytest.skip(f"no Chromium at {CHROMIUM}: scripts/ensure_chromium.sh (run by `make test`) could not "
+                    "install it (it needs root and Debian's packages: apt-get install -y chromium)")
     from tests.browser import drive_the_ui
 
     SCREENSHOTS.mkdir(exist_ok=True)
