@@ -19,7 +19,9 @@ both DAGs one after the other and measures, per run:
 
 Then ``--runs`` empty runs of each DAG (triggered, no new file: ``plan`` skips the rest) and
 ``--scheduled`` empty *scheduled* runs of a third copy on a ``* * * * *`` cron whose input
-folders stay empty (measured from the run's queued time to its end). Results:
+folders stay empty (measured from the run's queued time to its end). Last, ``--runs`` runs of a
+baseline DAG with one task that does nothing (``BASELINE_DAG``, no dbsp code): what any Airflow
+task costs on this machine at this load, the floor under a dbsp task's overhead. Results:
 ``<out>/<name>.json`` and ``<out>/<name>.md`` (with the load average before and after).
 """
 from __future__ import annotations
@@ -45,6 +47,30 @@ from spark_jobs.orchestration.rest import AirflowAPI, LocalAirflow
 RESULTS = Path(__file__).resolve().parent / "results"
 EXAMPLE = PROJECT_ROOT / "circuits" / "examples" / "my_view.yaml"
 MODES = ("per_stage", "per_step")
+BASELINE = "baseline_noop"
+BASELINE_DAG = f'''"""Baseline of bench.airflow: one Airflow task that does nothing (no dbsp code)."""
+from airflow.sdk import dag, task
+
+
+@dag(dag_id="{BASELINE}", schedule=None, catchup=False)
+def {BASELINE}():
+    @task
+    def noop() -> None:
+        return None
+
+    noop()
+
+
+{BASELINE}()
+'''
+
+
+def write_dags_folder(folder: Path) -> None:
+    """The project's DAG files (linked) plus the baseline DAG."""
+    folder.mkdir()
+    for dag_file in (PROJECT_ROOT / "dags").glob("*.py"):
+        (folder / dag_file.name).symlink_to(dag_file)
+    (folder / f"{BASELINE}.py").write_text(BASELINE_DAG)
 TARGETS = {"per_stage": 20.0, "per_step": 12.0, "empty": 5.0, "overhead": 1.0}  # seconds (issue #16)
 
 
@@ -92,11 +118,13 @@ class Bench:
         self.circuits.mkdir()
         self.data.mkdir()
         self.dags = write_circuits(self.circuits)
+        write_dags_folder(base / "dags")
         inherited = {k: v for k, v in os.environ.items()
                      if not k.startswith(("AIRFLOW", "DBSP_", "SPARK_CONNECT_", "SPARK_CLUSTER_"))}
         env = {**inherited, "DBSP_DATA_ROOT": str(self.data), "DBSP_CIRCUITS_DIR": str(self.circuits),
                "DBSP_SPARK_REMOTE": f"sc://127.0.0.1:{free_port()}", "SPARK_CONNECT_UI_PORT": "off",
-               "SPARK_CONNECT_RUN_DIR": str(base / "spark-connect")}
+               "SPARK_CONNECT_RUN_DIR": str(base / "spark-connect"),
+               "AIRFLOW__CORE__DAGS_FOLDER": str(base / "dags")}
         self.airflow = LocalAirflow(base / "airflow_home", env)
         self.api: AirflowAPI | None = None
 
@@ -174,6 +202,11 @@ def summarize(results: dict) -> dict:
                                       "spark_seconds": median([x["spark_seconds"] for x in xs])}
                                for name, xs in per_stage.items()}
     sched = results["scheduled"]
+    base = results.get("baseline") or []
+    out["baseline"] = {"trigger_to_success_median": median([r["wall"] for r in base]),
+                       "task_duration_median": median([t["duration"] for r in base for t in r["tasks"]]),
+                       "queue_delay_median": median([t["queue_delay"] for r in base for t in r["tasks"]]),
+                       "task_durations": [t["duration"] for r in base for t in r["tasks"]]}
     out["scheduled_empty"] = {"queued_to_end_median": median([r["queued_to_end"] for r in sched]),
                               "start_to_end_median": median([r["airflow_seconds"] for r in sched]),
                               "all": [r["queued_to_end"] for r in sched]}
@@ -212,6 +245,12 @@ def markdown(results: dict) -> str:
                   f"per_step {s['per_step']['trigger_to_success_all']}; empty: per_stage "
                   f"{s['per_stage']['empty_all']}, per_step {s['per_step']['empty_all']}; scheduled empty "
                   f"(queued -> end): {s['scheduled_empty']['all']}.", ""]
+    b = s.get("baseline") or {}
+    if b.get("task_duration_median") is not None:
+        lines += [f"Baseline, a DAG with one task that does nothing (no dbsp code) in the same Airflow: "
+                  f"task duration median {b['task_duration_median']} s (all: {b['task_durations']}), queue "
+                  f"delay {b['queue_delay_median']} s, trigger -> success {b['trigger_to_success_median']} s. "
+                  "That duration is the floor of any task's overhead on this machine at this load.", ""]
     for mode in MODES:
         lines += [f"## {mode}: per task (medians, seconds)", "",
                   "| task | queue delay | duration | work | overhead | of which imports | opening (compile, Spark) |",
@@ -283,6 +322,12 @@ def main(argv: list[str] | None = None) -> int:
                 for r in sorted(done, key=lambda r: r["queued_at"])[:args.scheduled]:
                     results["scheduled"].append(bench.describe(dag, r["dag_run_id"], None))
                 _log(f"scheduled empty runs: {[r['queued_to_end'] for r in results['scheduled']]}")
+            bench.api.wait_for_dag(BASELINE)
+            bench.api.unpause(BASELINE)
+            for _ in range(args.runs):
+                r = bench.run(BASELINE)
+                _log(f"baseline no-op run: {r['wall']} s, task {[t['duration'] for t in r['tasks']]} s")
+                results.setdefault("baseline", []).append(r)
         finally:
             _log(bench.airflow.stop().strip().splitlines()[-1])
     meta["loadavg_end"] = list(os.getloadavg())
