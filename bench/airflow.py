@@ -140,7 +140,7 @@ class Bench:
         run = api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
         tasks = []
         for ti in api.task_instances(dag_id, run_id):
-            timing, stages = {}, []
+            timing, stages, value = {}, [], None
             if ti["state"] == "success":
                 try:
                     value = api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/"
@@ -157,6 +157,7 @@ class Bench:
             tasks.append({"task": ti["task_id"], "state": ti["state"], "duration": ti.get("duration"),
                           "queue_delay": round(start - queued, 3) if start and queued else None,
                           "timing": timing, "stages": stages,
+                          "phases": value.get("phases") if isinstance(value, dict) else None,
                           "overhead": round(ti["duration"] - work, 3) if ti.get("duration") and work is not None else None})
         return {"dag_id": dag_id, "run_id": run_id, "wall": round(wall, 2) if wall is not None else None,
                 "airflow_seconds": round(_parse(run["end_date"]) - _parse(run["start_date"]), 2),
@@ -189,7 +190,9 @@ def summarize(results: dict) -> dict:
                              "imports": median([t["timing"].get("imports") for t in ts]),
                              "open": median([t["timing"].get("open") for t in ts]),
                              "overhead": median([t["overhead"] for t in ts]),
-                             "queue_delay": median([t["queue_delay"] for t in ts])}
+                             "queue_delay": median([t["queue_delay"] for t in ts]),
+                             "phases": {k: median([(t.get("phases") or {}).get(k) for t in ts])
+                                        for k in (ts[-1].get("phases") or {})}}
                       for task, ts in per_task.items()},
         }
         out[mode]["max_task_overhead"] = max((v["overhead"] or 0) for v in out[mode]["tasks"].values())
@@ -259,6 +262,10 @@ def markdown(results: dict) -> str:
             lines.append(f"| `{task}` | {v['queue_delay']} | {v['duration']} | {v['work']} | {v['overhead']} | "
                          f"{v['imports']} | {v['open']} |")
         lines.append("")
+        phases = {task: v["phases"] for task, v in s[mode]["tasks"].items() if v.get("phases")}
+        if phases:
+            lines += ["Work by phase (medians, seconds): " + "; ".join(
+                f"`{task}` " + ", ".join(f"{k} {x}" for k, x in ph.items()) for task, ph in phases.items()) + ".", ""]
         if s[mode].get("stages"):
             lines += ["Operator stages (medians, seconds): " + ", ".join(
                 f"`{name}` {v['seconds']} (its Spark job {v['spark_seconds']})" for name, v in s[mode]["stages"].items()) + ".",

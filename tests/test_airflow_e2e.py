@@ -284,7 +284,7 @@ def test_the_readme_walkthrough(world):
                 assert re.search(r"\| by_region \| \d+ \| \d+ \|", run["note"]), run["note"]
                 links = world.api.call("GET", f"/api/v2/dags/my_view/dagRuns/{run['dag_run_id']}"
                                               "/taskInstances/quality_check/links")
-                assert links.get("Quality report") == "/dbsp/quality/my_view/", links
+                assert links["extra_links"].get("Quality report") == "/dbsp/quality/my_view/", links
         elif command == "dbsp step my_view":
             assert "timestep 1" in text, text
         elif command == "dbsp show my_view by_region":

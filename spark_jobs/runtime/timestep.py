@@ -186,6 +186,7 @@ def check(rt: CircuitRuntime, run_id: str) -> dict:
         return {"skipped": "timestep already committed by this run"}
     from spark_jobs.runtime import staging
 
+    started = time.perf_counter()
     journals = _journals(rt, run_id)
     staged_views = {v: st for j in journals.values() for v, st in j["outputs"].items()}
     values = {nid: st for j in journals.values() for nid, st in j.get("values", {}).items()}
@@ -204,13 +205,23 @@ def check(rt: CircuitRuntime, run_id: str) -> dict:
     inputs = {n: _read(rt, st) for n, st in staged_inputs.items()}
     from spark_jobs.executor.session import step_conf
 
+    read = time.perf_counter()
     try:
         with step_conf(rt.spark, is_small(p)):
             report = check_timestep(rt, p["timestep"], views, inputs, local=local)
     except QualityGateFailed as exc:
         raise QualityGateFailed(exc.report, explain_failure(rt, p, exc.report)) from None
     return {"timestep": p["timestep"], "summary": report.summary(), "failed": len(report.failed),
-            "warnings": len(report.warnings), "report": quality_report_path(rt, p["timestep"])}
+            "warnings": len(report.warnings), "report": quality_report_path(rt, p["timestep"]),
+            "phases": _phases(started, read=read, checks=time.perf_counter())}
+
+
+def _phases(started: float, **ends: float) -> dict[str, float]:
+    """Seconds per phase of a task's work, from the phases' end times in order (for the benchmark)."""
+    out, last = {}, started
+    for name, end in ends.items():
+        out[name], last = round(end - last, 3), end
+    return out
 
 
 def quality_report_path(rt: CircuitRuntime, timestep: int) -> str:
@@ -241,6 +252,7 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
         manifest = rt.files.manifest(done)
         publish_feeds(rt, manifest)  # a crash after the manifest, before the feeds
         return dict(commit_summary(rt, manifest), note="already committed by an earlier attempt")
+    started = time.perf_counter()
     p = load_plan(rt, run_id)
     journals = _journals(rt, run_id)
     with rt.store.begin() as txn:
@@ -264,6 +276,7 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
             for name, files in j["consumed"].items():
                 txn.consume(name, files)
         rows = _change_rows(journals)
+        read = time.perf_counter()
         small = p["mode"] != "full_refresh" and rows is not None and rows <= SMALL_CHANGE_ROWS
         with step_conf(rt.spark, small):
             if small:  # delta-sized, as in run_step: every state and view delta in one write job
@@ -276,9 +289,11 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
             txn.set_meta("run_id", run_id)
             txn.set_meta("mode", p["mode"])
             manifest = txn.commit()
+    written = time.perf_counter()
     publish_feeds(rt, manifest)
     rt.files.fs.remove_tree(run_dir(rt, run_id))
-    return commit_summary(rt, manifest)
+    return dict(commit_summary(rt, manifest),
+                phases=_phases(started, read=read, write=written, feeds=time.perf_counter()))
 
 
 def commit_summary(rt: CircuitRuntime, manifest) -> dict:
