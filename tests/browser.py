@@ -4,7 +4,8 @@ person would: used by tests/test_airflow_e2e.py::test_the_ui_in_a_browser.
 Selectors are the UI's own accessible names (aria labels and roles), as Airflow 3.3 renders
 them: "Dag Import Error" (the badge on the Dags page), "Dag Docs" (the book icon on a DAG's
 page), "Show Graph (Press g)", "Trigger Dag" (then the dialog's "Run Parameters" and "Trigger"),
-"Edit note" (on a run's page: opens the whole note, rendered).
+"Edit note" (on a run's page: opens the whole note, rendered), a task's extra links on its
+Details tab.
 """
 from __future__ import annotations
 
@@ -91,10 +92,12 @@ def drive_the_ui(base: str, user: str, password: str, dag_id: str, shots: Path, 
             found["quality_page"] = page.locator("body").inner_text()
             page.screenshot(path=str(shots / "08-quality-report.png"))
 
-            page.goto(f"{base}/dags/{dag_id}/runs/{run_id}/tasks/commit")  # the task's extra link
-            link = page.get_by_text("Quality report").first
+            # the task's extra link: under "Extra Links" on its Details tab (the log, on the first
+            # tab, also says "quality report", so match the link itself)
+            page.goto(f"{base}/dags/{dag_id}/runs/{run_id}/tasks/commit/details")
+            link = page.get_by_role("link", name="Quality report", exact=True).first
             expect(link).to_be_visible()
-            found["extra_link"] = link.inner_text()
+            found["extra_link"], found["extra_link_href"] = link.inner_text(), link.get_attribute("href")
             page.screenshot(path=str(shots / "09-commit-task.png"))
         except Exception:
             page.screenshot(path=str(shots / "failure.png"), full_page=True)

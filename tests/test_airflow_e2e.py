@@ -430,6 +430,7 @@ def test_the_ui_in_a_browser(world):
     assert found["docs_image"].startswith("/dbsp/docs/revenue_step-") and "Incremental circuit" in found["docs_text"]
     assert "dbsp_view_is_set" in found["quality_page"] and "PASS" in found["quality_page"]
     assert found["quality_link"] == f"/dbsp/quality/{REVENUE_STEP}/" and found["extra_link"] == "Quality report"
+    assert found["extra_link_href"] == found["quality_link"], found
     assert "stages" in found["graph"] and found["import_errors_badge"]
 
 

@@ -200,3 +200,19 @@ def test_a_task_s_local_spark_logs_its_start_up_to_stdout_not_stderr():
     assert "spark: WARNING: Using incubator modules" in out.stdout  # (the JVM's own stderr, at INFO)
     assert out.stderr.strip() == "", out.stderr  # ...and nothing of it is logged at ERROR
     assert "Using Spark's default log4j profile" not in out.stdout + out.stderr
+
+
+def test_the_readme_reports_the_latest_airflow_benchmark():
+    """The README's latency table is the one `python -m bench.airflow` last wrote (issue #16:
+    measured in one run and reported in the README), row for row."""
+    bench = (ROOT / "bench" / "results" / "airflow.md").read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(bench) if line.startswith("| measure (median)"))
+    rows = []
+    for line in bench[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(rows) >= 6 and all(row in readme for row in rows), [r for r in rows if r not in readme]
+    stamp = bench[2].split(",")[0]  # "<date> <time> UTC": the run the README quotes
+    assert stamp in readme, stamp
