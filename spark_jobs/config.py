@@ -17,6 +17,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = PROJECT_ROOT / "config" / "local.yaml"
 STATE_DIR = "_dbsp"  # default state root under the data root: <data_root>/_dbsp/<circuit>/...
 REMOTE_ENV = "DBSP_SPARK_REMOTE"  # overrides spark.remote (e.g. a Connect server on another port)
+VIEWS_DIR = "views"  # default root of published tables: <data_root>/views/<circuit>/<view>
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,15 @@ class SparkSettings:
     remote: str | None = None  # sc://host:port for Spark Connect
     app_name: str = "dbsp"
     conf: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ViewsSettings:
+    """Where and whether views are published as Delta tables after each commit (`views:`)."""
+
+    root: str | None = None  # None: <data_root>/views
+    enabled: bool = True
+    storage_options: dict[str, str] = field(default_factory=dict)  # for deltalake (object stores)
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,7 @@ class Config:
     raw: dict[str, Any] = field(default_factory=dict)
     path: str = ""
     state_root: str | None = None  # None: <data_root>/_dbsp
+    views: ViewsSettings = field(default_factory=ViewsSettings)
     allowed_input_roots: tuple[str, ...] = ()  # inputs.allowed_roots: outside roots inputs may read
 
     def with_data_root(self, data_root: str | None) -> "Config":
@@ -49,6 +60,11 @@ class Config:
     def resolved_state_root(self) -> str:
         """Where every circuit's state store lives: ``state_root``, else ``<data_root>/_dbsp``."""
         return self.state_root or self.data_root.rstrip("/") + "/" + STATE_DIR
+
+    @property
+    def resolved_views_root(self) -> str:
+        """Where published tables live: ``views.root``, else ``<data_root>/views``."""
+        return self.views.root or self.data_root.rstrip("/") + "/" + VIEWS_DIR
 
 
 def _resolve(path: str, base: Path) -> str:
@@ -88,8 +104,22 @@ def load_config(path: str | os.PathLike[str] | None = None, data_root: str | Non
         raw=raw,
         path=chosen,
         state_root=_state_root(raw),
+        views=_views(raw),
         allowed_input_roots=_allowed_roots(raw),
     )
+
+
+def _views(raw: dict[str, Any]) -> ViewsSettings:
+    """The profile's ``views:`` block ($DBSP_VIEWS_ROOT wins for the root)."""
+    views = raw.get("views") or {}
+    if not isinstance(views, dict):
+        raise ValueError(f"profile key 'views' must be a mapping (root, enabled, storage_options); got {views!r}")
+    root = os.environ.get("DBSP_VIEWS_ROOT") or views.get("root")
+    enabled = views.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ValueError(f"profile key 'views.enabled' must be true or false; got {enabled!r}")
+    return ViewsSettings(root=_resolve(str(root), PROJECT_ROOT).rstrip("/") if root else None, enabled=enabled,
+                         storage_options={str(k): str(v) for k, v in (views.get("storage_options") or {}).items()})
 
 
 def _allowed_roots(raw: dict[str, Any]) -> tuple[str, ...]:

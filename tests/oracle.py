@@ -59,3 +59,20 @@ def view_counter(rt, view: str, t: int | None = None, round_floats: bool = True)
         values = tuple(round(v, 6) if round_floats and isinstance(v, float) else v for v in r[:-1])
         out[values] += r[-1]
     return out
+
+
+def assert_views_close(got: dict[str, Counter], expected: dict[str, Counter], label: str = "",
+                       tolerance: float = 1.5e-6) -> None:
+    """Views equal up to their doubles, which may differ by one unit of the 6th decimal: both sides
+    round to 6 digits, and two sums that differ in their last bits (the engine's exact sum, DuckDB's
+    sum in its own order) can round to either side of a half (133.4215625 -> .421562 or .421563)."""
+    assert got.keys() == expected.keys(), f"{label}: views {sorted(got)} != {sorted(expected)}"
+    for view in got:
+        def rows(c: Counter) -> list[tuple]:
+            return sorted(((t, w) for t, w in c.items()), key=lambda tw: repr([v for v in tw[0] if not isinstance(v, float)]))
+        a, b = rows(got[view]), rows(expected[view])
+        ok = len(a) == len(b) and all(
+            wa == wb and len(ta) == len(tb) and all(
+                abs(x - y) <= tolerance if isinstance(x, float) and isinstance(y, float) else x == y
+                for x, y in zip(ta, tb)) for (ta, wa), (tb, wb) in zip(a, b))
+        assert ok, f"{label} {view}: {dict(got[view])} != {dict(expected[view])}"

@@ -63,6 +63,29 @@ def test_commands_need_arguments():
         main(["show", PAPER])
 
 
+def test_user_errors_keep_their_exit_codes():
+    """Refused input 2, failed quality gate 3, others 1; the classes are matched without the CLI
+    importing the modules that define them (commands that read state import no pyspark)."""
+    from spark_jobs.cli.commands import UserError, _user_errors
+    from spark_jobs.executor.sources import InputRefused
+    from spark_jobs.publish import PublishError
+    from spark_jobs.quality.report import QualityGateFailed
+
+    class Report:
+        def summary(self) -> str:
+            return "1 failed"
+
+    for exc, code in ((InputRefused([("f.jsonl", "bad")], "orders"), 2), (QualityGateFailed.__new__(QualityGateFailed), 3),
+                      (PublishError("no"), 1)):
+        if isinstance(exc, QualityGateFailed):
+            exc.report = Report()
+        with pytest.raises(UserError) as err, _user_errors():
+            raise exc
+        assert err.value.exit_code == code
+    with pytest.raises(KeyError), _user_errors():  # not a user error: not turned into one
+        raise KeyError("bug")
+
+
 @pytest.mark.parametrize("args", [["explain", PAPER], ["draw", PAPER], ["validate", PAPER, PAPER],
                                   ["explain", "no_such_circuit"], ["--help"]],
                          ids=["explain", "draw", "validate", "error", "help"])

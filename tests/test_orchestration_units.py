@@ -104,7 +104,7 @@ def test_consumed_files_are_not_announced(circuit, tmp_path):
                                 data_root=str(data), poll_seconds=0.2)
     assert len(trigger.pending()) == 1
     rt = open_circuit(str(circuit), load_config(data_root=str(data)))
-    with rt.files.begin() as txn:  # a commit that consumed the file (no Spark: only the manifest)
+    with rt.committed.begin() as txn:  # a commit that consumed the file (no Spark: only the manifest)
         txn.consume("t", [{"path": p} for _, p, _, _ in trigger.pending()])
         txn.commit()
     assert trigger.pending() == set()

@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 import pytest
 
 from spark_jobs.quality import CheckResult, GateReport, QualityGateFailed, enforce
-from spark_jobs.quality.report import jsonable, list_reports, load_report, write_report
+from spark_jobs.quality.report import jsonable, list_reports, load_report, mark_committed, write_report
 
 
 def sample(timestep: int = 7) -> GateReport:
@@ -95,9 +95,26 @@ def test_write_report_json_and_index(tmp_path):
     table.feed(page)
     header, *rows = table.rows
     assert header == ["timestep", "check", "target", "policy", "status", "details"]
-    assert rows[0][0] == "12"  # newest first
+    assert rows[0][0] == "12not committed"  # newest first; the gate writes before the commit
     assert [r[4] for r in rows] == ["PASS", "PASS", "FAIL", "WARN"]
     assert rows[3][2] == "input:orders" and rows[3][3] == "warn"
+
+
+def test_a_report_says_whether_its_timestep_committed(tmp_path):
+    directory = str(tmp_path)
+    path = write_report(sample(4), directory)
+    assert json.loads(open(path, encoding="utf-8").read())["committed"] is False
+    mark_committed(directory, 4)
+    assert load_report(path).committed is True
+    table = _Table()
+    table.feed(open(os.path.join(directory, "index.html"), encoding="utf-8").read())
+    assert table.rows[1][0] == "4"
+    mark_committed(directory, 5)  # no report for that timestep: nothing to do
+    assert list_reports(directory) == [(4, "t000000000004.json")]
+    old = {k: v for k, v in sample(3).to_dict().items() if k != "committed"}  # written before the flag
+    with open(os.path.join(directory, "t000000000003.json"), "w", encoding="utf-8") as fh:
+        json.dump(old, fh)
+    assert load_report(os.path.join(directory, "t000000000003.json")).committed is True
 
 
 def test_rewriting_a_timestep_replaces_its_report(tmp_path):

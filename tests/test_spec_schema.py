@@ -6,7 +6,8 @@ import json
 from jsonschema import Draft202012Validator
 
 from spark_jobs.spec import SCHEMA_PATH
-from spark_jobs.spec.model import ALL_OPS, POLICIES, SOURCE_FORMATS, SOURCE_KINDS
+from spark_jobs.spec.model import (ALL_OPS, CDC_OPERATIONS, POLICIES, SOURCE_FORMATS, SOURCE_KINDS,
+                                   UNKNOWN_KEY_POLICIES)
 from tests.test_spec_load import ALL_OPS as ALL_OPS_TEXT, BASE
 
 
@@ -25,6 +26,8 @@ def test_schema_vocabularies_match_the_model():
     assert tuple(defs["node"]["properties"]["op"]["enum"]) == ALL_OPS
     assert tuple(defs["source"]["properties"]["kind"]["enum"]) == SOURCE_KINDS
     assert tuple(defs["source"]["properties"]["format"]["enum"]) == SOURCE_FORMATS
+    assert tuple(defs["source"]["properties"]["ops"]["additionalProperties"]["enum"]) == CDC_OPERATIONS
+    assert tuple(defs["source"]["properties"]["unknown_key"]["enum"]) == UNKNOWN_KEY_POLICIES
     policy = defs["expectations"]["items"]["additionalProperties"]["properties"]["policy"]
     assert tuple(policy["enum"]) == POLICIES
 

@@ -5,6 +5,7 @@ import math
 import os
 import random
 from collections import Counter
+from decimal import Decimal as D
 
 import pyarrow.parquet as pq
 import pytest
@@ -13,7 +14,7 @@ from spark_jobs.state import StateStore, TimestepNotRetained, consolidate
 from spark_jobs.state import trace as trace_mod
 
 SCHEMA = "k long, v string, _weight long"
-SUM_SCHEMA = "g long, s double, n long"
+SUM_SCHEMA = "g long, s decimal(38,2), n long"
 
 
 def zset(df) -> dict:
@@ -51,7 +52,7 @@ def test_compaction_preserves_value_and_gc_keeps_retained(spark, tmp_path):
     compacted = 0
     for t in range(1, 8):
         rows = [(rng.randrange(12), rng.choice("ab"), rng.choice([1, 1, 2, -1])) for _ in range(8)]
-        srows = [(rng.randrange(4), rng.choice([1.5, -1.5, 2.0]), rng.choice([1, -1]))
+        srows = [(rng.randrange(4), rng.choice([D("1.5"), D("-1.5"), D("2.0")]), rng.choice([1, -1]))
                  for _ in range(6)]
         if t == 5:  # cancel one group exactly: its sums must disappear on compaction
             srows = [(g, -s_, -n) for g, (s_, n) in acc_sum.items() if g == 0] + srows[:3]
@@ -62,7 +63,7 @@ def test_compaction_preserves_value_and_gc_keeps_retained(spark, tmp_path):
         for k, v, w in rows:
             acc[(k, v)] += w
         for g, x, n in srows:
-            s_, n_ = acc_sum.get(g, (0.0, 0))
+            s_, n_ = acc_sum.get(g, (D(0), 0))
             acc_sum[g] = (s_ + x, n_ + n)
         history.append(({k: w for k, w in acc.items() if w},
                         {g: v for g, v in acc_sum.items() if v != (0.0, 0)}))
@@ -71,7 +72,7 @@ def test_compaction_preserves_value_and_gc_keeps_retained(spark, tmp_path):
             assert len(m.traces["z"].base) == 1
         # the value is the same whatever the files are
         assert zset(s.read_trace("z")) == history[-1][0]
-        assert sums(s.read_trace("agg")) == history[-1][1]  # multiples of 0.5: exact
+        assert sums(s.read_trace("agg")) == history[-1][1]  # decimals: exact
         if t > 1:  # the previous timestep is still retained and unchanged
             assert zset(s.read_trace("z", t - 1)) == history[-2][0]
             assert sums(s.read_trace("agg", t - 1)) == history[-2][1]
@@ -158,23 +159,23 @@ def test_small_deltas_merge_in_tiers_and_keep_the_value(spark, tmp_path):
     s = StateStore(spark, root, "c", "fp", compact_fraction=0.5)
     with s.begin() as tx:
         tx.replace("z", spark.range(2_000).selectExpr("id as k", "'base' as v", "1L as _weight"), keys=("k",))
-        tx.append("agg", spark.createDataFrame([(0, 1.0, 1)], SUM_SCHEMA), kind="sum", keys=("g",))
+        tx.append("agg", spark.createDataFrame([(0, D("1.0"), 1)], SUM_SCHEMA), kind="sum", keys=("g",))
         tx.commit()
     rng = random.Random(3)
     acc: Counter = Counter({(k, "base"): 1 for k in range(2_000)})
-    acc_sum = {0: (1.0, 1)}
+    acc_sum = {0: (D("1.0"), 1)}
     most = 0
     for t in range(2, 40):
         rows = [(rng.randrange(3_000), rng.choice("ab"), rng.choice([1, -1])) for _ in range(3)]
         g = rng.randrange(3)
         with s.begin() as tx:  # two traces appended together: merges of both share one job
             tx.append("z", spark.createDataFrame(rows, SCHEMA), keys=("k",))
-            tx.append("agg", spark.createDataFrame([(g, 0.5, 1)], SUM_SCHEMA), kind="sum", keys=("g",))
+            tx.append("agg", spark.createDataFrame([(g, D("0.5"), 1)], SUM_SCHEMA), kind="sum", keys=("g",))
             m = tx.commit()
         for k, v, w in rows:
             acc[(k, v)] += w
-        old = acc_sum.get(g, (0.0, 0))
-        acc_sum[g] = (old[0] + 0.5, old[1] + 1)
+        old = acc_sum.get(g, (D(0), 0))
+        acc_sum[g] = (old[0] + D("0.5"), old[1] + 1)
         entry = m.traces["z"]
         assert len(entry.base) == 1  # never compacted: 3-row deltas against a 2,000-row base
         tiers = Counter(int(math.log(max(entry.files[d].rows, 1), trace_mod.DELTA_FANOUT)) for _, d in entry.deltas)

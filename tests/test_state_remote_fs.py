@@ -87,9 +87,12 @@ def _views(rt) -> dict[str, Counter]:
 
 
 @pytest.mark.slow
-def test_circuit_with_data_and_state_on_a_hadoop_uri(spark, tmp_path):
+def test_circuit_with_data_and_state_on_a_hadoop_uri(spark, tmp_path, monkeypatch):
     """`dbsp step` and the DAG's task protocol with both roots on viewfs:// equal a recompute;
     a failure before the manifest commits nothing, and the next run is correct."""
+    # this viewfs mount lives in Spark's Hadoop configuration only; deltalake's own HDFS client
+    # cannot see it, so the published tables go to a local folder
+    monkeypatch.setenv("DBSP_VIEWS_ROOT", str(tmp_path / "views"))
     lake = tmp_path / "lake"
     root = viewfs_root(spark, str(lake))
     gen = RevenueGenerator(str(lake), seed=5)  # writes inbox files through the mount's target

@@ -1,6 +1,7 @@
 """State store on real Spark: commit, reopen, read traces and views back."""
 from __future__ import annotations
 
+import decimal
 import json
 import os
 from collections import Counter
@@ -11,7 +12,7 @@ from spark_jobs.state import (FingerprintMismatch, StateStore, TimestepNotRetain
                               TransactionClosed)
 
 SCHEMA = "k long, v string, _weight long"
-SUM_SCHEMA = "k long, total double, n long"
+SUM_SCHEMA = "k long, total decimal(38,1), n long"
 
 
 def zset(df) -> dict:
@@ -52,7 +53,7 @@ def test_commit_reopen_and_read_back(spark, tmp_path):
         assert tx.timestep == i
         df = spark.createDataFrame(rows, SCHEMA)
         tx.append("join:left#1", df, keys=("k",))
-        tx.append("agg:sum", spark.createDataFrame([(1, 2.5, 1)], SUM_SCHEMA),
+        tx.append("agg:sum", spark.createDataFrame([(1, decimal.Decimal("2.5"), 1)], SUM_SCHEMA),
                   kind="sum", keys=("k",))
         tx.write_output("out", df)
         tx.consume("orders", [{"path": f"/in/{i}.parquet", "size": 10 * i, "mtime": 1.0 * i}])
@@ -162,14 +163,16 @@ def test_validation_errors(spark, tmp_path):
     tx = s.begin()
     with pytest.raises(ValueError, match="_weight"):
         tx.append("t", spark.createDataFrame([(1,)], "k long"))
-    with pytest.raises(ValueError, match="not numeric"):
+    with pytest.raises(ValueError, match="not integers or decimals"):
         tx.append("t", spark.createDataFrame([(1, "x")], "k long, s string"),
                   kind="sum", keys=("k",))
+    with pytest.raises(ValueError, match="float totals would drift"):  # sums must be exact
+        tx.append("t", spark.createDataFrame([(1, 0.1)], "k long, s double"), kind="sum", keys=("k",))
     with pytest.raises(ValueError, match="kind"):
         tx.append("t", spark.createDataFrame([(1, "a", 1)], SCHEMA), kind="bag")
     tx.append("t", spark.createDataFrame([(1, "a", 1)], SCHEMA))
     with pytest.raises(ValueError, match="cannot append"):
-        tx.append("t", spark.createDataFrame([(1, 1.0, 1)], SUM_SCHEMA), kind="sum", keys=("k",))
+        tx.append("t", spark.createDataFrame([(1, decimal.Decimal("1.0"), 1)], SUM_SCHEMA), kind="sum", keys=("k",))
     with pytest.raises(TypeError, match="JSON"):
         tx.set_meta("x", object())
     tx.abort()
@@ -205,7 +208,7 @@ def test_append_many_writes_several_traces_in_one_job(spark, tmp_path):
         tx = s.begin()
         tx.append_many([
             ("a", spark.createDataFrame([(t, "x", 1)], SCHEMA), "zset", ("k",)),
-            ("b", spark.createDataFrame([(t, 2.5 * t, 1)], SUM_SCHEMA), "sum", ("k",)),
+            ("b", spark.createDataFrame([(t, decimal.Decimal("2.5") * t, 1)], SUM_SCHEMA), "sum", ("k",)),
             ("c", spark.createDataFrame([], SCHEMA), "zset", ()),
         ])
         tx.commit()

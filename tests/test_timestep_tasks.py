@@ -139,7 +139,7 @@ def test_an_empty_run_is_skipped_unless_empty_steps_commit(spark, tmp_path):
     _dag_run(rt, "full")
     plan = timestep.plan(rt, "nothing-new")
     assert plan["empty"] and plan["timestep"] == 2
-    assert not rt.files.fs.exists(timestep.run_dir(rt, "nothing-new"))  # nothing staged
+    assert not rt.committed.fs.exists(timestep.run_dir(rt, "nothing-new"))  # nothing staged
     assert rt.store.last_committed() == 1
     eager = tmp_path / "eager.yaml"
     eager.write_text(open(REVENUE).read() + "orchestration: {commit_empty: true}\n")

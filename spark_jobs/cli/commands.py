@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -32,28 +34,90 @@ def _err(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-@contextmanager
-def _user_errors() -> Iterator[None]:
-    """Turn the errors a user can act on into one clear message."""
-    from spark_jobs.executor.recursion import RecursionLimitExceeded
-    from spark_jobs.executor.session import ConnectServerUnreachable
-    from spark_jobs.executor.sources import InputRefused
-    from spark_jobs.quality import ExpectationConfigError, QualityGateFailed
-    from spark_jobs.state import FingerprintMismatch
+def command_for(args: argparse.Namespace, command: str, *extra: str) -> str:
+    """A `dbsp` command line on the same circuit, as it can be pasted: the circuit as the user
+    named it (a path works as well as a name) and the same profile and data root."""
+    words = ["dbsp", command, args.circuit, *extra]
+    for flag, value in (("--config", getattr(args, "config", None)), ("--data-root", getattr(args, "data_root", None))):
+        if value:
+            words += [flag, value]
+    return shlex.join(words)
 
+
+def reset_command(args: argparse.Namespace) -> str:
+    """The `dbsp reset` that rebuilds this circuit's state (see ``command_for``)."""
+    return command_for(args, "reset", "--yes")
+
+
+def state_version_warning(circuit: str, state_fingerprint: str | None, circuit_fingerprint: str,
+                          reset: str) -> str | None:
+    """The warning `show` and `status` print when the committed state was built by another
+    version of the circuit (its fingerprint differs from the circuit file's); None otherwise."""
+    if state_fingerprint is None or state_fingerprint == circuit_fingerprint:
+        return None
+    return (f"warning: the committed state of {circuit!r} belongs to another version of the circuit "
+            f"(state fingerprint {state_fingerprint}, the circuit file now has {circuit_fingerprint}): "
+            f"what follows is the old circuit's result. Rebuild it with `{reset}`.")
+
+
+def _open(args: argparse.Namespace):
+    """The circuit's runtime, with Spark's own error logging quieted. Every failure of a job
+    reaches the command as an exception, and the command reports it in one message (or, for an
+    unexpected one, a traceback that carries the Java trace); Spark's log of the same failed
+    task (hundreds of lines of Java, twice) would only bury that message."""
+    rt = open_circuit(args.circuit, _config(args))
+    try:
+        rt.spark.sparkContext.setLogLevel("FATAL")
+    except Exception:  # Spark Connect: no SparkContext in this process, nothing logged here
+        pass
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):  # PySpark's copy of the trace
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+    return rt
+
+
+def _warn_if_other_version(rt, args: argparse.Namespace) -> None:
+    manifest = rt.committed.manifest()  # no Spark
+    warning = state_version_warning(rt.name, manifest.fingerprint if manifest else None, rt.compiled.fingerprint,
+                                    reset_command(args))
+    if warning:
+        _err(warning)
+
+
+def _loaded(module: str, name: str) -> type:
+    """An exception class of ``module`` if that module is loaded (else one nothing raises): an
+    exception of a module that was never imported cannot have been raised, and importing the
+    executor's modules to name their errors would start importing pyspark in commands that
+    only read committed state."""
+    found = getattr(sys.modules.get(module), name, None)
+    return found if isinstance(found, type) else _NeverRaised
+
+
+class _NeverRaised(Exception):
+    pass
+
+
+@contextmanager
+def _user_errors(args: argparse.Namespace | None = None) -> Iterator[None]:
+    """Turn the errors a user can act on into one clear message."""
     try:
         yield
-    except CircuitError as exc:
+    except (CircuitError, FileNotFoundError) as exc:
         raise UserError(str(exc)) from None
-    except FileNotFoundError as exc:
+    except _loaded("spark_jobs.state.store", "FingerprintMismatch") as exc:
+        raise UserError(exc.describe(reset_command(args)) if args is not None else str(exc)) from None
+    except _loaded("spark_jobs.executor.refusal", "ValueRefused") as exc:
+        raise UserError(f"refused; nothing was committed: {exc}", exit_code=2) from None
+    except (_loaded("spark_jobs.state.space", "StorageFull"),
+            _loaded("spark_jobs.executor.recursion", "RecursionLimitExceeded"),
+            _loaded("spark_jobs.quality.expectations", "ExpectationConfigError"),
+            _loaded("spark_jobs.publish.delta", "PublishError"),
+            _loaded("spark_jobs.executor.session", "ConnectServerUnreachable")) as exc:
         raise UserError(str(exc)) from None
-    except (FingerprintMismatch, RecursionLimitExceeded, ConnectServerUnreachable) as exc:
-        raise UserError(str(exc)) from None
-    except QualityGateFailed as exc:
+    except _loaded("spark_jobs.quality.report", "QualityGateFailed") as exc:
         raise UserError(f"quality gate failed; nothing was committed:\n{exc.report.summary()}", exit_code=3) from None
-    except ExpectationConfigError as exc:
-        raise UserError(str(exc)) from None
-    except InputRefused as exc:
+    except _loaded("spark_jobs.executor.sources.checks", "InputRefused") as exc:
         lines = ["input refused; nothing was committed and the files were left in place:"]
         lines += [f"  {path}: {reason}" for path, reason in exc.problems]
         raise UserError("\n".join(lines), exit_code=2) from None
@@ -77,7 +141,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _compiled(args: argparse.Namespace):
-    with _user_errors():
+    with _user_errors(args):
         config = _config(args)
         return compile_file(find_circuit_file(args.circuit, config), config.allowed_input_roots)
 
@@ -121,21 +185,30 @@ def cmd_draw(args: argparse.Namespace) -> int:
     return 0
 
 
+def _published(report) -> int:
+    """Exit code of a committed step: 1 when a view could not be published (the step is
+    committed all the same; the next step or `dbsp publish` retries)."""
+    if report.published is not None and report.published.failed:
+        _err("the timestep is committed, but publishing failed; `dbsp publish` (or the next step) retries")
+        return 1
+    return 0
+
+
 def cmd_step(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.step import run_step
 
-    with _user_errors():
-        rt = open_circuit(args.circuit, _config(args))
+    with _user_errors(args):
+        rt = _open(args)
         report = run_step(rt, progress=_err)
     print(render.step_report(report))
-    return 0
+    return _published(report)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.step import pending_inputs, run_step
 
-    with _user_errors():
-        rt = open_circuit(args.circuit, _config(args))
+    with _user_errors(args):
+        rt = _open(args)
         for i in range(args.steps):
             if i > 0 and not any(pending_inputs(rt).values()):
                 _err(f"no input has pending changes; stopping after {i} step(s)")
@@ -143,56 +216,86 @@ def cmd_run(args: argparse.Namespace) -> int:
             _err(f"[{i + 1}/{args.steps}] {rt.name}: running timestep {rt.store.last_committed() + 1}")
             report = run_step(rt, progress=_err)
             print(render.step_report(report))
+            if _published(report):
+                return 1
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with _user_errors():
+    """Reads manifests (and the published tables' logs) only: no Spark."""
+    from spark_jobs.publish import table_states
+
+    with _user_errors(args):
         rt = open_circuit(args.circuit, _config(args))
-        print(render.status(rt))
+        _warn_if_other_version(rt, args)
+        print(render.status(rt, table_states(rt.config, rt.compiled.spec)))
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    with _user_errors():
+    """Reads the committed view with pyarrow (``state.arrow_read``): no Spark, no JVM."""
+    from spark_jobs.state.arrow_read import read_delta, read_view
+
+    with _user_errors(args):
         rt = open_circuit(args.circuit, _config(args))
         if args.view not in rt.compiled.spec.outputs:
             raise UserError(f"{rt.name} has no view {args.view!r}; views: {', '.join(rt.compiled.spec.outputs)}")
-        last = rt.store.last_committed()
+        store = rt.committed
+        last = store.last_committed()
         if last == 0:
-            raise UserError(f"{rt.name} has no committed timestep yet; run `dbsp step {args.circuit}` first")
+            raise UserError(f"{rt.name} has no committed timestep yet; run `{command_for(args, 'step')}` first")
+        _warn_if_other_version(rt, args)
         at = args.at if args.at is not None else last
         if not 1 <= at <= last:
             raise UserError(f"timestep {at} is not committed (last committed: {last})")
-        df = rt.store.read_output_delta(args.view, at) if args.delta else rt.store.read_view(args.view, at)
+        table = read_delta(store, args.view, at) if args.delta else read_view(store, args.view, at)
         columns = rt.compiled.incremental[rt.compiled.incremental.outputs[args.view]].columns
-        rows = render.collect_consolidated(df, columns)
+        rows = render.table_rows(table, columns)
         sys.stdout.write(render.rows(rows, list(columns), args.format, args.limit))
     return 0
 
 
+def cmd_publish(args: argparse.Namespace) -> int:
+    """Bring the published tables up to the last committed timestep (no Spark): repairs a crash
+    between a commit and its publish, or publishes after `views.enabled` was switched on."""
+    from spark_jobs.publish import publish_views
+
+    with _user_errors(args):
+        rt = open_circuit(args.circuit, _config(args))
+        report = publish_views(rt, progress=_err)
+    print(report.summary())
+    return 1 if report.failed else 0
+
+
 def cmd_reset(args: argparse.Namespace) -> int:
     config = _config(args)
-    with _user_errors():
+    with _user_errors(args):
         path = find_circuit_file(args.circuit, config)
-        name = compile_file(path, config.allowed_input_roots).spec.name
+        compiled = compile_file(path, config.allowed_input_roots)
+        name = compiled.spec.name
+    from spark_jobs.publish import published_tables, remove_tables
     from spark_jobs.runtime.circuit import state_root
     from spark_jobs.state.fs import filesystem_for
 
     root = state_root(config, name)
     fs = filesystem_for(root)
     root = fs.normalize(root)
-    if not fs.exists(root):
+    with _user_errors():
+        tables = published_tables(config, compiled.spec)
+    if not fs.exists(root) and not tables:
         print(f"{name}: nothing to reset ({root} does not exist)")
         return 0
+    what = ", ".join([root] + tables)
     if not args.yes:
         if not sys.stdin.isatty():
-            raise UserError(f"refusing to delete {root} without confirmation; pass --yes")
-        answer = input(f"Delete all state and outputs of {name} under {root}? [y/N] ")
+            raise UserError(f"refusing to delete {what} without confirmation; pass --yes")
+        answer = input(f"Delete all state, outputs and published tables of {name} ({what})? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             print("aborted")
             return 1
     fs.remove_tree(root)
-    print(f"{name}: state and outputs removed ({root}); the next step starts from timestep 1 "
-          f"and re-reads every input file still in the inbox")
+    with _user_errors():
+        remove_tables(config, compiled.spec)
+    print(f"{name}: state, outputs and published tables removed ({what}); the next step starts from "
+          f"timestep 1 and re-reads every input file still in the inbox")
     return 0

@@ -61,7 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None, help="at most this many rows (table format only)")
     _common(p)
 
-    p = sub.add_parser("reset", help="delete all state and outputs of a circuit (inputs are kept)")
+    p = sub.add_parser("publish", help="bring the circuit's published Delta tables up to the last committed timestep")
+    p.add_argument("circuit", metavar="CIRCUIT")
+    _common(p)
+
+    p = sub.add_parser("reset", help="delete all state, outputs and published tables of a circuit (inputs are kept)")
     p.add_argument("circuit", metavar="CIRCUIT")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     _common(p)

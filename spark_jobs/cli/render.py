@@ -22,6 +22,8 @@ def step_report(report) -> str:
         lines.append(f"  view  {view}: +{ins} -{dele} rows")
     if getattr(report, "quality", ""):
         lines.append("  " + report.quality.replace("\n", "\n  "))
+    if getattr(report, "published", None) is not None:
+        lines.append("  " + report.published.summary().replace("\n", "\n  "))
     return "\n".join(lines)
 
 
@@ -34,12 +36,19 @@ def _human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def status(rt) -> str:
-    info = rt.store.status()
+def status(rt, tables: list[tuple[str, str, str]] = ()) -> str:
+    """The committed state of a circuit; ``tables``: (view, location, state) of its published tables."""
+    store = rt.committed
+    info = store.status()
     last = info.get("last_committed", 0)
     lines = [f"circuit {rt.name} (fingerprint {rt.compiled.fingerprint})",
              f"data root: {rt.config.data_root}",
              f"last committed timestep: {last if last else 'none'}"]
+    manifest = store.manifest() if last else None
+    for name, meta in sorted((manifest.inputs if manifest else {}).items()):
+        if meta.get("unknown_keys"):
+            lines.append(f"input {name}: {meta['unknown_keys']} change(s) to unknown keys ignored so far "
+                         f"(unknown_key: count)")
     traces = info.get("traces", {})
     if traces:
         rows = [("state", "kind", "files", "rows", "bytes")]
@@ -47,6 +56,8 @@ def status(rt) -> str:
             rows.append((trace_id, str(t.get("kind", "")), str(t.get("files", "")), str(t.get("rows", "")),
                          _human_bytes(int(t.get("bytes", 0)))))
         lines.append(_table(rows))
+    if tables:
+        lines.append(_table([("published view", "table", "timestep")] + list(tables)))
     return "\n".join(lines)
 
 
@@ -67,16 +78,34 @@ def _display(value: Any) -> str:
     return str(_cell(value))
 
 
+def _sorted(rows: list[tuple]) -> list[tuple]:
+    return sorted(rows, key=lambda r: tuple((v is None, str(type(v)), v if v is not None else 0) for v in r))
+
+
 def collect_consolidated(df, columns: tuple[str, ...]) -> list[tuple]:
-    """One row per distinct tuple with its summed weight (zero weights dropped), sorted."""
+    """One row per distinct tuple with its summed weight (zero weights dropped), sorted (Spark)."""
     if df is None:
         return []
     from pyspark.sql import functions as F
 
     cols = list(columns)
     grouped = df.groupBy(*[F.col(f"`{c}`") for c in cols]).agg(F.sum(WEIGHT).alias(WEIGHT))
-    rows = [tuple(r) for r in grouped.where(F.col(WEIGHT) != 0).collect()]
-    return sorted(rows, key=lambda r: tuple((v is None, str(type(v)), v if v is not None else 0) for v in r))
+    return _sorted([tuple(r) for r in grouped.where(F.col(WEIGHT) != 0).collect()])
+
+
+def table_rows(table, columns: tuple[str, ...]) -> list[tuple]:
+    """``collect_consolidated`` of a consolidated pyarrow Table (``state.arrow_read``): no Spark.
+    Timestamps are shown as Spark shows them: naive, in UTC."""
+    if table is None or table.num_rows == 0:
+        return []
+    names = list(columns) + [WEIGHT]
+    values = [_naive(table.column(c).to_pylist()) for c in names]
+    return _sorted(list(zip(*values)))
+
+
+def _naive(values: list) -> list:
+    return [v.astimezone(dt.timezone.utc).replace(tzinfo=None) if isinstance(v, dt.datetime) and v.tzinfo else v
+            for v in values]
 
 
 def rows(data: list[tuple], columns: list[str], fmt: str, limit: int | None = None) -> str:

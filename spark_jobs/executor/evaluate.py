@@ -236,7 +236,7 @@ def _aggregate_linear(s: _Step, node: Node) -> DataFrame:
     if s.broadcast_deltas and prev is not None:
         prev = _narrowed_state(s, node.id, node.inputs[0], group_by, prev.columns)
     out, totals = aggregate.aggregate_linear_step(delta, prev, group_by, node.param("aggs"), s.first_step,
-                                                  broadcast_delta=s.broadcast_deltas)
+                                                  broadcast_delta=s.broadcast_deltas, node=node.id)
     s.result.updates[node.id] = StateUpdate("append", totals, group_by, sort_by=group_by)
     return out
 
@@ -252,7 +252,7 @@ def _aggregate_touched(s: _Step, node: Node) -> DataFrame:
             before = _narrowed_state(s, source.id, node.inputs[0], group_by, integral.columns)
             integral = zset.local_plus(before, s.value(source.inputs[0]))  # type: ignore[arg-type]
     out = aggregate.aggregate_touched_step(delta, integral, prev, group_by, node.param("aggs"), s.first_step,
-                                           broadcast_delta=s.broadcast_deltas)
+                                           broadcast_delta=s.broadcast_deltas, node=node.id)
     s.result.updates[node.id] = StateUpdate("append", out, group_by, sort_by=group_by)
     return out
 
@@ -278,7 +278,7 @@ _EVAL: dict[str, Callable[[_Step, Node], DataFrame]] = {
     "join": _join,
     "distinct": lambda s, n: distinct.distinct(s.value(n.inputs[0])),
     "aggregate": lambda s, n: aggregate.aggregate(s.value(n.inputs[0]), tuple(n.param("group_by", ())),
-                                                  n.param("aggs")),
+                                                  n.param("aggs"), node=n.id),
     "integrate": _integrate,
     "delay": _delay,
     "differentiate": _differentiate,

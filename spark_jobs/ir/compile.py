@@ -40,8 +40,19 @@ def fingerprint(spec: CircuitSpec, incremental: Circuit) -> str:
         "nodes": [(n.id, n.op, n.inputs, repr(_meaning(n.params)), n.columns) for n in incremental],
         "outputs": sorted(incremental.outputs.items()),
     }
+    formats = sorted({(n.op, STATE_FORMATS[n.op]) for n in incremental if n.op in STATE_FORMATS})
+    if formats:  # only circuits with such an operator get a new fingerprint
+        payload["state_formats"] = formats
+    keys = {name: list(inp.key) for name, inp in sorted(spec.inputs.items()) if inp.key}
+    if keys:  # a keyed input's integral holds one row per key: another key is another state
+        payload["keys"] = keys  # (only when present: unkeyed circuits keep their fingerprints)
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
+
+# Versions of an operator's state layout, bumped when the columns it keeps change, so state an
+# older engine wrote is refused (with the reset hint) instead of misread. aggregate_linear 2:
+# exact running totals (integer limbs for float sums, decimal(38,...) for integers; issue 19).
+STATE_FORMATS = {"aggregate_linear": 2}
 
 # Params that bound or tune the work, or document it, without changing what the state means.
 _NOT_MEANING = frozenset({"max_iterations", "sql"})

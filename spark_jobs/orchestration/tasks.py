@@ -41,12 +41,14 @@ LOG4J_TASKS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.pa
 
 def _not_retryable() -> tuple[type[BaseException], ...]:
     """Errors a retry cannot fix: the data or the circuit must change first."""
+    from spark_jobs.executor.refusal import ValueRefused
     from spark_jobs.executor.sources import InputRefused
     from spark_jobs.quality import ExpectationConfigError, QualityGateFailed
     from spark_jobs.spec import CircuitError
     from spark_jobs.state import FingerprintMismatch
 
-    return (QualityGateFailed, InputRefused, FingerprintMismatch, CircuitError, ExpectationConfigError)
+    return (QualityGateFailed, InputRefused, FingerprintMismatch, CircuitError, ExpectationConfigError,
+            ValueRefused)
 
 
 def arm_failpoint(context: dict[str, Any]) -> str | None:

@@ -38,7 +38,9 @@ Spark jobs) per view or input that has expectations and inserted rows. A delta t
 not yet computed is computed by the gate's first action, so the gate's time then includes it.
 
 Reports: ``write_report`` stores ``t<timestep:012d>.json`` per timestep and an ``index.html``
-table of all of them in the report directory.
+table of all of them in the report directory. A report is written before the commit with
+``"committed": false``; ``mark_committed`` flips it once the manifest is published, so the
+report of an attempt that never committed (a failed gate, a full disk, a crash) says so.
 """
 from spark_jobs.quality.expectations import (
     ExpectationConfigError,
@@ -54,11 +56,12 @@ from spark_jobs.quality.report import (
     QualityGateFailed,
     list_reports,
     load_report,
+    mark_committed,
     write_report,
 )
 
 __all__ = [
     "CheckResult", "GateReport", "QualityGateFailed", "ExpectationConfigError",
     "UnknownExpectationError", "run_gate", "enforce", "write_report", "load_report",
-    "list_reports", "check_declarations", "known_expectations", "warm_up", "inserted_rows",
+    "list_reports", "mark_committed", "check_declarations", "known_expectations", "warm_up", "inserted_rows",
 ]

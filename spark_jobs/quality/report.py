@@ -88,6 +88,9 @@ class GateReport:
     timestep: int
     results: list[CheckResult] = field(default_factory=list)
     elapsed_s: float = 0.0  # wall time of run_gate, for the logs
+    # the gate runs before the commit: False until the timestep's manifest is published
+    # (``mark_committed``); a report that stays False is of an attempt that never committed
+    committed: bool = False
 
     @property
     def failed(self) -> list[CheckResult]:
@@ -118,15 +121,16 @@ class GateReport:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"timestep": self.timestep, "passed": self.passed, "failed": len(self.failed),
-                "warnings": len(self.warnings), "elapsed_s": round(self.elapsed_s, 3),
-                "results": [r.to_dict() for r in self.results]}
+        return {"timestep": self.timestep, "committed": self.committed, "passed": self.passed,
+                "failed": len(self.failed), "warnings": len(self.warnings),
+                "elapsed_s": round(self.elapsed_s, 3), "results": [r.to_dict() for r in self.results]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "GateReport":
         return cls(timestep=int(data["timestep"]),
                    results=[CheckResult.from_dict(r) for r in data.get("results", [])],
-                   elapsed_s=float(data.get("elapsed_s") or 0.0))
+                   elapsed_s=float(data.get("elapsed_s") or 0.0),
+                   committed=bool(data.get("committed", True)))  # reports before the flag: committed
 
 
 class QualityGateFailed(Exception):
@@ -201,6 +205,24 @@ def write_report(report: GateReport, directory: str) -> str:
     return path
 
 
+def mark_committed(directory: str, timestep: int) -> None:
+    """Record in the report of ``timestep`` that its manifest was published (call after commit).
+    Best effort: the commit stands whatever happens here (the manifests are the truth; a failure
+    to rewrite the report leaves it saying "not committed")."""
+    fs = filesystem_for(directory)
+    directory = fs.normalize(directory)
+    path = fs.join(directory, report_name(timestep))
+    try:
+        if not fs.exists(path):
+            return
+        report = load_report(path)
+        if not report.committed:
+            report.committed = True
+            write_report(report, directory)
+    except (OSError, ValueError, KeyError):
+        return
+
+
 def load_report(path: str) -> GateReport:
     """Read a report written by ``write_report``."""
     return GateReport.from_dict(json.loads(filesystem_for(path).read_text(path)))
@@ -226,6 +248,7 @@ tr.PASS td.status { color: #1a7f37; } tr.WARN td.status { color: #9a6700; font-w
 tr.FAIL td.status { color: #cf222e; font-weight: bold; } tr.FAIL { background: #fff5f5; }
 tr.first td { border-top: 2px solid #888; }
 code, pre { font-size: 0.85em; } pre { white-space: pre-wrap; margin: 0.3em 0 0; }
+.uncommitted { color: #cf222e; }
 """
 
 
@@ -244,14 +267,17 @@ def render_index(directory: str) -> str:
             rows.append(f'<tr class="FAIL first"><td><a href="{_e(name)}">{timestep}</a></td>'
                         f'<td colspan="5">unreadable report: {_e(str(exc))}</td></tr>')
             continue
+        link = f'<a href="{_e(name)}">{timestep}</a>'
+        if not report.committed:
+            link += '<br><small class="uncommitted">not committed</small>'
         if not report.results:
-            rows.append(f'<tr class="PASS first"><td><a href="{_e(name)}">{timestep}</a></td>'
+            rows.append(f'<tr class="PASS first"><td>{link}</td>'
                         '<td colspan="5">(no checks)</td></tr>')
         for i, r in enumerate(report.results):
             totals[r.status] += 1
             full = json.dumps(r.details, indent=1, ensure_ascii=False)
             cls = r.status + (" first" if i == 0 else "")
-            ts_cell = f'<a href="{_e(name)}">{timestep}</a>' if i == 0 else ""
+            ts_cell = link if i == 0 else ""
             rows.append(
                 f'<tr class="{cls}"><td>{ts_cell}</td><td>{_e(r.label)}'
                 f'{" <small>(built-in)</small>" if r.builtin else ""}</td><td>{_e(r.target)}</td>'

@@ -81,12 +81,14 @@ class CircuitRuntime:
 
     @cached_property
     def store(self):
+        """The state store, for running timesteps (starts Spark)."""
         return self._store(self.spark)
 
     @cached_property
-    def files(self):
-        """The state store without a Spark session: manifests, files and staging only (a DAG's
-        plan task uses it, so planning starts no JVM and no Spark Connect session)."""
+    def committed(self):
+        """The same store without a Spark session: manifests, files and staging, and what is
+        committed read with pyarrow (``state.arrow_read``). Commands that only read, and a DAG's
+        plan task, start no JVM and no Spark Connect session."""
         return self._store(None)
 
     def _store(self, spark):

@@ -37,7 +37,7 @@ def feed_file_name(timestep: int) -> str:
 
 
 def _delta_table(rt: CircuitRuntime, rel: str, columns: list[str]) -> pa.Table:
-    store = rt.files
+    store = rt.committed
     tables = []
     for full, _ in store.fs.data_files(store.layout.abs(rel)):
         with store.fs.open_read(full) as fh:

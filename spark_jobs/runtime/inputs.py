@@ -2,17 +2,35 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence
 
 from pyspark.sql import DataFrame
 
-from spark_jobs.executor.sources import InputFile, pending_files, read_changes, read_snapshot, snapshot_delta
+from spark_jobs.executor.sources import (InputFile, pending_files, read_changes, read_snapshot, snapshot_delta,
+                                         spark_schema)
+from spark_jobs.executor.sources.cdc import KeyedState, cdc_change
 from spark_jobs.spec.model import InputSpec
+from spark_jobs.state.lookup import TraceFiles
 
 
 def snapshot_trace(input_name: str) -> str:
     """The trace holding the last snapshot of a `snapshots` input (D needs it)."""
     return f"snapshot:{input_name}"
+
+
+def keyed_trace(input_name: str) -> str:
+    """The trace holding a `cdc` input's integral, sorted by its key (changes look old rows up)."""
+    return f"keyed:{input_name}"
+
+
+def input_trace(spec: InputSpec) -> tuple[str, tuple[str, ...]] | None:
+    """(trace, sort columns) an input keeps of its own, or None: its integral, which its change is
+    appended to (a snapshot input's last snapshot; a cdc input's rows, sorted by key)."""
+    if is_snapshot(spec):
+        return snapshot_trace(spec.name), ()
+    if spec.kind == "cdc":
+        return keyed_trace(spec.name), tuple(spec.key)
+    return None
 
 
 def is_snapshot(spec: InputSpec) -> bool:
@@ -62,20 +80,35 @@ def retained_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest,
     return out
 
 
+class InputState(Protocol):
+    """Committed traces, as a step reads them (``step.StoreReader``; nothing for a full refresh)."""
+
+    def read(self, node_id: str) -> DataFrame | None: ...
+    def trace_files(self, node_id: str) -> TraceFiles | None: ...
+
+
 @dataclass
 class InputChange:
-    """The change an input contributes to a step, and the snapshot trace update it implies."""
+    """The change an input contributes to a step. ``trace`` (from ``input_trace``): the input's
+    own trace, to which the delta is appended with the step's other writes."""
 
     delta: DataFrame | None
-    snapshot: DataFrame | None = None  # value to append to snapshot_trace (snapshots only)
+    trace: tuple[str, tuple[str, ...]] | None = None
+    unknown_keys: int = 0  # cdc records of unknown keys, ignored and counted (unknown_key: count)
 
 
-def read_input(spark, spec: InputSpec, files: list[InputFile], previous_snapshot: DataFrame | None) -> InputChange:
+def read_input(spark, spec: InputSpec, files: list[InputFile], state: InputState) -> InputChange:
     """Read (and validate) the files of one input; None delta when no file arrived."""
     if not files:
         return InputChange(None)
+    trace = input_trace(spec)
     if is_snapshot(spec):
         newest = read_snapshot(spark, spec, files[-1])
-        delta = snapshot_delta(newest, previous_snapshot)
-        return InputChange(delta, delta)
+        return InputChange(snapshot_delta(newest, state.read(snapshot_trace(spec.name))), trace)
+    if spec.kind == "cdc":
+        tid = keyed_trace(spec.name)
+        change = cdc_change(spark, spec, files, KeyedState(lambda: state.read(tid), lambda: state.trace_files(tid)))
+        if change is None:  # files without a record
+            return InputChange(spark.createDataFrame([], spark_schema(spec)), trace)
+        return InputChange(change.delta, trace, change.unknown_keys)
     return InputChange(read_changes(spark, spec, files))

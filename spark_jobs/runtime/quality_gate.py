@@ -8,7 +8,8 @@ from spark_jobs.runtime.circuit import CircuitRuntime
 
 
 def quality_dir(rt: CircuitRuntime) -> str:
-    return rt.store.fs.join(rt.store.root, "quality")
+    """Where the timesteps' quality reports go (a path only: no Spark session is started)."""
+    return rt.committed.fs.join(rt.committed.root, "quality")
 
 
 def set_views(rt: CircuitRuntime) -> set[str]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
 from spark_jobs.runtime.circuit import CircuitRuntime
-from spark_jobs.runtime.inputs import is_snapshot, snapshot_trace
+from spark_jobs.runtime.inputs import input_trace
 from spark_jobs.runtime.staging import journal_path, read_json, run_dir, write_json
 from spark_jobs.runtime.stages import Stage, is_state_backed, staged_values
 from spark_jobs.state.failpoints import failpoint
@@ -26,10 +26,14 @@ from spark_jobs.state.layout import safe_name
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+
 class EmptyState:
     """A full refresh starts from no state at all."""
 
     def read(self, node_id: str) -> "DataFrame | None":
+        return None
+
+    def trace_files(self, node_id: str) -> None:
         return None
 
 
@@ -52,16 +56,17 @@ class RunValues:
         from spark_jobs.runtime.step import StoreReader
 
         self.state = EmptyState() if self.full else StoreReader(self.rt.store)
-        self.needed = staged_values(self.rt.compiled) | self._checked_inputs()
+        self.needed = staged_values(self.rt.compiled) | self._inputs_kept()
 
-    def _checked_inputs(self) -> set[str]:
-        """Input nodes whose change the quality gate checks (staged even if no stage reads them)."""
+    def _inputs_kept(self) -> set[str]:
+        """Input nodes whose change is staged even if no stage reads it: the quality gate checks
+        it, or the commit appends it to the input's own trace (snapshots, cdc keyed rows)."""
         circuit = self.rt.compiled.incremental
-        names = {n for n, i in self.rt.compiled.spec.inputs.items() if i.expectations}
+        names = {n for n, i in self.rt.compiled.spec.inputs.items() if i.expectations or input_trace(i)}
         return {node.id for node in circuit if node.op == "input" and (node.param("name") or node.id) in names}
 
     def stage_dir(self, stage: str) -> str:
-        fs = self.rt.files.fs
+        fs = self.rt.committed.fs
         return fs.join(run_dir(self.rt, self.run_id), "stages", stage)
 
     def value(self, node_id: str) -> "DataFrame":
@@ -74,7 +79,7 @@ class RunValues:
                 self.frames[node_id] = staging.to_frame(self.rt.spark, self.tables[node_id], data["schema"])
             else:
                 st = staging.Staged.from_dict(self.staged[node_id])
-                self.frames[node_id] = staging.read_staged(self.rt.spark, st, self.rt.files.fs.spark_uri(st.path))
+                self.frames[node_id] = staging.read_staged(self.rt.spark, st, self.rt.committed.fs.spark_uri(st.path))
         return self.frames[node_id]
 
     def load_journals(self, stages: list[Stage]) -> None:
@@ -144,7 +149,7 @@ def operator_rows(run: RunValues, stage: Stage, rows: dict[str, int], written: d
     from spark_jobs.ir.explain import SYMBOLS
 
     circuit = run.rt.compiled.incremental
-    manifest = None if run.full else run.rt.files.manifest()
+    manifest = None if run.full else run.rt.committed.manifest()
 
     def rows_of(node_id: str) -> int | None:
         return rows[node_id] if node_id in rows else (run.staged.get(node_id) or {}).get("rows")
@@ -176,7 +181,7 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
     from spark_jobs.runtime.inputs import read_input
 
     rt, p = run.rt, run.plan
-    spark, circuit, store, fs = rt.spark, rt.compiled.incremental, rt.store, rt.files.fs
+    spark, circuit, store, fs = rt.spark, rt.compiled.incremental, rt.store, rt.committed.fs
     started = time.perf_counter()
     stage_dir = run.stage_dir(stage.name)
     if fs.exists(stage_dir):
@@ -221,12 +226,11 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
             name = node.param("name") or node_id
             spec = rt.compiled.spec.inputs[name]
             files = [InputFile.from_dict(f) for f in p["inputs"].get(name, [])]
-            previous = None if run.full else store.read_trace(snapshot_trace(name))
-            change = read_input(spark, spec, files, previous)
+            change = read_input(spark, spec, files, run.state)
             if change.delta is not None:
                 inputs[name] = change.delta
                 journal["consumed"][name] = [f.as_dict() for f in files]
-                journal["inputs"][name] = {"files": [f.path for f in files]}
+                journal["inputs"][name] = {"files": [f.path for f in files], "unknown_keys": change.unknown_keys}
             seconds[node_id] = time.perf_counter() - t0
         for node_id in stage.nodes:  # one node at a time: planning seconds per operator
             t0 = time.perf_counter()
@@ -289,16 +293,21 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
                                    "staged": staged[f"state/{node_id}"].to_dict()})
     for view in outputs:
         journal["outputs"][view] = staged[f"output/{view}"].to_dict()
-    for node_id in stage.nodes:  # input changes: rows inserted and deleted (the snapshot trace too)
+    for node_id in stage.nodes:  # input changes: rows inserted and deleted (the input's own trace too)
         node = circuit[node_id]
         name = node.param("name") or node_id
         if node.op == "input" and name in journal["inputs"]:
             st = staged.get(f"value/{node_id}")
             journal["inputs"][name].update(inserted=st.inserted if st else None,
                                            deleted=st.deleted if st else None)
-            if is_snapshot(rt.compiled.spec.inputs[name]) and st is not None:
-                journal["updates"].append({"trace": snapshot_trace(name), "op": "replace" if run.full else "append",
-                                           "kind": "zset", "keys": [], "sort_by": [], "staged": st.to_dict()})
+            own = input_trace(rt.compiled.spec.inputs[name])
+            if own is not None:  # snapshot, cdc keyed rows: the change is appended to that trace
+                if st is None:
+                    raise RuntimeError(f"the change of input {name!r} was not staged (run {run.run_id!r})")
+                trace_id, sort_by = own
+                journal["updates"].append({"trace": trace_id, "op": "replace" if run.full else "append",
+                                           "kind": "zset", "keys": [], "sort_by": list(sort_by),
+                                           "staged": st.to_dict()})
     failpoint("mid_step")
 
     counts.update({n: written[fk].rows for n, fk in held.items() if written[fk].rows is not None})

@@ -122,22 +122,22 @@ def read_staged(spark: "SparkSession", staged: Staged, uri: str) -> "DataFrame":
 # Under the state root, on the store's file system (local, hdfs://, s3a://, ...); files first, the
 # JSON that lists them (plan, journals) last and atomically.
 def staging_root(rt: "CircuitRuntime") -> str:
-    return rt.files.fs.join(rt.files.root, "staging")
+    return rt.committed.fs.join(rt.committed.root, "staging")
 
 
 def run_dir(rt: "CircuitRuntime", run_id: str) -> str:
-    return rt.files.fs.join(staging_root(rt), safe_name(run_id))
+    return rt.committed.fs.join(staging_root(rt), safe_name(run_id))
 
 
 def journal_path(rt: "CircuitRuntime", run_id: str, stage: str) -> str:
-    return rt.files.fs.join(run_dir(rt, run_id), "journal", f"{stage}.json")
+    return rt.committed.fs.join(run_dir(rt, run_id), "journal", f"{stage}.json")
 
 
 def write_json(rt: "CircuitRuntime", path: str, data: dict) -> None:
     """Write JSON atomically: a reader sees the old file or the whole new one."""
-    rt.files.fs.publish_text(path, json.dumps(data, indent=1, default=str), tmp_prefix=".tmp-")
+    rt.committed.fs.publish_text(path, json.dumps(data, indent=1, default=str), tmp_prefix=".tmp-")
 
 
 def read_json(rt: "CircuitRuntime", path: str) -> dict | None:
-    fs = rt.files.fs
+    fs = rt.committed.fs
     return json.loads(fs.read_text(path)) if fs.exists(path) else None

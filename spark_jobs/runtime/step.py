@@ -19,9 +19,12 @@ from spark_jobs.executor.local import collect_local
 from spark_jobs.executor.session import LOCAL_CHANGE_ROWS, SMALL_CHANGE_ROWS, step_conf
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
+from spark_jobs.publish import PublishReport, publish_views
+from spark_jobs.quality import mark_committed
+from spark_jobs.runtime.failures import step_failures
 from spark_jobs.runtime.feeds import publish_feeds
-from spark_jobs.runtime.inputs import pending_inputs as _pending, read_input, snapshot_trace
-from spark_jobs.runtime.quality_gate import check_timestep
+from spark_jobs.runtime.inputs import pending_inputs as _pending, read_input
+from spark_jobs.runtime.quality_gate import check_timestep, quality_dir
 from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state.failpoints import failpoint
 
@@ -34,10 +37,14 @@ class InputReport:
     files: list[str] = field(default_factory=list)
     inserted: int = 0
     deleted: int = 0
+    unknown_keys: int = 0  # cdc records of keys the input did not hold, ignored (unknown_key: count)
 
     @property
     def note(self) -> str:
-        return "no new files: no changes" if not self.files else f"{len(self.files)} file(s)"
+        if not self.files:
+            return "no new files: no changes"
+        unknown = f"; {self.unknown_keys} change(s) to unknown keys ignored" if self.unknown_keys else ""
+        return f"{len(self.files)} file(s){unknown}"
 
 
 @dataclass
@@ -48,6 +55,7 @@ class StepReport:
     views: dict[str, tuple[int, int]]  # view -> (rows inserted, rows deleted)
     seconds: float
     quality: str = ""  # gate summary
+    published: PublishReport | None = None  # what publishing the views did (failures included)
 
 
 class StoreReader:
@@ -98,35 +106,45 @@ def count_all_changes(spark, deltas: dict[str, DataFrame], local_rows: int = LOC
 
 
 def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport:
-    """Run and commit the next timestep (last committed + 1)."""
+    """Run and commit the next timestep (last committed + 1). A value refused inside a job
+    raises ``ValueRefused``, a full disk ``StorageFull``: one message each, nothing committed."""
+    with step_failures(rt):
+        return _run_step(rt, progress)
+
+
+def _run_step(rt: CircuitRuntime, progress: Progress | None) -> StepReport:
     say = progress or (lambda _msg: None)
     started = time.time()
     store = rt.store
     spec = rt.compiled.spec
     pending = pending_inputs(rt)
     cached: list[DataFrame] = []
+    state = StoreReader(store)
     with store.begin() as txn:
         t = txn.timestep
         say(f"timestep {t}: reading inputs")
         deltas: dict[str, DataFrame] = {}
         reports: list[InputReport] = []
         refused: list[InputRefused] = []
+        own_traces: dict[str, tuple[str, tuple[str, ...]]] = {}  # input -> (its trace, sort columns)
         for name, inp in spec.inputs.items():
             report = InputReport(name, [f.path for f in pending[name]])
             reports.append(report)
             try:
-                change = read_input(rt.spark, inp, pending[name], store.read_trace(snapshot_trace(name)))
+                change = read_input(rt.spark, inp, pending[name], state)
             except InputRefused as exc:  # keep going: report every refused file of the step at once
                 refused.append(exc)
                 continue
             if change.delta is not None:
                 delta = change.delta
-                if change.snapshot is not None:  # D(snapshot) is read by the write below and later
+                if change.trace is not None:  # the delta is also appended to the input's own trace
                     delta = delta.cache()
                     cached.append(delta)
-                    txn.append(snapshot_trace(name), delta, kind="zset")
+                    own_traces[name] = change.trace
                 deltas[name] = delta
                 txn.consume(name, [f.as_dict() for f in pending[name]])
+                count_unknown_keys(txn, name, change.unknown_keys)
+                report.unknown_keys = change.unknown_keys
         if refused:
             raise InputRefused.combine(refused)
         with step_conf(rt.spark, True):  # a global count has nothing for AQE to adapt
@@ -145,7 +163,7 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
         schemas = {name: spark_schema(inp) for name, inp in spec.inputs.items()}
         with step_conf(rt.spark, small):
             # persist: a delta read by several operators and state writes is computed once
-            result = evaluate_step(rt.compiled.incremental, deltas, StoreReader(store),
+            result = evaluate_step(rt.compiled.incremental, deltas, state,
                                    first_step=t == 1, input_schemas=schemas,
                                    broadcast_deltas=small, persist=True)
             try:
@@ -160,6 +178,11 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
                 gate = check_timestep(rt, t, outputs, deltas)
                 say(f"timestep {t}: writing state")
                 appends = []
+                for name, (trace_id, sort_by) in own_traces.items():
+                    if small:
+                        appends.append((trace_id, deltas[name], "zset", (), sort_by))
+                    else:
+                        txn.append(trace_id, deltas[name], kind="zset", sort_by=sort_by)
                 for node_id, update in result.updates.items():
                     kind = trace_kind(rt.compiled.incremental, node_id)
                     if update.kind == "replace":
@@ -177,9 +200,20 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport
                 manifest = txn.commit()
             finally:
                 result.release()
+        mark_committed(quality_dir(rt), t)
     for df in cached:
         df.unpersist()
     publish_feeds(rt, manifest)
     views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))
              for view, info in (manifest.outputs or {}).items()}
-    return StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary())
+    report = StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary())
+    say(f"timestep {t}: publishing views")
+    report.published = publish_views(rt, progress=say)  # a failed view: committed, the next run repairs
+    return report  # (``seconds`` is the commit's; the publish report has its own)
+
+
+def count_unknown_keys(txn, input_name: str, n: int) -> None:
+    """Add a step's ignored cdc records of unknown keys to the input's running total in the manifest."""
+    if n:
+        before = ((txn.previous.inputs if txn.previous else {}).get(input_name) or {}).get("unknown_keys", 0)
+        txn.set_input_meta(input_name, "unknown_keys", int(before) + n)

@@ -28,6 +28,7 @@ import time
 from typing import TYPE_CHECKING
 
 from spark_jobs.runtime.circuit import CircuitRuntime
+from spark_jobs.runtime.failures import step_failures
 from spark_jobs.runtime.inputs import pending_inputs, retained_inputs
 from spark_jobs.runtime.stage_run import RunValues, evaluate_stage
 from spark_jobs.runtime.staging import journal_path, read_json, run_dir, staging_root, write_json
@@ -42,7 +43,7 @@ STEPS = ("plan", "stage", "stages", "check", "commit")
 
 def _committed_by(rt: CircuitRuntime, run_id: str) -> int | None:
     """The timestep this run committed, if it did (retained manifests only)."""
-    store = rt.files
+    store = rt.committed
     for t in reversed(store.timesteps()):
         m = store.manifest(t)
         if m is not None and (m.meta or {}).get("run_id") == run_id:
@@ -59,7 +60,7 @@ def plan(rt: CircuitRuntime, run_id: str, *, mode: str = "incremental") -> dict:
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
-    store = rt.files
+    store = rt.committed
     store.check_fingerprint()
     done = _committed_by(rt, run_id)
     if done is not None:
@@ -86,7 +87,7 @@ def plan(rt: CircuitRuntime, run_id: str, *, mode: str = "incremental") -> dict:
 
 
 def load_plan(rt: CircuitRuntime, run_id: str) -> dict:
-    data = read_json(rt, rt.files.fs.join(run_dir(rt, run_id), "plan.json"))
+    data = read_json(rt, rt.committed.fs.join(run_dir(rt, run_id), "plan.json"))
     if data is None:
         raise RuntimeError(f"run {run_id!r} of {rt.name} has no plan: run the plan task first")
     return data
@@ -171,7 +172,7 @@ def _read(rt: CircuitRuntime, data: dict) -> "DataFrame":
     from spark_jobs.runtime import staging
 
     st = staging.Staged.from_dict(data)
-    return staging.read_staged(rt.spark, st, rt.files.fs.spark_uri(st.path))
+    return staging.read_staged(rt.spark, st, rt.committed.fs.spark_uri(st.path))
 
 
 def check(rt: CircuitRuntime, run_id: str) -> dict:
@@ -228,7 +229,7 @@ def quality_report_path(rt: CircuitRuntime, timestep: int) -> str:
     from spark_jobs.quality.report import report_name
     from spark_jobs.runtime.quality_gate import quality_dir
 
-    return rt.files.fs.join(quality_dir(rt), report_name(timestep))
+    return rt.committed.fs.join(quality_dir(rt), report_name(timestep))
 
 
 def _change_rows(journals: dict[str, dict]) -> int | None:
@@ -245,13 +246,15 @@ def _change_rows(journals: dict[str, dict]) -> int | None:
 def commit(rt: CircuitRuntime, run_id: str) -> dict:
     """Move the staged updates into the store and publish the manifest (idempotent per run id)."""
     from spark_jobs.executor.session import SMALL_CHANGE_ROWS, step_conf
-    from spark_jobs.runtime.feeds import publish_feeds
+    from spark_jobs.publish import publish_views
+    from spark_jobs.runtime.step import count_unknown_keys
 
     done = _committed_by(rt, run_id)
-    if done is not None:
-        manifest = rt.files.manifest(done)
-        publish_feeds(rt, manifest)  # a crash after the manifest, before the feeds
-        return dict(commit_summary(rt, manifest), note="already committed by an earlier attempt")
+    if done is not None:  # a retry: the commit is durable; the report's mark, feeds and tables may not be
+        manifest = rt.committed.manifest(done)
+        _after_commit(rt, manifest)
+        return dict(commit_summary(rt, manifest), note="already committed by an earlier attempt",
+                    published=publish_views(rt).raise_if_failed().summary())
     started = time.perf_counter()
     p = load_plan(rt, run_id)
     journals = _journals(rt, run_id)
@@ -275,6 +278,8 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
                 outputs[view] = _read(rt, st)
             for name, files in j["consumed"].items():
                 txn.consume(name, files)
+            for name, counts in j["inputs"].items():
+                count_unknown_keys(txn, name, int(counts.get("unknown_keys") or 0))
         rows = _change_rows(journals)
         read = time.perf_counter()
         small = p["mode"] != "full_refresh" and rows is not None and rows <= SMALL_CHANGE_ROWS
@@ -290,10 +295,23 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
             txn.set_meta("mode", p["mode"])
             manifest = txn.commit()
     written = time.perf_counter()
+    _after_commit(rt, manifest)
+    rt.committed.fs.remove_tree(run_dir(rt, run_id))
+    feeds = time.perf_counter()
+    published = publish_views(rt)  # after the commit point: a crash here is repaired by the next run
+    return dict(commit_summary(rt, manifest), published=published.raise_if_failed().summary(),
+                phases=_phases(started, read=read, write=written, feeds=feeds, publish=time.perf_counter()))
+
+
+def _after_commit(rt: CircuitRuntime, manifest) -> None:
+    """What follows a commit (and a retried commit, which may have crashed before it): the
+    quality report says its timestep committed; the change files of ``feed: true`` views."""
+    from spark_jobs.quality.report import mark_committed
+    from spark_jobs.runtime.feeds import publish_feeds
+    from spark_jobs.runtime.quality_gate import quality_dir
+
+    mark_committed(quality_dir(rt), manifest.timestep)
     publish_feeds(rt, manifest)
-    rt.files.fs.remove_tree(run_dir(rt, run_id))
-    return dict(commit_summary(rt, manifest),
-                phases=_phases(started, read=read, write=written, feeds=time.perf_counter()))
 
 
 def commit_summary(rt: CircuitRuntime, manifest) -> dict:
@@ -307,7 +325,13 @@ def commit_summary(rt: CircuitRuntime, manifest) -> dict:
 
 def run_task(rt: CircuitRuntime, step: str, run_id: str, stage: str | None = None,
              mode: str = "incremental") -> dict:
-    """Dispatch one task of a DAG run (the Airflow callables and spark-submit both come here)."""
+    """Dispatch one task of a DAG run (the Airflow callables and spark-submit both come here).
+    A value refused inside a job or a full disk ends the task with one message (``step_failures``)."""
+    with step_failures(rt):
+        return _run_task(rt, step, run_id, stage, mode)
+
+
+def _run_task(rt: CircuitRuntime, step: str, run_id: str, stage: str | None, mode: str) -> dict:
     if step == "plan":
         return plan(rt, run_id, mode=mode)
     if step == "stage":

@@ -21,8 +21,8 @@ import yaml
 from . import yaml_limits
 from .errors import CircuitError, Problem
 from .expressions import ExpressionError, parse_aggregate
-from .model import (DEFAULT_ORCHESTRATION_TASKS, ON_INPUTS, CircuitSpec, Column, Expectation, InputSpec, NodeSpec,
-                    Orchestration, OutputSpec, Source)
+from .model import (DEFAULT_CDC_OPS, DEFAULT_ORCHESTRATION_TASKS, ON_INPUTS, CdcOptions, CircuitSpec, Column,
+                    Expectation, InputSpec, NodeSpec, Orchestration, OutputSpec, PublishSpec, Source)
 from .sql import parse_query
 from .validate import schema_problems, semantic_problems
 
@@ -290,13 +290,36 @@ def build_input(name: str, raw: Any, doc: Document) -> InputSpec:
     source = None
     if isinstance(src, dict):
         options = src.get("options")
-        source = Source(kind=str(src.get("kind", "")), path=str(src.get("path", "")),
+        kind = str(src.get("kind", ""))
+        cdc = build_cdc(src) if kind == "cdc" else None
+        if cdc is not None:  # the operation column says what happened; it is not a column of the relation
+            columns = [c for c in columns if c.name != cdc.op]
+        source = Source(kind=kind, path=str(src.get("path", "")),
                         format=str(src.get("format", "parquet")),
                         options=dict(options) if isinstance(options, dict) else {},
-                        line=doc.line(path + ("source",)))
+                        line=doc.line(path + ("source",)), cdc=cdc)
     return InputSpec(name=name, columns=tuple(columns), source=source,
                      expectations=build_expectations(raw.get("expectations"), path + ("expectations",), doc),
-                     line=doc.line(path))
+                     line=doc.line(path), key=_strs(raw.get("key")))
+
+
+def build_cdc(src: dict[str, Any]) -> CdcOptions:
+    """The cdc fields of a source mapping (wrong shapes are the schema's to report)."""
+    ops = src.get("ops")
+    return CdcOptions(op=_str(src.get("op")) or "op",
+                      ops={str(k): str(v) for k, v in ops.items()} if isinstance(ops, dict) else dict(DEFAULT_CDC_OPS),
+                      sequence=_str(src.get("sequence")), unknown_key=_str(src.get("unknown_key")) or "refuse",
+                      after=_str(src.get("after")), before=_str(src.get("before")))
+
+
+def build_publish(raw: Any, line: int) -> PublishSpec:
+    """`publish: false`, `publish: true` or `publish: {path: ..., enabled: ...}`."""
+    if isinstance(raw, bool):
+        return PublishSpec(enabled=raw, line=line)
+    if isinstance(raw, dict):
+        enabled = raw.get("enabled", True)
+        return PublishSpec(enabled=enabled if isinstance(enabled, bool) else True, path=_str(raw.get("path")), line=line)
+    return PublishSpec(line=line)
 
 
 def build_outputs(raw: Any, doc: Document) -> dict[str, OutputSpec]:
@@ -304,11 +327,14 @@ def build_outputs(raw: Any, doc: Document) -> dict[str, OutputSpec]:
         return {v: OutputSpec(v, (), doc.line(("outputs", i))) for i, v in enumerate(raw) if isinstance(v, str)}
     if not isinstance(raw, dict):
         return {}
-    return {v: OutputSpec(v, build_expectations((body or {}).get("expectations") if isinstance(body, dict) else None,
-                                                ("outputs", v, "expectations"), doc),
-                          doc.line(("outputs", v)),
-                          feed=isinstance(body, dict) and body.get("feed") is True)
-            for v, body in raw.items()}
+    out = {}
+    for v, body in raw.items():
+        body = body if isinstance(body, dict) else {}
+        out[v] = OutputSpec(v, build_expectations(body.get("expectations"), ("outputs", v, "expectations"), doc),
+                            doc.line(("outputs", v)), key=_strs(body.get("key")),
+                            publish=build_publish(body.get("publish"), doc.line(("outputs", v, "publish"))),
+                            feed=body.get("feed") is True)
+    return out
 
 
 def build_schedule(raw: Any, inputs: dict[str, Any]) -> tuple[str | None, tuple[str, ...]]:

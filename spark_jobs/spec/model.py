@@ -19,8 +19,12 @@ SCOPE_OPS = ("recursive",)
 SQL_OPS = ("sql",)
 ALL_OPS = UNARY_OPS + BINARY_OPS + NARY_OPS + SCOPE_OPS + SQL_OPS
 
-SOURCE_KINDS = ("changes", "snapshots")
-SOURCE_FORMATS = ("parquet", "csv", "json")
+SOURCE_KINDS = ("changes", "snapshots", "cdc", "append_only")
+SOURCE_FORMATS = ("parquet", "csv", "json", "jsonl")  # jsonl: another name for json (JSON lines)
+# What a change of a `cdc` input does to its key (the values of its operation column map to these)
+CDC_OPERATIONS = ("insert", "update", "delete", "upsert")
+DEFAULT_CDC_OPS = {"c": "insert", "r": "upsert", "u": "update", "d": "delete"}  # Debezium's op codes
+UNKNOWN_KEY_POLICIES = ("refuse", "ignore", "count")
 AGGREGATE_FUNCS = ("count", "sum", "avg", "min", "max")
 POLICIES = ("fail", "warn")
 # `orchestration.tasks`: how a DAG run is cut into Airflow tasks (see spark_jobs/orchestration).
@@ -40,14 +44,38 @@ class Column:
 
 
 @dataclass(frozen=True)
+class CdcOptions:
+    """How a `cdc` source's rows say what happened to their key (fields of `source`).
+
+    Rows carry the key, an operation and the new values; the old row is looked up by key in
+    the input's integral, so ``before`` is optional (it only supplies the key of a delete
+    whose new values are absent). ``after``/``before`` name JSON objects holding the values
+    (a Debezium envelope); without ``after`` the values are top-level columns.
+    """
+
+    op: str = "op"  # column holding the operation code (not a column of the relation)
+    ops: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_CDC_OPS))  # code -> operation
+    sequence: str | None = None  # orders the changes to one key within a batch
+    unknown_key: str = "refuse"  # update/delete of a key the input does not hold: refuse | ignore | count
+    after: str | None = None  # object with the new values (envelope); None: top-level columns
+    before: str | None = None  # object with the old values (optional; gives a delete its key)
+
+
+@dataclass(frozen=True)
 class Source:
     """Where the changes of an input come from (`inputs.<name>.source`)."""
 
-    kind: str  # "changes" | "snapshots"
+    kind: str  # "changes" | "snapshots" | "cdc" | "append_only"
     path: str  # relative to the data root (or absolute / a URI)
-    format: str = "parquet"  # "parquet" | "csv" | "json" (JSON lines)
+    format: str = "parquet"  # "parquet" | "csv" | "json"/"jsonl" (JSON lines)
     options: dict[str, Any] = field(default_factory=dict)  # extra Spark reader options (e.g. csv header)
     line: int = 0
+    cdc: CdcOptions | None = None  # kind cdc only
+
+    @property
+    def reader_format(self) -> str:
+        """The reader that serves ``format`` (jsonl is read as json)."""
+        return "json" if self.format == "jsonl" else self.format
 
 
 @dataclass(frozen=True)
@@ -67,10 +95,16 @@ class InputSpec:
     source: Source | None
     expectations: tuple[Expectation, ...] = ()
     line: int = 0
+    key: tuple[str, ...] = ()  # primary key (a `cdc` input's changes find their old row by it)
 
     @property
     def column_names(self) -> tuple[str, ...]:
+        """The relation's columns (a `cdc` input's operation column is not one of them)."""
         return tuple(c.name for c in self.columns)
+
+    @property
+    def kind(self) -> str:
+        return self.source.kind if self.source is not None else ""
 
 
 @dataclass(frozen=True)
@@ -164,11 +198,22 @@ class NodeSpec:
 
 
 @dataclass(frozen=True)
+class PublishSpec:
+    """Where a view's published table goes (`outputs.<view>.publish`)."""
+
+    enabled: bool = True
+    path: str | None = None  # relative to the profile's views root; None: <circuit>/<view>
+    line: int = 0
+
+
+@dataclass(frozen=True)
 class OutputSpec:
     name: str  # a node or input name
     expectations: tuple[Expectation, ...] = ()
     line: int = 0
     feed: bool = False  # also write each timestep's change as a change file under feeds/ (chaining)
+    key: tuple[str, ...] = ()  # the view's key: its published table is maintained by MERGE on it
+    publish: PublishSpec = field(default_factory=PublishSpec)
 
 
 @dataclass(frozen=True)

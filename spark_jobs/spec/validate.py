@@ -24,6 +24,7 @@ from jsonschema import Draft202012Validator, ValidationError
 from .columns import Resolution, resolve
 from .errors import Problem, did_you_mean, listing
 from . import sql_check, sql_functions
+from .keys import key_problems
 from .paths import source_path_problem
 from .reader_options import option_problems
 from .sites import condition_problem, expression_sites
@@ -188,6 +189,7 @@ def semantic_problems(spec: CircuitSpec, doc: "Document", broken: frozenset[str]
     problems += column_problems
     problems += _expressions(spec, resolution, broken) + _expectation_forms(spec)
     problems += _outputs(spec, resolution)
+    problems += key_problems(spec, doc, resolution.columns)
     for label, node, _ in scopes:
         if node.op == "recursive":
             problems += _stratification(spec, label, node)

@@ -17,6 +17,7 @@ import uuid
 from typing import BinaryIO, Protocol
 
 from spark_jobs.state.arrow_fs import ArrowFileSystem, is_local, normalize
+from spark_jobs.state.space import NO_SPACE_ERRNOS
 
 
 class FileSystem(Protocol):
@@ -87,9 +88,11 @@ class LocalFileSystem:
                 os.remove(tmp)
             else:
                 os.replace(tmp, path)
-        except BaseException:
+        except BaseException as exc:
             if os.path.exists(tmp):
                 os.remove(tmp)
+            if isinstance(exc, OSError) and exc.errno in NO_SPACE_ERRNOS and not exc.filename:
+                raise OSError(exc.errno, exc.strerror, path) from None  # say which file did not fit
             raise
         self._fsync_dir(directory)
 

@@ -10,6 +10,7 @@ file system are full URIs.
 from __future__ import annotations
 
 import io
+import sys
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -23,6 +24,8 @@ HADOOP_TYPE_NAME = "hadoop"
 
 def classic_session() -> "SparkSession | None":
     """The running classic Spark session of this process, if any (Spark Connect has no JVM here)."""
+    if "pyspark.sql" not in sys.modules:  # no session without pyspark: do not import it to find out
+        return None  # (commands that only read committed state run without it)
     try:
         from pyspark.sql import SparkSession
 

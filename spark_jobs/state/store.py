@@ -40,7 +40,26 @@ def view_trace_id(view: str) -> str:
 
 
 class FingerprintMismatch(RuntimeError):
-    """The committed state was built by a different circuit definition."""
+    """The committed state was built by a different circuit definition.
+
+    ``describe(reset)`` words the message around the exact command that rebuilds the state; the
+    CLI passes the command as the user typed it (their circuit path, ``--data-root``, profile)."""
+
+    def __init__(self, circuit: str, root: str, timestep: int, state_fingerprint: str,
+                 circuit_fingerprint: str) -> None:
+        self.circuit, self.root, self.timestep = circuit, root, timestep
+        self.state_fingerprint, self.circuit_fingerprint = state_fingerprint, circuit_fingerprint
+        super().__init__(self.describe(f"dbsp reset {circuit} --yes"))
+
+    def __reduce__(self):  # picklable with its fields (the message is derived)
+        return (type(self), (self.circuit, self.root, self.timestep, self.state_fingerprint,
+                             self.circuit_fingerprint))
+
+    def describe(self, reset: str) -> str:
+        return (f"circuit {self.circuit!r} changed since its state was committed: state at "
+                f"{self.root} (timestep {self.timestep}) has fingerprint {self.state_fingerprint}, the "
+                f"circuit now has fingerprint {self.circuit_fingerprint}. Incremental state cannot "
+                f"be carried across a definition change; rebuild it from the inputs with `{reset}`.")
 
 
 class TimestepNotRetained(LookupError):
@@ -104,12 +123,7 @@ class StateStore:
         """Refuse to continue state built by another version of the circuit."""
         m = self.manifest()
         if m is not None and m.fingerprint != self.fingerprint:
-            raise FingerprintMismatch(
-                f"circuit {self.circuit!r} changed since its state was committed: state at "
-                f"{self.root} (timestep {m.timestep}) has fingerprint {m.fingerprint}, the "
-                f"circuit now has fingerprint {self.fingerprint}. Incremental state cannot "
-                f"be carried across a definition change; rebuild it from the inputs with "
-                f"`dbsp reset {self.circuit} --yes`.")
+            raise FingerprintMismatch(self.circuit, self.root, m.timestep, m.fingerprint, self.fingerprint)
 
     def _committed(self, t: int | None) -> Manifest | None:
         """The manifest readers use for t; errors say why a timestep cannot be read."""
@@ -164,33 +178,46 @@ class StateStore:
             return None
         return TraceFiles(self.fs, paths, schema)
 
-    def read_output_delta(self, view: str, t: int) -> "DataFrame | None":
-        """The view's consolidated delta committed at t (None if it was empty)."""
+    def delta_dirs(self, view: str, t: int) -> list[str]:
+        """The root-relative directories of the view's delta committed at t (none: it was empty)."""
         last = self.last_committed()
         if not 0 < t <= last:
             raise ValueError(f"timestep {t} is not committed (last committed: {last})")
         m = self.manifest(t)
         if m is not None:
             out = m.outputs.get(view)
-            rels = [out.delta] if out is not None and out.delta else []
-        else:
-            rels = self._output_dirs(view, t, t)
-        return self._read_rels(rels, self._view_schema(view))
+            return [out.delta] if out is not None and out.delta else []
+        return self._output_dirs(view, t, t)
 
-    def read_view(self, view: str, t: int | None = None) -> "DataFrame | None":
-        """The materialized view at t (latest if None): the consolidated integral of its
-        output deltas up to t. Retained t reads the view trace; older t sums output deltas."""
+    def view_dirs(self, view: str, t: int | None = None) -> list[str]:
+        """The root-relative directories whose union, consolidated, is the view at t (latest if
+        None): the view trace of a retained t, else every output delta up to t."""
         last = self.last_committed()
         t = last if t is None else t
         if t <= 0:
-            return None
+            return []
         if t > last:
             raise ValueError(f"timestep {t} is not committed (last committed: {last})")
         m = self.manifest(t)
         if m is not None:
-            df = self._read_entry(m.traces.get(view_trace_id(view)))
-        else:
-            df = self._read_rels(self._output_dirs(view, 1, t), self._view_schema(view))
+            entry = m.traces.get(view_trace_id(view))
+            return entry.dirs if entry is not None else []
+        return self._output_dirs(view, 1, t)
+
+    def view_schema(self, view: str) -> str | None:
+        """The Spark schema (JSON) of the view's rows, as last written; None before any row."""
+        m = self.manifest()
+        entry = m.traces.get(view_trace_id(view)) if m else None
+        return entry.schema if entry else None
+
+    def read_output_delta(self, view: str, t: int) -> "DataFrame | None":
+        """The view's consolidated delta committed at t (None if it was empty)."""
+        return self._read_rels(self.delta_dirs(view, t), self.view_schema(view))
+
+    def read_view(self, view: str, t: int | None = None) -> "DataFrame | None":
+        """The materialized view at t (latest if None): the consolidated integral of its
+        output deltas up to t. Retained t reads the view trace; older t sums output deltas."""
+        df = self._read_rels(self.view_dirs(view, t), self.view_schema(view))
         return None if df is None else consolidate(df, "zset")
 
     def _output_dirs(self, view: str, lo: int, hi: int) -> list[str]:
@@ -206,11 +233,6 @@ class StateStore:
             if ts is not None and lo <= ts <= hi:
                 out.append(f"{top}/{name}")
         return out
-
-    def _view_schema(self, view: str) -> str | None:
-        m = self.manifest()
-        entry = m.traces.get(view_trace_id(view)) if m else None
-        return entry.schema if entry else None
 
     def _read_rels(self, rels: list[str], schema: str | None) -> "DataFrame | None":
         if not rels:

@@ -22,7 +22,10 @@ ROWS_PER_FILE = 1_000_000  # above this a write is split into several files
 # smaller row groups when sorted: a key lookup (Spark's Parquet filter or ``state.lookup``) then
 # reads a few narrow groups (~10k rows of a 4-column trace), not most of the file
 SORTED_ROW_GROUP_BYTES = 256 * 1024
-_NUMERIC = ("tinyint", "smallint", "int", "bigint", "float", "double", "decimal")  # dtypes names
+# what a "sum" trace may total: exact types only. Float sums depend on the order of addition, so
+# a compaction or a merge would change a total's last bits and a retraction rebuilt from it would
+# no longer cancel the row it retracts (aggregates keep float sums as integer limbs: exact_sum).
+_EXACT_NUMERIC = ("tinyint", "smallint", "int", "bigint", "decimal")  # dtypes names
 
 
 def _col(name: str):
@@ -44,10 +47,10 @@ def validate_columns(dtypes: Sequence[tuple[str, str]], kind: str, keys: Sequenc
     if kind == "zset" and WEIGHT not in columns:
         raise ValueError(f"a zset trace needs a {WEIGHT!r} column; got {list(columns)}")
     if kind == "sum":
-        bad = [c for c in columns if c not in keys and schema_types[c].split("(")[0] not in _NUMERIC]
+        bad = [c for c in columns if c not in keys and schema_types[c].split("(")[0] not in _EXACT_NUMERIC]
         if bad:
-            raise ValueError(f"a sum trace sums every non-key column; {bad} are not numeric "
-                             f"(keys={list(keys)})")
+            raise ValueError(f"a sum trace sums every non-key column exactly; {bad} are not integers or "
+                             f"decimals (keys={list(keys)}; float totals would drift with the order of addition)")
 
 
 def write_dir(df: "DataFrame", uri: str, *, sort_by: Sequence[str] = (),
@@ -165,6 +168,9 @@ def read_dirs(spark: "SparkSession", uris: Iterable[str], schema_json: str | Non
 
 def consolidate(df: "DataFrame", kind: str, keys: Sequence[str] = ()) -> "DataFrame":
     """The value a trace denotes, one row per tuple (zset) or per key (sum), zeros dropped.
+
+    A sum trace's columns are integers and decimals (``validate_columns``): their sums are exact,
+    so the order in which Spark adds the parts up does not change a total.
 
     Column types and order are preserved (sums are cast back), so a compacted base has the
     schema of the deltas it replaces.

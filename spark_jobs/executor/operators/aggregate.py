@@ -6,6 +6,10 @@ is computed from the delta alone, given per-group running totals (``aggregate_li
 MIN, MAX and DISTINCT aggregates are not; they are recomputed only for the groups that the delta
 touches (``aggregate_touched_step``). Output types are what Spark's own ``groupBy().agg()``
 gives for the input schema, so a view has the same schema however it was computed.
+
+Running totals are exact (``exact_sum``: integers and decimals, floats cut into integer limbs):
+a value finished from them does not depend on the order in which parts were added up, so the old
+row an incremental step retracts is bit for bit the row an earlier step emitted.
 """
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
+from spark_jobs.executor.operators.exact_sum import ExactSum
+from spark_jobs.executor.refusal import raise_sql, sql_string
 from spark_jobs.executor.zset import WEIGHT, col, consolidate, restrict
 
 Agg = tuple[str, str, "str | None", bool]  # (out_name, func, arg_expr or None for count(*), distinct)
@@ -48,11 +54,12 @@ def _native(func: str, arg: str | None, distinct: bool) -> Column:
     return getattr(F, func)(F.expr(arg))
 
 
-_TYPES: dict[tuple, tuple[StructType, dict[int, DataType]]] = {}
+_TYPES: dict[tuple, tuple[StructType, dict[int, tuple[DataType, DataType]]]] = {}
 
 
-def _types(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg]) -> tuple[StructType, dict[int, DataType]]:
-    """Native output schema, and the SUM type of each linear sum/avg argument (its running total).
+def _types(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg]
+           ) -> tuple[StructType, dict[int, tuple[DataType, DataType]]]:
+    """Native output schema, and per linear sum/avg the (argument type, Spark's SUM type).
 
     One analysis of Spark's own ``groupBy().agg()`` (no job), memoized per input schema, since
     every step of a circuit asks again for the same types.
@@ -65,14 +72,15 @@ def _types(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg]) -> tuple
         sums = [(i, arg) for i, (_, func, arg, distinct) in enumerate(aggs)
                 if func in ("sum", "avg") and not distinct and arg is not None]
         exprs = [*[_native(func, arg, distinct).alias(out) for out, func, arg, distinct in aggs],
-                 *[F.sum(F.expr(arg)).alias(f"__sum{i}") for i, arg in sums]]
+                 *[F.sum(F.expr(arg)).alias(f"__sum{i}") for i, arg in sums],
+                 *[F.first(F.expr(arg)).alias(f"__arg{i}") for i, arg in sums]]
         grouped = plain.groupBy(*[col(g) for g in group_by])
         native = grouped.agg(*exprs) if exprs else plain.select(*[col(g) for g in group_by])
         schema = native.schema
         outputs = StructType([schema[c] for c in [*group_by, *(out for out, *_ in aggs)]])
         if len(_TYPES) > 256:
             _TYPES.clear()
-        _TYPES[key] = (outputs, {i: schema[f"__sum{i}"].dataType for i, _ in sums})
+        _TYPES[key] = (outputs, {i: (schema[f"__arg{i}"].dataType, schema[f"__sum{i}"].dataType) for i, _ in sums})
     return _TYPES[key]
 
 
@@ -84,10 +92,6 @@ def output_schema(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg]) -
 def q(name: str) -> str:
     """``name`` as a quoted SQL identifier."""
     return "`" + name.replace("`", "``") + "`"
-
-
-def _sql_str(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 # Expressions below are SQL text: one JVM call per expression instead of dozens per Column tree
@@ -102,79 +106,144 @@ class _Acc:
     name: str
     term: str
     type: str  # SQL type name
+    label: str  # what it totals, for the refusal of an overflow
+    checked: bool = True  # refuse an overflow of ``type`` (False: one cannot happen; see exact_sum)
 
 
-def _accumulators(aggs: Sequence[Agg], sum_types: dict[int, DataType]) -> list[_Acc]:
-    """Accumulators of the linear aggregates: rows, and per agg non-null count and weighted sum."""
-    accs = [_Acc(ROWS, W, "bigint")]
-    for i, (_, func, arg, distinct) in enumerate(aggs):
-        if func not in LINEAR_FUNCS or distinct or arg is None:
-            continue
-        accs.append(_Acc(f"__c{i}", f"CASE WHEN ({arg}) IS NOT NULL THEN {W} ELSE 0 END", "bigint"))
-        if func in ("sum", "avg"):
-            accs.append(_Acc(f"__s{i}", f"({arg}) * {W}", sum_types[i].simpleString()))
-    return accs
+@dataclass(frozen=True)
+class _Totals:
+    """The running totals of an aggregate's linear parts, and how each value is finished.
+
+    Aggregates over the same argument share one slot (``sum(x)`` and ``avg(x)`` keep one count
+    and one exact sum of ``x``). A slot's argument is projected once, as column ``__x<slot>``
+    (``prepare``), before the accumulators sum their terms over it.
+    """
+
+    slots: dict[int, int]  # linear agg index -> its slot (the first agg index with that argument)
+    aggs_funcs: dict[int, str]  # linear agg index -> its function
+    args: dict[int, str]  # slot -> argument SQL
+    sums: dict[int, ExactSum]  # slot -> exact sum of the argument (slots read by sum/avg)
+    accs: tuple[_Acc, ...]
+
+    @classmethod
+    def of(cls, aggs: Sequence[Agg], types: dict[int, tuple[DataType, DataType]], node: str) -> "_Totals":
+        slots: dict[int, int] = {}
+        first: dict[str, int] = {}
+        for i, (_, func, arg, distinct) in enumerate(aggs):
+            if func in LINEAR_FUNCS and not distinct and arg is not None:
+                slots[i] = first.setdefault(arg.strip(), i)
+        args = {j: aggs[j][2] for j in set(slots.values())}
+        accs = [_Acc(ROWS, W, "bigint", f"count(*) of node {node!r}")]
+        sums: dict[int, ExactSum] = {}
+        for j in sorted(args):
+            out, func, arg, _ = aggs[j]
+            label = f"aggregate {out!r} ({func}({arg})) of node {node!r}"
+            accs.append(_Acc(f"__c{j}", f"CASE WHEN __x{j} IS NOT NULL THEN {W} ELSE 0 END", "bigint", label))
+            summed = next((i for i, s in slots.items() if s == j and aggs[i][1] in ("sum", "avg")), None)
+            if summed is not None:
+                arg_type, sum_type = types[summed]
+                sums[j] = ExactSum(f"__s{j}", f"__x{j}", arg_type, sum_type, label, W)
+                accs.extend(_Acc(c.name, c.term, c.type, label, c.can_overflow) for c in sums[j].columns())
+        return cls(slots, {i: aggs[i][1] for i in slots}, args, sums, tuple(accs))
+
+    def prepare(self, df: DataFrame) -> DataFrame:
+        """``df`` with each slot's argument as a column ``__x<slot>`` (evaluated once per row)."""
+        if not self.args:
+            return df
+        return df.selectExpr("*", *[f"({arg}) AS __x{j}" for j, arg in sorted(self.args.items())])
+
+    def _values(self, prefix: str) -> dict[str, str]:
+        """Column -> SQL of each slot's finished sum (``v``) and, for integers under ``avg``, the
+        sum as a double (``m``): computed once per group, read by every aggregate of the slot."""
+        out = {}
+        for i, j in self.slots.items():
+            if j not in self.sums:
+                continue
+            integer_avg = self.aggs_funcs[i] == "avg" and self.sums[j].family == "integer"
+            kind, sql = ("m", self.sums[j].avg_numerator) if integer_avg else ("v", self.sums[j].value)
+            out.setdefault(f"{prefix}__{kind}{j}", sql(prefix))
+        return out
+
+    def finished(self, df: DataFrame, *prefixes: str) -> DataFrame:
+        """``df`` (one row of totals per group) with the finished sums that ``finish`` reads."""
+        values = {name: sql for p in (prefixes or ("",)) for name, sql in self._values(p).items()}
+        return df.selectExpr("*", *[f"{sql} AS {q(name)}" for name, sql in values.items()]) if values else df
+
+    def finish(self, i: int, func: str, arg: str | None, prefix: str = "") -> str:
+        """SQL of a linear aggregate's value from its group's totals and finished sums (columns
+        ``prefix + name``, see ``finished``)."""
+        if arg is None:
+            return q(prefix + ROWS)
+        j = self.slots[i]
+        count = q(f"{prefix}__c{j}")
+        if func == "count":
+            return count
+        if func == "sum":  # SUM of no non-null value is NULL
+            return f"CASE WHEN {count} > 0 THEN {q(f'{prefix}__v{j}')} END"
+        kind = "m" if self.sums[j].family == "integer" else "v"
+        return f"CASE WHEN {count} > 0 THEN {q(f'{prefix}__{kind}{j}')} / {count} END"  # AVG
+
+
+def _totals(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg], node: str) -> tuple[StructType, _Totals]:
+    target, types = _types(df, group_by, aggs)
+    return target, _Totals.of(aggs, types, node)
 
 
 def _summed(acc: _Acc, term: str | None = None, name: str | None = None) -> Column:
-    """sum(term) of a group, 0 (not null) when nothing contributed, in the accumulator's type."""
-    return F.expr(f"CAST(coalesce(sum({term or acc.term}), 0) AS {acc.type}) AS {q(name or acc.name)}")
+    """sum(term) of a group (``term`` never NULL), 0 when the group has no row, in the
+    accumulator's type; an overflow of that type is refused (``try_sum`` gives NULL then)."""
+    term = term or acc.term
+    if not acc.checked:
+        return F.expr(f"CAST(coalesce(sum({term}), 0) AS {acc.type}) AS {q(name or acc.name)}")
+    overflow = raise_sql(f"{acc.label}: the running total overflows {acc.type}", acc.type)
+    return F.expr(f"CAST(CASE WHEN count(1) = 0 THEN 0 ELSE coalesce(try_sum({term}), {overflow}) END "
+                  f"AS {acc.type}) AS {q(name or acc.name)}")
 
 
-def _finish(i: int, func: str, arg: str | None, prefix: str = "") -> str:
-    """SQL of a linear aggregate's value from its group's totals (columns ``prefix + name``)."""
-    if arg is None:
-        return q(prefix + ROWS)
-    count = q(f"{prefix}__c{i}")
-    if func == "count":
-        return count
-    total = q(f"{prefix}__s{i}")
-    if func == "sum":
-        return f"CASE WHEN {count} > 0 THEN {total} END"  # SUM of no non-null value is NULL
-    return f"CASE WHEN {count} > 0 THEN {total} / {count} END"  # AVG; also no ANSI division by 0
-
-
-def aggregate(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg]) -> DataFrame:
+def aggregate(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg], *, node: str = "aggregate") -> DataFrame:
     """The full aggregate of a Z-set with SQL semantics; a set (weight 1 per group).
 
     A tuple counts with its multiplicity when its consolidated weight is positive, and not at
-    all otherwise. Without ``group_by`` there is exactly one row, even on empty input.
+    all otherwise. Without ``group_by`` there is exactly one row, even on empty input. Sums and
+    averages are finished from exact totals (``exact_sum``): the same group always gives the same
+    bits, whatever the order of its rows. ``node`` names the aggregate in refusals.
     """
-    target, sum_types = _types(df, group_by, aggs)
-    accs = _accumulators(aggs, sum_types)
+    target, totals = _totals(df, group_by, aggs, node)
     nonlinear = {i: _native(func, arg, distinct) for i, (_, func, arg, distinct) in enumerate(aggs)
                  if not (func in LINEAR_FUNCS and not distinct)}
-    positive = consolidate(df).where(f"{W} > 0")
-    groups = positive.groupBy(*[col(g) for g in group_by]).agg(
-        *[_summed(a) for a in accs], *[expr.alias(f"__v{i}") for i, expr in nonlinear.items()])
-    outs = [f"CAST({q(f'__v{i}') if i in nonlinear else _finish(i, func, arg)} AS "
+    positive = totals.prepare(consolidate(df).where(f"{W} > 0"))
+    groups = totals.finished(positive.groupBy(*[col(g) for g in group_by]).agg(
+        *[_summed(a) for a in totals.accs], *[expr.alias(f"__native{i}") for i, expr in nonlinear.items()]))
+    outs = [f"CAST({q(f'__native{i}') if i in nonlinear else totals.finish(i, func, arg)} AS "
             f"{target[out].dataType.simpleString()}) AS {q(out)}" for i, (out, func, arg, _) in enumerate(aggs)]
     return groups.selectExpr(*[q(g) for g in group_by], *outs, f"CAST(1 AS bigint) AS {W}")
 
 
 def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group_by: Sequence[str],
-                          aggs: Sequence[Agg], first_step: bool, *,
-                          broadcast_delta: bool = True) -> tuple[DataFrame, DataFrame]:
+                          aggs: Sequence[Agg], first_step: bool, *, broadcast_delta: bool = True,
+                          node: str = "aggregate") -> tuple[DataFrame, DataFrame]:
     """One step of a linear aggregate (count/sum/avg): ``(out_delta, totals_delta)``.
 
     ``prev_totals`` is the trace of earlier ``totals_delta``s (any number of rows per group; they
-    add up). Only the groups in the delta are looked up. A group exists while its row count is
-    positive (the integrated input is assumed positive, as relations are). The output change is
-    -old row / +new row per touched group, nothing where they are equal; it is consolidated.
-    Without ``group_by`` the single row always exists; on the first step (or with no previous
-    totals) it is emitted even for an empty delta, and ``totals_delta`` keeps a row so later steps
-    know it was.
+    add up, exactly: every total is an integer or a decimal, see ``exact_sum``). Only the groups
+    in the delta are looked up. A group exists while its row count is positive (the integrated
+    input is assumed positive, as relations are). The output change is -old row / +new row per
+    touched group, nothing where they are equal; it is consolidated. The old row is finished from
+    the old totals as the new row of an earlier step was, so it is that row, bit for bit.
+
+    Without ``group_by`` the single row always exists: it is emitted on the first step (even for
+    an empty delta), and on every later step its old row is the one the view holds. That does not
+    depend on a row in ``prev_totals``: totals that add up to zero (every input row deleted) are
+    dropped by compaction, and ``prev_totals`` may then be None.
     """
     if not is_linear(aggs):
         raise ValueError("aggregate_linear_step supports count/sum/avg without DISTINCT only")
-    target, sum_types = _types(delta, group_by, aggs)
-    accs = _accumulators(aggs, sum_types)
+    target, totals = _totals(delta, group_by, aggs, node)
+    accs = totals.accs
     keys = [q(g) for g in group_by]
-    acc_delta = delta.groupBy(*[col(g) for g in group_by]).agg(*[_summed(a) for a in accs])
+    acc_delta = (totals.prepare(delta).groupBy(*[col(g) for g in group_by]).agg(*[_summed(a) for a in accs])
+                 .where(" OR ".join(f"{q(a.name)} != 0" for a in accs)))  # drop no-op groups
     is_global = not group_by
-    if not (is_global and (first_step or prev_totals is None)):
-        acc_delta = acc_delta.where(" OR ".join(f"{q(a.name)} != 0" for a in accs))  # drop no-op groups
-    totals_delta = acc_delta
 
     parts = [acc_delta.selectExpr(*keys, *[q(a.name) for a in accs], f"0 AS {_PREV}")]
     if prev_totals is not None:
@@ -183,22 +252,22 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
             prev = restrict(prev, acc_delta, group_by, group_by, broadcast_delta)
         parts.append(prev)
     union = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-    both = union.groupBy(*[col(g) for g in group_by]).agg(
-        F.expr(f"max({_PREV}) AS __had_prev"),
-        *[_summed(a, f"CASE WHEN {_PREV} = 1 THEN {q(a.name)} END", f"old{a.name}") for a in accs],
-        *[_summed(a, q(a.name), f"new{a.name}") for a in accs])
+    # a global groupBy gives its one row even over no rows: old and new totals are then zeros
+    both = totals.finished(union.groupBy(*[col(g) for g in group_by]).agg(
+        *[_summed(a, f"CASE WHEN {_PREV} = 1 THEN {q(a.name)} ELSE 0 END", f"old{a.name}") for a in accs],
+        *[_summed(a, q(a.name), f"new{a.name}") for a in accs]), "old", "new")
 
     outs = [out for out, *_ in aggs]
 
     def row(prefix: str, weight: int, exists: str) -> str:
         """The output row computed from the old or new totals, as a struct to explode."""
-        fields = [f"{_sql_str(out)}, CAST({_finish(i, func, arg, prefix)} AS {target[out].dataType.simpleString()})"
-                  for i, (out, func, arg, _) in enumerate(aggs)]
-        return (f"named_struct({', '.join([*fields, f'{_sql_str(WEIGHT)}, CAST({weight} AS bigint)'])}, "
+        fields = [f"{sql_string(out)}, CAST({totals.finish(i, func, arg, prefix)} AS "
+                  f"{target[out].dataType.simpleString()})" for i, (out, func, arg, _) in enumerate(aggs)]
+        return (f"named_struct({', '.join([*fields, f'{sql_string(WEIGHT)}, CAST({weight} AS bigint)'])}, "
                 f"'__exists', {exists}) AS __{prefix}")
 
     if is_global:
-        old_exists, new_exists = "coalesce(__had_prev, 0) = 1", "TRUE"
+        old_exists, new_exists = ("FALSE" if first_step else "TRUE"), "TRUE"
     else:
         old_exists, new_exists = f"{q('old' + ROWS)} > 0", f"{q('new' + ROWS)} > 0"
     pairs = both.selectExpr(*keys, row("old", -1, old_exists), row("new", 1, new_exists))
@@ -209,32 +278,35 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
                .selectExpr(*keys, "explode(array(__old, __new)) AS __row")
                .where("__row.__exists"))
     out_delta = emitted.selectExpr(*keys, *[f"__row.{q(o)} AS {q(o)}" for o in [*outs, WEIGHT]])
-    return out_delta, totals_delta
+    return out_delta, acc_delta
 
 
 def aggregate_touched_step(delta: DataFrame, integral_after: DataFrame, prev_output: DataFrame | None,
                            group_by: Sequence[str], aggs: Sequence[Agg], first_step: bool, *,
-                           broadcast_delta: bool = True) -> DataFrame:
+                           broadcast_delta: bool = True, node: str = "aggregate") -> DataFrame:
     """One step of any aggregate by recomputing only the groups the delta touches.
 
     ``integral_after`` is the integrated input including ``delta``; ``prev_output`` is the
     integrated output so far (a Z-set, possibly several rows per group; None = nothing emitted
     yet, so every group is new). Returns -old +new rows of the touched groups, consolidated.
     Without ``group_by`` the whole input is one group, touched when the delta has any row or on
-    the first step.
+    the first step. The old rows are the stored ones, and a recomputed group gives the same bits
+    for the same rows (``aggregate`` sums exactly), so nothing depends on float rounding.
     """
     if prev_output is None:
-        return aggregate(integral_after, group_by, aggs)  # a consolidated set: all groups are new
+        return aggregate(integral_after, group_by, aggs, node=node)  # a consolidated set: all groups are new
     if group_by:
-        new = aggregate(restrict(integral_after, delta, group_by, group_by, broadcast_delta), group_by, aggs)
+        new = aggregate(restrict(integral_after, delta, group_by, group_by, broadcast_delta), group_by, aggs,
+                        node=node)
         old = restrict(prev_output, delta, group_by, group_by, broadcast_delta)
     elif first_step:
-        new, old = aggregate(integral_after, group_by, aggs), prev_output
+        new, old = aggregate(integral_after, group_by, aggs, node=node), prev_output
     else:
         # the single group is touched iff the delta has a row: a one-row marker, empty otherwise
         marker = delta.select(F.lit(1).alias("__touched")).limit(1)
         marker = F.broadcast(marker) if broadcast_delta else marker
-        new = aggregate(integral_after.join(marker, how="left_semi"), group_by, aggs).join(marker, how="left_semi")
+        new = aggregate(integral_after.join(marker, how="left_semi"), group_by, aggs, node=node).join(
+            marker, how="left_semi")
         old = prev_output.join(marker, how="left_semi")
     data = [c for c in new.columns if c != WEIGHT]
     return consolidate(new.unionByName(old.select(*[col(c) for c in data], (-col(WEIGHT)).alias(WEIGHT))))

@@ -74,7 +74,7 @@ def zset_of(groups: Sequence[Group], names: Sequence[str], weight: str) -> DataF
     return union.where(F.col(weight) != 0)
 
 
-def _spark_path_key(spark_path: str) -> str:
+def spark_path_key(spark_path: str) -> str:
     """Spark reports ``file:/a%20b``; our paths are plain (``/a b``) or URIs."""
     parts = urlsplit(spark_path)
     if parts.scheme in ("", "file"):
@@ -111,7 +111,7 @@ def failed_checks(groups: Sequence[Group], checks: Sequence[Check],
     by_key = {_own_path_key(p): p for p in paths}
     problems = []
     for row in found:
-        path = by_key.get(_spark_path_key(row[FILE_COL]), _spark_path_key(row[FILE_COL]))
+        path = by_key.get(spark_path_key(row[FILE_COL]), spark_path_key(row[FILE_COL]))
         for i, chk in enumerate(checks):
             if row[f"__n{i}"]:
                 problems.append((path, chk.describe(int(row[f"__n{i}"]), row[f"__x{i}"])))

@@ -38,6 +38,9 @@ class Declared:
     not_null: tuple[str, ...]
     allow_weight: bool  # changes may carry _weight; snapshots may not
     options: Mapping[str, Any]
+    inserts_only: bool = False  # append_only: a negative _weight (a delete) is refused
+    null_reasons: Mapping[str, str] = field(default_factory=dict)  # not_null column -> why (default: declared)
+    one_of: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # column -> the values it may hold
 
     def reader_options(self, **ours: str) -> dict[str, str]:
         opts = {k: str(v) for k, v in self.options.items() if k.lower() not in _CONTROLLED}
@@ -66,9 +69,8 @@ def _short(value: Any) -> str:
 
 # ---- checks every format shares ------------------------------------------------------------
 
-def _null_check(name: str) -> Check:
-    return Check(f"null:{name}", lambda n, _x: f"column {name} is declared not nullable but has "
-                                               f"{n} null value(s)")
+def _null_check(name: str, why: str = "is declared not nullable") -> Check:
+    return Check(f"null:{name}", lambda n, _x: f"column {name} {why} but has {n} null value(s)")
 
 
 _WEIGHT_NULL = Check("weight:null", lambda n, _x: f"column _weight has {n} null value(s); "
@@ -77,8 +79,31 @@ _WEIGHT_INT = Check("weight:int", lambda n, x: f"column _weight must hold intege
                                                f"are not, e.g. {_short(x)}")
 
 
-def _shared_checks(d: Declared) -> list[Check]:
-    return [_null_check(c) for c in d.not_null] + ([_WEIGHT_NULL, _WEIGHT_INT] if d.allow_weight else [])
+_WEIGHT_DELETE = Check("weight:delete", lambda n, x: f"{n} row(s) delete (negative _weight, e.g. {x}) "
+                                                    "but the source is append_only: it only inserts")
+
+
+def _one_of_check(name: str, values: tuple[str, ...]) -> Check:
+    return Check(f"one_of:{name}", lambda n, x: f"column {name}: {n} value(s) are not one of "
+                                                f"{', '.join(values)}, e.g. {_short(x)}")
+
+
+def shared_checks(d: Declared) -> list[Check]:
+    checks = [_null_check(c, *([d.null_reasons[c]] if c in d.null_reasons else [])) for c in d.not_null]
+    checks += [_one_of_check(c, values) for c, values in d.one_of.items()]
+    checks += [_WEIGHT_NULL, _WEIGHT_INT] if d.allow_weight else []
+    return checks + ([_WEIGHT_DELETE] if d.inserts_only else [])
+
+
+def value_checks(d: Declared, typed: Mapping[str, Column]) -> dict[str, tuple[Column, Column | None]]:
+    """The ``one_of`` checks on a group's typed columns (a NULL is left to the null checks)."""
+    return {f"one_of:{c}": (typed[c].isNotNull() & ~typed[c].cast(StringType()).isin(list(values)), typed[c])
+            for c, values in d.one_of.items()}
+
+
+def _delete_check(d: Declared, weight: Column) -> dict[str, tuple[Column, Column | None]]:
+    """The append_only check on a group's weight column (nothing for other sources)."""
+    return {_WEIGHT_DELETE.key: (weight < 0, weight)} if d.inserts_only else {}
 
 
 # ---- Parquet -----------------------------------------------------------------------------------
@@ -86,7 +111,7 @@ def _shared_checks(d: Declared) -> list[Check]:
 def plan_parquet(spark: SparkSession, files: Sequence[InputFile], d: Declared) -> ReadPlan:
     """Footer checks per file (no Spark job); row checks only where footer statistics cannot
     prove there are no nulls."""
-    plan = ReadPlan(checks=_shared_checks(d))
+    plan = ReadPlan(checks=shared_checks(d))
     layouts: dict[str, list[InputFile]] = defaultdict(list)
     schemas: dict[str, StructType] = {}
     unproven: set[str] = set()
@@ -109,7 +134,7 @@ def plan_parquet(spark: SparkSession, files: Sequence[InputFile], d: Declared) -
         key = footer.schema.json()
         layouts[key].append(f)
         schemas[key] = footer.schema
-        if any(n is None for n in counts.values()):
+        if any(n is None for n in counts.values()) or (d.inserts_only and WEIGHT in found) or d.one_of:
             unproven.add(key)
     for key, group_files in layouts.items():
         plan.groups.append(_parquet_group(spark, group_files, schemas[key], d, key in unproven))
@@ -123,11 +148,13 @@ def _parquet_group(spark: SparkSession, files: Sequence[InputFile], schema: Stru
              .parquet(*[spark_uri(f.path) for f in files]).select("*", _file_path()))
     has_weight = WEIGHT in schema.fieldNames()
     checks = {f"null:{c}": (_col(c).isNull(), None) for c in d.not_null}
+    weight = _col(WEIGHT).cast(LongType()) if has_weight else F.lit(1).cast(LongType())
     if has_weight:
         checks[_WEIGHT_NULL.key] = (_col(WEIGHT).isNull(), None)
-    return Group(frame, {c: _col(c).cast(t) for c, t in d.types.items()},
-                 _col(WEIGHT).cast(LongType()) if has_weight else F.lit(1).cast(LongType()),
-                 checks, needs_checks)
+        checks.update(_delete_check(d, weight))
+    typed = {c: _col(c).cast(t) for c, t in d.types.items()}
+    checks.update(value_checks(d, typed))
+    return Group(frame, typed, weight, checks, needs_checks)
 
 
 # ---- CSV ---------------------------------------------------------------------------------------
@@ -159,7 +186,7 @@ _MALFORMED = Check("malformed", lambda n, x: f"{n} malformed row(s) (wrong numbe
 def plan_csv(spark: SparkSession, files: Sequence[InputFile], d: Declared) -> ReadPlan:
     """Header checked in the driver; values read as strings, then cast and checked in Spark."""
     plan = ReadPlan(checks=[_MALFORMED] + [_cast_check(c, t) for c, t in d.types.items()
-                                           if not isinstance(t, StringType)] + _shared_checks(d))
+                                           if not isinstance(t, StringType)] + shared_checks(d))
     layouts: dict[tuple[str, ...], list[InputFile]] = defaultdict(list)
     for f in files:
         try:
@@ -196,11 +223,13 @@ def _csv_group(spark: SparkSession, files: Sequence[InputFile], header: tuple[st
         if not isinstance(t, StringType):
             checks[f"cast:{c}"] = (_col(c).isNotNull() & typed[c].isNull(), _col(c))
     checks.update({f"null:{c}": (_col(c).isNull(), None) for c in d.not_null})
+    checks.update(value_checks(d, typed))
     weight = F.lit(1).cast(LongType())
     if WEIGHT in header:
         weight = _col(WEIGHT).try_cast(LongType())
         checks[_WEIGHT_NULL.key] = (_col(WEIGHT).isNull(), None)
         checks[_WEIGHT_INT.key] = (_col(WEIGHT).isNotNull() & weight.isNull(), _col(WEIGHT))
+        checks.update(_delete_check(d, weight))
     return Group(frame, typed, weight, checks)
 
 
@@ -218,7 +247,7 @@ _EXTRA_KEYS = Check("extra", lambda _n, xs: "unexpected column(s) "
 def plan_json(spark: SparkSession, files: Sequence[InputFile], d: Declared) -> ReadPlan:
     """Lines read as text and parsed with the declared schema, so corrupt lines and unexpected
     keys are both visible to the one check aggregate."""
-    plan = ReadPlan(checks=[_corrupt_check(d), _EXTRA_KEYS] + _shared_checks(d))
+    plan = ReadPlan(checks=[_corrupt_check(d), _EXTRA_KEYS] + shared_checks(d))
     files = [f for f in files if f.size > 0]
     if files:
         plan.groups.append(_json_group(spark, files, d))
@@ -244,15 +273,18 @@ def _json_group(spark: SparkSession, files: Sequence[InputFile], d: Declared) ->
         "extra": (F.size(extra) > 0, F.array_join(extra, "\n")),
     }
     checks.update({f"null:{c}": (ok & row[c].isNull(), None) for c in d.not_null})
+    checks.update(value_checks(d, {c: row[c] for c in d.types}))
     weight = F.lit(1).cast(LongType())
     if d.allow_weight:
         parsed = row[WEIGHT].try_cast(LongType())
         weight = F.coalesce(parsed, F.lit(1).cast(LongType()))
         checks[_WEIGHT_NULL.key] = (ok & F.array_contains("__keys", WEIGHT) & row[WEIGHT].isNull(), None)
         checks[_WEIGHT_INT.key] = (ok & row[WEIGHT].isNotNull() & parsed.isNull(), row[WEIGHT])
+        checks.update(_delete_check(d, weight))
     return Group(frame, {c: row[c] for c in d.types}, weight, checks)
 
 
-PLANNERS: dict[str, Callable[[SparkSession, Sequence[InputFile], Declared], ReadPlan]] = {
+Planner = Callable[[SparkSession, Sequence[InputFile], Declared], ReadPlan]
+PLANNERS: dict[str, Planner] = {
     "parquet": plan_parquet, "csv": plan_csv, "json": plan_json,
 }

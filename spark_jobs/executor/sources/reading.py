@@ -6,38 +6,47 @@ files again when used, so cache it if it is used more than once.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.spec.model import WEIGHT, InputSpec
 
-from .checks import InputRefused, failed_checks, zset_of
+from .checks import Group, InputRefused, failed_checks, zset_of
 from .discovery import InputFile, data_files, exists, file_format
-from .formats import PLANNERS, Declared
+from .formats import PLANNERS, Declared, Planner
 from .spark_types import declared_types, spark_schema
 
 
-def _declared(spec: InputSpec, allow_weight: bool) -> Declared:
+def declared(spec: InputSpec, allow_weight: bool) -> Declared:
+    """What ``spec``'s files must hold (an append_only source: no deletes)."""
     options = spec.source.options if spec.source is not None else {}
     return Declared(declared_types(spec), tuple(c.name for c in spec.columns if not c.nullable),
-                    allow_weight, dict(options or {}))
+                    allow_weight, dict(options or {}), inserts_only=spec.kind == "append_only")
 
 
-def _read(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], allow_weight: bool) -> DataFrame:
+def checked_groups(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], d: Declared,
+                   planners: Mapping[str, Planner] = PLANNERS) -> list[Group]:
+    """The Spark reads of ``files``, after every check passed; else ``InputRefused`` naming every
+    refused file of the input (a file of another format than the source's is refused too)."""
     if spec.source is None:
         raise ValueError(f"input {spec.name} has no source to read")
-    fmt = spec.source.format
-    problems = [(f.path, f"a {file_format(f.path)} file in a {fmt} source")
+    fmt = spec.source.reader_format
+    problems = [(f.path, f"a {file_format(f.path)} file in a {spec.source.format} source")
                 for f in files if file_format(f.path) != fmt]
     wanted = [f for f in files if file_format(f.path) == fmt]
-    plan = PLANNERS[fmt](spark, wanted, _declared(spec, allow_weight))
+    plan = planners[fmt](spark, wanted, d)
     problems += plan.problems + failed_checks(plan.groups, plan.checks, [f.path for f in wanted])
     if problems:
         raise InputRefused(problems, spec.name)
-    if not plan.groups:
+    return plan.groups
+
+
+def _read(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], allow_weight: bool) -> DataFrame:
+    groups = checked_groups(spark, spec, files, declared(spec, allow_weight))
+    if not groups:
         return spark.createDataFrame([], spark_schema(spec))
-    return zset_of(plan.groups, spec.column_names, WEIGHT)
+    return zset_of(groups, spec.column_names, WEIGHT)
 
 
 def read_changes(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile]) -> DataFrame:

@@ -1,0 +1,177 @@
+"""Published views: after each commit, every output of a circuit as a Delta table readers can use
+without this project (Spark, DuckDB, pandas/polars, Trino).
+
+Publishing is the last part of the commit protocol. The manifest is the commit point; the tables
+follow it. ``publish_views`` brings every table from the timestep it holds (its Delta
+transaction version) up to the last committed one, one Delta commit per timestep, from the view
+deltas the store keeps for every timestep. So it is idempotent, and a crash between the manifest
+and the tables (or in the middle of catching up) is repaired by the next call: the next step, the
+next DAG commit, or ``dbsp publish``. Nothing here uses Spark.
+
+    from spark_jobs.publish import publish_views
+    publish_views(rt)            # rt: an open circuit (spark_jobs.runtime.circuit.CircuitRuntime)
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from typing import Callable, Protocol
+
+from spark_jobs.config import Config
+from spark_jobs.publish.delta import (PublishError, commit_change, create, open_table, overwrite,
+                                      published_timestep, remove, version_timesteps)
+from spark_jobs.publish.targets import Target, targets
+from spark_jobs.spec.model import CircuitSpec
+from spark_jobs.state.arrow_read import arrow_schema, read_delta, read_view
+from spark_jobs.state.failpoints import failpoint
+from spark_jobs.state.trace import WEIGHT
+
+
+class PublishFailed(RuntimeError):
+    """Some views could not be published; their timesteps are committed all the same."""
+
+
+class _Circuit(Protocol):  # what publishing needs of an open circuit (runtime.circuit.CircuitRuntime)
+    config: Config
+
+    @property
+    def compiled(self): ...
+    @property
+    def committed(self): ...  # a StateStore (Spark not needed)
+
+
+@dataclass
+class TableResult:
+    view: str
+    uri: str
+    before: int = 0  # timestep the table held before this call
+    after: int = 0  # timestep it holds now
+    error: str = ""
+    note: str = ""
+
+
+@dataclass
+class PublishReport:
+    results: list[TableResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[TableResult]:
+        return [r for r in self.results if r.error]
+
+    def summary(self) -> str:
+        if not self.results:
+            return "views: not published (views.enabled: false, or every output has publish: false)"
+        lines = []
+        for r in self.results:
+            if r.error:
+                lines.append(f"view {r.view}: NOT published ({r.error}); the next step or `dbsp publish` retries")
+            elif r.note:
+                lines.append(f"view {r.view}: {r.note}")
+            elif r.after == r.before:
+                lines.append(f"view {r.view}: table at timestep {r.after} already ({r.uri})")
+            else:
+                lines.append(f"view {r.view}: published timestep(s) {r.before + 1}..{r.after} to {r.uri}")
+        return "\n".join(lines) + f"\n(published in {self.seconds:.2f}s)"
+
+    def raise_if_failed(self) -> "PublishReport":
+        if self.failed:
+            raise PublishFailed(self.summary())
+        return self
+
+
+def _catch_up(target: Target, store, last: int, say: Callable[[str], None]) -> TableResult:
+    result = TableResult(target.view, target.uri)
+    table = open_table(target)
+    if table is None:
+        schema = arrow_schema(store.view_schema(target.view))
+        if schema is None:  # no row yet: nothing says its column types; created with its first rows
+            result.note = "no table yet: the view has had no row"
+            return result
+        table = create(target, schema)
+    result.before = result.after = published_timestep(table, target)
+    if result.before > last:  # the state was reset under the table: start its rows again
+        view = read_view(store, target.view, last)
+        if view is None:  # no row committed (yet): the table's columns, no rows
+            schema = pa.schema(table.schema().to_arrow())
+            view = schema.append(pa.field(WEIGHT, pa.int64())).empty_table()
+        overwrite(target, view, last)
+        result.after = last
+        result.note = f"table was at timestep {result.before}, the state at {last}: rebuilt at {last}"
+        return result
+    for t in range(result.before + 1, last + 1):
+        commit_change(table, target, t, read_delta(store, target.view, t))
+        result.after = t
+        failpoint("mid_publish")
+    if result.after > result.before:
+        say(f"view {target.view}: published timestep(s) {result.before + 1}..{result.after}")
+    return result
+
+
+def publish(config: Config, spec: CircuitSpec, store, progress: Callable[[str], None] | None = None,
+            views: list[str] | None = None) -> PublishReport:
+    """Bring the published table of every output (or of ``views``) up to the last committed
+    timestep of ``store``. A view that fails is reported (``PublishReport.failed``); the others
+    are still published."""
+    say = progress or (lambda _m: None)
+    started = time.time()
+    failpoint("before_publish")
+    report = PublishReport()
+    last = store.last_committed()
+    for target in targets(config, spec):
+        if views is not None and target.view not in views:
+            continue
+        try:
+            report.results.append(_catch_up(target, store, last, say))
+        except (PublishError, OSError) as exc:
+            report.results.append(TableResult(target.view, target.uri, error=str(exc)))
+        except Exception as exc:  # deltalake's own errors (a conflicting writer, storage, ...)
+            if type(exc).__module__.split(".")[0] != "deltalake" and "Delta" not in type(exc).__name__:
+                raise
+            report.results.append(TableResult(target.view, target.uri, error=f"{type(exc).__name__}: {exc}"))
+    report.seconds = time.time() - started
+    return report
+
+
+def publish_views(rt: _Circuit, progress: Callable[[str], None] | None = None) -> PublishReport:
+    """``publish`` for an open circuit: the step runner, the DAG's commit task and ``dbsp publish``
+    call this after a commit (or to repair one)."""
+    return publish(rt.config, rt.compiled.spec, rt.committed, progress)
+
+
+def _ours(target: Target) -> bool:
+    """Is there a table at the target that this circuit's view published? (Not a foreign one.)"""
+    try:
+        return open_table(target) is not None
+    except PublishError:
+        return False
+
+
+def published_tables(config: Config, spec: CircuitSpec) -> list[str]:
+    """Locations of the tables this circuit's views published (that exist now)."""
+    return [t.uri for t in targets(config, spec) if _ours(t)]
+
+
+def table_states(config: Config, spec: CircuitSpec) -> list[tuple[str, str, str]]:
+    """(view, location, timestep it holds) of every table the circuit publishes, for `dbsp status`."""
+    out = []
+    for t in targets(config, spec):
+        try:
+            table = open_table(t)
+            state = "no table yet" if table is None else str(published_timestep(table, t))
+        except Exception as exc:  # a foreign or unreadable table: say so, status still prints
+            state = f"unreadable: {str(exc).splitlines()[0][:80]}"
+        out.append((t.view, t.uri, state))
+    return out
+
+
+def remove_tables(config: Config, spec: CircuitSpec) -> list[str]:
+    """Delete the tables this circuit published (``dbsp reset``; other tables stay); returns
+    their locations."""
+    return [t.uri for t in targets(config, spec) if _ours(t) and remove(t)]
+
+
+__all__ = ["PublishError", "PublishFailed", "PublishReport", "Target", "TableResult", "publish",
+           "publish_views", "published_tables", "remove_tables", "table_states", "targets", "version_timesteps"]
