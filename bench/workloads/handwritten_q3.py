@@ -6,7 +6,7 @@ walk, no quality gate, no manifest. Per step it reads the change files, computes
 
     Δco = Δc ⋈ Δo + z(Ic) ⋈ Δo + Δc ⋈ z(Io)           (customer ⋈ orders, Theorem 3.4)
     Δj  = Δco ⋈ Δl + z(Ico) ⋈ Δl + Δco ⋈ z(Il)         (⋈ lineitem)
-    totals' = totals(Δj) per group;  Δq3 = -old row + new row of each touched group
+    totals' = totals(Δj) per group (exact: integer limbs for the double sum, as the engine);  Δq3 = -old row + new row of each touched group
 
 and writes what a step must persist: the four integrator deltas, the totals delta and the view
 delta (6 Parquet writes), each delta broadcast when it looks state up. The engine's step is
@@ -21,7 +21,9 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import DoubleType
 
+from spark_jobs.executor.operators.exact_sum import ExactSum
 from spark_jobs.executor.session import step_conf
 from spark_jobs.executor.sources import spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
@@ -80,22 +82,32 @@ def step(rt: CircuitRuntime, out_dir: str) -> DataFrame:
     dco = _term_sum(dc, do, read(TRACES["c"]), read(TRACES["o"]), ("c_custkey", "o_custkey"), CO_COLS).cache()
     dj = _term_sum(dco, dl, read(TRACES["co"]), read(TRACES["l"]), ("o_orderkey", "l_orderkey"),
                    [*CO_COLS, "l_orderkey", "l_linenumber", "volume"])
+    revenue = ExactSum(slot="__s0", x="volume", arg_type=DoubleType(), sum_type=DoubleType(),
+                       label="q3.revenue", weight=W)  # the engine's exact totals (exact_sum.py)
+    cols = ["__rows", "__c0", *(c.name for c in revenue.columns())]
     acc = dj.groupBy(*KEYS).agg(F.sum(W).alias("__rows"),
                                 F.sum(F.when(F.col("volume").isNotNull(), F.col(W)).otherwise(0)).alias("__c0"),
-                                F.sum(F.col("volume") * F.col(W)).alias("__s0")).cache()
+                                *(F.sum(F.expr(c.term)).cast(c.type).alias(c.name) for c in revenue.columns())
+                                ).cache()
     prev = read(TRACES["q3"])
-    old = (prev.join(F.broadcast(acc.select(*KEYS)), KEYS, "left_semi")
-           .groupBy(*KEYS).agg(F.sum("__rows").alias("o_rows"), F.sum("__c0").alias("o_c"), F.sum("__s0").alias("o_s"))
-           if prev is not None else None)
-    new = acc.select(*KEYS, F.col("__rows").alias("d_rows"), F.col("__c0").alias("d_c"), F.col("__s0").alias("d_s"))
-    both = new.join(old, KEYS, "left") if old is not None else new.select(
-        "*", F.lit(0).alias("o_rows"), F.lit(0).alias("o_c"), F.lit(None).cast("double").alias("o_s"))
-    both = both.fillna(0, ["o_rows", "o_c"]).fillna(0.0, ["o_s"])
-    n_rows, n_c, n_s = (F.col("o_rows") + F.col("d_rows"), F.col("o_c") + F.col("d_c"), F.col("o_s") + F.col("d_s"))
-    old_row = F.struct(F.when(F.col("o_c") > 0, F.col("o_s")).alias("revenue"), F.col("o_rows").alias("items"),
-                       F.lit(-1).cast("long").alias(W), (F.col("o_rows") > 0).alias("ok"))
-    new_row = F.struct(F.when(n_c > 0, n_s).alias("revenue"), n_rows.alias("items"),
-                       F.lit(1).cast("long").alias(W), (n_rows > 0).alias("ok"))
+    new = acc.select(*KEYS, *(F.col(c).alias(f"d_{c}") for c in cols))
+    if prev is not None:
+        old = (prev.join(F.broadcast(acc.select(*KEYS)), KEYS, "left_semi")
+               .groupBy(*KEYS).agg(*(F.sum(c).alias(f"o_{c}") for c in cols)))
+        both = new.join(old, KEYS, "left")
+    else:
+        both = new.select("*", *(F.lit(None).alias(f"o_{c}") for c in cols))
+    both = both.select(*KEYS, *(F.coalesce(F.col(f"o_{c}"), F.lit(0)).cast(acc.schema[c].dataType).alias(f"o_{c}")
+                                for c in cols),
+                       *(F.col(f"d_{c}") for c in cols))
+    both = both.select("*", *((F.col(f"o_{c}") + F.col(f"d_{c}")).cast(acc.schema[c].dataType).alias(f"n_{c}")
+                              for c in cols))
+    old_row = F.struct(F.when(F.col("o___c0") > 0, F.expr(revenue.value("o_"))).alias("revenue"),
+                       F.col("o___rows").alias("items"), F.lit(-1).cast("long").alias(W),
+                       (F.col("o___rows") > 0).alias("ok"))
+    new_row = F.struct(F.when(F.col("n___c0") > 0, F.expr(revenue.value("n_"))).alias("revenue"),
+                       F.col("n___rows").alias("items"), F.lit(1).cast("long").alias(W),
+                       (F.col("n___rows") > 0).alias("ok"))
     view = (both.select(*KEYS, F.explode(F.array(old_row, new_row)).alias("r")).where("r.ok")
             .select(*KEYS, "r.revenue", "r.items", f"r.{W}"))
     for name, df in (("c", dc), ("o", do), ("l", dl), ("co", dco), ("q3", acc), ("view", view)):
