@@ -20,10 +20,11 @@ def test_validate_ok_and_errors(tmp_path, capsys):
     assert f"{bad}:5" in out and "'f'" in out and "filter" in out
 
 
-def test_explain_paper_example_keeps_three_states(capsys):
+def test_explain_paper_example_keeps_three_states_and_the_input_integrals(capsys):
     assert main(["explain", PAPER]) == 0
     out = capsys.readouterr().out
-    assert "State kept between timesteps: 3 operator(s)" in out
+    assert "State kept between timesteps: 5 operator(s)" in out  # Figure 3's three + the bag check's two
+    assert out.count("for the bag check") == 4  # I(t), I(r): in the table and in the list
     assert "left side of join 'joined'" in out and "right side of join 'joined'" in out
     assert "distinct 'v'" in out
 

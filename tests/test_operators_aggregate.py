@@ -203,6 +203,18 @@ class Stream:
         self.out_schema: dict[str, Any] = {}
         self.step = 0
 
+    def compact(self) -> None:
+        """Consolidate the totals as the state store's compaction does: one row per group,
+        groups whose totals are all zero dropped."""
+        for v, group_by in self.variants.items():
+            sums: dict[tuple, list] = {}
+            for row in self.totals[v]:
+                key, values = row[:len(group_by)], row[len(group_by):]
+                acc = sums.setdefault(key, [0] * len(values))
+                for i, x in enumerate(values):
+                    acc[i] += x or 0
+            self.totals[v] = [(*k, *acc) for k, acc in sums.items() if any(acc)]
+
     def _frame(self, rows, schema) -> DataFrame | None:
         return zset.from_tuples(self.spark, rows, schema)
 
@@ -265,3 +277,6 @@ def test_scenario_min_max_and_vanishing_group(spark):
     assert not [t for t in as_counter(stream.outputs["tch_gh"]) if t[0] == "b"]
     stream.run([(a5, -3)])  # everything gone: global counts back to 0, sums null
     assert as_counter(stream.outputs["lin_all"]) == Counter({(0, 0, None, None, None, None): 1})
+    stream.compact()  # the store's compaction drops the global row's all-zero totals...
+    stream.run([(b3, 1)])  # ...and the count = 0 row must still be retracted (issue 13)
+    assert as_counter(stream.outputs["lin_all"]) == Counter({(1, 1, 3, 3.0, None, None): 1})

@@ -61,7 +61,9 @@ def test_pending_changes_recursive_sorted_hidden_skipped_consumed_skipped(tmp_pa
     paths = [f.path for f in pending_files(spec, str(tmp_path), set())]
     assert paths == [str(inbox / "a/c.csv"), str(inbox / "a/z.parquet"), str(inbox / "b.parquet")]
     first = pending_files(spec, str(tmp_path), set())[0]
-    assert first.as_dict() == {"path": first.path, "size": 1, "mtime": first.mtime} and first.mtime > 0
+    assert first.as_dict() == {"path": first.path, "name": "a/c.csv", "size": 1, "mtime": first.mtime,
+                               "fingerprint": first.fingerprint} and first.mtime > 0
+    assert first.fingerprint.startswith("b2:") and "path" not in first.record()  # no mount point in manifests
     assert InputFile.from_dict(first.as_dict()) == first
     later = pending_files(spec, str(tmp_path), {str(inbox / "a/c.csv"), str(inbox / "b.parquet")})
     assert [f.path for f in later] == [str(inbox / "a/z.parquet")]

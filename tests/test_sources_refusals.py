@@ -186,3 +186,28 @@ def test_a_vanished_snapshot_is_refused_not_read_as_empty(spark, tmp_path):
     os.remove(item.path)
     with pytest.raises(InputRefused, match="disappeared"):
         read_snapshot(spark, spec, item)
+
+
+def test_random_bytes_and_huge_weights_are_refused_with_the_file_named(spark, tmp_path):
+    """Issue 13.6: a CSV of random bytes (a csv.Error before), and weights outside |w| <= 2^31-1
+    (an overflow inside an aggregate before) in every format."""
+    import random
+
+    rng = random.Random(1)
+    inbox = tmp_path / "inbox"
+    os.makedirs(inbox, exist_ok=True)
+    (inbox / "noise.csv").write_bytes(bytes(rng.randrange(256) for _ in range(4096)) + b"\0")
+    write_text(inbox / "big.csv", "id,name,amount,_weight\n1,a,1,1000000000000000000\n2,b,2,-2147483648\n")
+    got = refusal(spark, make_spec(fmt="csv"), tmp_path)
+    assert got["noise.csv"][0].startswith("not a readable CSV file")
+    assert got["big.csv"] == ["column _weight must lie between -2147483647 and 2147483647: 2 value(s) do not, "
+                              "e.g. '-2147483648'"]
+    write_text(tmp_path / "j" / "big.jsonl", '{"id": 1, "_weight": 2147483648}\n{"id": 2, "_weight": 5}\n')
+    assert refusal(spark, make_spec(fmt="json", path="j"), tmp_path) == {
+        "big.jsonl": ["column _weight must lie between -2147483647 and 2147483647: 1 value(s) do not, "
+                      "e.g. '2147483648'"]}
+    write_parquet(tmp_path / "p" / "big.parquet", {**GOOD, "_weight": pa.array([10 ** 18], pa.int64())})
+    write_parquet(tmp_path / "p" / "ok.parquet", {**GOOD, "_weight": pa.array([2147483647], pa.int64())})
+    assert refusal(spark, make_spec(path="p"), tmp_path) == {
+        "big.parquet": ["column _weight must lie between -2147483647 and 2147483647: its values reach "
+                        "1000000000000000000"]}

@@ -2,7 +2,7 @@
 the incremental circuit keeps, and what explain and draw show."""
 from __future__ import annotations
 
-from spark_jobs.ir.explain import sql_lowering_text, to_dot
+from spark_jobs.ir.explain import sql_lowering_text, state_role, to_dot
 from spark_jobs.ir.graph import state_of
 from tests.streams import compile_path, compile_text
 
@@ -43,9 +43,12 @@ def test_a_left_join_keeps_only_the_state_it_needs():
     c = _one("SELECT a.k, a.x, b.y FROM a LEFT JOIN b ON a.k = b.k AND b.y > 2")
     inc = c.incremental
     stateful = sorted(n.id for n in inc if state_of(inc, n))
-    # I(a): the preserved side, joined and semi-joined (one trace, shared); I(σ b): the inner join's
-    # right side; the integral of b's keys (for H) and of the key set (for the semi-join)
-    assert stateful == ["I(a)", "I(q.distinct4)", "I(q.filter1)", "I(q.map3)"], stateful
+    # I(a): the preserved side, joined and semi-joined (one trace, shared, also read by the bag
+    # check); I(b): b's own integral, kept for the bag check only (deletes must not exceed inserts);
+    # I(σ b): the inner join's right side; the integral of b's keys (for H) and of the key set (for
+    # the semi-join)
+    assert stateful == ["I(a)", "I(b)", "I(q.distinct4)", "I(q.filter1)", "I(q.map3)"], stateful
+    assert "the bag check" in (state_role(inc, inc["I(b)"]) or ""), state_role(inc, inc["I(b)"])
     assert inc["q.map3"].columns == ("k",)  # only b's keys, not its rows
     text = sql_lowering_text(c.optimized, inc)
     assert "(keys with a match) LEFT OUTER JOIN b" in text and "H: looks up only the changed tuples" in text

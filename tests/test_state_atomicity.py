@@ -39,7 +39,7 @@ def step(s: StateStore, spark, i: int, *, crash_mid: bool = False):
     if crash_mid:
         failpoint("mid_step")
     tx.write_output("v", df)
-    tx.consume("in", [{"path": f"/in/{i}", "size": i, "mtime": float(i)}])
+    tx.consume("in", [{"name": f"{i}", "size": i, "mtime": float(i)}])
     return tx.commit()
 
 
@@ -76,8 +76,8 @@ def test_crash_is_atomic_and_cleaned(spark, tmp_path, point, skip, prior, durabl
         assert len(zset(s2.read_trace("state:x"))) == crash
     else:
         assert zset(s2.read_trace("state:x")) == before
-        assert [f["path"] for f in s2.manifest().consumed("in")] == [
-            f"/in/{i}" for i in range(1, prior + 1)]
+        assert [f["name"] for f in s2.manifest().consumed("in")] == [
+            f"{i}" for i in range(1, prior + 1)]
 
     tx = s2.begin()  # cleans the leftovers
     # a batch folder is listed while one of its slots is

@@ -82,6 +82,20 @@ def test_filesystem_contract(store_fs, spark):
     assert not fs.exists(moved) and fs.listdir(root) == ["manifests", "quality"]
 
 
+def test_hadoop_create_new_refuses_an_existing_name(spark, tmp_path):
+    """The exclusive create that object stores publish manifests and leases with, through
+    Hadoop's createFile builder (here on Hadoop's local file system, which ignores the
+    conditional-create option and checks at create time, as HDFS would)."""
+    from spark_jobs.state.hadoop_fs import HadoopHandler
+
+    handler = HadoopHandler(spark, f"file://{tmp_path}")
+    path = f"file://{tmp_path}/lease/000000000001.json"
+    handler.create_new(path, b'{"owner": "a"}')
+    with pytest.raises(FileExistsError, match="another writer"):
+        handler.create_new(path, b'{"owner": "b"}')
+    assert (tmp_path / "lease" / "000000000001.json").read_bytes() == b'{"owner": "a"}'
+
+
 def _views(rt) -> dict[str, Counter]:
     return {v: oracle.view_counter(rt, v) for v in rt.compiled.spec.outputs}
 

@@ -56,7 +56,7 @@ def test_commit_reopen_and_read_back(spark, tmp_path):
         tx.append("agg:sum", spark.createDataFrame([(1, decimal.Decimal("2.5"), 1)], SUM_SCHEMA),
                   kind="sum", keys=("k",))
         tx.write_output("out", df)
-        tx.consume("orders", [{"path": f"/in/{i}.parquet", "size": 10 * i, "mtime": 1.0 * i}])
+        tx.consume("orders", [{"name": f"{i}.parquet", "size": 10 * i, "mtime": 1.0 * i}])
         tx.set_input_meta("orders", "cursor", i)
         tx.set_meta("run_id", f"r{i}")
         m = tx.commit()
@@ -77,7 +77,7 @@ def test_commit_reopen_and_read_back(spark, tmp_path):
     assert sums == {1: (7.5, 3)}
 
     m = s2.manifest()
-    assert [f["path"] for f in m.consumed("orders")] == [f"/in/{i}.parquet" for i in (1, 2, 3)]
+    assert [(f["name"], f["timestep"]) for f in m.consumed("orders")] == [(f"{i}.parquet", i) for i in (1, 2, 3)]
     assert m.inputs["orders"]["cursor"] == 3
     assert m.meta == {"run_id": "r3"}
     assert m.outputs["out"].rows_inserted == 2 and m.outputs["out"].rows_deleted == 0

@@ -34,6 +34,18 @@ def _err(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def circuit_expressions(spec) -> dict[str, list[str]]:
+    """Node name -> the expression strings it holds (to name the node an error comes from)."""
+    out: dict[str, list[str]] = {}
+
+    def add(nodes) -> None:
+        for n in nodes.values():
+            out[n.name] = [e for e in [n.where, *(x for _, x in n.columns), *(a.arg for a in n.aggregates)] if e]
+            add(n.body)
+    add(spec.nodes)
+    return out
+
+
 def command_for(args: argparse.Namespace, command: str, *extra: str) -> str:
     """A `dbsp` command line on the same circuit, as it can be pasted: the circuit as the user
     named it (a path works as well as a name) and the same profile and data root."""
@@ -60,23 +72,6 @@ def state_version_warning(circuit: str, state_fingerprint: str | None, circuit_f
             f"what follows is the old circuit's result. Rebuild it with `{reset}`.")
 
 
-def _open(args: argparse.Namespace):
-    """The circuit's runtime, with Spark's own error logging quieted. Every failure of a job
-    reaches the command as an exception, and the command reports it in one message (or, for an
-    unexpected one, a traceback that carries the Java trace); Spark's log of the same failed
-    task (hundreds of lines of Java, twice) would only bury that message."""
-    rt = open_circuit(args.circuit, _config(args))
-    try:
-        rt.spark.sparkContext.setLogLevel("FATAL")
-    except Exception:  # Spark Connect: no SparkContext in this process, nothing logged here
-        pass
-    from pyspark.logger import PySparkLogger
-
-    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):  # PySpark's copy of the trace
-        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
-    return rt
-
-
 def _warn_if_other_version(rt, args: argparse.Namespace) -> None:
     manifest = rt.committed.manifest()  # no Spark
     warning = state_version_warning(rt.name, manifest.fingerprint if manifest else None, rt.compiled.fingerprint,
@@ -99,10 +94,18 @@ class _NeverRaised(Exception):
 
 
 @contextmanager
-def _user_errors(args: argparse.Namespace | None = None) -> Iterator[None]:
-    """Turn the errors a user can act on into one clear message."""
+def _user_errors(args: argparse.Namespace | None = None, opened: dict | None = None) -> Iterator[None]:
+    """Turn the errors a user can act on into one clear message. ``args``: the command's, to print
+    a reset command that can be pasted; ``opened`` (filled by the command once it has opened the
+    circuit: {"rt": runtime}) lets a data error name its node."""
     try:
         yield
+    except _loaded("spark_jobs.state.lease", "LeaseHeld") as exc:
+        from spark_jobs.state.lease import EXIT_CODE as LEASE_EXIT_CODE
+
+        raise UserError(str(exc), exit_code=LEASE_EXIT_CODE) from None
+    except _loaded("spark_jobs.state.lease", "LeaseLost") as exc:
+        raise UserError(f"{exc}; this run stopped before committing (nothing of it is visible)") from None
     except (CircuitError, FileNotFoundError) as exc:
         raise UserError(str(exc)) from None
     except _loaded("spark_jobs.state.store", "FingerprintMismatch") as exc:
@@ -121,6 +124,29 @@ def _user_errors(args: argparse.Namespace | None = None) -> Iterator[None]:
         lines = ["input refused; nothing was committed and the files were left in place:"]
         lines += [f"  {path}: {reason}" for path, reason in exc.problems]
         raise UserError("\n".join(lines), exit_code=2) from None
+    except Exception as exc:  # a value that broke Spark's arithmetic: one line, not a Java trace
+        if "pyspark" not in sys.modules:  # no Spark ran: not a data error
+            raise
+        from spark_jobs.runtime.errors import data_error
+
+        rt = (opened or {}).get("rt")
+        message = data_error(exc, circuit_expressions(rt.compiled.spec) if rt is not None else {})
+        if message is None:
+            raise
+        raise UserError(message) from None
+
+
+def _quiet_spark(rt, verbose: bool) -> None:
+    """Spark logs a failed task's Java stack trace at ERROR (and PySpark the query context of a
+    failed expression, with the stack again); the CLI says what went wrong itself."""
+    if verbose:
+        return
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+    if rt.config.spark.mode != "connect":
+        rt.spark.sparkContext.setLogLevel("FATAL")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -196,28 +222,36 @@ def _published(report) -> int:
 
 def cmd_step(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.step import run_step
+    from spark_jobs.runtime.writer import process_lease
 
-    with _user_errors(args):
-        rt = _open(args)
-        report = run_step(rt, progress=_err)
+    opened: dict = {}
+    with _user_errors(args, opened):
+        rt = opened["rt"] = open_circuit(args.circuit, _config(args))
+        with process_lease(rt):  # before Spark starts: a second writer is refused at once
+            _quiet_spark(rt, args.verbose)
+            report = run_step(rt, progress=_err, full_refresh=args.full_refresh)
     print(render.step_report(report))
     return _published(report)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.step import pending_inputs, run_step
+    from spark_jobs.runtime.writer import process_lease
 
-    with _user_errors(args):
-        rt = _open(args)
-        for i in range(args.steps):
-            if i > 0 and not any(pending_inputs(rt).values()):
-                _err(f"no input has pending changes; stopping after {i} step(s)")
-                break
-            _err(f"[{i + 1}/{args.steps}] {rt.name}: running timestep {rt.store.last_committed() + 1}")
-            report = run_step(rt, progress=_err)
-            print(render.step_report(report))
-            if _published(report):
-                return 1
+    opened: dict = {}
+    with _user_errors(args, opened):
+        rt = opened["rt"] = open_circuit(args.circuit, _config(args))
+        with process_lease(rt):  # one lease for every step of the run, taken before Spark starts
+            _quiet_spark(rt, args.verbose)
+            for i in range(args.steps):
+                if i > 0 and not any(pending_inputs(rt).values()):
+                    _err(f"no input has pending changes; stopping after {i} step(s)")
+                    break
+                _err(f"[{i + 1}/{args.steps}] {rt.name}: running timestep {rt.store.last_committed() + 1}")
+                report = run_step(rt, progress=_err)
+                print(render.step_report(report))
+                if _published(report):
+                    return 1
     return 0
 
 
@@ -277,6 +311,8 @@ def cmd_reset(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.circuit import state_root
     from spark_jobs.state.fs import filesystem_for
 
+    from spark_jobs.state.lease import Lease, new_owner
+
     root = state_root(config, name)
     fs = filesystem_for(root)
     root = fs.normalize(root)
@@ -293,7 +329,10 @@ def cmd_reset(args: argparse.Namespace) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             print("aborted")
             return 1
-    fs.remove_tree(root)
+    if fs.exists(root):
+        with _user_errors():
+            Lease(fs, root, new_owner(), circuit=name).acquire()  # never under a running writer
+    fs.remove_tree(root)  # the lease goes with it
     with _user_errors():
         remove_tables(config, compiled.spec)
     print(f"{name}: state, outputs and published tables removed ({what}); the next step starts from "

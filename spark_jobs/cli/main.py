@@ -41,11 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("step", help="run one timestep and print the rows inserted/deleted per input and view")
     p.add_argument("circuit", metavar="CIRCUIT")
+    p.add_argument("--full-refresh", action="store_true",
+                   help="rebuild all state from the retained input files (also after editing the circuit); "
+                        "the committed view deltas are new view minus old view")
+    p.add_argument("-v", "--verbose", action="store_true", help="keep Spark's own error logs on stderr")
     _common(p)
 
     p = sub.add_parser("run", help="run up to N timesteps, stopping when no input has pending changes")
     p.add_argument("circuit", metavar="CIRCUIT")
     p.add_argument("--steps", type=int, default=1, metavar="N")
+    p.add_argument("-v", "--verbose", action="store_true", help="keep Spark's own error logs on stderr")
     _common(p)
 
     p = sub.add_parser("status", help="last committed timestep and the size of every operator's state")

@@ -24,6 +24,7 @@ def step_report(report) -> str:
         lines.append("  " + report.quality.replace("\n", "\n  "))
     if getattr(report, "published", None) is not None:
         lines.append("  " + report.published.summary().replace("\n", "\n  "))
+    lines += [f"  note: {n}" for n in getattr(report, "notes", [])]  # quarantined rows, refreshed views
     return "\n".join(lines)
 
 
@@ -43,12 +44,17 @@ def status(rt, tables: list[tuple[str, str, str]] = ()) -> str:
     last = info.get("last_committed", 0)
     lines = [f"circuit {rt.name} (fingerprint {rt.compiled.fingerprint})",
              f"data root: {rt.config.data_root}",
-             f"last committed timestep: {last if last else 'none'}"]
+             f"last committed timestep: {last if last else 'none'}",
+             f"writer: {_writer(rt)}"]
     manifest = store.manifest() if last else None
     for name, meta in sorted((manifest.inputs if manifest else {}).items()):
         if meta.get("unknown_keys"):
             lines.append(f"input {name}: {meta['unknown_keys']} change(s) to unknown keys ignored so far "
                          f"(unknown_key: count)")
+    quarantined = ((manifest.meta or {}).get("quarantined") if manifest else None) or {}
+    for name, q in sorted(quarantined.items()):
+        lines.append(f"quarantined at timestep {last}: input {name}: {q.get('rows')} deleted row(s) of "
+                     f"{q.get('tuples')} tuple(s) -> {q.get('path')}")
     traces = info.get("traces", {})
     if traces:
         rows = [("state", "kind", "files", "rows", "bytes")]
@@ -59,6 +65,14 @@ def status(rt, tables: list[tuple[str, str, str]] = ()) -> str:
     if tables:
         lines.append(_table([("published view", "table", "timestep")] + list(tables)))
     return "\n".join(lines)
+
+
+def _writer(rt) -> str:
+    """Who holds the circuit's lease now (the writer of a step or DAG run in progress)."""
+    from spark_jobs.runtime.writer import lease_for
+
+    _n, rec = lease_for(rt, "status").current()
+    return "none" if rec is None else rec.describe()
 
 
 def _cell(value: Any) -> Any:

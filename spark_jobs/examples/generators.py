@@ -137,8 +137,10 @@ class PaperExampleGenerator:
                     for f in os.listdir(d) if f.endswith(".parquet")]
         self.batch = max((int(f.rsplit("-", 1)[1].split(".")[0]) for f in existing), default=0)
 
-    def write_batch(self, inserts: int = 20, deletes: int = 5) -> None:
+    def write_batch(self, inserts: int = 20, deletes: int = 5) -> list[str]:
+        """Write one file of changes per relation; returns their paths."""
         self.batch += 1
+        written = []
         for rel, schema in (("t", self.T), ("r", self.R)):
             rows = []
             live = self.live[rel]
@@ -152,7 +154,9 @@ class PaperExampleGenerator:
                     row = {"id": self.rng.randint(1, 15), "s": self.rng.randint(3, 9), "y": self.rng.choice("uvw")}
                 live.append(row)
                 rows.append(dict(row, _weight=1))
-            write_parquet(os.path.join(self.data_root, "inbox", rel, f"{rel}-{self.batch:04d}.parquet"), rows, schema)
+            written.append(write_parquet(os.path.join(self.data_root, "inbox", rel, f"{rel}-{self.batch:04d}.parquet"),
+                                         rows, schema))
+        return written
 
 
 def main(argv: list[str] | None = None) -> int:

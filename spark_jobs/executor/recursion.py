@@ -639,14 +639,8 @@ def _driver_finish(node: Node, body: Circuit, history: dict[str, list[tuple[int,
 
 
 def _to_arrow(df: DataFrame) -> pa.Table:
-    """A driver-held DataFrame's rows as a table (no Spark job); NotLocal if it is not held."""
-    if not zset.is_local(df):
-        raise arrow.NotLocal("an input change is not held on the driver")
-    rows = df.collect()
-    if len(rows) > LOCAL_ROWS:
-        raise arrow.NotLocal(f"an input change of {len(rows)} rows")
-    schema = to_arrow_schema(df.schema, timezone="UTC")  # timestamps: UTC instants, as Parquet holds them
-    return pa.table([pa.array([r[k] for r in rows], f.type) for k, f in enumerate(schema)], schema=schema)
+    """A driver-held input change as a table (``arrow.local_table``)."""
+    return arrow.local_table(df, LOCAL_ROWS)
 
 
 def _conform(table: pa.Table, zero: pa.Table) -> pa.Table:

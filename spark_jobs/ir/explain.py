@@ -53,6 +53,8 @@ def state_role(circuit: Circuit, node: Node) -> str | None:
             users.append(f"integrated input of aggregate {reader.origin!r}")
         elif reader.op not in ("delay",):
             users.append(f"{reader.op} {reader.origin!r}")
+    if circuit[node.inputs[0]].param("bag"):
+        users.insert(0, "the bag check: deletes must not exceed inserts")
     seen = list(dict.fromkeys(users))
     return f"integral of {node.inputs[0]!r}" + (f" (for {', '.join(seen)})" if seen else "")
 

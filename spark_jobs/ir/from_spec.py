@@ -26,8 +26,11 @@ def build_query_circuit(spec: CircuitSpec, columns: dict[str, tuple[str, ...]]) 
     ``columns`` are the output columns of every input and node (``spec.output_columns``).
     """
     circuit = Circuit(spec.name, inputs={n: columns[n] for n in spec.inputs})
-    for name in spec.inputs:
-        circuit.add(make_node(name, "input", out=columns[name], name=name))
+    for name, inp in spec.inputs.items():
+        # only `changes` can delete what is not there: snapshots and cdc derive their changes from
+        # the input's own state, append_only refuses deletes (the bag check: runtime/bag.py)
+        params = {"bag": True} if inp.source is not None and inp.source.kind == "changes" else {}
+        circuit.add(make_node(name, "input", out=columns[name], name=name, **params))
     for node in (spec.nodes[name] for name in dependency_order(spec.nodes)):
         limit = int(spec.settings.get("max_iterations", DEFAULT_MAX_ITERATIONS))
         if node.op == "recursive":

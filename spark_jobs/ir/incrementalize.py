@@ -12,7 +12,11 @@ version, reading the *delta* streams of its inputs. One small rule per operator 
 - a recursive scope becomes its nested incremental version (section 6, eq. 6.1): its body runs on
   2-D deltas (timestep × iteration); joins and distincts get per-iteration traces.
 
-Integrators are shared: a stream integrated for two operators is integrated once.
+Every `changes` input (an input node with ``bag``) is integrated: the runtime checks each step's
+deletions against that integral, so no tuple's weight goes below zero (executor/bag_check.py).
+
+Integrators are shared: a stream integrated for two operators (or for the bag check and a join
+that reads the input itself) is integrated once.
 """
 from __future__ import annotations
 
@@ -50,6 +54,15 @@ class Builder:
             src = self.inc[stream]
             self.add(make_node(node_id, "delay", [integral], src.columns, origin=src.origin))
         return node_id
+
+
+def bag_integrals(circuit: Circuit) -> dict[str, str]:
+    """Input name -> the integrator of that input that the bag check reads (``bag`` inputs)."""
+    out = {}
+    for node in circuit:
+        if node.op == "input" and node.param("bag") and f"I({node.id})" in circuit:
+            out[node.param("name") or node.id] = f"I({node.id})"
+    return out
 
 
 def rule_linear(b: Builder, node: Node, deltas: list[str]) -> str:
@@ -146,6 +159,8 @@ def incrementalize(query: Circuit) -> Circuit:
     for node in query:
         if node.op == "input":
             b.delta_of[node.id] = b.add(node)
+            if node.param("bag"):
+                b.integral(node.id)
             continue
         rule = RULES.get(node.op)
         if rule is None:

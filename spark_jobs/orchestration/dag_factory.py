@@ -181,7 +181,8 @@ def build_dag(circuit: LoadedCircuit, config: Config, views: dict[str, list[str]
         doc_md=_docs(circuit, ids, sub, config) if with_docs else None,
         params={"mode": Param("incremental", type="string", enum=list(tasks.MODES), title="mode",
                               description="incremental: apply the new input changes; full_refresh: "
-                                          "rebuild all state from the retained input files")},
+                                          "rebuild all state from the retained input files (also "
+                                          "after editing the circuit)")},
         default_args={"owner": "dbsp", "retries": RETRIES, "retry_delay": retry_delay()},
     )
     plan = _make_task(dag, sub, circuit, "plan", "plan",

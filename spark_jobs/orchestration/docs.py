@@ -115,7 +115,8 @@ def dag_doc(path: str, compiled: CompiledCircuit, stages: Sequence, task_ids: Ma
         "## A run",
         _timestep_text(per_step),
         "**Trigger → Run Parameters:** `mode` = `incremental` (default) or `full_refresh` (rebuild "
-        "all state from the retained input files; the committed view deltas are new view − old view).",
+        "all state from the retained input files, also after editing the circuit; the committed view "
+        "deltas are new view − old view).",
         f"- **Circuit file:** `{path}`\n- **Schedule:** {schedule}\n- **Tasks:** `{spec.orchestration.tasks}`"
         f"\n- **Spark:** {submission}\n- **Fingerprint:** `{compiled.fingerprint}`",
     ]

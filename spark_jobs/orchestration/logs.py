@@ -39,7 +39,13 @@ def stage_lines(summary: dict) -> list[str]:
         lines.append(f"input {name}: {len(files)} file(s), +{info.get('inserted')} / -{info.get('deleted')} rows")
     for view, info in (summary.get("views") or {}).items():
         lines.append(f"view {view}: +{info.get('inserted')} / -{info.get('deleted')} rows (staged, not committed yet)")
-    return lines
+    return lines + note_lines(summary)
+
+
+def note_lines(summary: dict) -> list[str]:
+    """The notes of a task, as `dbsp step` prints them (moved data root, quarantined rows, views
+    a full refresh started again)."""
+    return [f"note: {n}" for n in summary.get("notes") or []]
 
 
 def plan_lines(plan: dict) -> list[str]:
@@ -48,7 +54,8 @@ def plan_lines(plan: dict) -> list[str]:
     rows = [(name, len(files), ", ".join(f["path"].rsplit("/", 1)[-1] for f in files[:5])
              + (f" (+{len(files) - 5} more)" if len(files) > 5 else ""))
             for name, files in plan["inputs"].items()]
-    return [f"timestep {plan['timestep']} ({plan['mode']}):", *table(("input", "new files", "files"), rows, right=(1,))]
+    return [f"timestep {plan['timestep']} ({plan['mode']}):", *table(("input", "new files", "files"), rows, right=(1,)),
+            *note_lines(plan)]
 
 
 def commit_lines(summary: dict) -> list[str]:
@@ -57,4 +64,4 @@ def commit_lines(summary: dict) -> list[str]:
     if summary.get("note"):
         head += f" [{summary['note']}]"
     return [head, *table(("view", "rows inserted", "rows deleted"), rows, right=(1, 2)),
-            f"quality report: {summary.get('quality_report')}"]
+            f"quality report: {summary.get('quality_report')}", *note_lines(summary)]

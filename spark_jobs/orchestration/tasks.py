@@ -45,10 +45,10 @@ def _not_retryable() -> tuple[type[BaseException], ...]:
     from spark_jobs.executor.sources import InputRefused
     from spark_jobs.quality import ExpectationConfigError, QualityGateFailed
     from spark_jobs.spec import CircuitError
-    from spark_jobs.state import FingerprintMismatch
+    from spark_jobs.state import FingerprintMismatch, LeaseHeld, LeaseLost
 
     return (QualityGateFailed, InputRefused, FingerprintMismatch, CircuitError, ExpectationConfigError,
-            ValueRefused)
+            LeaseHeld, LeaseLost, ValueRefused)
 
 
 def arm_failpoint(context: dict[str, Any]) -> str | None:
@@ -135,6 +135,23 @@ def execute(step: str, circuit: str, run_id: str, stage: str | None = None, mode
     return summary
 
 
+def give_up(circuit: str, run_id: str, config: str | None, exc: BaseException) -> None:
+    """The run cannot go on: give its writer's lease back, so a `dbsp step` or the next run need
+    not wait for it to expire (not when the failure was about the lease itself)."""
+    from spark_jobs.state import LeaseHeld, LeaseLost
+
+    if isinstance(exc, (LeaseHeld, LeaseLost)):
+        return
+    try:
+        from spark_jobs.config import load_config
+        from spark_jobs.runtime.circuit import open_circuit
+        from spark_jobs.runtime.writer import give_up_run
+
+        give_up_run(open_circuit(circuit, load_config(config)), run_id)
+    except Exception:  # the lease then expires on its own
+        log.warning("could not release the lease of run %s", run_id, exc_info=True)
+
+
 def compact(summary: dict) -> dict:
     """The summary as JSON-able data for XCom, with file lists reduced to counts."""
     out = json.loads(json.dumps(summary, default=str))
@@ -198,6 +215,7 @@ def run_step(step: str, circuit: str, stage: str | None = None, config: str | No
         for line in str(exc).splitlines():
             log.error("%s", line)
         log.error("dbsp %s failed; not retried: retrying cannot fix this (%s)", what, type(exc).__name__)
+        give_up(circuit, run_id, config, exc)
         raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
     result = compact(summary)
     if step == "plan":

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from spark_jobs.config import Config
 from spark_jobs.ir.compile import CompiledCircuit, compile_spec
@@ -63,6 +63,14 @@ class CircuitRuntime:
     config: Config
     compiled: CompiledCircuit
     path: str
+    lease: Any = None  # the writer's lease while this process holds it (runtime/writer.py)
+
+    def attach_lease(self, lease) -> None:
+        """Hold ``lease`` (None: none): the store checks it before cleaning up or committing."""
+        self.lease = lease
+        for opened in ("store", "committed"):
+            if opened in self.__dict__:
+                self.__dict__[opened].lease = lease
 
     @property
     def name(self) -> str:
@@ -94,9 +102,11 @@ class CircuitRuntime:
     def _store(self, spark):
         from spark_jobs.state import StateStore
 
-        return StateStore(spark, state_root(self.config, self.name), self.name,
-                          self.compiled.fingerprint, compact_fraction=self.config.compact_fraction,
-                          keep_timesteps=self.config.keep_timesteps)
+        store = StateStore(spark, state_root(self.config, self.name), self.name,
+                           self.compiled.fingerprint, compact_fraction=self.config.compact_fraction,
+                           keep_timesteps=self.config.keep_timesteps)
+        store.lease = self.lease
+        return store
 
 
 def open_circuit(ref: str, config: Config) -> CircuitRuntime:

@@ -1,14 +1,15 @@
 """Choosing and reading the input files of a timestep (shared by `dbsp step` and the DAG tasks)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, Sequence
 
 from pyspark.sql import DataFrame
 
-from spark_jobs.executor.sources import (InputFile, pending_files, read_changes, read_snapshot, snapshot_delta,
-                                         spark_schema)
+from spark_jobs.executor.sources import InputFile, read_changes, read_snapshot, snapshot_delta, spark_schema
 from spark_jobs.executor.sources.cdc import KeyedState, cdc_change
+from spark_jobs.executor.sources.checks import InputRefused
+from spark_jobs.executor.sources.discovery import InputScan, fingerprint_of, scan_input
 from spark_jobs.spec.model import InputSpec
 from spark_jobs.state.lookup import TraceFiles
 
@@ -37,47 +38,84 @@ def is_snapshot(spec: InputSpec) -> bool:
     return spec.source is not None and spec.source.kind == "snapshots"
 
 
-def consumed_files(manifest, input_name: str) -> list[dict]:
+def consumed_records(manifest, input_name: str) -> list[dict]:
     if manifest is None:
         return []
     return list(((manifest.inputs or {}).get(input_name) or {}).get("consumed", []))
 
 
+def scan_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest, allowed_roots: Sequence[str] = (),
+                *, fingerprints: bool = True) -> dict[str, InputScan]:
+    """Every input's folder against what the committed timesteps consumed (``scan_input``);
+    ``allowed_roots``: the profile's ``inputs.allowed_roots``."""
+    return {name: scan_input(spec, data_root, consumed_records(manifest, name), allowed_roots=allowed_roots,
+                             fingerprints=fingerprints)
+            for name, spec in spec_inputs.items()}
+
+
+def refuse_changed(scans: dict[str, InputScan]) -> None:
+    """Refuse the step (``InputRefused``, exit code 2) if a consumed file changed under its name."""
+    refused = [InputRefused(s.changed, name) for name, s in scans.items() if s.changed]
+    if refused:
+        raise InputRefused.combine(refused)
+
+
 def pending_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest,
                    allowed_roots: Sequence[str] = ()) -> dict[str, list[InputFile]]:
-    """Input files that arrived and no committed timestep consumed."""
-    return {name: pending_files(spec, data_root, {f["path"] for f in consumed_files(manifest, name)}, allowed_roots)
-            for name, spec in spec_inputs.items()}
+    """Input files that arrived and no committed timestep consumed (not fingerprinted: for a
+    "is anything pending?")."""
+    scans = scan_inputs(spec_inputs, data_root, manifest, allowed_roots, fingerprints=False)
+    return {name: s.pending for name, s in scans.items()}
 
 
 def retained_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest,
                     allowed_roots: Sequence[str] = ()) -> dict[str, list[InputFile]]:
-    """Every input file a full refresh rebuilds from: consumed ones that still exist plus pending ones.
+    """Every input file a full refresh rebuilds from, as it is now: consumed ones plus pending ones.
 
     A consumed `changes` file that is gone makes a full refresh impossible (its changes would be
-    lost), so that is an error; for `snapshots` only the newest snapshot matters.
+    lost), so that is an error; for `snapshots` only the newest snapshot matters. A consumed file
+    whose content changed is read as it is now (a refresh is how to accept such a change).
     """
-    import os
-
-    from spark_jobs.executor.sources.discovery import exists
-
     out: dict[str, list[InputFile]] = {}
-    pending = pending_inputs(spec_inputs, data_root, manifest, allowed_roots)
-    for name, spec in spec_inputs.items():
-        old = [InputFile(f["path"], int(f.get("size", 0)), float(f.get("mtime", 0.0)))
-               for f in consumed_files(manifest, name)]
-        if not is_snapshot(spec):
-            missing = [f.path for f in old if not exists(f.path)]
-            if missing:
-                raise FileNotFoundError(
-                    f"full refresh of input {name!r} needs every consumed change file, but "
-                    f"{len(missing)} are gone (e.g. {missing[0]}); restore them or reset the circuit")
-        files = old + pending[name]
-        if is_snapshot(spec):
-            files = [f for f in files if exists(f.path)]
-        out[name] = sorted({f.path: f for f in files}.values(), key=lambda f: os.path.basename(f.path)
-                           if is_snapshot(spec) else f.path)
+    for name, scan in scan_inputs(spec_inputs, data_root, manifest, allowed_roots, fingerprints=False).items():
+        spec = spec_inputs[name]
+        listed = {f.name for f in scan.listed}
+        missing = [n for n in scan.consumed.by_name if n not in listed]
+        if missing and not is_snapshot(spec):
+            raise FileNotFoundError(
+                f"full refresh of input {name!r} needs every consumed change file, but "
+                f"{len(missing)} are gone from its folder (e.g. {missing[0]}); restore them or reset the circuit")
+        out[name] = [replace(f, fingerprint=fingerprint_of(f)) for f in scan.listed]
     return out
+
+
+@dataclass
+class ChosenInputs:
+    """The files one timestep reads (``files``), and for an incremental one every input's scan."""
+
+    files: dict[str, list[InputFile]]
+    scans: dict[str, InputScan]
+
+    def notes(self) -> list[str]:
+        """What the scans noticed (a data root moved, records migrated), for the step's notes."""
+        return [n for scan in self.scans.values() for n in scan.notes]
+
+    def records(self) -> dict[str, list[dict]]:
+        """The consumed records of inputs whose records must be rewritten (migrated from manifest
+        format 1, or times refreshed after a copy): input -> records, for ``txn.set_consumed``."""
+        return {name: scan.consumed.records() for name, scan in self.scans.items() if scan.consumed.changed}
+
+
+def choose_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest, allowed_roots: Sequence[str] = (),
+                  *, full_refresh: bool = False) -> ChosenInputs:
+    """The input files of the next timestep, as `dbsp step` and a DAG run's plan choose them:
+    every retained file (full refresh), or the pending ones; an incremental step is refused
+    (``InputRefused``) if a consumed file's content changed under its name."""
+    if full_refresh:
+        return ChosenInputs(retained_inputs(spec_inputs, data_root, manifest, allowed_roots), {})
+    scans = scan_inputs(spec_inputs, data_root, manifest, allowed_roots)
+    refuse_changed(scans)
+    return ChosenInputs({name: scan.pending for name, scan in scans.items()}, scans)
 
 
 class InputState(Protocol):

@@ -27,16 +27,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-class EmptyState:
-    """A full refresh starts from no state at all."""
-
-    def read(self, node_id: str) -> "DataFrame | None":
-        return None
-
-    def trace_files(self, node_id: str) -> None:
-        return None
-
-
 @dataclass
 class RunValues:
     """What the stages of one run share in one process: the plan, committed state, values."""
@@ -53,6 +43,7 @@ class RunValues:
         return self.plan["mode"] == "full_refresh"
 
     def __post_init__(self) -> None:
+        from spark_jobs.runtime.refresh import EmptyState
         from spark_jobs.runtime.step import StoreReader
 
         self.state = EmptyState() if self.full else StoreReader(self.rt.store)
@@ -171,13 +162,36 @@ def operator_rows(run: RunValues, stage: Stage, rows: dict[str, int], written: d
     return out
 
 
+def check_bag_inputs(run: RunValues, inputs: dict[str, "DataFrame"], files: dict[str, list]) -> list:
+    """The bag check of ``dbsp step`` (``bag.check_deltas``) on the changes this stage read: a
+    delete of a row never inserted refuses the run (``InputRefused``, file and row named) or is
+    quarantined (``inputs`` corrected in place). As in ``dbsp step``, the deletes are counted
+    first (one job, which also brings small changes to the driver for the lookups) and an input
+    without deletes is not looked up; inputs the check does not cover are not counted."""
+    from spark_jobs.executor.session import step_conf
+    from spark_jobs.ir.incrementalize import bag_integrals
+    from spark_jobs.runtime.bag import check_deltas
+    from spark_jobs.runtime.step import count_all_changes
+
+    checked = {n: df for n, df in inputs.items() if n in bag_integrals(run.rt.compiled.incremental)}
+    if not checked:
+        return []
+    spark = run.rt.spark
+    with step_conf(spark, True):  # a global count has nothing for AQE to adapt
+        counts, local = count_all_changes(spark, checked)
+    inputs.update(local or {})
+    return check_deltas(run.rt, run.plan["timestep"], inputs, {n: d for n, (_i, d) in counts.items()},
+                        files, run.state)
+
+
 def evaluate_stage(run: RunValues, stage: Stage) -> dict:
     """Evaluate one stage of the run and stage its results durably; returns its journal."""
     from spark_jobs.executor import zset
     from spark_jobs.executor.evaluate import evaluate_step, trace_kind
     from spark_jobs.executor.session import LOCAL_CHANGE_ROWS
     from spark_jobs.executor.sources import InputFile, spark_schema
-    from spark_jobs.runtime import staging
+    from spark_jobs.runtime import refresh, staging
+    from spark_jobs.runtime.errors import input_errors
     from spark_jobs.runtime.inputs import read_input
 
     rt, p = run.rt, run.plan
@@ -216,7 +230,11 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
         return foreign[node_id]
 
     schemas = {name: spark_schema(inp) for name, inp in rt.compiled.spec.inputs.items()}
-    with stage_jobs(spark, rt.name, stage.name):
+    planned = {name: [InputFile.from_dict(f) for f in p["inputs"].get(name, [])]
+               for name in (circuit[n].param("name") or n for n in stage.nodes if circuit[n].op == "input")}
+    notes: list[str] = []
+    # a Spark error reading one of the planned files (in any job of the stage) refuses it by name
+    with input_errors(planned), stage_jobs(spark, rt.name, stage.name):
         inputs: dict[str, DataFrame] = {}
         for node_id in stage.nodes:  # an input stage reads (and checks) the planned files, once
             node = circuit[node_id]
@@ -224,14 +242,17 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
                 continue
             t0 = time.perf_counter()
             name = node.param("name") or node_id
-            spec = rt.compiled.spec.inputs[name]
-            files = [InputFile.from_dict(f) for f in p["inputs"].get(name, [])]
-            change = read_input(spark, spec, files, run.state)
+            files = planned[name]
+            change = read_input(spark, rt.compiled.spec.inputs[name], files, run.state)
             if change.delta is not None:
                 inputs[name] = change.delta
-                journal["consumed"][name] = [f.as_dict() for f in files]
+                journal["consumed"][name] = [f.record() for f in files]
                 journal["inputs"][name] = {"files": [f.path for f in files], "unknown_keys": change.unknown_keys}
             seconds[node_id] = time.perf_counter() - t0
+        quarantined = check_bag_inputs(run, inputs, planned)
+        if quarantined:
+            journal["quarantined"] = {q.input: q.to_dict() for q in quarantined}
+            notes += [q.note() for q in quarantined]
         for node_id in stage.nodes:  # one node at a time: planning seconds per operator
             t0 = time.perf_counter()
             result = evaluate_step(circuit, inputs, run.state, first_step=run.full or p["timestep"] == 1,
@@ -241,9 +262,8 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
             outputs.update(result.outputs)
             seconds[node_id] = seconds.get(node_id, 0.0) + time.perf_counter() - t0
         for view, df in list(outputs.items()):
-            if run.full:  # the change of the view = new view - old view
-                old = store.read_view(view)
-                outputs[view] = zset.consolidate(zset.plus(df, zset.negate(old))) if old is not None else df
+            if run.full:  # the change of the view = new view - old view (where comparable)
+                outputs[view] = refresh.view_delta(store, view, df)
 
         # everything later tasks need, plus the row count of every other delta, in one job
         frames: dict[str, DataFrame] = {}
@@ -317,6 +337,7 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
                "inputs": journal["inputs"], "views": {v: {"inserted": staged[f"output/{v}"].inserted,
                                                           "deleted": staged[f"output/{v}"].deleted}
                                                       for v in outputs},
+               **({"notes": notes} if notes else {}),
                "spark_seconds": round(spark_seconds, 3),
                "seconds": round(time.perf_counter() - started, 3)}
     journal["summary"] = summary

@@ -19,12 +19,18 @@ from spark_jobs.executor.local import collect_local
 from spark_jobs.executor.session import LOCAL_CHANGE_ROWS, SMALL_CHANGE_ROWS, step_conf
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
+from spark_jobs.executor.sources.discovery import InputScan
 from spark_jobs.publish import PublishReport, publish_views
 from spark_jobs.quality import mark_committed
+from spark_jobs.runtime import refresh
+from spark_jobs.runtime.bag import check_deltas
+from spark_jobs.runtime.errors import input_errors
 from spark_jobs.runtime.failures import step_failures
 from spark_jobs.runtime.feeds import publish_feeds
-from spark_jobs.runtime.inputs import pending_inputs as _pending, read_input
+from spark_jobs.runtime.inputs import choose_inputs, pending_inputs as _pending, read_input
 from spark_jobs.runtime.quality_gate import check_timestep, quality_dir
+from spark_jobs.runtime.refresh import EmptyState
+from spark_jobs.runtime.writer import process_lease
 from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state.failpoints import failpoint
 
@@ -55,6 +61,7 @@ class StepReport:
     views: dict[str, tuple[int, int]]  # view -> (rows inserted, rows deleted)
     seconds: float
     quality: str = ""  # gate summary
+    notes: list[str] = field(default_factory=list)  # moved data root, quarantined rows, refreshed views
     published: PublishReport | None = None  # what publishing the views did (failures included)
 
 
@@ -105,24 +112,47 @@ def count_all_changes(spark, deltas: dict[str, DataFrame], local_rows: int = LOC
     return counts, local
 
 
-def run_step(rt: CircuitRuntime, progress: Progress | None = None) -> StepReport:
-    """Run and commit the next timestep (last committed + 1). A value refused inside a job
-    raises ``ValueRefused``, a full disk ``StorageFull``: one message each, nothing committed."""
-    with step_failures(rt):
-        return _run_step(rt, progress)
+def _chosen_inputs(rt: CircuitRuntime, full_refresh: bool, say: Progress
+                   ) -> tuple[dict[str, list[InputFile]], dict[str, InputScan]]:
+    """The files this step reads, and (incremental) each input's scan; a consumed file whose
+    content changed refuses the step."""
+    chosen = choose_inputs(rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest(),
+                           rt.config.allowed_input_roots, full_refresh=full_refresh)
+    for note in chosen.notes():
+        say(note)
+    return chosen.files, chosen.scans
 
 
-def _run_step(rt: CircuitRuntime, progress: Progress | None) -> StepReport:
-    say = progress or (lambda _msg: None)
+def run_step(rt: CircuitRuntime, progress: Progress | None = None, *, full_refresh: bool = False) -> StepReport:
+    """Run and commit the next timestep (last committed + 1), holding the circuit's lease.
+
+    ``full_refresh``: rebuild every state from the retained input files under the circuit as it
+    is now (also after an edit of the circuit: see ``refresh.py``); the view deltas committed
+    are new view - old view. A value refused inside a job raises ``ValueRefused``, a full disk
+    ``StorageFull``: one message each, nothing committed.
+    """
+    with process_lease(rt), step_failures(rt):
+        with input_errors({}) as files:
+            return _run_step(rt, progress or (lambda _msg: None), full_refresh, files)
+
+
+def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files: dict) -> StepReport:
     started = time.time()
     store = rt.store
     spec = rt.compiled.spec
-    pending = pending_inputs(rt)
+    pending, scans = _chosen_inputs(rt, full_refresh, say)
+    read_files.update(pending)
     cached: list[DataFrame] = []
-    state = StoreReader(store)
-    with store.begin() as txn:
+    notes: list[str] = [n for s in scans.values() for n in s.notes]
+    state = EmptyState() if full_refresh else StoreReader(store)
+    with store.begin(refresh=full_refresh) as txn:
         t = txn.timestep
-        say(f"timestep {t}: reading inputs")
+        if full_refresh:
+            refresh.forget_consumed(txn)
+        for name, scan in scans.items():
+            if scan.consumed.changed:  # migrated records, or times refreshed after a copy
+                txn.set_consumed(name, scan.consumed.records())
+        say(f"timestep {t}: reading inputs" + (" (full refresh: every retained file)" if full_refresh else ""))
         deltas: dict[str, DataFrame] = {}
         reports: list[InputReport] = []
         refused: list[InputRefused] = []
@@ -142,50 +172,62 @@ def _run_step(rt: CircuitRuntime, progress: Progress | None) -> StepReport:
                     cached.append(delta)
                     own_traces[name] = change.trace
                 deltas[name] = delta
-                txn.consume(name, [f.as_dict() for f in pending[name]])
-                count_unknown_keys(txn, name, change.unknown_keys)
+                txn.consume(name, [f.record() for f in pending[name]])
+                count_unknown_keys(txn, name, change.unknown_keys, restart=full_refresh and inp.kind == "cdc")
                 report.unknown_keys = change.unknown_keys
         if refused:
             raise InputRefused.combine(refused)
         with step_conf(rt.spark, True):  # a global count has nothing for AQE to adapt
             counts, local = count_all_changes(rt.spark, deltas)
+        if local is not None:
+            deltas = local
+        quarantined = check_deltas(rt, t, deltas, {n: d for n, (_i, d) in counts.items()}, pending, state)
+        if quarantined:
+            txn.set_meta("quarantined", {q.input: q.to_dict() for q in quarantined})
+            notes += [q.note() for q in quarantined]
         if local is None:  # too large for the driver: computed once, by the next job
             for name, df in deltas.items():
                 if not any(df is c for c in cached):
                     deltas[name] = df.cache()
                     cached.append(deltas[name])
-        else:
-            deltas = local
         for report in reports:
             report.inserted, report.deleted = counts.get(report.name, (0, 0))
-        small = sum(i + d for i, d in counts.values()) <= SMALL_CHANGE_ROWS
+        small = not full_refresh and sum(i + d for i, d in counts.values()) <= SMALL_CHANGE_ROWS
         say(f"timestep {t}: evaluating {len(rt.compiled.incremental.nodes)} operators")
         schemas = {name: spark_schema(inp) for name, inp in spec.inputs.items()}
         with step_conf(rt.spark, small):
             # persist: a delta read by several operators and state writes is computed once
             result = evaluate_step(rt.compiled.incremental, deltas, state,
-                                   first_step=t == 1, input_schemas=schemas,
+                                   first_step=full_refresh or t == 1, input_schemas=schemas,
                                    broadcast_deltas=small, persist=True)
             try:
+                outputs = result.outputs
+                previous = None
+                if full_refresh:
+                    notes += refresh.start(txn, store, {v: df.schema for v, df in outputs.items()})
+                    previous = {v: refresh.old_view(store, v, df) for v, df in outputs.items()}
+                    outputs = {v: refresh.view_delta(store, v, df) for v, df in outputs.items()}
                 # small view deltas are computed once, to the driver (with the jobs they need);
                 # the gate then looks the previous view up by them without a broadcast job
-                views = collect_local(rt.spark, result.outputs, LOCAL_CHANGE_ROWS)[0] if small else None
+                views = collect_local(rt.spark, outputs, LOCAL_CHANGE_ROWS)[0] if small else None
                 if views is None:
-                    views = {view: df.cache() for view, df in result.outputs.items()}
+                    views = {view: df.cache() for view, df in outputs.items()}
                     cached.extend(views.values())
                 outputs = views
                 say(f"timestep {t}: checking view deltas")
-                gate = check_timestep(rt, t, outputs, deltas)
+                gate = check_timestep(rt, t, outputs, deltas, previous)
                 say(f"timestep {t}: writing state")
                 appends = []
-                for name, (trace_id, sort_by) in own_traces.items():
-                    if small:
+                for name, (trace_id, sort_by) in own_traces.items():  # an input's integral: its own trace
+                    if full_refresh:  # rebuilt from every retained file: the whole integral
+                        txn.replace(trace_id, deltas[name], kind="zset", sort_by=sort_by)
+                    elif small:
                         appends.append((trace_id, deltas[name], "zset", (), sort_by))
                     else:
                         txn.append(trace_id, deltas[name], kind="zset", sort_by=sort_by)
                 for node_id, update in result.updates.items():
                     kind = trace_kind(rt.compiled.incremental, node_id)
-                    if update.kind == "replace":
+                    if full_refresh or update.kind == "replace":
                         txn.replace(node_id, update.df, kind=kind, keys=tuple(update.keys), sort_by=update.sort_by)
                     elif small:  # delta-sized: every trace's delta in one write job
                         appends.append((node_id, update.df, kind, tuple(update.keys), update.sort_by))
@@ -197,6 +239,8 @@ def _run_step(rt: CircuitRuntime, progress: Progress | None) -> StepReport:
                 if not small:
                     for view, df in outputs.items():
                         txn.write_output(view, df)
+                if full_refresh:
+                    txn.set_meta("mode", "full_refresh")
                 manifest = txn.commit()
             finally:
                 result.release()
@@ -206,14 +250,15 @@ def _run_step(rt: CircuitRuntime, progress: Progress | None) -> StepReport:
     publish_feeds(rt, manifest)
     views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))
              for view, info in (manifest.outputs or {}).items()}
-    report = StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary())
+    report = StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary(), notes)
     say(f"timestep {t}: publishing views")
     report.published = publish_views(rt, progress=say)  # a failed view: committed, the next run repairs
     return report  # (``seconds`` is the commit's; the publish report has its own)
 
 
-def count_unknown_keys(txn, input_name: str, n: int) -> None:
-    """Add a step's ignored cdc records of unknown keys to the input's running total in the manifest."""
-    if n:
-        before = ((txn.previous.inputs if txn.previous else {}).get(input_name) or {}).get("unknown_keys", 0)
-        txn.set_input_meta(input_name, "unknown_keys", int(before) + n)
+def count_unknown_keys(txn, input_name: str, n: int, *, restart: bool = False) -> None:
+    """Add a step's ignored cdc records of unknown keys to the input's running total in the manifest
+    (``restart``: a full refresh read every retained file again, so its count is the total)."""
+    if n or restart:
+        previous = {} if restart else ((txn.previous.inputs if txn.previous else {}).get(input_name) or {})
+        txn.set_input_meta(input_name, "unknown_keys", int(previous.get("unknown_keys", 0)) + n)

@@ -20,7 +20,20 @@ under ``<state root>/staging/<run>/`` and listed in a JSON journal written last:
 
 Every task is idempotent for its run id (a finished stage is not redone, a half-done one starts
 over). ``mode="full_refresh"`` recomputes everything from the retained input files with empty
-state; the view deltas it commits are new view - old view, so readers of deltas stay consistent.
+state, under the circuit as it is now (also after an edit: see ``refresh.py``); the view deltas
+it commits are new view - old view, so readers of deltas stay consistent.
+
+What a run checks and records is what ``dbsp step`` does, through the same functions: input
+files recorded by name, size and fingerprint, and a consumed file that changed refused
+(``inputs.choose_inputs``); unreadable files refused (``errors.input_errors``); deletes of rows
+never inserted refused or quarantined (``bag.check_deltas``, in the input's stage); a full
+refresh's traces, view deltas and notes (``refresh.py``).
+
+The run holds the circuit's lease (``writer.py``) from ``plan`` to ``commit``, owned by its run id:
+every task renews it and heartbeats while it works, so no ``dbsp step`` (or other DAG) writes the
+state meanwhile; ``plan`` may take over the lease of an earlier run of this DAG (Airflow starts a
+run only after the previous one ended), and ``commit`` releases it, as does a ``plan`` whose run
+is skipped as empty.
 """
 from __future__ import annotations
 
@@ -29,10 +42,12 @@ from typing import TYPE_CHECKING
 
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.runtime.failures import step_failures
-from spark_jobs.runtime.inputs import pending_inputs, retained_inputs
+from spark_jobs.runtime import refresh
+from spark_jobs.runtime.inputs import choose_inputs
 from spark_jobs.runtime.stage_run import RunValues, evaluate_stage
 from spark_jobs.runtime.staging import journal_path, read_json, run_dir, staging_root, write_json
 from spark_jobs.runtime.stages import Stage, stage_graph
+from spark_jobs.runtime.writer import run_lease
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -60,8 +75,22 @@ def plan(rt: CircuitRuntime, run_id: str, *, mode: str = "incremental") -> dict:
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+    with run_lease(rt, run_id, take_over_runs=True) as lease:
+        data = _plan(rt, run_id, mode)
+        if is_skipped(rt, data):
+            lease.release()  # no task of this run follows
+        return data
+
+
+def is_skipped(rt: CircuitRuntime, p: dict) -> bool:
+    """Is the rest of this run skipped (an empty run of a circuit that does not commit empty steps)?"""
+    return bool(p.get("empty")) and not rt.compiled.spec.orchestration.commit_empty
+
+
+def _plan(rt: CircuitRuntime, run_id: str, mode: str) -> dict:
     store = rt.committed
-    store.check_fingerprint()
+    if mode != "full_refresh":  # a refresh rebuilds state of another definition on purpose
+        store.check_fingerprint()
     done = _committed_by(rt, run_id)
     if done is not None:
         return {"run_id": run_id, "timestep": done, "mode": mode, "already_committed": True, "empty": False}
@@ -70,17 +99,16 @@ def plan(rt: CircuitRuntime, run_id: str, *, mode: str = "incremental") -> dict:
     existing = read_json(rt, path)
     if existing and existing["timestep"] == t and existing["mode"] == mode:
         return existing
-    manifest = store.manifest()
-    spec = rt.compiled.spec
-    chosen = (retained_inputs if mode == "full_refresh" else pending_inputs)(
-        spec.inputs, rt.config.data_root, manifest, rt.config.allowed_input_roots)
-    empty = mode == "incremental" and not any(chosen.values())
+    chosen = choose_inputs(rt.compiled.spec.inputs, rt.config.data_root, store.manifest(),
+                           rt.config.allowed_input_roots, full_refresh=mode == "full_refresh")
+    empty = mode == "incremental" and not any(chosen.files.values())
     data = {"run_id": run_id, "timestep": t, "mode": mode, "created_at": time.time(), "empty": empty,
-            "inputs": {name: [f.as_dict() for f in files] for name, files in chosen.items()}}
-    if empty and not spec.orchestration.commit_empty:
+            "inputs": {name: [f.as_dict() for f in files] for name, files in chosen.files.items()},
+            "consumed_records": chosen.records(), "notes": chosen.notes()}
+    if is_skipped(rt, data):
         return data  # the DAG skips the rest of the run: nothing to stage, nothing to clean
     if store.fs.exists(staging_root(rt)):
-        store.fs.remove_tree(staging_root(rt))  # leftovers of runs that never committed (max_active_runs=1)
+        store.fs.remove_tree(staging_root(rt))  # leftovers of runs that never committed (we hold the lease)
     store.recover()
     write_json(rt, path, data)
     return data
@@ -120,6 +148,11 @@ def is_small(p: dict) -> bool:
 
 def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
     """Evaluate one stage of this run into the staging area (idempotent per run id)."""
+    with run_lease(rt, run_id):
+        return _run_stage(rt, run_id, stage_name)
+
+
+def _run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
     p = load_plan(rt, run_id)
     if p.get("already_committed"):
         return {"stage": stage_name, "skipped": "timestep already committed by this run"}
@@ -140,6 +173,11 @@ def run_stages(rt: CircuitRuntime, run_id: str) -> dict:
 
     The values a stage hands to the next stay in memory as Arrow tables; they are staged all the
     same, so that a retry after a crash resumes at the first unfinished stage."""
+    with run_lease(rt, run_id):
+        return _run_stages(rt, run_id)
+
+
+def _run_stages(rt: CircuitRuntime, run_id: str) -> dict:
     started = time.perf_counter()
     p = load_plan(rt, run_id)
     if p.get("already_committed"):
@@ -178,6 +216,11 @@ def _read(rt: CircuitRuntime, data: dict) -> "DataFrame":
 def check(rt: CircuitRuntime, run_id: str) -> dict:
     """Quality gate on the staged view deltas and input changes (no input file is read again);
     raises ``QualityGateFailed`` on a `fail` check, naming the input files behind it."""
+    with run_lease(rt, run_id):
+        return _check(rt, run_id)
+
+
+def _check(rt: CircuitRuntime, run_id: str) -> dict:
     from spark_jobs.quality import QualityGateFailed
     from spark_jobs.runtime.culprits import explain_failure
     from spark_jobs.runtime.quality_gate import check_timestep
@@ -209,7 +252,10 @@ def check(rt: CircuitRuntime, run_id: str) -> dict:
     read = time.perf_counter()
     try:
         with step_conf(rt.spark, is_small(p)):
-            report = check_timestep(rt, p["timestep"], views, inputs, local=local)
+            previous = None
+            if p["mode"] == "full_refresh":  # the deltas were taken against comparable old views only
+                previous = {v: refresh.old_view(rt.store, v, df) for v, df in views.items()}
+            report = check_timestep(rt, p["timestep"], views, inputs, previous, local=local)
     except QualityGateFailed as exc:
         raise QualityGateFailed(exc.report, explain_failure(rt, p, exc.report)) from None
     return {"timestep": p["timestep"], "summary": report.summary(), "failed": len(report.failed),
@@ -244,7 +290,13 @@ def _change_rows(journals: dict[str, dict]) -> int | None:
 
 
 def commit(rt: CircuitRuntime, run_id: str) -> dict:
-    """Move the staged updates into the store and publish the manifest (idempotent per run id)."""
+    """Move the staged updates into the store and publish the manifest (idempotent per run id);
+    then give the run's lease back."""
+    with run_lease(rt, run_id, release=True):
+        return _commit(rt, run_id)
+
+
+def _commit(rt: CircuitRuntime, run_id: str) -> dict:
     from spark_jobs.executor.session import SMALL_CHANGE_ROWS, step_conf
     from spark_jobs.publish import publish_views
     from spark_jobs.runtime.step import count_unknown_keys
@@ -258,15 +310,24 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
     started = time.perf_counter()
     p = load_plan(rt, run_id)
     journals = _journals(rt, run_id)
-    with rt.store.begin() as txn:
+    full = p["mode"] == "full_refresh"
+    notes = list(p.get("notes") or [])
+    with rt.store.begin(refresh=full) as txn:
         if txn.timestep != p["timestep"]:
             raise RuntimeError(f"run {run_id!r} planned timestep {p['timestep']} but the store is at "
                                f"{txn.timestep - 1}; re-run the plan")
-        if p["mode"] == "full_refresh":
-            for trace_id in list(txn.previous.traces if txn.previous else {}):
-                if not trace_id.startswith("view:"):
-                    txn.drop(trace_id)
-        appends, outputs = [], {}
+        if full:
+            refresh.forget_consumed(txn)
+        for name, records in (p.get("consumed_records") or {}).items():
+            txn.set_consumed(name, records)
+        appends, outputs, quarantined = [], {}, {}
+        for j in journals.values():
+            for view, st in j["outputs"].items():
+                outputs[view] = _read(rt, st)
+            quarantined.update(j.get("quarantined") or {})
+            notes += j["summary"].get("notes") or []
+        if full:
+            notes += refresh.start(txn, rt.store, {v: df.schema for v, df in outputs.items()})
         for j in journals.values():
             for u in j["updates"]:
                 df, keys, sort_by = _read(rt, u["staged"]), tuple(u["keys"]), tuple(u.get("sort_by", ()))
@@ -274,15 +335,14 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
                     txn.replace(u["trace"], df, kind=u["kind"], keys=keys, sort_by=sort_by)
                 else:
                     appends.append((u["trace"], df, u["kind"], keys, sort_by))
-            for view, st in j["outputs"].items():
-                outputs[view] = _read(rt, st)
             for name, files in j["consumed"].items():
                 txn.consume(name, files)
             for name, counts in j["inputs"].items():
-                count_unknown_keys(txn, name, int(counts.get("unknown_keys") or 0))
+                restart = full and rt.compiled.spec.inputs[name].kind == "cdc"
+                count_unknown_keys(txn, name, int(counts.get("unknown_keys") or 0), restart=restart)
         rows = _change_rows(journals)
         read = time.perf_counter()
-        small = p["mode"] != "full_refresh" and rows is not None and rows <= SMALL_CHANGE_ROWS
+        small = not full and rows is not None and rows <= SMALL_CHANGE_ROWS
         with step_conf(rt.spark, small):
             if small:  # delta-sized, as in run_step: every state and view delta in one write job
                 txn.append_many(appends, outputs)
@@ -293,13 +353,15 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
                     txn.write_output(view, df)
             txn.set_meta("run_id", run_id)
             txn.set_meta("mode", p["mode"])
+            if quarantined:
+                txn.set_meta("quarantined", quarantined)
             manifest = txn.commit()
     written = time.perf_counter()
     _after_commit(rt, manifest)
     rt.committed.fs.remove_tree(run_dir(rt, run_id))
     feeds = time.perf_counter()
     published = publish_views(rt)  # after the commit point: a crash here is repaired by the next run
-    return dict(commit_summary(rt, manifest), published=published.raise_if_failed().summary(),
+    return dict(commit_summary(rt, manifest), notes=notes, published=published.raise_if_failed().summary(),
                 phases=_phases(started, read=read, write=written, feeds=feeds, publish=time.perf_counter()))
 
 

@@ -11,6 +11,8 @@ Callers add their own, e.g. ``mid_step`` in the executor.
 from __future__ import annotations
 
 import os
+import sys
+import time
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -57,13 +59,15 @@ def _env_names() -> set[str]:
 
 
 KILL_VAR = "DBSP_FAILPOINT_KILL"  # "1": die on the spot (exit 137), like a killed process
+SLEEP_VAR = "DBSP_FAILPOINT_SLEEP"  # seconds: pause there, then go on (a slow writer, for tests)
 
 
 def failpoint(name: str) -> None:
     """Raise ``InjectedFailure`` if ``name`` is armed; otherwise do nothing (cheap).
 
     With ``DBSP_FAILPOINT_KILL=1`` an environment-armed failpoint ends the process at once,
-    without cleanup, as ``kill -9`` would.
+    without cleanup, as ``kill -9`` would; with ``DBSP_FAILPOINT_SLEEP=<seconds>`` it pauses there
+    and then goes on (a writer caught in the middle of a step).
     """
     if name in _armed:
         if _armed[name] > 0:
@@ -73,4 +77,8 @@ def failpoint(name: str) -> None:
     if name in _env_names():
         if os.environ.get(KILL_VAR) == "1":
             os._exit(137)
+        if os.environ.get(SLEEP_VAR):
+            print(f"failpoint {name}: pausing {os.environ[SLEEP_VAR]} s", file=sys.stderr, flush=True)
+            time.sleep(float(os.environ[SLEEP_VAR]))
+            return
         raise InjectedFailure(name)

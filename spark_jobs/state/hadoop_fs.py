@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 HADOOP_TYPE_NAME = "hadoop"
+# Hadoop's createFile() option: check that nothing is at the path atomically, when the object is
+# written (Options.CreateFileOptionKeys.FS_OPTION_CREATE_CONDITIONAL_OVERWRITE).
+CONDITIONAL_CREATE = "fs.option.create.conditional.overwrite"
 
 
 def classic_session() -> "SparkSession | None":
@@ -134,15 +137,23 @@ class HadoopHandler(pafs.FileSystemHandler):
             raise OSError(f"rename {src} -> {dest} failed")
 
     def create_new(self, path: str, data: bytes) -> None:
-        """One whole write with ``create(overwrite=false)``; S3A can send it as a conditional put."""
+        """One whole write that fails if ``path`` exists (a manifest, a lease), for object stores.
+
+        Hadoop's ``createFile`` builder with overwrite off and the conditional-create option
+        (Hadoop 3.5): S3A then publishes the object in ``close()`` with one PUT carrying
+        ``If-None-Match: *``, which the store refuses atomically when the name exists (a check
+        before the write alone would let two writers both win). A file system that does not
+        know the option ignores it and checks at create time.
+        """
         try:
-            out = _JavaOutput(self._fs.create(self._p(path), False))
+            builder = (self._fs.createFile(self._p(path)).recursive().overwrite(False)
+                       .opt(CONDITIONAL_CREATE, True))
+            with _JavaOutput(builder.build()) as out:  # the conditional PUT happens in close()
+                out.write(data)
         except Exception as exc:
             if _java_class(exc).endswith(("FileAlreadyExistsException", "RemoteFileChangedException")):
                 raise FileExistsError(f"{path} exists already: another writer committed it") from exc
             raise
-        with out:
-            out.write(data)
 
     def copy_file(self, src: str, dest: str) -> None:
         with self.open_input_stream(src) as fin, self.open_output_stream(dest, None) as fout:

@@ -11,7 +11,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-FORMAT_VERSION = 1
+# 2: consumed input files are recorded by name below their input's folder, with a fingerprint
+# (format 1 recorded absolute paths; such records are migrated when read: executor/sources/identity.py)
+FORMAT_VERSION = 2
 KINDS = ("zset", "sum")
 
 
@@ -134,7 +136,8 @@ class Manifest:
         return out
 
     def consumed(self, input_name: str) -> list[dict[str, Any]]:
-        """Input files consumed up to and including this timestep."""
+        """Input files consumed up to and including this timestep (records with a ``name``, or
+        a ``path`` in manifests of format 1)."""
         return list(self.inputs.get(input_name, {}).get("consumed", []))
 
     def to_dict(self) -> dict[str, Any]:

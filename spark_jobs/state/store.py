@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from spark_jobs.state import layout as L
 from spark_jobs.state.failpoints import failpoint
 from spark_jobs.state.fs import filesystem_for
+from spark_jobs.state.lease import Lease
 from spark_jobs.state.lookup import TraceFiles
 from spark_jobs.state.manifest import FileStat, Manifest, OutputEntry, TraceEntry
 from spark_jobs.state.trace import (ROWS_PER_FILE, consolidate, delta_merge, dir_stats, needs_compaction, read_dirs,
@@ -91,6 +92,9 @@ class StateStore:
         self.keep_timesteps = keep_timesteps
         self._cache: dict[int, Manifest] = {}
         self._open: Transaction | None = None
+        # The writer's lease (state/lease.py), set by the runtime while it holds it: cleanup and
+        # the manifest publish check it first, so a writer whose lease was taken over stops.
+        self.lease: Lease | None = None
 
     # ---- committed state -------------------------------------------------------------------
     def timesteps(self) -> list[int]:
@@ -240,9 +244,14 @@ class StateStore:
         return read_dirs(self.spark, [self.fs.spark_uri(self.layout.abs(r)) for r in rels], schema)
 
     # ---- writing ---------------------------------------------------------------------------
-    def begin(self) -> "Transaction":
-        """Open timestep last_committed() + 1, after cleaning what failed runs left behind."""
-        self.check_fingerprint()
+    def begin(self, *, refresh: bool = False) -> "Transaction":
+        """Open timestep last_committed() + 1, after cleaning what failed runs left behind.
+
+        ``refresh``: the timestep rebuilds the state from the inputs (a full refresh), so state
+        of another circuit definition is not refused: this commit records the new fingerprint.
+        """
+        if not refresh:
+            self.check_fingerprint()
         if self._open is not None:  # recover() is about to delete its files: disable it
             self._open._state = "aborted"
         self.recover()
@@ -253,6 +262,8 @@ class StateStore:
     def recover(self) -> dict[str, list[str]]:
         """Delete leftovers: temp manifests, manifests past retention, trace directories no
         manifest lists, and output directories of timesteps after the last commit."""
+        if self.lease is not None:  # never clean up under a live writer
+            self.lease.check()
         removed: dict[str, list[str]] = {"temp": [], "manifests": [], "traces": [], "outputs": []}
         mdir = self.layout.manifests_dir
         for name in self.fs.listdir(mdir):
@@ -552,18 +563,31 @@ class Transaction:
         self._touched.add(view_trace_id(view))
 
     def consume(self, input_name: str, files: list[dict[str, Any]]) -> None:
-        """Record input files read at this timestep (kept cumulatively in the manifest)."""
+        """Record input files read at this timestep (kept cumulatively in the manifest).
+
+        A record is identified by its ``name`` (the file's path below its input's folder, never
+        an absolute path: a moved store must still know what it consumed); a record of a name
+        already consumed replaces the old one. Each record notes the timestep that consumed it.
+        """
         self._check_open()
         consumed = self._inputs.setdefault(input_name, {}).setdefault("consumed", [])
-        seen = {json.dumps(f, sort_keys=True) for f in consumed}
+        at = {rec.get("name"): i for i, rec in enumerate(consumed)}
         for f in files:
-            if "path" not in f:
-                raise ValueError(f"consumed file record needs a 'path': {f!r}")
-            rec = _json_value("consumed file record", dict(f))
-            key = json.dumps(rec, sort_keys=True)
-            if key not in seen:
+            if "name" not in f:
+                raise ValueError(f"consumed file record needs a 'name': {f!r}")
+            rec = _json_value("consumed file record", {**dict(f), "timestep": self.timestep})
+            if rec["name"] in at:
+                consumed[at[rec["name"]]] = rec
+            else:
+                at[rec["name"]] = len(consumed)
                 consumed.append(rec)
-                seen.add(key)
+
+    def set_consumed(self, input_name: str, records: list[dict[str, Any]]) -> None:
+        """Replace the input's consumed records (migrated from an older format, or with times
+        refreshed after a verified copy); ``consume`` then adds this timestep's."""
+        self._check_open()
+        self._inputs.setdefault(input_name, {})["consumed"] = [
+            _json_value("consumed file record", dict(r)) for r in records]
 
     def set_input_meta(self, input_name: str, key: str, value: Any) -> None:
         """Per-input metadata carried to later manifests (e.g. a snapshot source's cursor)."""
@@ -641,6 +665,8 @@ class Transaction:
                     f"{s.circuit!r} cleaned this store?); not committing")
             s.fs.sync_tree(path)
         failpoint("before_manifest")
+        if s.lease is not None:  # the files checked above cannot vanish while this holds
+            s.lease.check()
         last = s.last_committed()
         if last != self.timestep - 1:
             raise ConcurrentCommit(

@@ -10,6 +10,7 @@ and a part that may raise is evaluated only on the rows where Spark would reach 
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -51,7 +52,7 @@ class Batch:
         return Batch({k: v.take(index) for k, v in self.columns.items()}, len(rows))
 
 
-class Node:
+class Node(ABC):
     """A compiled expression part: its Spark type, whether it can be NULL and whether it can
     raise (only then does its evaluation need to follow Spark's row order).
 
@@ -63,8 +64,9 @@ class Node:
     may_fail: bool = False
     nullable: bool = True
 
-    def evaluate(self, batch: Batch) -> pa.Array:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def evaluate(self, batch: Batch) -> pa.Array:
+        """The part's values on ``batch``, one per row, Spark's type as ``arrow_type``."""
 
     @property
     def arrow_type(self) -> pa.DataType:

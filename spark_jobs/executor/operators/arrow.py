@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_jobs.executor.operators.nested import ITER, JoinSpec, crossing
-from spark_jobs.executor.zset import WEIGHT
+from spark_jobs.executor.zset import WEIGHT, is_local
 from spark_jobs.state.lookup import TraceFiles
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 _PLAIN = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*|`(?:[^`]|``)+`)$")
 
@@ -38,6 +41,20 @@ def plain_column(expr: str, columns: Sequence[str]) -> str:
     if len(found) != 1:
         raise NotLocal(f"column {name!r} is not (uniquely) among {list(columns)}")
     return found[0]
+
+
+def local_table(df: "DataFrame", max_rows: int) -> pa.Table:
+    """A driver-held DataFrame's rows as a table (no Spark job: the rows of a local relation are
+    read at planning); NotLocal if it is not held on the driver or has more than ``max_rows``."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if not is_local(df):
+        raise NotLocal("a change is not held on the driver")
+    rows = df.collect()
+    if len(rows) > max_rows:
+        raise NotLocal(f"a change of {len(rows)} rows")
+    schema = to_arrow_schema(df.schema, timezone="UTC")  # timestamps: UTC instants, as Parquet holds them
+    return pa.table([pa.array([r[k] for r in rows], f.type) for k, f in enumerate(schema)], schema=schema)
 
 
 def select(table: pa.Table, columns: Sequence[tuple[str, str]]) -> pa.Table:

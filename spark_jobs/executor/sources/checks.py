@@ -66,12 +66,20 @@ class Group:
     needs_checks: bool = True  # False when footers already proved every check passes
 
 
-def zset_of(groups: Sequence[Group], names: Sequence[str], weight: str) -> DataFrame:
-    """The union of the groups as a Z-set: declared columns in order, then the weight."""
-    frames = [g.frame.select(*[g.columns[n].alias(n) for n in names], g.weight.alias(weight))
+def zset_of(groups: Sequence[Group], names: Sequence[str], weight: str, *, with_file: bool = False) -> DataFrame:
+    """The union of the groups as a Z-set: declared columns in order, then the weight (and, with
+    ``with_file``, the file each row came from in ``FILE_COL``)."""
+    extra = [F.col(FILE_COL)] if with_file else []
+    frames = [g.frame.select(*[g.columns[n].alias(n) for n in names], g.weight.alias(weight), *extra)
               for g in groups]
     union = reduce(DataFrame.unionByName, frames)
     return union.where(F.col(weight) != 0)
+
+
+def own_path(spark_path: str, paths: Iterable[str]) -> str:
+    """The path among ``paths`` (ours) that Spark reports as ``spark_path``."""
+    key = spark_path_key(spark_path)
+    return next((p for p in paths if _own_path_key(p) == key), key)
 
 
 def spark_path_key(spark_path: str) -> str:

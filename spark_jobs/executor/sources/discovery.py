@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 import pyarrow.fs as pafs
@@ -20,6 +20,7 @@ from spark_jobs.spec.model import InputSpec, Source
 from spark_jobs.state.arrow_fs import Location, is_local, locate, normalize, strip_file_scheme
 
 from .confine import confine
+from .identity import ConsumedRecords, file_fingerprint, folder_fingerprint, verify
 
 FORMAT_EXTENSIONS: dict[str, tuple[str, ...]] = {
     "parquet": (".parquet", ".parq"),
@@ -33,22 +34,35 @@ IN_PROGRESS_DIR = "_temporary"
 
 @dataclass(frozen=True)
 class InputFile:
-    """One pending item: a data file, or (snapshots) a folder; ``path`` is its identity in manifests."""
+    """One pending item: a data file, or (snapshots) a folder.
+
+    ``path`` is where it is now (what Spark reads); ``name``, its path below the input's folder,
+    is its identity in manifests, with ``size`` and the content ``fingerprint`` (identity.py), so
+    a moved data root still knows which files it consumed.
+    """
 
     path: str
     size: int
     mtime: float
+    name: str = ""
+    fingerprint: str = ""
 
-    @property
-    def name(self) -> str:
-        return self.path.rstrip("/").rsplit("/", 1)[-1]
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", self.path.rstrip("/").rsplit("/", 1)[-1])
 
     def as_dict(self) -> dict:
-        return {"path": self.path, "size": self.size, "mtime": self.mtime}
+        """Everything, for a DAG run's plan (the path is read by later tasks of the same run)."""
+        return {"path": self.path, **self.record()}
+
+    def record(self) -> dict:
+        """What a manifest keeps of a consumed file: nothing that depends on the mount point."""
+        return {"name": self.name, "size": self.size, "mtime": self.mtime, "fingerprint": self.fingerprint}
 
     @classmethod
     def from_dict(cls, d: dict) -> "InputFile":
-        return cls(str(d["path"]), int(d.get("size", 0)), float(d.get("mtime", 0.0)))
+        return cls(str(d["path"]), int(d.get("size", 0)), float(d.get("mtime", 0.0)),
+                   str(d.get("name") or ""), str(d.get("fingerprint") or ""))
 
 
 def is_hidden(name: str) -> bool:
@@ -107,9 +121,9 @@ def _rel_parts(loc: Location, info: pafs.FileInfo) -> list[str]:
 
 
 def data_files(path: str) -> list[InputFile]:
-    """Data files under ``path`` (recursive, hidden names skipped), sorted by path.
-
-    A single data file as ``path`` lists as itself; a missing path lists as nothing.
+    """Data files under ``path`` (recursive, hidden names skipped), sorted by path; each named
+    by its path below ``path``. A single data file as ``path`` lists as itself (named by its base
+    name); a missing path lists as nothing.
     """
     loc = locate(path)
     top = loc.fs.get_file_info(loc.inner)
@@ -119,9 +133,10 @@ def data_files(path: str) -> list[InputFile]:
     for info in _walk(loc, recursive=True):
         if info.type != pafs.FileType.File or file_format(info.base_name) is None:
             continue
-        if any(is_hidden(part) for part in _rel_parts(loc, info)):
+        parts = _rel_parts(loc, info)
+        if any(is_hidden(part) for part in parts):
             continue
-        out.append(InputFile(loc.outer(info.path), info.size, info.mtime_ns / 1e9))
+        out.append(InputFile(loc.outer(info.path), info.size, info.mtime_ns / 1e9, "/".join(parts)))
     return sorted(out, key=lambda f: f.path)
 
 
@@ -143,14 +158,12 @@ def _ready_snapshot_folder(loc: Location, info: pafs.FileInfo) -> InputFile | No
     return InputFile(folder.uri, size, mtime) if has_data or has_success else None
 
 
-def _snapshot_items(loc: Location, consumed: set[str]) -> list[InputFile]:
-    """New snapshots: entries directly under the folder named after the newest consumed one."""
-    mine = [p.rsplit("/", 1)[1] for p in consumed if p.rsplit("/", 1)[0] == loc.uri]
-    newest = max(mine, default=None)
+def _snapshot_items(loc: Location) -> list[InputFile]:
+    """Every snapshot directly under the folder (a data file, or a folder once complete), by name."""
     items = []
     for info in sorted(_walk(loc, recursive=False), key=lambda i: i.base_name):
         name = info.base_name
-        if is_hidden(name) or (newest is not None and name <= newest):
+        if is_hidden(name):
             continue
         if info.type == pafs.FileType.File and file_format(name):
             items.append(InputFile(loc.outer(info.path), info.size, info.mtime_ns / 1e9))
@@ -161,20 +174,64 @@ def _snapshot_items(loc: Location, consumed: set[str]) -> list[InputFile]:
     return items
 
 
-def pending_files(spec: InputSpec, data_root: str, consumed: Iterable[str],
-                  allowed_roots: Sequence[str] = ()) -> list[InputFile]:
-    """Items of ``spec``'s source not consumed yet, sorted (path for changes, name for snapshots).
+def fingerprint_of(item: InputFile) -> str:
+    """The content fingerprint of a data file, or of a snapshot folder's data files."""
+    loc = locate(item.path)
+    if loc.fs.get_file_info(loc.inner).type == pafs.FileType.Directory:
+        return folder_fingerprint((f.name, f.size, file_fingerprint(f.path, f.size)) for f in data_files(item.path))
+    return file_fingerprint(item.path, item.size)
 
-    For snapshots only items named after the newest consumed snapshot count: an older snapshot
-    that arrives late is superseded already. The caller reads the last one and records all.
+
+@dataclass
+class InputScan:
+    """What one input's folder holds now, against what earlier timesteps consumed."""
+
+    pending: list[InputFile]  # not consumed yet, fingerprinted, in reading order
+    consumed: ConsumedRecords  # the consumed records (migrated, times refreshed)
+    changed: list[tuple[str, str]] = field(default_factory=list)  # consumed files whose content changed
+    listed: list[InputFile] = field(default_factory=list)  # everything the folder holds now
+
+    @property
+    def notes(self) -> list[str]:
+        return self.consumed.notes
+
+
+def scan_input(spec: InputSpec, data_root: str, consumed: Iterable[dict | str] = (), *,
+               allowed_roots: Sequence[str] = (), fingerprints: bool = True) -> InputScan:
+    """Items of ``spec``'s source not consumed yet, and consumed ones whose content changed.
+
+    ``consumed`` are the manifest's records of this input (names relative to the input folder;
+    absolute paths of older manifests are migrated, see ``identity.ConsumedRecords``). Changes
+    files are pending in path order. For snapshots only items named after the newest consumed
+    snapshot count (an older one that arrives late is superseded already), and only the newest
+    consumed snapshot is checked for changes (it is the one the state holds); the caller reads
+    the last pending one and records all. ``allowed_roots``: roots outside the data root the
+    source may name (``resolve_path``). ``fingerprints=False`` skips reading the pending files
+    (for a mere "is anything pending?").
     """
     if spec.source is None:
-        return []
+        return InputScan([], ConsumedRecords())
     root = resolve_path(spec.source, data_root, allowed_roots)
-    done = {normalize(p) for p in consumed}
+    records = ConsumedRecords.load(spec.name, root, spec.source.path, consumed)
     if spec.source.kind == "snapshots":
-        return _snapshot_items(locate(root), done)
-    return [f for f in data_files(root) if f.path not in done]
+        listed = _snapshot_items(locate(root))
+        newest = max(records.by_name, default=None)
+        pending = [i for i in listed if newest is None or i.name > newest]
+        checked = [i for i in listed if i.name == newest]
+    else:
+        listed = data_files(root)
+        pending = [f for f in listed if f.name not in records.by_name]
+        checked = [f for f in listed if f.name in records.by_name]
+    changed = verify(records, checked, fingerprint_of)
+    if fingerprints:
+        pending = [replace(f, fingerprint=fingerprint_of(f)) for f in pending]
+    return InputScan(pending, records, changed, listed)
+
+
+def pending_files(spec: InputSpec, data_root: str, consumed: Iterable[dict | str] = (),
+                  allowed_roots: Sequence[str] = ()) -> list[InputFile]:
+    """``scan_input(...).pending``: the items of ``spec``'s source not consumed yet."""
+    return scan_input(spec, data_root, consumed, allowed_roots=allowed_roots).pending
 
 
 def exists(path: str) -> bool:

@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from spark_jobs.spec.model import WEIGHT, InputSpec
 
-from .checks import Group, InputRefused, failed_checks, zset_of
+from .checks import FILE_COL, Group, InputRefused, failed_checks, zset_of
 from .discovery import InputFile, data_files, exists, file_format
 from .formats import PLANNERS, Declared, Planner
 from .spark_types import declared_types, spark_schema
@@ -42,17 +43,25 @@ def checked_groups(spark: SparkSession, spec: InputSpec, files: Sequence[InputFi
     return plan.groups
 
 
-def _read(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], allow_weight: bool) -> DataFrame:
+def _read(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], allow_weight: bool,
+          with_file: bool = False) -> DataFrame:
     groups = checked_groups(spark, spec, files, declared(spec, allow_weight))
     if not groups:
-        return spark.createDataFrame([], spark_schema(spec))
-    return zset_of(groups, spec.column_names, WEIGHT)
+        empty = spark.createDataFrame([], spark_schema(spec))
+        return empty.withColumn(FILE_COL, F.lit(None).cast("string")) if with_file else empty
+    return zset_of(groups, spec.column_names, WEIGHT, with_file=with_file)
 
 
 def read_changes(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile]) -> DataFrame:
     """The union of the files' changes: declared columns (declared types, declared order) plus
     ``_weight`` (+1 when the file has none); rows of weight 0 dropped, not consolidated."""
     return _read(spark, spec, files, allow_weight=True)
+
+
+def read_changes_located(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile]) -> DataFrame:
+    """``read_changes`` with the file each row came from (``FILE_COL``, as Spark names it: see
+    ``checks.own_path``), to tell a user which file holds a row."""
+    return _read(spark, spec, files, allow_weight=True, with_file=True)
 
 
 def read_snapshot(spark: SparkSession, spec: InputSpec, item: InputFile) -> DataFrame:

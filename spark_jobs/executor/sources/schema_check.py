@@ -59,6 +59,7 @@ class ParquetFooter:
     schema: StructType
     null_counts: dict[str, int | None]
     problems: tuple[str, ...]  # columns Spark cannot read at all
+    weight_range: tuple[int, int] | None = None  # min and max of _weight from statistics, if known
 
 
 _UNSIGNED = {pa.uint8(): ShortType(), pa.uint16(): IntegerType(), pa.uint32(): LongType(),
@@ -107,9 +108,26 @@ def read_parquet_footer(path: str) -> ParquetFooter:
                 except ValueError as exc:
                     problems.append(f"column {f.name}: {exc}")
                 nulls[f.name] = _null_count(pf.metadata, leaves.get(f.name))
+            weights = _int_range(pf.metadata, leaves.get(WEIGHT))
     except (pa.ArrowException, OSError) as exc:
         raise UnreadableFile(f"not a readable Parquet file ({exc})") from None
-    return ParquetFooter(StructType(fields), nulls, tuple(problems))
+    return ParquetFooter(StructType(fields), nulls, tuple(problems), weights)
+
+
+def _int_range(md: pq.FileMetaData, leaf: int | None) -> tuple[int, int] | None:
+    """(min, max) of an integer column over all row groups; None if any group lacks them."""
+    if leaf is None:
+        return None
+    low, high = None, None
+    for r in range(md.num_row_groups):
+        stats = md.row_group(r).column(leaf).statistics
+        if stats is None or not stats.has_min_max:
+            return None
+        if not isinstance(stats.min, int) or not isinstance(stats.max, int):
+            return None
+        low = stats.min if low is None else min(low, stats.min)
+        high = stats.max if high is None else max(high, stats.max)
+    return (low, high) if low is not None else (0, 0)
 
 
 def _null_count(md: pq.FileMetaData, leaf: int | None) -> int | None:
@@ -147,7 +165,10 @@ def csv_header(path: str, options: Mapping[str, Any]) -> list[str] | None:
     if len(sep) != 1:
         return text.splitlines()[0].split(sep) if text.strip() else []
     quote = str(options.get("quote", '"')) or None
-    return next(csv.reader(io.StringIO(text), delimiter=sep, quotechar=quote), [])
+    try:
+        return next(csv.reader(io.StringIO(text), delimiter=sep, quotechar=quote), [])
+    except csv.Error as exc:  # e.g. a NUL byte: not a text file
+        raise UnreadableFile(f"not a readable CSV file: its header cannot be parsed ({exc})") from None
 
 
 def header_problems(header: list[str]) -> list[str]:
