@@ -16,6 +16,7 @@ from spark_jobs.runtime.stages import stage_graph
 from spark_jobs.state import failpoints
 from spark_jobs.runtime.feeds import feed_dir
 from tests import oracle
+from tests.dag_tasks import run_stage_tasks
 
 pytestmark = pytest.mark.slow
 REVENUE = str(PROJECT_ROOT / "circuits" / "revenue_by_region.yaml")
@@ -31,11 +32,7 @@ def _views(rt):
 
 def _dag_run(rt, run_id: str, mode: str = "incremental", before_commit=None, per_step: bool = False) -> dict:
     timestep.plan(rt, run_id, mode=mode)
-    if per_step:
-        timestep.run_stages(rt, run_id)
-    else:
-        for stage in stage_graph(rt.compiled):
-            timestep.run_stage(rt, run_id, stage.name)
+    run_stage_tasks(rt, run_id, "per_step" if per_step else "per_stage")
     checked = timestep.check(rt, run_id)
     assert list(checked["phases"]) == ["read", "checks"]  # the benchmark's split of the task's work
     if before_commit:
