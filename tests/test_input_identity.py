@@ -99,32 +99,6 @@ def test_a_touched_but_unchanged_file_is_not_refused_and_is_checked_once(spark, 
     assert run_step(rt).timestep == 3 and reads == []  # ...and its new time recorded
 
 
-def test_manifests_with_absolute_paths_are_migrated(spark, tmp_path):
-    """A format-1 manifest: paths under the current folder map to names; paths of another mount
-    are matched below the source's folder, and the step says so."""
-    gen = PaperExampleGenerator(str(tmp_path), seed=4)
-    gen.write_batch(inserts=10, deletes=0)
-    rt = _rt(tmp_path)
-    run_step(rt)
-    path = rt.store.layout.manifest_path(1)
-    raw = json.loads(open(path).read())
-    raw["format_version"] = 1
-    for name, entry in raw["inputs"].items():
-        folder = "/elsewhere/old-root" if name == "t" else str(tmp_path)
-        entry["consumed"] = [{"path": f"{folder}/inbox/{name}/{rec['name']}", "size": rec["size"],
-                              "mtime": rec["mtime"]} for rec in entry["consumed"]]
-    open(path, "w").write(json.dumps(raw))
-    gen.write_batch(inserts=10, deletes=3)
-    fresh = _rt(tmp_path)
-    notes = []
-    report = run_step(fresh, progress=notes.append)
-    assert report.timestep == 2 and sum(len(i.files) for i in report.inputs) == 2  # only the new files
-    assert any("input t: 1 consumed file(s) were recorded by absolute paths outside" in n for n in notes)
-    assert not any("input r:" in n for n in notes)
-    assert _view(fresh) == oracle.paper_example(str(tmp_path))
-    assert all("path" not in rec and "fingerprint" in rec for rec in fresh.store.manifest().consumed("t"))
-
-
 def _as_format_1(rt, tmp_path) -> None:
     """Rewrite the last manifest as format 1: input t's paths on another mount, r's under this one."""
     path = rt.store.layout.manifest_path(rt.store.last_committed())
@@ -135,6 +109,25 @@ def _as_format_1(rt, tmp_path) -> None:
         entry["consumed"] = [{"path": f"{folder}/inbox/{name}/{rec['name']}", "size": rec["size"],
                               "mtime": rec["mtime"]} for rec in entry["consumed"]]
     open(path, "w").write(json.dumps(raw))
+
+
+def test_manifests_with_absolute_paths_are_migrated(spark, tmp_path):
+    """A format-1 manifest: paths under the current folder map to names; paths of another mount
+    are matched below the source's folder, and the step says so."""
+    gen = PaperExampleGenerator(str(tmp_path), seed=4)
+    gen.write_batch(inserts=10, deletes=0)
+    rt = _rt(tmp_path)
+    run_step(rt)
+    _as_format_1(rt, tmp_path)
+    gen.write_batch(inserts=10, deletes=3)
+    fresh = _rt(tmp_path)
+    notes = []
+    report = run_step(fresh, progress=notes.append)
+    assert report.timestep == 2 and sum(len(i.files) for i in report.inputs) == 2  # only the new files
+    assert any("input t: 1 consumed file(s) were recorded by absolute paths outside" in n for n in notes)
+    assert not any("input r:" in n for n in notes)
+    assert _view(fresh) == oracle.paper_example(str(tmp_path))
+    assert all("path" not in rec and "fingerprint" in rec for rec in fresh.store.manifest().consumed("t"))
 
 
 @pytest.mark.parametrize("tasks", TASK_MODES)

@@ -43,21 +43,17 @@ class InputFilesTrigger(BaseEventTrigger):
     def pending(self) -> set[tuple[str, str, int, float]]:
         """(input, path, size, mtime) of the watched inputs' files no committed timestep consumed."""
         from spark_jobs.config import load_config
-        from spark_jobs.executor.sources import pending_files
         from spark_jobs.runtime.circuit import state_root
-        from spark_jobs.runtime.inputs import consumed_files
+        from spark_jobs.runtime.inputs import pending_inputs
         from spark_jobs.spec import load_circuit
         from spark_jobs.state import StateStore
 
         spec = load_circuit(self.circuit_path)
         config = load_config(self.config_path or None, data_root=self.data_root)
         manifest = StateStore(None, state_root(config, spec.name), spec.name, "").manifest()
-        found = set()
-        for name in self.input_names:
-            consumed = {f["path"] for f in consumed_files(manifest, name)}
-            for f in pending_files(spec.inputs[name], config.data_root, consumed, config.allowed_input_roots):
-                found.add((name, f.path, f.size, f.mtime))
-        return found
+        watched = {name: spec.inputs[name] for name in self.input_names}
+        pending = pending_inputs(watched, config.data_root, manifest, config.allowed_input_roots)
+        return {(name, f.path, f.size, f.mtime) for name, files in pending.items() for f in files}
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         announced: set = set()
