@@ -104,8 +104,11 @@ def test_consumed_files_are_not_announced(circuit, tmp_path):
                                 data_root=str(data), poll_seconds=0.2)
     assert len(trigger.pending()) == 1
     rt = open_circuit(str(circuit), load_config(data_root=str(data)))
+    from spark_jobs.runtime.inputs import choose_inputs
+
+    files = choose_inputs(rt.compiled.spec.inputs, str(data), None).files["t"]
     with rt.committed.begin() as txn:  # a commit that consumed the file (no Spark: only the manifest)
-        txn.consume("t", [{"path": p} for _, p, _, _ in trigger.pending()])
+        txn.consume("t", [f.record() for f in files])
         txn.commit()
     assert trigger.pending() == set()
     assert timestep.plan(rt, "r1")["empty"]
