@@ -68,7 +68,8 @@ def _committed_by(rt: CircuitRuntime, run_id: str) -> int | None:
 
 # ---- plan ------------------------------------------------------------------------------------
 def plan(rt: CircuitRuntime, run_id: str, *, mode: str = "incremental") -> dict:
-    """Freeze this run's timestep and input files (idempotent per run id; no Spark).
+    """Take the run's lease and freeze its timestep and input files (idempotent per run id; no
+    Spark on a local state root).
 
     ``empty`` is True when the run has nothing to do: incremental, and no input has a new file.
     Unless the circuit sets ``orchestration.commit_empty``, nothing is staged for such a run.
