@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from spark_jobs.spec.paths import ALLOWED_ROOTS_KEY
+from spark_jobs.spec.time import RetentionSettings, retention_settings
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = PROJECT_ROOT / "config" / "local.yaml"
@@ -51,6 +52,7 @@ class Config:
     state_root: str | None = None  # None: <data_root>/_dbsp
     views: ViewsSettings = field(default_factory=ViewsSettings)
     allowed_input_roots: tuple[str, ...] = ()  # inputs.allowed_roots: outside roots inputs may read
+    retention: RetentionSettings = field(default_factory=RetentionSettings)  # state.retention defaults
 
     def with_data_root(self, data_root: str | None) -> "Config":
         """The same profile on another data root (an explicit ``state_root`` stays)."""
@@ -106,7 +108,16 @@ def load_config(path: str | os.PathLike[str] | None = None, data_root: str | Non
         state_root=_state_root(raw),
         views=_views(raw),
         allowed_input_roots=_allowed_roots(raw),
+        retention=_retention(state),
     )
+
+
+def _retention(state: dict[str, Any]) -> RetentionSettings:
+    """``state.retention`` of a profile: the defaults of every circuit's ``settings.retention``."""
+    settings, problems = retention_settings(state.get("retention"))
+    if problems:
+        raise ValueError("state.retention: " + "; ".join(message for _, message in problems))
+    return settings
 
 
 def _views(raw: dict[str, Any]) -> ViewsSettings:

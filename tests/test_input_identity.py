@@ -128,6 +128,8 @@ def test_manifests_with_absolute_paths_are_migrated(spark, tmp_path):
     assert not any("input r:" in n for n in notes)
     assert _view(fresh) == oracle.paper_example(str(tmp_path))
     assert all("path" not in rec and "fingerprint" in rec for rec in fresh.store.manifest().consumed("t"))
+    # a migrated record gets the timestep it was consumed by at the latest (input retention ages files by it)
+    assert sorted(rec["timestep"] for rec in fresh.store.manifest().consumed("t")) == [1, 2]
 
 
 def test_a_dag_run_records_and_refuses_inputs_like_dbsp_step(spark, tmp_path):

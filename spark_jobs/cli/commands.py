@@ -113,6 +113,7 @@ def _user_errors(args: argparse.Namespace | None = None, opened: dict | None = N
     except _loaded("spark_jobs.executor.refusal", "ValueRefused") as exc:
         raise UserError(f"refused; nothing was committed: {exc}", exit_code=2) from None
     except (_loaded("spark_jobs.state.space", "StorageFull"),
+            _loaded("spark_jobs.state.store", "TimestepNotRetained"),
             _loaded("spark_jobs.executor.recursion", "RecursionLimitExceeded"),
             _loaded("spark_jobs.quality.expectations", "ExpectationConfigError"),
             _loaded("spark_jobs.publish.delta", "PublishError"),
@@ -286,6 +287,20 @@ def cmd_show(args: argparse.Namespace) -> int:
         columns = rt.compiled.incremental[rt.compiled.incremental.outputs[args.view]].columns
         rows = render.table_rows(table, columns)
         sys.stdout.write(render.rows(rows, list(columns), args.format, args.limit))
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    """Retention by hand (the same as after every commit); reads manifests and lists files: no Spark."""
+    from contextlib import nullcontext
+
+    from spark_jobs.runtime.retention import apply_retention
+    from spark_jobs.runtime.writer import process_lease
+
+    with _user_errors(args):
+        rt = open_circuit(args.circuit, _config(args))
+        with nullcontext() if args.dry_run else process_lease(rt):  # removing history is writing
+            print(apply_retention(rt, rt.committed, dry_run=args.dry_run).text())
     return 0
 
 

@@ -66,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None, help="at most this many rows (table format only)")
     _common(p)
 
+    p = sub.add_parser("gc", help="remove history past the retention settings: old view deltas, "
+                                  "consumed input files, manifests")
+    p.add_argument("circuit", metavar="CIRCUIT")
+    p.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    _common(p)
+
     p = sub.add_parser("publish", help="bring the circuit's published Delta tables up to the last committed timestep")
     p.add_argument("circuit", metavar="CIRCUIT")
     _common(p)

@@ -24,7 +24,7 @@ def step_report(report) -> str:
         lines.append("  " + report.quality.replace("\n", "\n  "))
     if getattr(report, "published", None) is not None:
         lines.append("  " + report.published.summary().replace("\n", "\n  "))
-    lines += [f"  note: {n}" for n in getattr(report, "notes", [])]  # quarantined rows, refreshed views
+    lines += [f"  note: {n}" for n in getattr(report, "notes", [])]  # quarantined rows, refreshed views, retention
     return "\n".join(lines)
 
 

@@ -40,9 +40,11 @@ def build_query_circuit(spec: CircuitSpec, columns: dict[str, tuple[str, ...]]) 
             lower_sql(circuit, node.name, bind_node(node.sql, columns.get, list(columns)), limit)
             continue
         translate = _TRANSLATIONS.get(node.op)
-        if translate is None:
+        pending = [f for f in ("window", "within", "stream") if getattr(node, f, None) is not None]
+        if translate is None or pending:
+            what = f"'{pending[0]}'" if pending else f"op {node.op!r}"
             raise UnsupportedOperator(
-                f"{spec.path}:{node.line}: node {node.name!r}: op {node.op!r} cannot be compiled yet")
+                f"{spec.path}:{node.line}: node {node.name!r}: {what} cannot be compiled yet")
         translate(circuit, node, columns)
     circuit.outputs = {view: view for view in spec.outputs}
     return circuit

@@ -36,7 +36,8 @@ def stage_lines(summary: dict) -> list[str]:
                             "seconds"), rows, right=(2, 3, 4, 5, 6))]
     for name, info in (summary.get("inputs") or {}).items():
         files = info.get("files") or []
-        lines.append(f"input {name}: {len(files)} file(s), +{info.get('inserted')} / -{info.get('deleted')} rows")
+        late = f"; {info['late']}" if info.get("late") else ""  # timed inputs: late rows, watermark
+        lines.append(f"input {name}: {len(files)} file(s), +{info.get('inserted')} / -{info.get('deleted')} rows{late}")
     for view, info in (summary.get("views") or {}).items():
         lines.append(f"view {view}: +{info.get('inserted')} / -{info.get('deleted')} rows (staged, not committed yet)")
     return lines + note_lines(summary)

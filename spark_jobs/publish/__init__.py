@@ -26,6 +26,8 @@ from spark_jobs.publish.targets import Target, targets
 from spark_jobs.spec.model import CircuitSpec
 from spark_jobs.state.arrow_read import arrow_schema, read_delta, read_view
 from spark_jobs.state.failpoints import failpoint
+from spark_jobs.state.layout import safe_name
+from spark_jobs.state.retention import Removed
 from spark_jobs.state.trace import WEIGHT
 
 
@@ -92,14 +94,18 @@ def _catch_up(target: Target, store, last: int, say: Callable[[str], None]) -> T
             return result
         table = create(target, schema)
     result.before = result.after = published_timestep(table, target)
-    if result.before > last:  # the state was reset under the table: start its rows again
+    pruned = Removed.read(store).view_deltas_through.get(safe_name(target.view), 0)
+    if result.before > last or pruned > result.before:
+        # the state was reset under the table, or retention removed deltas it never got (it was
+        # switched on late): start its rows again from the view
         view = read_view(store, target.view, last)
         if view is None:  # no row committed (yet): the table's columns, no rows
             schema = pa.schema(table.schema().to_arrow())
             view = schema.append(pa.field(WEIGHT, pa.int64())).empty_table()
         overwrite(target, view, last)
         result.after = last
-        result.note = f"table was at timestep {result.before}, the state at {last}: rebuilt at {last}"
+        why = "the state at" if result.before > last else f"retention removed deltas through {pruned}, the state at"
+        result.note = f"table was at timestep {result.before}, {why} {last}: rebuilt at {last}"
         return result
     for t in range(result.before + 1, last + 1):
         commit_change(table, target, t, read_delta(store, target.view, t))

@@ -95,16 +95,19 @@ class CircuitRuntime:
     @cached_property
     def committed(self):
         """The same store without a Spark session: manifests, files and staging, and what is
-        committed read with pyarrow (``state.arrow_read``). Commands that only read, and a DAG's
-        plan task, start no JVM and no Spark Connect session."""
+        committed read with pyarrow (``state.arrow_read``). Commands that only read, ``dbsp gc``
+        and a DAG's plan task start no JVM and no Spark Connect session."""
         return self._store(None)
 
     def _store(self, spark):
+        from spark_jobs.runtime.retention import effective, longest_age_us
         from spark_jobs.state import StateStore
 
+        retention = effective(self.config, self.compiled.spec)
         store = StateStore(spark, state_root(self.config, self.name), self.name,
                            self.compiled.fingerprint, compact_fraction=self.config.compact_fraction,
-                           keep_timesteps=self.config.keep_timesteps)
+                           keep_timesteps=self.config.keep_timesteps, manifest_retention=retention.manifests,
+                           track_commit_times_us=longest_age_us(retention))
         store.lease = self.lease
         return store
 

@@ -68,21 +68,48 @@ def pending_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest,
     return {name: s.pending for name, s in scans.items()}
 
 
+class CannotRebuild(FileNotFoundError):
+    """A full refresh would lose changes: consumed change files are gone."""
+
+
+def rebuild_refusal(spec_inputs: dict[str, InputSpec], pruned: dict[str, dict]) -> str | None:
+    """Why a full refresh cannot run after retention removed consumed change files (``pruned``:
+    input -> {files, through_timestep}, from ``retention.json``), and what it could still
+    rebuild from; None when nothing it needs was removed."""
+    gone = {name: info for name, info in pruned.items() if name in spec_inputs and int(info.get("files", 0))}
+    if not gone:
+        return None
+    lost = "; ".join(f"input {name!r}: {info['files']} consumed change file(s) of timesteps up to "
+                     f"{info['through_timestep']}" for name, info in sorted(gone.items()))
+    whole = [name for name in spec_inputs if name not in gone]
+    still = (f"inputs a full refresh could still rebuild whole: {', '.join(sorted(whole))}" if whole
+             else "no input is whole any more")
+    return (f"full refresh refused: retention (settings.retention.inputs) removed {lost}. Recomputing "
+            f"without them would silently drop those changes. {still}. The committed views and state are "
+            f"intact and incremental steps go on; to rebuild anyway, restore the removed files, or reset "
+            f"the circuit (`dbsp reset`) and accept views over the files that are left")
+
+
 def retained_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest,
-                    allowed_roots: Sequence[str] = ()) -> dict[str, list[InputFile]]:
+                    allowed_roots: Sequence[str] = (), pruned: dict[str, dict] | None = None
+                    ) -> dict[str, list[InputFile]]:
     """Every input file a full refresh rebuilds from, as it is now: consumed ones plus pending ones.
 
     A consumed `changes` file that is gone makes a full refresh impossible (its changes would be
-    lost), so that is an error; for `snapshots` only the newest snapshot matters. A consumed file
-    whose content changed is read as it is now (a refresh is how to accept such a change).
+    lost), so that is an error (``CannotRebuild``; ``pruned``: what retention removed, from
+    ``retention.json``, to say so); for `snapshots` only the newest snapshot matters. A consumed
+    file whose content changed is read as it is now (a refresh is how to accept such a change).
     """
+    refusal = rebuild_refusal(spec_inputs, pruned or {})
+    if refusal:
+        raise CannotRebuild(refusal)
     out: dict[str, list[InputFile]] = {}
     for name, scan in scan_inputs(spec_inputs, data_root, manifest, allowed_roots, fingerprints=False).items():
         spec = spec_inputs[name]
         listed = {f.name for f in scan.listed}
         missing = [n for n in scan.consumed.by_name if n not in listed]
         if missing and not is_snapshot(spec):
-            raise FileNotFoundError(
+            raise CannotRebuild(
                 f"full refresh of input {name!r} needs every consumed change file, but "
                 f"{len(missing)} are gone from its folder (e.g. {missing[0]}); restore them or reset the circuit")
         out[name] = [replace(f, fingerprint=fingerprint_of(f)) for f in scan.listed]
@@ -107,12 +134,14 @@ class ChosenInputs:
 
 
 def choose_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest, allowed_roots: Sequence[str] = (),
-                  *, full_refresh: bool = False) -> ChosenInputs:
+                  *, full_refresh: bool = False, pruned: dict[str, dict] | None = None) -> ChosenInputs:
     """The input files of the next timestep, as `dbsp step` and a DAG run's plan choose them:
-    every retained file (full refresh), or the pending ones; an incremental step is refused
-    (``InputRefused``) if a consumed file's content changed under its name."""
+    every retained file (full refresh; ``pruned``: what retention removed, from
+    ``retention.json``, which refuses it with ``CannotRebuild``), or the pending ones; an
+    incremental step is refused (``InputRefused``) if a consumed file's content changed under
+    its name."""
     if full_refresh:
-        return ChosenInputs(retained_inputs(spec_inputs, data_root, manifest, allowed_roots), {})
+        return ChosenInputs(retained_inputs(spec_inputs, data_root, manifest, allowed_roots, pruned=pruned), {})
     scans = scan_inputs(spec_inputs, data_root, manifest, allowed_roots)
     refuse_changed(scans)
     return ChosenInputs({name: scan.pending for name, scan in scans.items()}, scans)

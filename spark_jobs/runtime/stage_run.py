@@ -26,6 +26,8 @@ from spark_jobs.state.layout import safe_name
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from spark_jobs.runtime.event_time import StepClock
+
 
 @dataclass
 class RunValues:
@@ -162,25 +164,26 @@ def operator_rows(run: RunValues, stage: Stage, rows: dict[str, int], written: d
     return out
 
 
-def check_bag_inputs(run: RunValues, inputs: dict[str, "DataFrame"], files: dict[str, list]) -> list:
-    """The bag check of ``dbsp step`` (``bag.check_deltas``) on the changes this stage read: a
-    delete of a row never inserted refuses the run (``InputRefused``, file and row named) or is
-    quarantined (``inputs`` corrected in place). As in ``dbsp step``, the deletes are counted
-    first (one job, which also brings small changes to the driver for the lookups) and an input
-    without deletes is not looked up; inputs the check does not cover are not counted."""
-    from spark_jobs.executor.session import step_conf
+def check_inputs(run: RunValues, inputs: dict[str, "DataFrame"], files: dict[str, list], clock: "StepClock") -> list:
+    """What ``dbsp step`` does with the changes this stage read, through the same functions:
+    the late rows of a timed input counted, then left out (``step.count_inputs``; ``clock``
+    records them, and a late row under ``on_late: refuse`` refuses the run), then the bag check
+    (``bag.check_deltas``): a delete of a row never inserted refuses the run (``InputRefused``,
+    file and row named) or is quarantined. ``inputs`` is corrected in place. As in ``dbsp
+    step``, the changes are counted first (one job, which also brings small changes to the
+    driver for the lookups) and an input without deletes is not looked up; inputs neither check
+    covers are not counted."""
     from spark_jobs.ir.incrementalize import bag_integrals
     from spark_jobs.runtime.bag import check_deltas
-    from spark_jobs.runtime.step import count_all_changes
+    from spark_jobs.runtime.step import count_inputs, ins_del
 
-    checked = {n: df for n, df in inputs.items() if n in bag_integrals(run.rt.compiled.incremental)}
-    if not checked:
+    bagged = bag_integrals(run.rt.compiled.incremental)
+    counted = {n: df for n, df in inputs.items() if n in bagged or clock.timed(n)}
+    if not counted:
         return []
-    spark = run.rt.spark
-    with step_conf(spark, True):  # a global count has nothing for AQE to adapt
-        counts, local = count_all_changes(spark, checked)
-    inputs.update(local or {})
-    return check_deltas(run.rt, run.plan["timestep"], inputs, {n: d for n, (_i, d) in counts.items()},
+    counts, local = count_inputs(run.rt.spark, clock, counted, files)
+    inputs.update(local or counted)  # late rows left out
+    return check_deltas(run.rt, run.plan["timestep"], inputs, {n: ins_del(r)[1] for n, r in counts.items()},
                         files, run.state)
 
 
@@ -192,6 +195,7 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
     from spark_jobs.executor.sources import InputFile, spark_schema
     from spark_jobs.runtime import refresh, staging
     from spark_jobs.runtime.errors import input_errors
+    from spark_jobs.runtime.event_time import StepClock, describe
     from spark_jobs.runtime.inputs import read_input
 
     rt, p = run.rt, run.plan
@@ -200,7 +204,8 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
     stage_dir = run.stage_dir(stage.name)
     if fs.exists(stage_dir):
         fs.remove_tree(stage_dir)  # a killed earlier attempt
-    journal: dict[str, Any] = {"updates": [], "outputs": {}, "consumed": {}, "inputs": {}, "values": {}}
+    journal: dict[str, Any] = {"updates": [], "outputs": {}, "consumed": {}, "inputs": {}, "values": {},
+                               "event_time": {}}
     seconds: dict[str, float] = {}
     values: dict[str, DataFrame] = {}
     updates: dict[str, Any] = {}
@@ -233,6 +238,7 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
     planned = {name: [InputFile.from_dict(f) for f in p["inputs"].get(name, [])]
                for name in (circuit[n].param("name") or n for n in stage.nodes if circuit[n].op == "input")}
     notes: list[str] = []
+    clock = StepClock(rt.compiled.spec.inputs, rt.committed.manifest(), fresh=run.full)  # timed inputs' watermarks
     # a Spark error reading one of the planned files (in any job of the stage) refuses it by name
     with input_errors(planned), stage_jobs(spark, rt.name, stage.name):
         inputs: dict[str, DataFrame] = {}
@@ -249,7 +255,10 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
                 journal["consumed"][name] = [f.record() for f in files]
                 journal["inputs"][name] = {"files": [f.path for f in files], "unknown_keys": change.unknown_keys}
             seconds[node_id] = time.perf_counter() - t0
-        quarantined = check_bag_inputs(run, inputs, planned)
+        quarantined = check_inputs(run, inputs, planned, clock)
+        journal["event_time"] = clock.journal()  # for the check (report lines) and the commit (watermarks)
+        for name, late in clock.seen.items():
+            journal["inputs"][name].update(late_rows=late.rows, late=describe(late))  # as `dbsp step` says it
         if quarantined:
             journal["quarantined"] = {q.input: q.to_dict() for q in quarantined}
             notes += [q.note() for q in quarantined]

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from spark_jobs.executor.evaluate import evaluate_step, trace_kind
 from spark_jobs.executor.local import collect_local
 from spark_jobs.executor.session import LOCAL_CHANGE_ROWS, SMALL_CHANGE_ROWS, step_conf
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
+from spark_jobs.executor.sources.lateness import change_totals, on_time
+from spark_jobs.executor.sources.reading import refuse_late
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.executor.sources.discovery import InputScan
 from spark_jobs.publish import PublishReport, publish_views
@@ -25,14 +26,16 @@ from spark_jobs.quality import mark_committed
 from spark_jobs.runtime import refresh
 from spark_jobs.runtime.bag import check_deltas
 from spark_jobs.runtime.errors import input_errors
+from spark_jobs.runtime.event_time import StepClock, describe as describe_late, iso
 from spark_jobs.runtime.failures import step_failures
 from spark_jobs.runtime.feeds import publish_feeds
 from spark_jobs.runtime.inputs import choose_inputs, pending_inputs as _pending, read_input
 from spark_jobs.runtime.quality_gate import check_timestep, quality_dir
 from spark_jobs.runtime.refresh import EmptyState
+from spark_jobs.runtime.retention import after_commit
 from spark_jobs.runtime.writer import process_lease
-from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state.failpoints import failpoint
+from spark_jobs.state.retention import Removed
 
 Progress = Callable[[str], None]
 
@@ -44,13 +47,15 @@ class InputReport:
     inserted: int = 0
     deleted: int = 0
     unknown_keys: int = 0  # cdc records of keys the input did not hold, ignored (unknown_key: count)
+    late: str = ""  # timed inputs: late rows dropped and the watermark (event_time.describe)
 
     @property
     def note(self) -> str:
         if not self.files:
             return "no new files: no changes"
         unknown = f"; {self.unknown_keys} change(s) to unknown keys ignored" if self.unknown_keys else ""
-        return f"{len(self.files)} file(s){unknown}"
+        late = f"; {self.late}" if self.late else ""
+        return f"{len(self.files)} file(s){unknown}{late}"
 
 
 @dataclass
@@ -61,7 +66,7 @@ class StepReport:
     views: dict[str, tuple[int, int]]  # view -> (rows inserted, rows deleted)
     seconds: float
     quality: str = ""  # gate summary
-    notes: list[str] = field(default_factory=list)  # moved data root, quarantined rows, refreshed views
+    notes: list[str] = field(default_factory=list)  # moved data root, quarantined rows, refreshed views, retention
     published: PublishReport | None = None  # what publishing the views did (failures included)
 
 
@@ -87,29 +92,46 @@ def pending_inputs(rt: CircuitRuntime) -> dict[str, list[InputFile]]:
     return _pending(rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest(), rt.config.allowed_input_roots)
 
 
-def _change_totals(df: DataFrame) -> DataFrame:
-    w = F.col(WEIGHT)
-    return df.agg(F.sum(F.when(w > 0, w).otherwise(0)).alias("ins"),
-                  F.sum(F.when(w < 0, -w).otherwise(0)).alias("del"))
-
-
-def count_changes(df: DataFrame) -> tuple[int, int]:
-    """(rows inserted, rows deleted), weights counted: one Spark job."""
-    row = _change_totals(df).first()
-    return int(row["ins"] or 0), int(row["del"] or 0)
-
-
-def count_all_changes(spark, deltas: dict[str, DataFrame], local_rows: int = LOCAL_CHANGE_ROWS
-                      ) -> tuple[dict[str, tuple[int, int]], dict[str, DataFrame] | None]:
-    """``count_changes`` of every input and, when the inputs together have at most
-    ``local_rows`` rows, the inputs as driver-local relations (None otherwise): one Spark job.
+def count_all_changes(spark, deltas: dict[str, DataFrame], local_rows: int = LOCAL_CHANGE_ROWS,
+                      totals: dict[str, DataFrame] | None = None
+                      ) -> tuple[dict[str, dict], dict[str, DataFrame] | None]:
+    """The change totals of every input (``lateness.change_totals``: ``ins`` and ``del``, plus
+    the late rows and largest event time of timed inputs, whose ``totals`` the caller gives) and,
+    when the inputs together have at most ``local_rows`` rows, the inputs as driver-local
+    relations (None otherwise): one Spark job.
 
     Local inputs let every lookup of state by an input's change skip its broadcast job (see
     ``zset.key_prefilter``)."""
-    totals = {name: _change_totals(df) for name, df in deltas.items()}
+    totals = {name: (totals or {}).get(name) or change_totals(df) for name, df in deltas.items()}
     local, rows = collect_local(spark, deltas, local_rows, totals)
-    counts = {name: (int(r[0]["ins"] or 0), int(r[0]["del"] or 0)) for name, r in rows.items()}
+    return {name: r[0].asDict() for name, r in rows.items()}, local
+
+
+def count_inputs(spark, clock: StepClock, deltas: dict[str, DataFrame], files: dict[str, list[InputFile]],
+                 local_rows: int = LOCAL_CHANGE_ROWS) -> tuple[dict[str, dict], dict[str, DataFrame] | None]:
+    """``count_all_changes`` of the inputs' changes, with event time: the late rows of a timed
+    input are counted, then left out of ``deltas`` (in place), and ``clock`` records what each
+    change saw; a late row of an input with ``on_late: refuse`` refuses the step
+    (``InputRefused``, its files named). `dbsp step` and a DAG run's input stages both come here."""
+    totals: dict[str, DataFrame] = {}  # timed inputs: kept, late, largest event time
+    for name, df in list(deltas.items()):
+        if clock.timed(name):
+            column, mark = clock.column(name), clock.watermark(name)
+            totals[name] = change_totals(df, column, mark)
+            deltas[name] = on_time(df, column, mark)
+    with step_conf(spark, True):  # a global count has nothing for AQE to adapt
+        counts, local = count_all_changes(spark, deltas, local_rows, totals=totals)
+    for name, row in counts.items():
+        clock.record(name, row)
+    if clock.refused():
+        raise InputRefused.combine([refuse_late(spark, clock.inputs[n], files[n], clock.watermark(n), iso)
+                                    for n in clock.refused()])
     return counts, local
+
+
+def ins_del(row: dict | None) -> tuple[int, int]:
+    """(rows inserted, rows deleted) of a change's totals (``count_all_changes``)."""
+    return (int(row.get("ins") or 0), int(row.get("del") or 0)) if row else (0, 0)
 
 
 def _chosen_inputs(rt: CircuitRuntime, full_refresh: bool, say: Progress
@@ -117,7 +139,8 @@ def _chosen_inputs(rt: CircuitRuntime, full_refresh: bool, say: Progress
     """The files this step reads, and (incremental) each input's scan; a consumed file whose
     content changed refuses the step."""
     chosen = choose_inputs(rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest(),
-                           rt.config.allowed_input_roots, full_refresh=full_refresh)
+                           rt.config.allowed_input_roots, full_refresh=full_refresh,
+                           pruned=Removed.read(rt.store).inputs if full_refresh else None)
     for note in chosen.notes():
         say(note)
     return chosen.files, chosen.scans
@@ -153,6 +176,7 @@ def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files:
             if scan.consumed.changed:  # migrated records, or times refreshed after a copy
                 txn.set_consumed(name, scan.consumed.records())
         say(f"timestep {t}: reading inputs" + (" (full refresh: every retained file)" if full_refresh else ""))
+        clock = StepClock(spec.inputs, txn.previous, fresh=full_refresh)
         deltas: dict[str, DataFrame] = {}
         reports: list[InputReport] = []
         refused: list[InputRefused] = []
@@ -170,18 +194,19 @@ def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files:
                 if change.trace is not None:  # the delta is also appended to the input's own trace
                     delta = delta.cache()
                     cached.append(delta)
-                    own_traces[name] = change.trace
+                    own_traces[name] = change.trace  # gets the on-time rows: the input as the circuit saw it
                 deltas[name] = delta
                 txn.consume(name, [f.record() for f in pending[name]])
                 count_unknown_keys(txn, name, change.unknown_keys, restart=full_refresh and inp.kind == "cdc")
                 report.unknown_keys = change.unknown_keys
         if refused:
             raise InputRefused.combine(refused)
-        with step_conf(rt.spark, True):  # a global count has nothing for AQE to adapt
-            counts, local = count_all_changes(rt.spark, deltas)
+        counts, local = count_inputs(rt.spark, clock, deltas, pending)  # late rows counted, then left out
+        clock.commit(txn)
         if local is not None:
             deltas = local
-        quarantined = check_deltas(rt, t, deltas, {n: d for n, (_i, d) in counts.items()}, pending, state)
+        # late rows are out of the deltas already: the bag check judges what the circuit sees
+        quarantined = check_deltas(rt, t, deltas, {n: ins_del(r)[1] for n, r in counts.items()}, pending, state)
         if quarantined:
             txn.set_meta("quarantined", {q.input: q.to_dict() for q in quarantined})
             notes += [q.note() for q in quarantined]
@@ -191,8 +216,10 @@ def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files:
                     deltas[name] = df.cache()
                     cached.append(deltas[name])
         for report in reports:
-            report.inserted, report.deleted = counts.get(report.name, (0, 0))
-        small = not full_refresh and sum(i + d for i, d in counts.values()) <= SMALL_CHANGE_ROWS
+            report.inserted, report.deleted = ins_del(counts.get(report.name))
+            if report.name in clock.seen:
+                report.late = describe_late(clock.seen[report.name])
+        small = not full_refresh and sum(sum(ins_del(row)) for row in counts.values()) <= SMALL_CHANGE_ROWS
         say(f"timestep {t}: evaluating {len(rt.compiled.incremental.nodes)} operators")
         schemas = {name: spark_schema(inp) for name, inp in spec.inputs.items()}
         with step_conf(rt.spark, small):
@@ -215,7 +242,7 @@ def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files:
                     cached.extend(views.values())
                 outputs = views
                 say(f"timestep {t}: checking view deltas")
-                gate = check_timestep(rt, t, outputs, deltas, previous)
+                gate = check_timestep(rt, t, outputs, deltas, previous, late=clock.report())
                 say(f"timestep {t}: writing state")
                 appends = []
                 for name, (trace_id, sort_by) in own_traces.items():  # an input's integral: its own trace
@@ -253,6 +280,9 @@ def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files:
     report = StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary(), notes)
     say(f"timestep {t}: publishing views")
     report.published = publish_views(rt, progress=say)  # a failed view: committed, the next run repairs
+    note = after_commit(rt)  # after publishing: retention keeps the deltas a table has not caught up with
+    if note:
+        report.notes.append(note)
     return report  # (``seconds`` is the commit's; the publish report has its own)
 
 

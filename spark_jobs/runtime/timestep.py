@@ -48,9 +48,12 @@ from spark_jobs.runtime.stage_run import RunValues, evaluate_stage
 from spark_jobs.runtime.staging import journal_path, read_json, run_dir, staging_root, write_json
 from spark_jobs.runtime.stages import Stage, stage_graph
 from spark_jobs.runtime.writer import run_lease
+from spark_jobs.state.retention import Removed
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from spark_jobs.runtime.event_time import StepClock
 
 MODES = ("incremental", "full_refresh")
 STEPS = ("plan", "stage", "stages", "check", "commit")
@@ -100,8 +103,10 @@ def _plan(rt: CircuitRuntime, run_id: str, mode: str) -> dict:
     existing = read_json(rt, path)
     if existing and existing["timestep"] == t and existing["mode"] == mode:
         return existing
+    full = mode == "full_refresh"  # refused (CannotRebuild) once retention removed consumed change files
     chosen = choose_inputs(rt.compiled.spec.inputs, rt.config.data_root, store.manifest(),
-                           rt.config.allowed_input_roots, full_refresh=mode == "full_refresh")
+                           rt.config.allowed_input_roots, full_refresh=full,
+                           pruned=Removed.read(store).inputs if full else None)
     empty = mode == "incremental" and not any(chosen.files.values())
     data = {"run_id": run_id, "timestep": t, "mode": mode, "created_at": time.time(), "empty": empty,
             "inputs": {name: [f.as_dict() for f in files] for name, files in chosen.files.items()},
@@ -256,12 +261,25 @@ def _check(rt: CircuitRuntime, run_id: str) -> dict:
             previous = None
             if p["mode"] == "full_refresh":  # the deltas were taken against comparable old views only
                 previous = {v: refresh.old_view(rt.store, v, df) for v, df in views.items()}
-            report = check_timestep(rt, p["timestep"], views, inputs, previous, local=local)
+            report = check_timestep(rt, p["timestep"], views, inputs, previous, late=_clock(rt, p, journals).report(),
+                                    local=local)
     except QualityGateFailed as exc:
         raise QualityGateFailed(exc.report, explain_failure(rt, p, exc.report)) from None
     return {"timestep": p["timestep"], "summary": report.summary(), "failed": len(report.failed),
             "warnings": len(report.warnings), "report": quality_report_path(rt, p["timestep"]),
             "phases": _phases(started, read=read, checks=time.perf_counter())}
+
+
+def _clock(rt: CircuitRuntime, p: dict, journals: dict[str, dict], manifest=None) -> "StepClock":
+    """The timed inputs' late rows and watermarks of this run, as its input stages saw them
+    (their journals), against the watermarks committed before it (``manifest``, default the last)."""
+    from spark_jobs.runtime.event_time import StepClock
+
+    clock = StepClock(rt.compiled.spec.inputs, manifest if manifest is not None else rt.committed.manifest(),
+                      fresh=p["mode"] == "full_refresh")
+    for j in journals.values():
+        clock.from_journal(j.get("event_time") or {})
+    return clock
 
 
 def _phases(started: float, **ends: float) -> dict[str, float]:
@@ -303,11 +321,12 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
     from spark_jobs.runtime.step import count_unknown_keys
 
     done = _committed_by(rt, run_id)
-    if done is not None:  # a retry: the commit is durable; the report's mark, feeds and tables may not be
+    if done is not None:  # a retry: the commit is durable; the report's mark, feeds, tables and retention may not be
         manifest = rt.committed.manifest(done)
         _after_commit(rt, manifest)
+        published = publish_views(rt).raise_if_failed().summary()
         return dict(commit_summary(rt, manifest), note="already committed by an earlier attempt",
-                    published=publish_views(rt).raise_if_failed().summary())
+                    published=published, **_retention(rt))
     started = time.perf_counter()
     p = load_plan(rt, run_id)
     journals = _journals(rt, run_id)
@@ -341,6 +360,7 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
             for name, counts in j["inputs"].items():
                 restart = full and rt.compiled.spec.inputs[name].kind == "cdc"
                 count_unknown_keys(txn, name, int(counts.get("unknown_keys") or 0), restart=restart)
+        _clock(rt, p, journals, txn.previous).commit(txn)  # every timed input's watermark, late rows
         rows = _change_rows(journals)
         read = time.perf_counter()
         small = not full and rows is not None and rows <= SMALL_CHANGE_ROWS
@@ -361,9 +381,24 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
     _after_commit(rt, manifest)
     rt.committed.fs.remove_tree(run_dir(rt, run_id))
     feeds = time.perf_counter()
-    published = publish_views(rt)  # after the commit point: a crash here is repaired by the next run
-    return dict(commit_summary(rt, manifest), notes=notes, published=published.raise_if_failed().summary(),
-                phases=_phases(started, read=read, write=written, feeds=feeds, publish=time.perf_counter()))
+    published = publish_views(rt).raise_if_failed().summary()  # after the commit point: a crash here is repaired by the next run
+    published_at = time.perf_counter()
+    kept = _retention(rt)  # after publishing: retention keeps the deltas a table has not caught up with
+    summary = commit_summary(rt, manifest)
+    notes += [f"input {name}: {text}" for name, text in summary.get("late", {}).items()  # as `dbsp step` notes them
+              if summary["late_rows"][name]]
+    return dict(summary, notes=notes + list(kept.values()), published=published, **kept,
+                phases=_phases(started, read=read, write=written, feeds=feeds, publish=published_at,
+                               retention=time.perf_counter()))
+
+
+def _retention(rt: CircuitRuntime) -> dict[str, str]:
+    """Retention after a commit, as `dbsp step` applies it (``retention.after_commit``):
+    ``{"retention": note}`` when something was removed."""
+    from spark_jobs.runtime.retention import after_commit
+
+    note = after_commit(rt)
+    return {"retention": note} if note else {}
 
 
 def _after_commit(rt: CircuitRuntime, manifest) -> None:
@@ -378,11 +413,17 @@ def _after_commit(rt: CircuitRuntime, manifest) -> None:
 
 
 def commit_summary(rt: CircuitRuntime, manifest) -> dict:
-    """What a committed timestep changed: rows inserted/deleted per view, files per input."""
+    """What a committed timestep changed: rows inserted/deleted per view; per timed input, its
+    late rows dropped and watermark (``late``, worded as `dbsp step` says them)."""
+    from spark_jobs.runtime.event_time import committed_late, describe
+
     meta = manifest.meta or {}
+    late = committed_late(manifest, rt.compiled.spec.inputs)
     return {"timestep": manifest.timestep, "mode": meta.get("mode", "incremental"),
             "views": {v: {"inserted": o.rows_inserted, "deleted": o.rows_deleted}
                       for v, o in (manifest.outputs or {}).items()},
+            **({"late_rows": {n: x.rows for n, x in late.items()},
+                "late": {n: describe(x) for n, x in late.items()}} if late else {}),
             "quality_report": quality_report_path(rt, manifest.timestep)}
 
 

@@ -15,6 +15,9 @@ Each node's output columns follow from its op and its inputs' columns:
   to rename the column first).
 - ``antijoin``: the left input's columns.
 - ``aggregate``: the ``group_by`` columns, then the aggregate names; a name may appear once.
+  With a ``window``: ``window_start`` and ``window_end`` first (the input may not have columns
+  of those names: rename them with a ``select``).
+- ``join`` with ``within`` (an interval join): like a join, or a product when it has no keys.
 - ``sql``: the columns of the query's result (``spec/sql``): the SELECT list's names.
 - ``recursive``: the columns of its first body output. Body nodes may read each other in a
   cycle, so their columns are found by iterating until nothing changes.
@@ -31,6 +34,7 @@ from typing import Callable
 from .errors import CircuitError, Problem, did_you_mean, listing
 from .model import WEIGHT, CircuitSpec, NodeSpec, dependency_order
 from .sql.node import sql_node_columns
+from .time import WINDOW_COLUMNS
 
 Cols = tuple[str, ...]
 Lookup = Callable[[str], "Cols | None"]
@@ -130,6 +134,9 @@ def node_columns(node: NodeSpec, lookup: Lookup, known: tuple[str, ...] = ()) ->
                                             f"and aggregate names must all differ)")
                    for i, n in enumerate(agg_names) if n in node.group_by + agg_names[:i]]
         names = node.group_by + agg_names
+        if "window" in node.field_lines:
+            issues += _window_issues(node, src, names)
+            names = WINDOW_COLUMNS + names
         return names, issues
     if op in SET_OPS:
         return _set_op_columns(node, lookup)
@@ -139,6 +146,24 @@ def node_columns(node: NodeSpec, lookup: Lookup, known: tuple[str, ...] = ()) ->
         cols, found = sql_node_columns(node.sql, node.tables, lookup, known)
         return cols, [Issue(key, message) for key, message in found]
     return None, []  # recursive is resolved by its scope; unknown ops were reported by the schema
+
+
+def _window_issues(node: NodeSpec, src: Cols | None, names: Cols) -> list[Issue]:
+    """A window's column must be an input column; its output columns must be free names."""
+    issues = []
+    window = node.window
+    if src is not None and window is not None and window.column not in src:
+        issues.append(Issue("window.column", f"window column '{window.column}' is not a column of input "
+                                             f"'{node.input}' (columns: {listing(src)})"
+                                             f"{did_you_mean(window.column, src)}"))
+    for name in WINDOW_COLUMNS:
+        if src is not None and name in src:
+            issues.append(Issue("window", f"input '{node.input}' already has a column '{name}', which a window "
+                                          f"adds: rename it with a select first"))
+        elif name in names:
+            where = "group_by" if name in node.group_by else f"aggregates.{name}"
+            issues.append(Issue(where, f"'{name}' is a column the window adds: choose another name"))
+    return issues
 
 
 def _set_op_columns(node: NodeSpec, lookup: Lookup) -> tuple[Cols | None, list[Issue]]:
@@ -165,11 +190,21 @@ def _join_columns(node: NodeSpec, lookup: Lookup) -> tuple[Cols | None, list[Iss
         issues += _missing(node.left_on, left, "left_on", f"left input '{node.left}'")
     if right is not None:
         issues += _missing(node.right_on, right, "right_on", f"right input '{node.right}'")
+    within = node.within if node.op == "join" else None
+    if within is not None:
+        if left is not None and within.left not in left:
+            issues.append(Issue("within.left", f"column '{within.left}' is not a column of left input "
+                                               f"'{node.left}' (columns: {listing(left)}){did_you_mean(within.left, left)}"))
+        if right is not None and within.right not in right:
+            issues.append(Issue("within.right", f"column '{within.right}' is not a column of right input "
+                                                f"'{node.right}' (columns: {listing(right)})"
+                                                f"{did_you_mean(within.right, right)}"))
     if node.op == "antijoin":
         return left, issues
     if left is None or right is None or issues:
         return None, issues
-    if node.op == "join" and not node.on and (not node.left_on or len(node.left_on) != len(node.right_on)):
+    keyless = not node.on and not node.left_on and not node.right_on and "within" in node.field_lines
+    if node.op == "join" and not keyless and not node.on and (not node.left_on or len(node.left_on) != len(node.right_on)):
         return None, issues  # keys missing or mismatched: reported by validate
     try:
         return join_layout(left, right, node.right or "", node.on, node.left_on, node.right_on).columns, issues

@@ -24,6 +24,7 @@ from .expressions import ExpressionError, parse_aggregate
 from .model import (DEFAULT_CDC_OPS, DEFAULT_ORCHESTRATION_TASKS, ON_INPUTS, CdcOptions, CircuitSpec, Column,
                     Expectation, InputSpec, NodeSpec, Orchestration, OutputSpec, PublishSpec, Source)
 from .sql import parse_query
+from .time import event_time_of, window_of, within_of
 from .validate import schema_problems, semantic_problems
 
 YamlPath = tuple[Any, ...]  # keys (str) and list indexes (int) from the document root
@@ -241,7 +242,10 @@ def build_node(name: str, raw: Any, path: YamlPath, doc: Document, broken: froze
         name=name, op=op, line=doc.line(path), input=_str(raw.get("input")), inputs=inputs,
         left=left, right=right, on=_strs(raw.get("on")), left_on=_strs(raw.get("left_on")),
         right_on=_strs(raw.get("right_on")), where=_str(raw.get("where")), columns=pairs,
-        group_by=_strs(raw.get("group_by")), aggregates=tuple(aggregates), extra=extra, body=body,
+        group_by=_strs(raw.get("group_by")), aggregates=tuple(aggregates),
+        window=window_of(raw.get("window")) if op == "aggregate" else None,
+        within=within_of(raw.get("within")) if op == "join" else None,
+        stream=_str(raw.get("stream")) if op == "join" else None, extra=extra, body=body,
         outputs=outputs, query=query, tables=parsed.tables if parsed else (), sql=parsed, field_lines=lines)
 
 
@@ -300,7 +304,8 @@ def build_input(name: str, raw: Any, doc: Document) -> InputSpec:
                         line=doc.line(path + ("source",)), cdc=cdc)
     return InputSpec(name=name, columns=tuple(columns), source=source,
                      expectations=build_expectations(raw.get("expectations"), path + ("expectations",), doc),
-                     line=doc.line(path), key=_strs(raw.get("key")))
+                     line=doc.line(path), key=_strs(raw.get("key")),
+                     time=event_time_of(raw.get("time"), doc.line(path + ("time",))))
 
 
 def build_cdc(src: dict[str, Any]) -> CdcOptions:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .time import EventTime, WindowSpec, WithinSpec
+
 WEIGHT = "_weight"  # reserved column: the Z-set multiplicity of a row
 
 # Operators a user may write in `nodes.<name>.op`.
@@ -96,6 +98,7 @@ class InputSpec:
     expectations: tuple[Expectation, ...] = ()
     line: int = 0
     key: tuple[str, ...] = ()  # primary key (a `cdc` input's changes find their old row by it)
+    time: EventTime | None = None  # `time: {column, lateness}`: event time and watermark
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -129,7 +132,10 @@ class NodeSpec:
     - difference / intersect / product: `left`, `right`
     - join / antijoin: `left`, `right`, and `on` or `left_on` + `right_on`
     - distinct / delay / integrate / differentiate: `input`
-    - aggregate: `input`, `group_by` (may be empty), `aggregates`
+    - aggregate: `input`, `group_by` (may be empty), `aggregates`, optionally `window` (time
+      windows: the output starts with ``window_start``, ``window_end``)
+    - join: optionally `within` (an interval join: keys optional) or `stream` ("left"/"right":
+      that side is a stream, joined once on arrival with the other side's integral)
     - sql: `query` (one Spark SQL query); ``sql`` holds it parsed (``spec.sql.ParsedQuery``) and
       ``tables`` the inputs/nodes its FROM clauses read (their circuit spelling)
     - recursive: `body` (a nested mapping of nodes), kept raw for the recursion layer in
@@ -156,6 +162,9 @@ class NodeSpec:
     columns: tuple[tuple[str, str], ...] = ()  # (output name, expression)
     group_by: tuple[str, ...] = ()
     aggregates: tuple[AggregateSpec, ...] = ()
+    window: WindowSpec | None = None  # aggregate: per time window
+    within: WithinSpec | None = None  # join: interval join
+    stream: str | None = None  # join: "left" | "right", the side that is a stream of events
     extra: dict[str, Any] = field(default_factory=dict)  # op-specific fields not modelled above
     body: dict[str, "NodeSpec"] = field(default_factory=dict)  # recursive: nested nodes, file order
     outputs: tuple[str, ...] = ()  # recursive: body nodes it exposes (first = the node's value)

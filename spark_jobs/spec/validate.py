@@ -29,6 +29,7 @@ from .paths import source_path_problem
 from .reader_options import option_problems
 from .sites import condition_problem, expression_sites
 from .sql_check import ExpressionError
+from .time_checks import time_problems
 from .model import ALL_OPS, CircuitSpec, Expectation, NodeSpec
 
 if TYPE_CHECKING:
@@ -190,6 +191,7 @@ def semantic_problems(spec: CircuitSpec, doc: "Document", broken: frozenset[str]
     problems += _expressions(spec, resolution, broken) + _expectation_forms(spec)
     problems += _outputs(spec, resolution)
     problems += key_problems(spec, doc, resolution.columns)
+    problems += time_problems(spec, doc, broken, resolution)
     for label, node, _ in scopes:
         if node.op == "recursive":
             problems += _stratification(spec, label, node)
@@ -376,6 +378,8 @@ def _node_fields(spec: CircuitSpec, label: str, node: NodeSpec) -> list[Problem]
     if node.op in ("join", "antijoin"):
         if "on" in present and present & {"left_on", "right_on"}:
             found.append(("on", "give either 'on' or 'left_on' + 'right_on', not both"))
+        elif "on" not in present and not present & {"left_on", "right_on"} and "within" in present:
+            pass  # an interval join may have no keys: the time bound alone pairs the rows
         elif "on" not in present and not {"left_on", "right_on"} <= present:
             has = [f for f in ("left_on", "right_on") if f in present]
             found.append((has[0] if has else "", f"{node.op} needs its key columns: 'on: [cols]' (same names "

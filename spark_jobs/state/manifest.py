@@ -126,6 +126,9 @@ class Manifest:
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
+    # commit times of earlier timesteps, kept while an age-based retention needs them
+    # (``state/retention.py``); carried from manifest to manifest
+    timeline: list[tuple[int, str]] = field(default_factory=list)
 
     def referenced_dirs(self) -> set[str]:
         """Every data directory this manifest needs (traces and outputs)."""
@@ -151,6 +154,7 @@ class Manifest:
             "outputs": {k: v.to_dict() for k, v in sorted(self.outputs.items())},
             "inputs": copy.deepcopy(self.inputs),
             "meta": copy.deepcopy(self.meta),
+            **({"timeline": [[t, at] for t, at in self.timeline]} if self.timeline else {}),
         }
 
     def to_json(self) -> str:
@@ -172,6 +176,7 @@ class Manifest:
             inputs=copy.deepcopy(raw.get("inputs") or {}),
             meta=copy.deepcopy(raw.get("meta") or {}),
             format_version=version,
+            timeline=[(int(t), str(at)) for t, at in raw.get("timeline") or []],
         )
 
     @classmethod

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from spark_jobs.state import layout as L
@@ -21,6 +21,7 @@ from spark_jobs.state.fs import filesystem_for
 from spark_jobs.state.lease import Lease
 from spark_jobs.state.lookup import TraceFiles
 from spark_jobs.state.manifest import FileStat, Manifest, OutputEntry, TraceEntry
+from spark_jobs.state.retention import Removed, expired_manifests, parse_time
 from spark_jobs.state.trace import (ROWS_PER_FILE, consolidate, delta_merge, dir_stats, needs_compaction, read_dirs,
                                     slot_dir, slots_compatible, validate_columns, weight_totals,
                                     write_dir, write_slots)
@@ -31,6 +32,8 @@ SORT_MIN_ROWS = 100_000
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from spark_jobs.state.retention import Rule
 
 VIEW_TRACE_PREFIX = "view:"
 
@@ -79,7 +82,12 @@ class StateStore:
     """Checkpointed Parquet traces with one atomic manifest per committed timestep."""
 
     def __init__(self, spark: "SparkSession", root: str, circuit: str, fingerprint: str, *,
-                 compact_fraction: float = 0.5, keep_timesteps: int = 2) -> None:
+                 compact_fraction: float = 0.5, keep_timesteps: int = 2,
+                 manifest_retention: "Rule | None" = None, track_commit_times_us: int | None = None) -> None:
+        """``keep_timesteps``: manifests kept, unless ``manifest_retention`` says otherwise (by
+        count or by age; ``state/retention.py``). ``track_commit_times_us``: the longest age an
+        age-based retention measures; commit times are carried in the manifests' timeline that
+        far back (None: no timeline)."""
         if keep_timesteps < 1:
             raise ValueError("keep_timesteps must be >= 1 (the latest timestep is always kept)")
         self.spark = spark
@@ -90,6 +98,8 @@ class StateStore:
         self.fingerprint = fingerprint
         self.compact_fraction = compact_fraction
         self.keep_timesteps = keep_timesteps
+        self.manifest_retention = manifest_retention
+        self.track_commit_times_us = track_commit_times_us
         self._cache: dict[int, Manifest] = {}
         self._open: Transaction | None = None
         # The writer's lease (state/lease.py), set by the runtime while it holds it: cleanup and
@@ -191,7 +201,18 @@ class StateStore:
         if m is not None:
             out = m.outputs.get(view)
             return [out.delta] if out is not None and out.delta else []
-        return self._output_dirs(view, t, t)
+        rels = self._output_dirs(view, t, t)
+        if not rels:
+            self._check_kept(view, t, f"the change of view {view!r} at timestep {t}")
+        return rels
+
+    def _check_kept(self, view: str, t: int, what: str) -> None:
+        """Refuse to read history that retention removed (an absent delta is not an empty one)."""
+        through = Removed.read(self).view_deltas_through.get(L.safe_name(view), 0)
+        if t <= through:
+            raise TimestepNotRetained(
+                f"{what} is no longer kept: retention (settings.retention.view_deltas) removed the view's "
+                f"deltas up to timestep {through}; retained timesteps, readable whole: {self.timesteps()}")
 
     def view_dirs(self, view: str, t: int | None = None) -> list[str]:
         """The root-relative directories whose union, consolidated, is the view at t (latest if
@@ -206,6 +227,7 @@ class StateStore:
         if m is not None:
             entry = m.traces.get(view_trace_id(view))
             return entry.dirs if entry is not None else []
+        self._check_kept(view, 1, f"view {view!r} as of timestep {t} (the sum of its deltas)")
         return self._output_dirs(view, 1, t)
 
     def view_schema(self, view: str) -> str | None:
@@ -271,11 +293,10 @@ class StateStore:
                 self.fs.remove_file(self.fs.join(mdir, name))
                 removed["temp"].append(name)
         last = self.last_committed()
-        for t in self.timesteps():
-            if t <= last - self.keep_timesteps:
-                self.fs.remove_file(self.layout.manifest_path(t))
-                self._cache.pop(t, None)
-                removed["manifests"].append(L.manifest_name(t))
+        for t in expired_manifests(self, datetime.now(timezone.utc)):
+            self.fs.remove_file(self.layout.manifest_path(t))
+            self._cache.pop(t, None)
+            removed["manifests"].append(L.manifest_name(t))
         referenced: set[str] = set()
         for t in self.timesteps():
             referenced |= self.manifest(t).referenced_dirs()  # type: ignore[union-attr]
@@ -292,11 +313,15 @@ class StateStore:
         return removed
 
     def _collect_garbage(self, t: int, written: Sequence[str]) -> None:
-        """After committing t: drop manifests older than the retention window, then the trace
-        directories only they listed (and this commit's own superseded writes)."""
-        current = self.manifest(t)
-        assert current is not None
-        old = [x for x in self.timesteps() if x <= t - self.keep_timesteps]
+        """After committing t: drop manifests past their retention, then the trace directories
+        only they listed (and this commit's own superseded writes)."""
+        assert self.manifest(t) is not None
+        self.drop_manifests(expired_manifests(self, datetime.now(timezone.utc)), written)
+
+    def drop_manifests(self, old: Sequence[int], written: Sequence[str] = ()) -> None:
+        """Delete manifests ``old`` (never the latest), then the trace directories that no
+        remaining manifest lists (``written``: this commit's superseded writes, likewise)."""
+        old = [x for x in old if x != self.last_committed()]
         garbage: set[str] = set(written)
         for x in old:
             m = self.manifest(x)
@@ -362,6 +387,7 @@ class Transaction:
         carried = previous.copy() if previous else None
         self._traces: dict[str, TraceEntry] = carried.traces if carried else {}
         self._inputs: dict[str, dict[str, Any]] = carried.inputs if carried else {}
+        self._timeline: list[tuple[int, str]] = carried.timeline if carried else []
         self._outputs: dict[str, OutputEntry] = {}
         self._meta: dict[str, Any] = {}
         self._written: list[str] = []  # root-relative dirs this transaction created
@@ -584,10 +610,12 @@ class Transaction:
 
     def set_consumed(self, input_name: str, records: list[dict[str, Any]]) -> None:
         """Replace the input's consumed records (migrated from an older format, or with times
-        refreshed after a verified copy); ``consume`` then adds this timestep's."""
+        refreshed after a verified copy); ``consume`` then adds this timestep's. A record without
+        a timestep (format 1) gets the previous one: it was consumed by then at the latest, so
+        input retention, which measures a file's age by it, never removes it early."""
         self._check_open()
         self._inputs.setdefault(input_name, {})["consumed"] = [
-            _json_value("consumed file record", dict(r)) for r in records]
+            _json_value("consumed file record", {"timestep": self.timestep - 1, **dict(r)}) for r in records]
 
     def set_input_meta(self, input_name: str, key: str, value: Any) -> None:
         """Per-input metadata carried to later manifests (e.g. a snapshot source's cursor)."""
@@ -647,6 +675,18 @@ class Transaction:
                 out.append(_Rewrite(tid, entry, dirs, whole=False))
         return out
 
+    def _next_timeline(self, now: datetime, committed_at: str) -> list[tuple[int, str]]:
+        """Commit times to carry: while an age-based retention is set, this one and the earlier
+        ones it may still measure (back to the newest that is already older than the longest
+        age); none otherwise."""
+        span = self.store.track_commit_times_us
+        if span is None:
+            return []
+        times = [(t, at) for t, at in self._timeline if t < self.timestep] + [(self.timestep, committed_at)]
+        cutoff = now - timedelta(microseconds=span)
+        old = [i for i, (_, at) in enumerate(times) if parse_time(at) <= cutoff]
+        return times[old[-1]:] if old else times
+
     def commit(self) -> Manifest:
         """Compact, then publish the manifest atomically (the commit point), then GC."""
         self._check_open()
@@ -672,10 +712,12 @@ class Transaction:
             raise ConcurrentCommit(
                 f"cannot commit timestep {self.timestep}: timestep {last} is already "
                 f"committed (another run of {s.circuit!r} is writing the same state?)")
+        now = datetime.now(timezone.utc)
+        committed_at = now.isoformat(timespec="milliseconds")
         manifest = Manifest(
-            circuit=s.circuit, fingerprint=s.fingerprint, timestep=self.timestep,
-            committed_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-            traces=self._traces, outputs=self._outputs, inputs=self._inputs, meta=self._meta)
+            circuit=s.circuit, fingerprint=s.fingerprint, timestep=self.timestep, committed_at=committed_at,
+            traces=self._traces, outputs=self._outputs, inputs=self._inputs, meta=self._meta,
+            timeline=self._next_timeline(now, committed_at))
         try:
             s.fs.publish_text(s.layout.manifest_path(self.timestep), manifest.to_json(),
                               L.TMP_PREFIX, exclusive=True)

@@ -234,6 +234,12 @@ def pending_files(spec: InputSpec, data_root: str, consumed: Iterable[dict | str
     return scan_input(spec, data_root, consumed, allowed_roots=allowed_roots).pending
 
 
+def remove_file(path: str) -> None:
+    """Delete one input file (input retention; the caller chose it from ``data_files``)."""
+    loc = locate(path)
+    loc.fs.delete_file(loc.inner)
+
+
 def exists(path: str) -> bool:
     loc = locate(path)
     return loc.fs.get_file_info(loc.inner).type != pafs.FileType.NotFound

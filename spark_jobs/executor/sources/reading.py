@@ -6,6 +6,7 @@ files again when used, so cache it if it is used more than once.
 """
 from __future__ import annotations
 
+from functools import reduce
 from typing import Mapping, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
@@ -13,17 +14,22 @@ from pyspark.sql import functions as F
 
 from spark_jobs.spec.model import WEIGHT, InputSpec
 
-from .checks import FILE_COL, Group, InputRefused, failed_checks, zset_of
+from .checks import FILE_COL, Group, InputRefused, failed_checks, own_path, zset_of
 from .discovery import InputFile, data_files, exists, file_format
 from .formats import PLANNERS, Declared, Planner
+from .lateness import late_by_file
 from .spark_types import declared_types, spark_schema
 
 
 def declared(spec: InputSpec, allow_weight: bool) -> Declared:
-    """What ``spec``'s files must hold (an append_only source: no deletes)."""
+    """What ``spec``'s files must hold (an append_only source: no deletes); an event-time column
+    may not be null (a row without a time cannot be judged late or placed in a window)."""
     options = spec.source.options if spec.source is not None else {}
-    return Declared(declared_types(spec), tuple(c.name for c in spec.columns if not c.nullable),
-                    allow_weight, dict(options or {}), inserts_only=spec.kind == "append_only")
+    not_null = [c.name for c in spec.columns if not c.nullable]
+    if spec.time is not None and spec.time.column not in not_null:
+        not_null.append(spec.time.column)
+    return Declared(declared_types(spec), tuple(not_null), allow_weight, dict(options or {}),
+                    inserts_only=spec.kind == "append_only")
 
 
 def checked_groups(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], d: Declared,
@@ -50,6 +56,25 @@ def _read(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], allo
         empty = spark.createDataFrame([], spark_schema(spec))
         return empty.withColumn(FILE_COL, F.lit(None).cast("string")) if with_file else empty
     return zset_of(groups, spec.column_names, WEIGHT, with_file=with_file)
+
+
+def refuse_late(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], watermark: int,
+                describe) -> InputRefused:
+    """The refusal of a step whose change holds late rows of an input with ``on_late: refuse``:
+    every file with late rows, how many and the earliest (``describe(us)`` formats a time).
+    One more Spark job, on the refusal path only."""
+    assert spec.time is not None
+    column = spec.time.column
+    groups = checked_groups(spark, spec, files, declared(spec, allow_weight=True))
+    frames = [g.frame.select(g.columns[column].alias(column), F.col(FILE_COL)) for g in groups]
+    paths = [f.path for f in files]
+    problems = []
+    for spark_path, n, first in late_by_file(reduce(DataFrame.unionByName, frames), column, watermark) if frames else []:
+        path = own_path(spark_path, paths)
+        problems.append((path, f"{n} row(s) arrived late (on_late: refuse): {column} {describe(first)} is "
+                               f"below the watermark {describe(watermark)} (the largest {column} seen minus "
+                               f"the lateness, {spec.time.lateness})"))
+    return InputRefused(problems or [(f.path, "late rows (on_late: refuse)") for f in files], spec.name)
 
 
 def read_changes(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile]) -> DataFrame:

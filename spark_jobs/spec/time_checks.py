@@ -1,0 +1,172 @@
+"""Checks of the event-time fields of a circuit: ``inputs.<n>.time``, ``aggregate.window``,
+``join.within``, ``join.stream`` and ``settings.retention`` (their shapes are the JSON Schema's).
+
+What is checked here: durations (``time.py``), that time columns exist and are timestamps
+(traced back to the input that declares them where a column passes through unchanged), that
+event time is declared on inputs whose rows can be judged late one by one, and that the stream
+side of a stream join only ever inserts.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+from .columns import Resolution
+from .errors import Problem, listing
+from .model import CircuitSpec, Column, NodeSpec
+from .time import TIMESTAMP_TYPES, retention_settings, time_field_problems
+
+if TYPE_CHECKING:
+    from .loader import Document
+
+# sources whose rows are events: each row is judged late or not by its own time
+TIMED_SOURCES = ("changes", "append_only")
+# ops whose output rows are input rows, unchanged or with columns dropped/renamed
+_PASS_ROWS = ("filter", "distinct", "select", "map", "union_all")
+
+
+def time_problems(spec: CircuitSpec, doc: "Document", broken: frozenset[str], res: Resolution) -> list[Problem]:
+    """Every problem of the event-time fields (nodes in ``broken`` are skipped)."""
+    problems = list(_retention(spec, doc)) + list(_inputs(spec, doc))
+    for name, node in spec.nodes.items():
+        if name in broken:
+            continue
+        problems += _node(spec, doc, name, node, res)
+        for inner, body_node in node.body.items():
+            for key in ("window", "within", "stream"):
+                if key in body_node.field_lines:
+                    problems.append(Problem(spec.path, body_node.line_of(key), f"{name}.{inner}",
+                                            f"'{key}' is not supported inside a recursive body"))
+    return problems
+
+
+def _retention(spec: CircuitSpec, doc: "Document") -> Iterator[Problem]:
+    _, found = retention_settings(spec.settings.get("retention"))
+    for key, message in found:
+        yield Problem(spec.path, doc.line(("settings", "retention", key)), None, message)
+
+
+def _inputs(spec: CircuitSpec, doc: "Document") -> Iterator[Problem]:
+    for name, inp in spec.inputs.items():
+        raw = doc.get(("inputs", name, "time"))
+        if not isinstance(raw, dict):
+            continue
+        at = ("inputs", name, "time")
+        for key, message in time_field_problems("time", raw):
+            yield Problem(spec.path, doc.line(at + (key,)), name, message)
+        column = raw.get("column")
+        declared = {c.name: c for c in inp.columns}
+        if isinstance(column, str) and column not in declared:
+            yield Problem(spec.path, doc.line(at + ("column",)), name,
+                          f"time.column '{column}' is not a column of the input (columns: {listing(declared)})")
+        elif isinstance(column, str) and (why := _not_timestamp(declared[column])):
+            yield Problem(spec.path, doc.line(at + ("column",)), name, f"time.column {why}")
+        kind = inp.source.kind if inp.source is not None else None
+        if kind is not None and kind not in TIMED_SOURCES:
+            yield Problem(spec.path, doc.line(at), name,
+                          f"event time needs a source whose rows are events ({listing(TIMED_SOURCES)}); a "
+                          f"{kind} source derives changes whose rows are not judged late one by one")
+
+
+def _not_timestamp(col: Column) -> str | None:
+    if col.type.strip().lower() in TIMESTAMP_TYPES:
+        return None
+    return f"'{col.name}' has type {col.type}; event time needs a timestamp column ({listing(TIMESTAMP_TYPES)})"
+
+
+# fields the spec reads but the engine cannot compute yet: refused, never accepted and ignored
+# (ignoring a window would compute the unwindowed aggregate: a silently wrong view)
+NOT_SUPPORTED_YET = {
+    "window": "windowed aggregates ('window') are not supported yet",
+    "within": "interval joins ('within') are not supported yet",
+    "stream": "stream joins ('stream') are not supported yet",
+}
+
+
+def _node(spec: CircuitSpec, doc: "Document", name: str, node: NodeSpec, res: Resolution) -> list[Problem]:
+    problems = [Problem(spec.path, node.line_of(key), name,
+                        f"{message}: this version cannot compute them; remove '{key}' (and compute the "
+                        f"window or time bound in a select/filter) until a release that supports it")
+                for key, message in NOT_SUPPORTED_YET.items() if key in node.field_lines]
+    path = ("nodes", name)
+    for key in ("window", "within"):
+        for field, message in time_field_problems(key, doc.get(path + (key,))):
+            problems.append(Problem(spec.path, node.line_of(f"{key}.{field}"), name, message))
+    if node.op == "antijoin":
+        problems += [Problem(spec.path, node.line_of(key), name, f"'{key}' applies to op join only")
+                     for key in ("within", "stream") if key in node.field_lines]
+    if "within" in node.field_lines and "stream" in node.field_lines:
+        problems.append(Problem(spec.path, node.line_of("stream"), name,
+                                "give either 'within' (an interval join) or 'stream' (a stream joined with a "
+                                "relation), not both"))
+    if node.window is not None:
+        if (why := _traced_type(spec, node.input, node.window.column)):
+            problems.append(Problem(spec.path, node.line_of("window.column"), name, f"window column {why}"))
+    if node.within is not None and node.op == "join":
+        for side, column in (("left", node.within.left), ("right", node.within.right)):
+            if (why := _traced_type(spec, getattr(node, side), column)):
+                problems.append(Problem(spec.path, node.line_of(f"within.{side}"), name, f"within.{side} {why}"))
+    if node.stream in ("left", "right") and node.op == "join":
+        source = getattr(node, node.stream)
+        if source and (why := _not_append_only(spec, source)):
+            problems.append(Problem(spec.path, node.line_of("stream"), name,
+                                    f"the stream side '{source}' must only insert rows: {why}"))
+    return problems
+
+
+def origin_column(spec: CircuitSpec, ref: str | None, column: str) -> tuple[str, Column] | None:
+    """The input column that ``ref``'s ``column`` is, unchanged (through filters, distinct, selects
+    of a plain column and the first input of a union_all); None when it is computed or unknown."""
+    seen = 0
+    while ref is not None and seen < 1000:
+        seen += 1
+        if ref in spec.inputs:
+            col = next((c for c in spec.inputs[ref].columns if c.name == column), None)
+            return (ref, col) if col is not None else None
+        node = spec.nodes.get(ref)
+        if node is None or node.op not in _PASS_ROWS:
+            return None
+        if node.op in ("select", "map"):
+            expr = dict(node.columns).get(column)
+            if expr is None:
+                return None
+            column = expr.strip().strip("`")
+            if not column.replace("_", "").isalnum():
+                return None
+        ref = node.input or (node.inputs[0] if node.inputs else None)
+    return None
+
+
+def _traced_type(spec: CircuitSpec, ref: str | None, column: str) -> str | None:
+    """Why ``column`` of ``ref`` cannot be a time column, when its input's type is known."""
+    found = origin_column(spec, ref, column)
+    return _not_timestamp(found[1]) if found is not None else None
+
+
+def _not_append_only(spec: CircuitSpec, ref: str) -> str | None:
+    """Why ``ref``'s rows may be deleted (None: they come from append_only inputs through
+    filters, selects, union_all and the stream side of stream joins)."""
+    stack, seen = [ref], set()
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in spec.inputs:
+            src = spec.inputs[name].source
+            if src is None or src.kind != "append_only":
+                kind = src.kind if src is not None else "no"
+                return f"input '{name}' has a {kind} source (declare it source.kind: append_only)"
+            continue
+        node = spec.nodes.get(name)
+        if node is None:
+            return None  # unknown references are reported elsewhere
+        if node.op == "join" and node.stream in ("left", "right"):
+            stack.append(getattr(node, node.stream))
+        elif node.op in ("filter", "select", "map", "union_all"):
+            stack.extend(node.references)
+        else:
+            return f"node '{name}' is a {node.op}, whose output changes may delete rows"
+    return None
+
+
+__all__ = ["TIMED_SOURCES", "origin_column", "time_problems"]
