@@ -159,7 +159,7 @@ def test_a_dag_run_records_and_refuses_inputs_like_dbsp_step(spark, tmp_path):
         data[len(data) // 2] ^= 0xFF
         fh.seek(0)
         fh.write(bytes(data))
-    with pytest.raises(InputRefused, match="t-0001.parquet: this file was consumed and has changed"):
+    with pytest.raises(InputRefused, match="t-0001.parquet: this file was consumed at timestep 1 and has changed"):
         timestep.plan(_rt(tmp_path), "m2")
 
 

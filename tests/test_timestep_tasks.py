@@ -56,7 +56,7 @@ def test_dag_runs_match_recompute_and_are_idempotent(spark, tmp_path):
         gen.write_batch(new_orders=30, deletes=6)
         result = _dag_run(rt, f"run-{i}")
         assert result["timestep"] == i
-        assert list(result["phases"]) == ["read", "write", "feeds", "publish"] and min(result["phases"].values()) >= 0
+        assert list(result["phases"]) == ["read", "write", "feeds", "publish", "retention"] and min(result["phases"].values()) >= 0
         assert _views(rt) == oracle.revenue_by_region(str(tmp_path))
     # a retried commit (or a whole retried run) of a committed run changes nothing
     assert timestep.commit(rt, "run-3")["timestep"] == 3
