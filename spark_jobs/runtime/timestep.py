@@ -27,7 +27,11 @@ What a run checks and records is what ``dbsp step`` does, through the same funct
 files recorded by name, size and fingerprint, and a consumed file that changed refused
 (``inputs.choose_inputs``); unreadable files refused (``errors.input_errors``); deletes of rows
 never inserted refused or quarantined (``bag.check_deltas``, in the input's stage); a full
-refresh's traces, view deltas and notes (``refresh.py``).
+refresh's traces, view deltas and notes (``refresh.py``); late rows of timed inputs counted,
+then left out or refused (``step.count_inputs``, in the input's stage, whose journal carries what
+the watermark saw to the check's report line and the commit's manifest: ``event_time.py``);
+retention after the commit (``retention.after_commit``), and a full refresh after it removed
+consumed change files refused by the plan (``choose_inputs(pruned=...)``).
 
 The run holds the circuit's lease (``writer.py``) from ``plan`` to ``commit``, owned by its run id:
 every task renews it and heartbeats while it works, so no ``dbsp step`` (or other DAG) writes the
