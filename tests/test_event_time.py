@@ -240,6 +240,14 @@ def test_late_rows_refused_by_policy_commit_nothing(spark, tmp_path):
     assert "2 row(s) arrived late (on_late: refuse): ts 2024-01-01T00:01:00Z is below the watermark " \
            "2024-01-01T00:20:00Z" in reason
     assert rt.store.last_committed() == 1
+    # a DAG run refuses the same files the same way, in the task that reads them
+    from spark_jobs.runtime.timestep import run_task
+
+    run_task(rt, "plan", "dag")
+    with pytest.raises(InputRefused) as dag:
+        run_task(rt, "stages", "dag")
+    assert dag.value.problems == err.value.problems
+    assert rt.store.last_committed() == 1
 
 
 @pytest.mark.parametrize("tasks", ["per_stage", "per_step"])
