@@ -183,4 +183,5 @@ def describe(late: LateRows) -> str:
     return f"{late.rows} late row(s) dropped ({late.inserted} inserts, {late.deleted} deletes); watermark {mark}"
 
 
-__all__ = ["LateRows", "META_KEY", "StepClock", "Watermark", "committed_late", "committed_watermark", "describe", "iso", "micros"]
+__all__ = ["LateRows", "META_KEY", "StepClock", "Watermark", "committed_late", "committed_watermark", "describe",
+           "iso", "micros"]

@@ -265,8 +265,8 @@ def _check(rt: CircuitRuntime, run_id: str) -> dict:
             previous = None
             if p["mode"] == "full_refresh":  # the deltas were taken against comparable old views only
                 previous = {v: refresh.old_view(rt.store, v, df) for v, df in views.items()}
-            report = check_timestep(rt, p["timestep"], views, inputs, previous, late=_clock(rt, p, journals).report(),
-                                    local=local)
+            late = _clock(rt, p, journals).report()  # a line per timed input, as in `dbsp step`
+            report = check_timestep(rt, p["timestep"], views, inputs, previous, late=late, local=local)
     except QualityGateFailed as exc:
         raise QualityGateFailed(exc.report, explain_failure(rt, p, exc.report)) from None
     return {"timestep": p["timestep"], "summary": report.summary(), "failed": len(report.failed),
@@ -385,7 +385,8 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
     _after_commit(rt, manifest)
     rt.committed.fs.remove_tree(run_dir(rt, run_id))
     feeds = time.perf_counter()
-    published = publish_views(rt).raise_if_failed().summary()  # after the commit point: a crash here is repaired by the next run
+    # after the commit point: a crash here is repaired by the next run
+    published = publish_views(rt).raise_if_failed().summary()
     published_at = time.perf_counter()
     kept = _retention(rt)  # after publishing: retention keeps the deltas a table has not caught up with
     summary = commit_summary(rt, manifest)
