@@ -20,7 +20,7 @@ help:
 	@echo "make test        run the whole test suite"
 	@echo "make test-fast   tests not marked slow / airflow / cluster"
 	@echo "make install     create/refresh .venv from requirements.lock (alias: venv)"
-	@echo "make bench       benchmarks;  make bench-smoke: a quick run of them"
+	@echo "make bench       benchmarks (BENCH_ARGS=... passes options to bench.run);  make bench-smoke: a quick run"
 	@echo "make airflow     local Airflow (standalone) with the project's DAGs"
 	@echo "make lint        byte-compile + ruff if available"
 	@echo "make clean       remove .venv, caches and local Spark leftovers (keeps data/)"
@@ -48,9 +48,11 @@ lint: install
 	@if [ -x $(VENV)/bin/ruff ]; then $(VENV)/bin/ruff check .; else echo "   (ruff not installed; skipped)"; fi
 
 bench: install
-	@echo ">> bench: $(PY) -m bench.run; $(PY) -m bench.recursion (W3); $(PY) -m bench.airflow (DAG runs)"
-	@$(PY) -m bench.run
+	@echo ">> bench: $(PY) -m bench.run $(BENCH_ARGS); $(PY) -m bench.recursion (W3); $(PY) -m bench.topk; $(PY) -m bench.append_only; $(PY) -m bench.airflow (DAG runs)"
+	@$(PY) -m bench.run $(BENCH_ARGS)
 	@$(PY) -m bench.recursion
+	@$(PY) -m bench.topk
+	@$(PY) -m bench.append_only
 	@$(PY) -m bench.airflow
 
 bench-smoke: install

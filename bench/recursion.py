@@ -17,6 +17,7 @@ under --smoke).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -31,8 +32,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spark_jobs.config import PROJECT_ROOT, load_config
-from spark_jobs.executor import recursion
-from spark_jobs.executor.recursion import run_scope
+from spark_jobs.executor import loop as loop_module
+from spark_jobs.executor.kernels import spark_loop
+from spark_jobs.executor.loop import scope_body
+from spark_jobs.policy import LOOKUPS, ExecutionPolicy
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
 
@@ -40,16 +43,25 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 CIRCUIT = str(PROJECT_ROOT / "circuits" / "transitive_closure.yaml")
-# how a step runs its loop: "driver" = on the driver with pyarrow (recursion.DRIVER_LOOP, falls
-# back to Spark when the change is large); the others = on Spark, with that trace lookup
-LOOPS = ("driver",) + recursion.LOOKUPS
+# how a step runs: "arrow" = the whole step in-process (execution.engine auto: Spark for a large
+# change); "driver" = a Spark step whose loop runs in-process (recursion.driver_loop); the others
+# = a Spark step and loop, with that trace lookup (recursion.lookup)
+LOOPS = ("arrow", "driver") + LOOKUPS
 
 
-def use_loop(loop: str) -> None:
-    """Set the engine's switches for ``loop`` (see LOOPS)."""
-    recursion.DRIVER_LOOP = loop == "driver"
-    if loop != "driver":
-        recursion.LOOKUP = loop
+def policy_for(loop: str) -> ExecutionPolicy:
+    """The execution policy of ``loop`` (see LOOPS)."""
+    base = ExecutionPolicy()
+    if loop == "arrow":
+        return base
+    recursion = dataclasses.replace(base.recursion, driver_loop=loop == "driver",
+                                    lookup=base.recursion.lookup if loop == "driver" else loop)
+    return dataclasses.replace(base, engine="spark", recursion=recursion)
+
+
+def use_loop(rt, loop: str) -> None:  # noqa: ANN001 - a CircuitRuntime
+    """Run ``rt``'s next steps as ``loop`` says (see LOOPS)."""
+    rt.config = rt.config.with_policy(policy_for(loop))
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -73,7 +85,7 @@ def write_batch(root: str, name: str, rows: dict[tuple[int, int], int]) -> None:
 
 
 class Loops(logging.Handler):
-    """Collects the per-iteration profile every fixed-point loop logs (recursion.PROFILE)."""
+    """Collects the per-iteration profile every fixed-point loop logs (``loop._Profile``)."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
@@ -119,7 +131,7 @@ def from_scratch(rt, edges: set[tuple[int, int]], loops: Loops, label: str) -> t
     df = df.localCheckpoint()  # the graph as input, not its Python conversion, is what we time
     scope = rt.compiled.query["closure"]
     with Measured(spark, loops, label) as m:
-        done = run_scope(scope, [df], None, broadcast_imports=False, spark=spark)
+        done = spark_loop.run(scope, scope_body(scope), [df], None, spark, policy_for("sorted").recursion, False)
         rows = done.output.count()
     return m, rows, done.output
 
@@ -176,9 +188,9 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: check that the benchmark runs")
     ap.add_argument("--components", type=int, default=5000, help="DAG components (edges = components x 21)")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--loop", choices=LOOPS, default="driver",
-                    help="how a step runs its loop: on the driver, or on Spark with a trace lookup "
-                         "(see recursion.LOOKUPS)")
+    ap.add_argument("--loop", choices=LOOPS, default="arrow",
+                    help="how a step runs: in-process (arrow), a Spark step with its loop in-process "
+                         "(driver), or a Spark step and loop with a trace lookup (sorted, cached, scan)")
     ap.add_argument("--no-scratch", action="store_true", help="time the incremental steps only")
     ap.add_argument("--compare", nargs="*", default=["sorted"], choices=LOOPS,
                     help="other loops timed afterwards on every batch size (incremental steps only)")
@@ -186,7 +198,6 @@ def main() -> None:
     ap.add_argument("--name", default="recursion",
                     help="results file name: <out>/<name>.json/.md (<name>-smoke.* under --smoke)")
     args = ap.parse_args()
-    use_loop(args.loop)
     comps, nodes, per = (40, 12, 14) if args.smoke else (args.components, 24, 21)
     batches = (2, 5) if args.smoke else (10, 100)
     rng = random.Random(42)
@@ -199,11 +210,12 @@ def main() -> None:
                     "nodes_per_component": nodes, "batches": list(batches), "repeats": args.repeats,
                     "lookup": args.loop, "cores": os.cpu_count(), "steps": []}
     loops = Loops()
-    logger = logging.getLogger(recursion.__name__)
+    logger = logging.getLogger(loop_module.__name__)
     logger.addHandler(loops)
     logger.setLevel(logging.DEBUG)
     try:
         rt = open_circuit(CIRCUIT, load_config(data_root=root))
+        use_loop(rt, args.loop)
         write_batch(root, "b000000.parquet", {e: 1 for e in edges})
         with Measured(rt.spark, loops, "initial") as m:
             run_step(rt)
@@ -220,7 +232,7 @@ def main() -> None:
         plan = [(size, args.loop, args.no_scratch) for size in batches for _ in range(args.repeats)]
         plan += [(size, other, True) for other in args.compare for size in batches]
         for size, lookup, no_scratch in plan:
-            use_loop(lookup)
+            use_loop(rt, lookup)
             for kind in ("insert", "delete"):
                 if kind == "insert":
                     change = {}

@@ -15,7 +15,8 @@ from typing import Any
 CSV_COLUMNS = [
     "workload", "size", "input_rows_total", "change_rows_median", "step_median_s", "jobs_median",
     "compiled_median", "recompute_s", "ratio_step_over_recompute", "speedup_recompute_over_step", "duckdb_s",
-    "floor_s", "reference_s", "step_over_reference", "bytes_written_median", "bytes_read_median", "view_bytes_read_median", "state_bytes",
+    "floor_s", "reference_s", "step_over_reference", "engine", "bytes_written_median", "bytes_actually_read_median",
+    "bytes_read_median", "view_bytes_read_median", "state_bytes",
     "break_even_rows", "changes_per_s_largest", "correct",
 ]
 
@@ -48,7 +49,9 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "floor_s": fl["step_median_s"] if fl else None,
                 "reference_s": s.get("reference_median_s"),
                 "step_over_reference": s.get("step_over_reference"),
+                "engine": _engine(s),
                 "bytes_written_median": s["bytes_written_median"],
+                "bytes_actually_read_median": s.get("bytes_actually_read_median"),
                 "bytes_read_median": s["bytes_read_median"],
                 "view_bytes_read_median": s["view_bytes_read_median"],
                 "state_bytes": s["state_bytes"],
@@ -58,6 +61,14 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                             and (s.get("reference_correct") or {}).get("ok", True)),
             })
     return out
+
+
+def _engine(s: dict[str, Any]) -> str:
+    """Which engine ran the measured steps: "arrow", "spark", or "arrow 3 / spark 2"."""
+    steps = (s.get("engines") or {}).get("steps") or {}
+    if len(steps) == 1:
+        return next(iter(steps))
+    return " / ".join(f"{k} {v}" for k, v in sorted(steps.items())) or "spark"
 
 
 def _ok(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -123,12 +134,12 @@ def markdown(results: dict[str, Any]) -> str:
                      "-" if r["compiled_median"] is None else r["compiled_median"], _s(r["recompute_s"]),
                      f"{r['speedup_recompute_over_step']:.2f}x", _s(r["duckdb_s"]),
                      _s(r["reference_s"]), "-" if r["step_over_reference"] is None else f"{r['step_over_reference']:.2f}x",
-                     _kb(r["bytes_written_median"]), _kb(r["bytes_read_median"]), _kb(r["state_bytes"]),
-                     "yes" if r["correct"] else "**NO**"])
+                     r["engine"], _kb(r["bytes_written_median"]), _kb(r["bytes_actually_read_median"]),
+                     _kb(r["state_bytes"]), "yes" if r["correct"] else "**NO**"])
     lines += _table(["workload", "size", "input rows", "change rows", "step s", "jobs/step",
                      "classes compiled/step", "recompute s",
                      "recompute ÷ step", "DuckDB s", "hand-written step s", "step ÷ hand-written",
-                     "written/step", "state read/step", "state", "correct"], body)
+                     "engine", "written/step", "read/step", "state", "correct"], body)
     lines += targets(results)
     if fl:
         lines.append(f"**Floor** (identity circuit, {fl['change_rows_median']:,}-row change, {fl['size']}): "
@@ -196,27 +207,38 @@ def markdown(results: dict[str, Any]) -> str:
             top = ", ".join(f"`{c['call_site']}` ({c['jobs']} jobs)" for c in sites[:4])
             lines.append(f"Jobs by call site: {top}.")
             lines.append("")
+        if p.get("call_tree"):
+            lines += ["The call tree of one more such step (pyinstrument):", "", "```", p["call_tree"], "```", ""]
     return "\n".join(lines)
 
 
 def targets(results: dict[str, Any]) -> list[str]:
-    """The issue's targets for W1 (join + aggregate, 1,000-row change) against what was measured."""
+    """Issue #14's targets for W1 Q3 (1,000-row change) and the floor, against what was measured."""
+    sizes = {s["size"]: s for s in _ok((results.get("workloads", {}).get("w1") or {}).get("sizes", []))}
+    if not sizes:
+        return []
     out = []
-    for key in ("w1", "w1q10"):
-        sizes = _ok((results.get("workloads", {}).get(key) or {}).get("sizes", []))
-        if not sizes:
-            continue
-        big = sizes[-1]
-        jobs = max(s["jobs_median"] for s in sizes)
-        parts = [f"jobs/step {jobs} (target <= 6)",
-                 f"recompute ÷ step {big['speedup_recompute_over_step']:.2f}x at {big['size']} (target >= 8x at SF3)"]
-        if big.get("step_over_reference") is not None:
-            parts.append(f"step ÷ hand-written {max(s['step_over_reference'] for s in sizes):.2f}x (target <= 1.5x)")
-        sl = (results["workloads"][key].get("slope") or {})
-        if sl:
-            parts.append(f"step grew {sl['step_growth']}x while the state grew {sl['state_growth']}x (target < 1.2x)")
-        out.append(f"- **{key}** targets: " + "; ".join(parts) + ".")
-    return out + [""] if out else []
+    steps = ", ".join(f"{k} {s['step_median_s']:.2f} s" for k, s in sizes.items())
+    out.append(f"- step <= 0.6 s at every size: {steps}: "
+               f"{'met' if all(s['step_median_s'] <= 0.6 for s in sizes.values()) else 'missed'}")
+    for size, want in (("sf3", 8), ("sf10", 20)):
+        if size in sizes:
+            got = sizes[size]["speedup_recompute_over_step"]
+            out.append(f"- recompute ÷ step >= {want}x at {size}: {got:.1f}x: {'met' if got >= want else 'missed'}")
+    duck = (sizes.get("sf10") or {}).get("duckdb") or {}
+    if duck.get("median_s"):
+        step = sizes["sf10"]["step_median_s"]
+        out.append(f"- step faster than DuckDB's full recompute at sf10: {step:.2f} s vs {duck['median_s']:.2f} s: "
+                   f"{'met' if step < duck['median_s'] else 'missed'}")
+    fl = floor(results)
+    if fl:
+        out.append(f"- identity floor <= 0.3 s: {fl['step_median_s']:.2f} s: {'met' if fl['step_median_s'] <= 0.3 else 'missed'}")
+    big = sizes[list(sizes)[-1]]
+    for p in big.get("sweep") or []:
+        if p.get("change_rows_target") == 100_000 and "step_median_s" in p:
+            out.append(f"- a 100,000-row change at {big['size']}: {p['step_median_s']:.2f} s on {_engine(p)}, "
+                       f"view correct: {(big.get('correct') or {}).get('ok')}")
+    return ["**w1** (Q3) targets of issue #14:", "", *out, ""]
 
 
 def _load(meta: dict[str, Any]) -> str:

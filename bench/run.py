@@ -55,9 +55,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sweep-steps", type=int, help="steps per sweep point (default 1)")
     p.add_argument("--no-profile", action="store_true", help="skip the per-phase profile of one step")
     p.add_argument("--ab", action="append", default=[], metavar="KEY=VALUE",
-                   help="A/B a runtime Spark SQL conf at the largest size: steps alternate between the "
-                        "base conf and this one (default: spark.dbsp.narrowState=false, the driver-side "
-                        "state lookups switched off)")
+                   help="A/B an execution policy field (engine, narrow.enabled, ...) or a runtime Spark "
+                        "SQL conf (spark.sql....) at the largest size: steps alternate between the "
+                        "base settings and these (default: engine=spark, every step on Spark against "
+                        "the policy's own choice)")
     p.add_argument("--no-ab", action="store_true", help="skip the A/B")
     p.add_argument("--ab-rounds", type=int, help="(base, variant) step pairs of the A/B (default 2)")
     p.add_argument("--extras-only", help="workloads that get the sweep, profile and A/B (default: identity,w1,w2)")

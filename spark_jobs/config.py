@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from spark_jobs.policy import ExecutionPolicy, policy_from_profile
 from spark_jobs.spec.paths import ALLOWED_ROOTS_KEY
 from spark_jobs.spec.time import RetentionSettings, retention_settings
 
@@ -45,8 +46,7 @@ class Config:
     spark: SparkSettings
     data_root: str
     circuits_dir: str
-    compact_fraction: float = 0.5
-    keep_timesteps: int = 2
+    policy: ExecutionPolicy = field(default_factory=ExecutionPolicy)  # execution: and state: sections
     raw: dict[str, Any] = field(default_factory=dict)
     path: str = ""
     state_root: str | None = None  # None: <data_root>/_dbsp
@@ -57,6 +57,25 @@ class Config:
     def with_data_root(self, data_root: str | None) -> "Config":
         """The same profile on another data root (an explicit ``state_root`` stays)."""
         return self if not data_root else replace(self, data_root=data_root)
+
+    @property
+    def compact_fraction(self) -> float:
+        return self.policy.state.compact_fraction
+
+    @property
+    def keep_timesteps(self) -> int:
+        return self.policy.state.keep_timesteps
+
+    @property
+    def session_timezone(self) -> str:
+        """Spark's session time zone (``spark.conf``'s ``spark.sql.session.timeZone``), which an
+        in-process step evaluates date and timestamp expressions in; UTC when the profile does
+        not set it (every shipped profile does)."""
+        return self.spark.conf.get("spark.sql.session.timeZone") or "UTC"
+
+    def with_policy(self, policy: ExecutionPolicy) -> "Config":
+        """The same profile with another execution policy (tests and the benchmark)."""
+        return replace(self, policy=policy)
 
     @property
     def resolved_state_root(self) -> str:
@@ -94,21 +113,19 @@ def load_config(path: str | os.PathLike[str] | None = None, data_root: str | Non
         app_name=str(spark_raw.get("app_name", "dbsp")),
         conf={str(k): str(v) for k, v in (spark_raw.get("conf") or {}).items()},
     )
-    state = raw.get("state") or {}
     root = data_root or os.environ.get("DBSP_DATA_ROOT") or str(raw.get("data_root", "data"))
     return Config(
         profile=str(raw.get("profile", Path(chosen).stem)),
         spark=spark,
         data_root=_resolve(root, Path.cwd() if data_root else PROJECT_ROOT),
         circuits_dir=_resolve(str(raw.get("circuits_dir", "circuits")), PROJECT_ROOT),
-        compact_fraction=float(state.get("compact_fraction", 0.5)),
-        keep_timesteps=int(state.get("keep_timesteps", 2)),
+        policy=policy_from_profile(raw),
         raw=raw,
         path=chosen,
         state_root=_state_root(raw),
         views=_views(raw),
         allowed_input_roots=_allowed_roots(raw),
-        retention=_retention(state),
+        retention=_retention(raw.get("state") or {}),
     )
 
 

@@ -76,18 +76,28 @@ class SqlStream:
 
     ``real_files=True``: every step goes through ``run_step`` (input files, Parquet state,
     manifests). ``False``: ``evaluate_step`` on in-memory deltas and state (``LiteralState``), the
-    views integrated here: one Spark job per step, for the many-construct streams.
+    views integrated here: one Spark job per step, for the many-construct streams. ``oracle``
+    gives DuckDB another query for a node (the same result spelled out, e.g. a tie-break).
+    ``in_process``: real files, every step asserted to run on Arrow, nothing read with Spark.
     """
 
-    def __init__(self, tmp_path, text: str, real_files: bool = True) -> None:
+    def __init__(self, tmp_path, text: str, real_files: bool = True, oracle: dict[str, str] | None = None,
+                 in_process: bool = False) -> None:
         self.root = str(tmp_path)
         path = os.path.join(self.root, "circuit.yaml")
         with open(path, "w") as f:
             f.write(text)
-        self.rt = open_circuit(path, load_config(data_root=self.root))
+        if in_process:  # engine: arrow, so the first step (a load) runs in-process too
+            from tests.policies import config
+
+            self.rt = open_circuit(path, config(self.root, engine="arrow"))
+        else:
+            self.rt = open_circuit(path, load_config(data_root=self.root))
         self.spec = self.rt.compiled.spec
         self.bags: dict[str, Counter] = {name: Counter() for name in self.spec.inputs}
         self.real_files = real_files
+        self.oracle = oracle or {}  # node -> the Spark SQL DuckDB runs instead of its query
+        self.in_process = in_process  # every step must run on Arrow; view deltas read with pyarrow
         self.state = LiteralState()
         self.views: dict[str, Counter] = {v: Counter() for v in self.spec.outputs}
         self.t = 0
@@ -110,7 +120,8 @@ class SqlStream:
                 self.bags[name].update(rows)
                 self.bags[name] = +self.bags[name]
         started = time.time()
-        got = self._run_real(changes) if self.real_files else self._run_memory(changes)
+        got = (self._run_in_process() if self.in_process else self._run_real(changes) if self.real_files
+               else self._run_memory(changes))
         log.info("%s step %d: %.1f s", self.spec.name, self.t, time.time() - started)
         expected = self.duckdb()
         for view in self.spec.outputs:
@@ -126,6 +137,20 @@ class SqlStream:
         views = {v: self.rt.store.read_view(v) for v in self.spec.outputs}
         got = collect_all({v: df for v, df in views.items() if df is not None})
         return {v: counter(got.get(v, []), weighted=True) for v in self.spec.outputs}
+
+    def _run_in_process(self) -> dict[str, Counter]:
+        """``run_step`` in-process (asserted), each view's committed delta read with pyarrow and
+        integrated here: no Spark job at all."""
+        from tests.engines import output_delta
+
+        report = run_step(self.rt)
+        assert report.engine == "arrow", f"step {self.t} ran on {report.engine}: {report.engine_reason}"
+        for v in self.spec.outputs:
+            delta, _ = output_delta(self.rt, v)
+            for row, w in delta.items():
+                self.views[v][tuple(norm(x) for x in row)] += w
+            self.views[v] = Counter({k: w for k, w in self.views[v].items() if w})
+        return {v: Counter(c) for v, c in self.views.items()}
 
     def _run_memory(self, changes: dict[str, Counter]) -> dict[str, Counter]:
         spark = self.rt.spark
@@ -152,8 +177,9 @@ class SqlStream:
             con.execute(f'CREATE TABLE "{name}" AS SELECT * FROM "{name}_arrow"')
         for name in dependency_order(self.spec.nodes):
             node = self.spec.nodes[name]
-            assert node.op == "sql", f"the DuckDB oracle reads sql nodes only ({name} is {node.op})"
-            con.execute(f'CREATE VIEW "{name}" AS {to_duckdb(node.query)}')
+            assert node.op == "sql" or name in self.oracle, \
+                f"the DuckDB oracle reads sql nodes only, or those it is given a query for ({name} is {node.op})"
+            con.execute(f'CREATE VIEW "{name}" AS {to_duckdb(self.oracle.get(name, node.query))}')
         out = {}
         for view in self.spec.outputs:
             out[view] = counter(con.execute(f'SELECT * FROM "{view}"').fetchall(), weighted=False)

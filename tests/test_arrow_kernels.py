@@ -1,8 +1,9 @@
-"""The Arrow kernels of the driver-side recursion loop agree with the Spark operators.
+"""The Arrow Z-set library agrees with the Spark operators on the cases that differ between them.
 
-Joins (NULL keys match nothing, weights multiply, right columns renamed by ``right_out``),
-consolidation, ``select`` of plain columns (Spark's case-insensitive names, backquotes), and
-refusals (``NotLocal``) for what the driver loop leaves to Spark: expressions, null-safe joins.
+Joins (SQL ``=``: a NULL key matches nothing; null-safe ``<=>`` for set operations: NULL matches
+NULL, which Arrow's own join never does; products; weights multiply; right columns renamed by
+``right_out``), consolidation (NULLs equal), ``select`` of plain columns (Spark's case-insensitive
+names, backquotes) and H, each against the Spark kernel on the same rows.
 """
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from spark_jobs.executor.operators import arrow
+from spark_jobs.executor.arrow import distinct as arrow_distinct
+from spark_jobs.executor.arrow import zsets
+from spark_jobs.executor.arrow.expressions import apply_map
+from spark_jobs.executor.operators import distinct as spark_distinct
 from spark_jobs.executor.operators.join import join as spark_join
-from spark_jobs.executor.operators.nested import JoinSpec
-from spark_jobs.executor.zset import WEIGHT
+from spark_jobs.executor.zset import WEIGHT, from_tuples
 
 LEFT = [(1, "a", 1), (2, "b", 2), (None, "c", 1), (2, "d", -1)]
 RIGHT = [(2, 10, 3), (2, 11, 1), (None, 12, 1), (3, 13, 1)]
@@ -25,41 +28,56 @@ def _table(rows, names, types) -> pa.Table:
 
 
 def _bag(table: pa.Table) -> Counter:
-    return Counter({tuple(v for k, v in r.items() if k != WEIGHT): r[WEIGHT] for r in table.to_pylist()})
+    out: Counter = Counter()
+    for r in table.to_pylist():
+        out[tuple(v for k, v in r.items() if k != WEIGHT)] += r[WEIGHT]
+    return out
 
 
-def test_join_matches_the_spark_join(spark):
-    spec = JoinSpec(("k",), ("k",), False, (("k", "k"), ("v", "v")), (("x", "x"),))
+def _spark_bag(df) -> Counter:
+    out: Counter = Counter()
+    for r in df.collect():
+        out[tuple(r[:-1])] += r[-1]
+    return out
+
+
+@pytest.mark.parametrize("null_safe, keys", [(False, ("k",)), (True, ("k",)), (False, ())])
+def test_join_matches_the_spark_join(spark, null_safe, keys):
+    left_out, right_out = (("k", "k"), ("v", "v")), (("x", "x"),)
     left = _table(LEFT, ["k", "v", WEIGHT], [pa.int64(), pa.string(), pa.int64()])
     right = _table(RIGHT, ["k", "x", WEIGHT], [pa.int64(), pa.int64(), pa.int64()])
-    got = arrow.join(left, right, spec)
-    want = spark_join(spark.createDataFrame(LEFT, f"k long, v string, {WEIGHT} long"),
-                      spark.createDataFrame(RIGHT, f"k long, x long, {WEIGHT} long"),
-                      ("k",), ("k",), False, spec.left_out, spec.right_out)
+    got = zsets.join(left, right, keys, keys, null_safe, left_out, right_out)
+    want = spark_join(from_tuples(spark, LEFT, f"k long, v string, {WEIGHT} long"),
+                      from_tuples(spark, RIGHT, f"k long, x long, {WEIGHT} long"), keys, keys, null_safe,
+                      left_out, right_out)
     assert got.column_names == want.columns
-    assert _bag(got) == Counter({tuple(r[:-1]): r[-1] for r in want.collect()})
-    assert _bag(got) == Counter({(2, "b", 10): 6, (2, "b", 11): 2, (2, "d", 10): -3, (2, "d", 11): -1})
-    empty = arrow.join(left.slice(0, 0), right, spec)
+    assert _bag(got) == _spark_bag(want)
+    if keys and not null_safe:
+        assert _bag(got) == Counter({(2, "b", 10): 6, (2, "b", 11): 2, (2, "d", 10): -3, (2, "d", 11): -1})
+    if null_safe:
+        assert _bag(got)[(None, "c", 12)] == 1  # NULL <=> NULL
+    empty = zsets.join(left.slice(0, 0), right, keys, keys, null_safe, left_out, right_out)
     assert empty.num_rows == 0 and empty.column_names == ["k", "v", "x", WEIGHT]
 
 
 def test_consolidate_sums_weights_and_drops_zeros():
     t = _table([(1, "a", 1), (1, "a", -1), (2, None, 2), (2, None, 1)], ["k", "v", WEIGHT],
                [pa.int64(), pa.string(), pa.int64()])
-    assert _bag(arrow.consolidate(t)) == Counter({(2, None): 3})
+    assert _bag(zsets.consolidate(t)) == Counter({(2, None): 3})
 
 
-def test_select_takes_plain_columns_and_refuses_expressions():
+def test_select_takes_plain_columns_as_spark_resolves_them():
     t = _table([(1, 2, 1)], ["src", "edges_dst", WEIGHT], [pa.int64()] * 3)
-    out = arrow.select(t, [("src", "SRC"), ("dst", "`edges_dst`")])
+    out = apply_map(t, [("src", "SRC"), ("dst", "`edges_dst`")], "UTC")
     assert out.column_names == ["src", "dst", WEIGHT] and out.to_pylist() == [{"src": 1, "dst": 2, WEIGHT: 1}]
-    for expr in ("src + 1", "upper(src)", "nope"):
-        with pytest.raises(arrow.NotLocal):
-            arrow.select(t, [("x", expr)])
 
 
-def test_null_safe_joins_and_products_are_left_to_spark():
-    t = _table([(1, 1)], ["k", WEIGHT], [pa.int64()] * 2)
-    for spec in (JoinSpec(("k",), ("k",), True, (("k", "k"),), ()), JoinSpec((), (), False, (("k", "k"),), ())):
-        with pytest.raises(arrow.NotLocal):
-            arrow.join(t, t, spec)
+def test_h_matches_the_spark_kernel(spark):
+    delta = [("a", 1), ("b", -1), ("c", 2), (None, 1), ("d", -1)]
+    before = [("b", 1), ("c", 1), ("d", 2), (None, -1), ("e", 1)]
+    schema = f"s string, {WEIGHT} long"
+    types = [pa.string(), pa.int64()]
+    got = arrow_distinct.distinct_h(_table(delta, ["s", WEIGHT], types), _table(before, ["s", WEIGHT], types))
+    want = spark_distinct.distinct_h(from_tuples(spark, delta, schema), from_tuples(spark, before, schema),
+                                     broadcast_delta=False)
+    assert _bag(got) == _spark_bag(want) == Counter({("a",): 1, ("b",): -1})  # c, d and NULL do not cross 0

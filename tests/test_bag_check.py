@@ -26,6 +26,7 @@ from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
 from tests import oracle
 from tests.dag_tasks import TASK_MODES, run_stage_tasks
+from tests.policies import config
 
 CIRCUIT = """
 name: bag
@@ -71,8 +72,9 @@ def _expected(bag_rows: Counter) -> dict[str, Counter]:
             "counts": Counter({(k, n): 1 for k, n in counts.items() if n > 0})}
 
 
-def _rt(circuit: str, root):
-    return open_circuit(circuit, load_config(data_root=str(root)))
+def _rt(circuit: str, root, **policy):
+    """The circuit on ``root``; ``policy``: execution policy fields changed (``tests/policies.py``)."""
+    return open_circuit(circuit, config(root, **policy) if policy else load_config(data_root=str(root)))
 
 
 def test_delete_of_a_row_never_inserted_is_refused_by_the_cli(spark, tmp_path):
@@ -123,6 +125,8 @@ def test_quarantine_sets_the_excess_aside_and_reports_it(spark, tmp_path):
     run_step(rt)
     src = _write(tmp_path, "002.parquet", [(1, "a", -3), (2, "ghost", -1), (3, "c", 1)])
     report = run_step(rt)
+    # a small step runs in-process; its bag check finds the excess and hands the step to Spark
+    assert report.engine == "spark" and "deletes rows it does not hold" in report.engine_reason, report
     folder = bag.quarantine_path(rt, 2, "items")
     assert any(folder in n and "2 tuple(s)" in n and "2 deleted row(s)" in n for n in report.notes), report.notes
     rows = sorted(pq.read_table(folder).to_pylist(), key=lambda r: r["k"])
@@ -148,9 +152,10 @@ def test_weights_outside_the_documented_range_are_refused(spark, tmp_path):
 
 
 def test_a_step_of_inserts_only_never_looks_at_the_integral(spark, tmp_path, monkeypatch):
-    calls = []
-    real = bag_check.find_negatives
-    monkeypatch.setattr(bag, "find_negatives", lambda *a, **k: calls.append(1) or real(*a, **k))
+    calls = []  # either engine's check: Spark's find_negatives, the in-process one's negative_tuples
+    for name in ("find_negatives", "negative_tuples"):
+        real = getattr(bag_check, name)
+        monkeypatch.setattr(bag, name, lambda *a, _real=real, **k: calls.append(1) or _real(*a, **k))
     circuit = _circuit(tmp_path)
     rt = _rt(circuit, tmp_path)
     for i in range(2):
@@ -162,11 +167,10 @@ def test_a_step_of_inserts_only_never_looks_at_the_integral(spark, tmp_path, mon
     assert calls == [1] and _views(rt) == _expected(Counter({(1, "x"): 1}))
 
 
-def test_the_check_on_spark_agrees_with_the_check_on_the_driver(spark, tmp_path, monkeypatch):
+def test_the_check_on_spark_agrees_with_the_check_on_the_driver(spark, tmp_path):
     """A change too large for the driver is checked by one Spark job, with the same verdicts."""
-    monkeypatch.setattr(bag_check, "LOCAL_CHANGE_ROWS", 0)  # every change goes the Spark way
     circuit = _circuit(tmp_path)
-    rt = _rt(circuit, tmp_path)
+    rt = _rt(circuit, tmp_path, engine="spark", local_change_rows=0)  # every change goes the Spark way
     _write(tmp_path, "001.parquet", [(1, "a", 2), (2, "b", 1)])
     run_step(rt)
     bad = _write(tmp_path, "002.parquet", [(1, "a", -1), (2, "b", -2)])
@@ -225,3 +229,21 @@ def test_a_dag_run_quarantines_the_same_way(spark, tmp_path, tasks):
     assert [(r["k"], r["_weight"], r["_files"]) for r in rows] == [(1, -1, [src]), (2, -1, [src])]
     assert rt.store.manifest().meta["quarantined"]["items"]["tuples"] == 2
     assert _views(rt) == _expected(Counter({(3, "c"): 1}))
+
+
+def test_an_in_process_step_checks_deletes_against_the_integral_it_keeps(spark, tmp_path):
+    """A small step runs on Arrow with its bag check there: a valid delete stays in-process (and
+    appends to the integral), one past what the integral holds is handed to Spark, which refuses."""
+    circuit = _circuit(tmp_path)
+    rt = _rt(circuit, tmp_path)
+    _write(tmp_path, "001.parquet", [(1, "a", 2), (2, "b", 1)])
+    run_step(rt)
+    _write(tmp_path, "002.parquet", [(1, "a", -1)])
+    report = run_step(rt)
+    assert report.engine == "arrow", report.engine_reason
+    over = _write(tmp_path, "003.parquet", [(1, "a", -2)])  # one copy is left
+    with pytest.raises(InputRefused, match="held 1 copy") as err:
+        run_step(rt)
+    assert [p for p, _ in err.value.problems] == [over]
+    assert rt.store.last_committed() == 2
+    assert _views(rt) == _expected(Counter({(1, "a"): 1, (2, "b"): 1}))

@@ -15,7 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 STEP_KEYS = {"change_rows", "seconds", "jobs", "bytes_written", "bytes_read", "view_bytes_read",
-             "state_bytes", "state_rows", "compactions", "timestep"}
+             "state_bytes", "state_rows", "compactions", "timestep", "engine", "engine_reason",
+             "bytes_actually_read"}
 SIZE_KEYS = {"workload", "size", "input_rows_total", "load", "steps", "step_median_s", "jobs_median",
              "bytes_written_median", "bytes_read_median", "recompute", "ratio_step_over_recompute",
              "speedup_recompute_over_step", "correct"}
@@ -46,7 +47,9 @@ def test_smoke_results_json(smoke: Path) -> None:
         for size in wl["sizes"]:
             assert SIZE_KEYS <= set(size), (key, SIZE_KEYS - set(size))
             assert size["steps"] and all(STEP_KEYS <= set(s) for s in size["steps"])
-            assert all(s["jobs"] > 0 and s["bytes_written"] > 0 for s in size["steps"])
+            assert all(s["bytes_written"] > 0 and s["bytes_actually_read"] > 0 for s in size["steps"])
+            # in-process steps run no Spark job; Spark steps run some
+            assert all((s["jobs"] == 0) == (s["engine"] == "arrow") for s in size["steps"]), size["steps"]
             assert _positive(size["step_median_s"]) and _positive(size["recompute"]["median_s"])
             assert size["correct"]["ok"], (key, size["correct"])  # the engine's view == recompute
             if key != "identity":
@@ -56,7 +59,8 @@ def test_smoke_results_json(smoke: Path) -> None:
     assert _positive(q3["reference_median_s"]) and q3["reference_correct"]["ok"], q3.get("reference_correct")
     ident = results["workloads"]["identity"]["sizes"][-1]
     assert ident["sweep"] and "break_even" in ident and ident["profile"]["phases"]
-    assert results["floor"]["jobs_median"] > 0
+    assert ident["engines"]["steps"] == {"arrow": len(ident["steps"])}  # a small change runs in-process
+    assert results["floor"]["jobs_median"] == 0
 
 
 @pytest.mark.slow
@@ -64,10 +68,11 @@ def test_smoke_tables_and_plot(smoke: Path) -> None:
     with open(smoke / "results.csv", newline="") as fh:
         table = list(csv.DictReader(fh))
     assert {r["workload"] for r in table} == {"identity", "w1", "w2"}
-    assert all(float(r["step_median_s"]) > 0 and int(r["jobs_median"]) > 0 for r in table)
+    assert all(float(r["step_median_s"]) > 0 and (r["engine"] in ("arrow", "spark") or " / " in r["engine"])
+               for r in table)
     md = (smoke / "results.md").read_text()
     assert "| workload | size |" in md and "**Floor**" in md and "Where one identity" in md
-    assert "**w1** targets" in md
+    assert "**w1** (Q3) targets" in md
     png = (smoke / "step_vs_recompute.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert not (smoke / "work").exists() or not any((smoke / "work").iterdir())  # data cleaned up

@@ -4,7 +4,9 @@ The oracle applies every record, in order, to a Python dict (the final keyed tab
 evaluates the views on it from scratch; the engine turns the same records into Z-set changes
 by looking the old rows up in the input's keyed integral. Random keyed streams mix inserts,
 updates, deletes and upserts, out-of-order sequence numbers within a batch, several records
-of one key in one batch, and updates/deletes of unknown keys under each policy.
+of one key in one batch, and updates/deletes of unknown keys under each policy: ``count`` and
+``ignore`` skip them as the oracle does (``count`` totals them in the manifest); ``refuse`` refuses
+the batch, naming each file, commits nothing, and commits the batch once it is resent without them.
 """
 from __future__ import annotations
 
@@ -170,6 +172,8 @@ def _views(table: dict) -> dict[str, Counter]:
 
 def _shown(rt, view: str) -> Counter:
     table = read_view(rt.committed, view)
+    if table is None:  # no timestep committed yet
+        return Counter()
     cols = [c for c in table.column_names if c != "_weight"]
     rows = zip(*[table.column(c).to_pylist() for c in cols + ["_weight"]])
     return Counter({tuple(round(v, 6) if isinstance(v, float) else v for v in r[:-1]): r[-1] for r in rows})
@@ -228,6 +232,71 @@ def test_debezium_stream_steps_match_the_final_keyed_table(spark, tmp_path):
     report = run_step(lenient)
     assert report.timestep == 3 and report.inputs[0].unknown_keys == 0
     assert _shown(lenient, "orders") == _views(table)["orders"]
+
+
+
+def _refusal(recs: list[dict]) -> str:
+    """What a refusal names for a file's records of unknown keys: their number and the least
+    (op, kind, key, sequence) as Spark orders them (strings)."""
+    op, kind, key, seq = min((r["op"], OPS[r["op"]], f'{{"order_id":{r["order_id"]}}}', str(r["ts"])) for r in recs)
+    return f"{len(recs)} change(s) to keys the input does not hold (unknown_key: refuse), " \
+           f"e.g. op '{op}' ({kind}) of key {key}, ts {seq}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["count", "ignore", "refuse"])
+def test_random_keyed_streams_under_each_unknown_key_policy(spark, tmp_path, policy):
+    """Eight committed steps of random Debezium records (c, r = upsert, u, d) over few keys: several
+    records of one key per batch, shuffled across two files (the sequence decides), updates and
+    deletes of keys that do not exist. At every step the views equal the from-scratch evaluation
+    over the final keyed table; ``count`` totals the unknown-key records in the manifest, ``ignore``
+    counts none; ``refuse`` refuses a batch holding one (naming each file, how many and a key) and
+    commits nothing, then commits the same batch without them."""
+    path = tmp_path / "shop.yaml"
+    path.write_text(CIRCUIT.replace("POLICY", policy))
+    rt = open_circuit(str(path), load_config(data_root=str(tmp_path)))
+    rng = random.Random({"count": 21, "ignore": 22, "refuse": 23}[policy])
+    inbox = tmp_path / "inbox" / "orders"
+    table: dict = {}
+    ts, counted, refused_steps, clean_steps, ops = 0, 0, 0, 0, set()
+    for t in range(1, 9):
+        keys = rng.sample(range(1, 9), 3)  # 4 to 6 records over 3 keys: some key gets several
+        recs = []
+        for _ in range(rng.randint(4, 6)):
+            ts += rng.randint(1, 3)
+            recs.append({"order_id": rng.choice(keys), "customer": rng.choice("xyz"),
+                         "amount": float(rng.randint(1, 50)), "op": rng.choice("ccrruudd"), "ts": ts})
+        ops.update(r["op"] for r in recs)
+        before = _views(table)
+        unknown = [id(r) for r in _apply(table, recs, ("order_id",), ("customer", "amount", "ts"))]
+        rng.shuffle(recs)  # out of order within the batch and across its files
+        split = rng.randint(1, len(recs) - 1)
+        files = {inbox / f"b{t:02d}a.jsonl": recs[:split], inbox / f"b{t:02d}b.jsonl": recs[split:]}
+        for file, part in files.items():
+            _write_jsonl(file, [_envelope(r) for r in part])
+        if policy == "refuse" and unknown:
+            with pytest.raises(InputRefused) as refused:
+                run_step(rt)
+            bad = {file.name: [r for r in part if id(r) in unknown] for file, part in files.items()}
+            assert {os.path.basename(f): why for f, why in refused.value.problems} \
+                == {name: _refusal(rs) for name, rs in bad.items() if rs}, f"timestep {t}"
+            assert rt.committed.last_committed() == t - 1
+            assert {v: _shown(rt, v) for v in before} == before, f"timestep {t}: the refused batch changed a view"
+            for file, part in files.items():  # the producer resends the batch without them
+                _write_jsonl(file, [_envelope(r) for r in part if id(r) not in unknown])
+            refused_steps += 1
+        clean_steps += not unknown
+        report = run_step(rt)
+        assert report.timestep == t and not report.published.failed
+        assert {v: _shown(rt, v) for v in before} == _views(table), f"timestep {t}"
+        counted += len(unknown)
+        recorded = rt.committed.manifest().inputs["orders"].get("unknown_keys", 0)
+        if policy == "count":
+            assert (report.inputs[0].unknown_keys, recorded) == (len(unknown), counted), f"timestep {t}"
+        else:  # ignore: none counted; refuse: none left in what was committed
+            assert (report.inputs[0].unknown_keys, recorded) == (0, 0), f"timestep {t}"
+    assert ops == set("crud") and counted > 3 and clean_steps, "the stream did not exercise every case"
+    assert policy != "refuse" or refused_steps > 1
 
 
 def test_refused_files_name_what_is_wrong(spark, tmp_path):

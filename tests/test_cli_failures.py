@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -124,7 +125,9 @@ def _full_disk(spark, tmp_path, tiny_disk, capsys) -> None:
     assert main(["step", *args]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     message = err[-1]
-    assert message.startswith(f"error: no space left on the device while writing file:{tiny_disk}/tags/")
+    # 30k changed rows run in-process (pyarrow names the directory); Spark names file:<dir>/tags/...
+    assert re.match(rf"error: no space left on the device while writing (file:)?{re.escape(str(tiny_disk))}/tags\b",
+                    message), message
     assert "nothing was committed: tags is still at timestep 1" in message
     assert not [line for line in err if "at org.apache" in line or "Exception" in line], err
     report = json.loads((tiny_disk / "tags" / "quality" / "t000000000002.json").read_text())

@@ -78,6 +78,58 @@ def test_found_the_integral_of_a_set_is_a_bag(spark, tmp_path):
     check_case(spark, tmp_path, INTEGRAL_OF_A_SET, [{"a": {(1,): 1}}, {"a": {(2,): 1}}, {}])
 
 
+PRODUCT_IN_A_LOOP = """
+name: fuzz_206
+inputs:
+  in1:
+    schema: {k: long, s: string}
+    source: {kind: changes, path: inbox/in1, format: parquet}
+nodes:
+  n6:
+    op: select
+    input: in1
+    columns: {p: k, q: length(s)}
+  pe10:
+    op: select
+    input: n6
+    columns: [q]
+  r7:
+    op: recursive
+    body:
+      j8:
+        op: join
+        left: r7
+        right: n6
+        left_on: [q]
+        right_on: [p]
+      h9:
+        op: select
+        input: j8
+        columns: {p: p, q: n6_q}
+      x11: {op: product, left: r7, right: pe10}
+      b12:
+        op: select
+        input: x11
+        columns: {p: p, q: pe10_q}
+      ua14:
+        op: union_all
+        inputs: [n6, h9, b12]
+      u13: {op: distinct, input: ua14}
+    outputs: [u13]
+outputs: [r7]
+"""
+PRODUCT_IN_A_LOOP_BATCHES = [
+    {"in1": {(4, "B"): 1}},  # timestep 1
+    {"in1": {(3, "a"): 2, (4, "b"): 3}},  # timestep 2
+]
+
+
+def test_found_a_product_in_a_recursive_body_runs_in_process(spark, tmp_path):
+    """Seed 206: a product inside a recursive body, its second step in-process: the Arrow loop
+    looked its trace up by a first key a product does not have (IndexError)."""
+    check_case(spark, tmp_path, PRODUCT_IN_A_LOOP, PRODUCT_IN_A_LOOP_BATCHES)
+
+
 # ---- the fuzzer's own parts (no Spark) ------------------------------------------------------
 
 def test_expressions_read_back_as_written_and_evaluate_with_sql_nulls():
@@ -182,3 +234,4 @@ def test_shrinking_keeps_the_failure_and_never_deletes_what_is_not_there():
     assert small_doc["outputs"] == ["n1"] and set(small_doc["nodes"]) == {"n1"} and set(small_doc["inputs"]) == {"a"}
     assert small == [{"a": Counter({(3,): 1})}] and failure.step == 1
     assert not valid([{"a": Counter({(1,): 1})}, {"a": Counter({(1,): -2})}])
+

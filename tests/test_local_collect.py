@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from spark_jobs.executor.local import MAX_EXTRA_ROWS, collect_local
+from spark_jobs.executor.local import collect_local
 from spark_jobs.executor.session import ENGINE_STATIC_CONF, compiled_classes
 from spark_jobs.executor.zset import is_local
 
@@ -40,9 +40,9 @@ def test_frames_over_the_limit_together_stay_distributed_but_extras_are_whole(sp
 
 
 def test_extras_past_the_bound_are_refused(spark):
-    too_many = {"rows": spark.range(MAX_EXTRA_ROWS + 5).select("id")}
+    too_many = {"rows": spark.range(25).select("id")}
     with pytest.raises(ValueError, match="extras"):
-        collect_local(spark, _frames(spark, 2), max_rows=10, extras=too_many)
+        collect_local(spark, _frames(spark, 2), max_rows=10, extras=too_many, max_extra_rows=20)
 
 
 def test_the_same_plan_on_new_files_compiles_no_new_code(spark, tmp_path):

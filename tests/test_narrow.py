@@ -24,7 +24,8 @@ from spark_jobs.executor.evaluate import evaluate_step
 from spark_jobs.executor.sources import spark_schema
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
-from spark_jobs.state import store as store_module
+from spark_jobs.executor.kernels import spark as spark_kernels
+from tests.policies import sorted_small
 from tests.streams import LiteralState, RandomRelation, _counter, collect_all, zset_df
 
 pytestmark = pytest.mark.slow
@@ -95,16 +96,15 @@ def _write(root, spec, name: str, t: int, rows: Counter) -> None:
     pq.write_table(pa.table(data), os.path.join(folder, f"t{t:03d}.parquet"))
 
 
-def test_narrowed_steps_match_the_recompute_on_random_streams(spark, tmp_path, caplog, monkeypatch):
-    monkeypatch.setattr(store_module, "SORT_MIN_ROWS", 0)  # small traces: compact them sorted anyway
+def test_narrowed_steps_match_the_recompute_on_random_streams(spark, tmp_path, caplog):
     path = tmp_path / "narrow_ops.yaml"
     path.write_text(CIRCUIT)
-    rt = open_circuit(str(path), load_config(data_root=str(tmp_path)))
+    rt = open_circuit(str(path), sorted_small(tmp_path, engine="spark"))  # the Spark path narrows
     compiled = rt.compiled
     schemas = {name: spark_schema(inp) for name, inp in compiled.spec.inputs.items()}
     relations = _relations(random.Random(23))
     narrowed = []
-    with caplog.at_level(logging.DEBUG, logger=evaluate.__name__):
+    with caplog.at_level(logging.DEBUG, logger=spark_kernels.__name__):
         for t in range(1, 10):  # compaction into sorted files at the 4th small delta (t = 5)
             sizes = (25, 0) if t == 1 else (5, 3)
             changes = {name: rel.change(*sizes) for name, rel in relations.items()}

@@ -14,9 +14,11 @@ from typing import Callable, Iterable
 import pytest
 
 from spark_jobs.config import PROJECT_ROOT
-from spark_jobs.executor import recursion
+from spark_jobs.executor import loop
+from spark_jobs.policy import ExecutionPolicy
 from spark_jobs.executor.evaluate import evaluate_step
 from spark_jobs.executor.sources import spark_schema
+from tests.policies import policy
 from tests.streams import LiteralState, collect_all, compile_path, compile_text, zset_df
 
 pytestmark = pytest.mark.slow
@@ -77,7 +79,8 @@ class SetStream:
         return Counter({r: w for r, w in delta.items() if w})
 
 
-def run_stream(spark, compiled, script, expected: Callable[[dict[str, set]], dict[str, set]]) -> int:
+def run_stream(spark, compiled, script, expected: Callable[[dict[str, set]], dict[str, set]],
+               policy: ExecutionPolicy | None = None) -> int:
     """Feed ``script`` (per step: input -> Counter delta) to the incremental circuit; after every
     step the integrated view must equal ``expected(current input sets)``. Returns the steps run."""
     spec = compiled.spec
@@ -92,7 +95,7 @@ def run_stream(spark, compiled, script, expected: Callable[[dict[str, set]], dic
                 (current[name].add if w > 0 else current[name].discard)(row)
         dfs = {n: zset_df(spark, schemas[n], d) for n, d in deltas.items() if d}
         result = evaluate_step(compiled.incremental, dfs, state, first_step=t == 1, input_schemas=schemas,
-                               broadcast_deltas=False)
+                               broadcast_deltas=False, policy=policy)
         states = {("state", k): df for k, df in state.pending(result.updates).items()}
         got = collect_all({(v,): df for v, df in result.outputs.items()} | states)  # one job: views + states
         want = expected(current)
@@ -127,14 +130,13 @@ def test_transitive_closure_random_inserts_and_deletes(spark):
 
 
 @pytest.mark.parametrize("lookup", ["scan", "cached"])
-def test_transitive_closure_with_broadcast_lookups(spark, monkeypatch, lookup):
+def test_transitive_closure_with_broadcast_lookups(spark, lookup):
     """The other trace-lookup paths (state treated as big: broadcast lookups, no key ranges)."""
-    monkeypatch.setattr(recursion, "BIG_STATE_ROWS", 0)
-    monkeypatch.setattr(recursion, "LOOKUP", lookup)
     rng = random.Random(13)
     edges = SetStream(rng, edge(6))
     script = ({"edges": edges.change(inserts=4 if t < 3 else 2, deletes=0 if t < 3 else 2)} for t in range(8))
-    assert run_stream(spark, compile_path(TC), script, lambda cur: {"closure": closure(cur["edges"])}) == 8
+    big = policy(recursion={"big_state_rows": 0, "lookup": lookup})
+    assert run_stream(spark, compile_path(TC), script, lambda cur: {"closure": closure(cur["edges"])}, big) == 8
 
 
 def test_a_small_change_runs_the_iterations_it_needs_not_the_deepest(spark, caplog):
@@ -144,7 +146,7 @@ def test_a_small_change_runs_the_iterations_it_needs_not_the_deepest(spark, capl
     chain = Counter({(k, k + 1): 1 for k in range(12)})
     script = [{"edges": chain}, {"edges": Counter({(100, 101): 1})}, {"edges": Counter({(9, 10): -1})},
               {"edges": Counter({(101, 102): 1})}, {"edges": Counter({(50, 50): 1})}]
-    with caplog.at_level(logging.DEBUG, logger=recursion.__name__):
+    with caplog.at_level(logging.DEBUG, logger=loop.__name__):
         run_stream(spark, compile_path(TC), script, lambda cur: {"closure": closure(cur["edges"])})
     iterations = [r.profile["iterations"] for r in caplog.records if hasattr(r, "profile")]
     assert len(iterations) == len(script)

@@ -1,4 +1,4 @@
-"""The fixed-point loop on the driver (pyarrow, ``recursion._run_on_driver``) through the state store.
+"""The fixed-point loop in-process (``kernels/arrow_loop.py``) inside a Spark step, through the state store.
 
 A committed step whose changes are small runs its loop on the driver, looking traces up in their
 Parquet row groups. These tests run random streams through ``run_step`` (Parquet state,
@@ -16,11 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from spark_jobs.config import load_config
-from spark_jobs.executor import recursion
+from spark_jobs.executor import loop
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
-from spark_jobs.state import store as store_module
+from tests.policies import config, sorted_small
 from tests.test_recursion import BOM, TC, SetStream, closure, edge, needs
 
 pytestmark = pytest.mark.slow
@@ -44,12 +43,12 @@ def _loops(caplog) -> list[dict]:
     return [r.profile for r in caplog.records if hasattr(r, "profile")]
 
 
-def _closure_stream(spark, tmp_path, caplog, steps: int, seed: int) -> list[dict]:
-    """Random edges (cycles, self-loops; at step 12 every edge deleted) through run_step, each
-    step checked against the Python closure; returns the loops' profiles."""
-    rt = open_circuit(TC, load_config(data_root=str(tmp_path)))
+def _closure_stream(spark, tmp_path, caplog, steps: int, seed: int, cfg=None) -> list[dict]:
+    """Random edges (cycles, self-loops; at step 12 every edge deleted) through run_step (Spark
+    steps), each step checked against the Python closure; returns the loops' profiles."""
+    rt = open_circuit(TC, cfg or config(tmp_path, engine="spark"))
     edges = SetStream(random.Random(seed), edge(7))
-    with caplog.at_level(logging.DEBUG, logger=recursion.__name__):
+    with caplog.at_level(logging.DEBUG, logger=loop.__name__):
         for t in range(1, steps + 1):
             if t == 12:
                 change = edges.change(inserts=0, deletes=len(edges.rows))
@@ -63,12 +62,11 @@ def _closure_stream(spark, tmp_path, caplog, steps: int, seed: int) -> list[dict
     return _loops(caplog)
 
 
-def test_closure_on_the_driver_matches_python_over_20_timesteps(spark, tmp_path, caplog, monkeypatch):
-    monkeypatch.setattr(store_module, "SORT_MIN_ROWS", 0)  # these traces are small: sort them anyway
-    loops = _closure_stream(spark, tmp_path, caplog, 20, seed=5)
+def test_closure_on_the_driver_matches_python_over_20_timesteps(spark, tmp_path, caplog):
+    loops = _closure_stream(spark, tmp_path, caplog, 20, seed=5, cfg=sorted_small(tmp_path, engine="spark"))
     assert len(loops) >= 18
     assert all(p["driver"] and p["jobs"] == 0 for p in loops[1:]), loops  # the first step has no state
-    traces = open_circuit(TC, load_config(data_root=str(tmp_path))).store.manifest().traces
+    traces = open_circuit(TC, config(tmp_path)).store.manifest().traces
     assert any(e.base and e.sort_by for k, e in traces.items() if k.startswith("closure/I(")), \
         "no trace was compacted into sorted files: the sorted lookup path went untested"
 
@@ -77,8 +75,8 @@ def test_bill_of_materials_on_the_driver_with_the_negated_relation_changing(spar
     rng = random.Random(11)
     contains = SetStream(rng, edge(8))
     gone = SetStream(rng, lambda r: (r.randrange(8),))
-    rt = open_circuit(BOM, load_config(data_root=str(tmp_path)))
-    with caplog.at_level(logging.DEBUG, logger=recursion.__name__):
+    rt = open_circuit(BOM, config(tmp_path, engine="spark"))
+    with caplog.at_level(logging.DEBUG, logger=loop.__name__):
         for t in range(1, 11):
             c = contains.change(inserts=5 if t < 3 else 2, deletes=0 if t < 3 else 2)
             d = gone.change(inserts=1, deletes=1 if t % 3 == 0 else 0)
@@ -92,19 +90,19 @@ def test_bill_of_materials_on_the_driver_with_the_negated_relation_changing(spar
     assert any(p["driver"] for p in _loops(caplog))
 
 
-def test_deltas_outgrowing_the_driver_fall_back_to_spark_mid_loop(spark, tmp_path, caplog, monkeypatch):
+def test_deltas_outgrowing_the_driver_fall_back_to_spark_mid_loop(spark, tmp_path, caplog):
     """With a tiny driver limit, the driver loop gives up in the middle of an iteration and the
     step runs on Spark from the start: same results (the first, small steps stay on the driver)."""
-    monkeypatch.setattr(recursion, "LOCAL_ROWS", 6)
-    with caplog.at_level(logging.DEBUG, logger=recursion.__name__):
-        loops = _closure_stream(spark, tmp_path, caplog, 8, seed=3)
+    cfg = config(tmp_path, engine="spark", recursion={"local_rows": 6})
+    with caplog.at_level(logging.DEBUG, logger=loop.__name__):
+        loops = _closure_stream(spark, tmp_path, caplog, 8, seed=3, cfg=cfg)
     assert any(not p["driver"] for p in loops) and any(p["driver"] for p in loops), loops
-    assert any("loop on Spark (iteration" in r.getMessage() for r in caplog.records)
+    assert any("loop on Spark (" in r.getMessage() and "local_rows" in r.getMessage() for r in caplog.records)
 
 
-def test_driver_loop_off_runs_on_spark(spark, tmp_path, caplog, monkeypatch):
-    monkeypatch.setattr(recursion, "DRIVER_LOOP", False)
-    loops = _closure_stream(spark, tmp_path, caplog, 6, seed=9)
+def test_driver_loop_off_runs_on_spark(spark, tmp_path, caplog):
+    cfg = config(tmp_path, engine="spark", recursion={"driver_loop": False})
+    loops = _closure_stream(spark, tmp_path, caplog, 6, seed=9, cfg=cfg)
     assert loops and not any(p["driver"] for p in loops), loops
 
 
@@ -120,7 +118,7 @@ nodes:
     body:
       step: {op: join, left: reach, right: edges, left_on: [dst], right_on: [src]}
       hop:  {op: select, input: step, columns: {src: src, dst: edges_dst}}
-      low:  {op: filter, input: hop, where: "dst < 4"}
+      low:  {op: filter, input: hop, where: "dst < 4 AND md5(cast(dst AS string)) IS NOT NULL"}
       paths: {op: union, inputs: [edges, low]}
     outputs: [paths]
 outputs: [reach]
@@ -128,10 +126,11 @@ outputs: [reach]
 
 
 def test_a_body_the_driver_does_not_run_runs_on_spark(spark, tmp_path, caplog):
-    """A ``filter`` in the body: the driver loop refuses before doing anything; same results."""
+    """A ``filter`` whose expression the Arrow kernels do not compute (md5): the driver loop
+    refuses, the loop runs on Spark; same results."""
     path = tmp_path / "filtered.yaml"
     path.write_text(FILTERED)
-    rt = open_circuit(str(path), load_config(data_root=str(tmp_path)))
+    rt = open_circuit(str(path), config(tmp_path, engine="spark"))
     edges: set[tuple[int, int]] = set()
 
     def want() -> set[tuple[int, int]]:
@@ -143,7 +142,7 @@ def test_a_body_the_driver_does_not_run_runs_on_spark(spark, tmp_path, caplog):
             reach |= new
 
     steps = [{(0, 1): 1, (1, 2): 1, (2, 3): 1, (3, 5): 1, (5, 0): 1}, {(1, 2): -1, (1, 3): 1}, {(2, 2): 1}]
-    with caplog.at_level(logging.DEBUG, logger=recursion.__name__):
+    with caplog.at_level(logging.DEBUG, logger=loop.__name__):
         for t, change in enumerate(steps, start=1):
             _write(tmp_path, "edges", f"b{t:03d}.parquet", change, ("src", "dst"))
             for e, w in change.items():
@@ -151,4 +150,4 @@ def test_a_body_the_driver_does_not_run_runs_on_spark(spark, tmp_path, caplog):
             run_step(rt)
             assert _view(rt, "reach") == want(), f"timestep {t}"
     assert not any(p["driver"] for p in _loops(caplog))
-    assert any("loop on Spark (operators ['filter'])" in r.getMessage() for r in caplog.records)
+    assert any("loop on Spark (expression 'dst < 4 AND md5" in r.getMessage() for r in caplog.records)

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_jobs.config import PROJECT_ROOT, load_config
-from spark_jobs.executor.recursion import RecursionLimitExceeded
+from spark_jobs.executor.loop import RecursionLimitExceeded
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
 from spark_jobs.spec import CircuitError, load_circuit_text

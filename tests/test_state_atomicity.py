@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+import pyarrow as pa
 import pytest
 
 from spark_jobs.state import InjectedFailure, StateStore, arm, disarm, failpoint
@@ -31,14 +32,23 @@ def data_dirs(root) -> set[str]:
     return out
 
 
-def step(s: StateStore, spark, i: int, *, crash_mid: bool = False):
-    """One timestep as the executor would run it (no context manager: a crash is a crash)."""
+def step(s: StateStore, spark, i: int, *, crash_mid: bool = False, writer: str = "spark"):
+    """One timestep as the executor would run it (no context manager: a crash is a crash); with
+    ``writer="arrow"`` as an in-process step writes (pyarrow files, in-process compaction)."""
     tx = s.begin()
-    df = spark.createDataFrame([(i, f"r{i}", 1)], SCHEMA)
-    tx.append("state:x", df, keys=("k",))
+    if writer == "arrow":
+        tx.in_process = True
+        table = pa.table({"k": pa.array([i], pa.int64()), "v": [f"r{i}"], "_weight": pa.array([1], pa.int64())})
+        tx.append_table("state:x", table, keys=("k",))
+    else:
+        df = spark.createDataFrame([(i, f"r{i}", 1)], SCHEMA)
+        tx.append("state:x", df, keys=("k",))
     if crash_mid:
         failpoint("mid_step")
-    tx.write_output("v", df)
+    if writer == "arrow":
+        tx.write_output_table("v", table)
+    else:
+        tx.write_output("v", df)
     tx.consume("in", [{"name": f"{i}", "size": i, "mtime": float(i)}])
     return tx.commit()
 
@@ -49,25 +59,29 @@ def _disarm():
     disarm()
 
 
-@pytest.mark.parametrize("point,skip,prior,durable", [
-    ("begin", 0, 1, False),
-    ("mid_step", 0, 1, False),
-    ("after_state_write", 0, 1, False),  # after the trace delta
-    ("after_state_write", 1, 1, False),  # after the output delta
-    ("after_state_write", 2, 3, False),  # after compacting state:x (deltas outweigh its base)
-    ("before_manifest", 0, 3, False),  # compaction files written, manifest not
-    ("after_manifest", 0, 1, True),
+@pytest.mark.parametrize("point,skip,prior,durable,writer", [
+    ("begin", 0, 1, False, "spark"),
+    ("mid_step", 0, 1, False, "spark"),
+    ("after_state_write", 0, 1, False, "spark"),  # after the trace delta
+    ("after_state_write", 1, 1, False, "spark"),  # after the output delta
+    ("after_state_write", 2, 3, False, "spark"),  # after compacting state:x (deltas outweigh its base)
+    ("before_manifest", 0, 3, False, "spark"),  # compaction files written, manifest not
+    ("after_manifest", 0, 1, True, "spark"),
+    ("after_state_write", 1, 1, False, "arrow"),  # written with pyarrow: after the output delta
+    ("after_state_write", 2, 3, False, "arrow"),  # after an in-process compaction
+    ("before_manifest", 0, 3, False, "arrow"),
+    ("after_manifest", 0, 1, True, "arrow"),
 ])
-def test_crash_is_atomic_and_cleaned(spark, tmp_path, point, skip, prior, durable):
+def test_crash_is_atomic_and_cleaned(spark, tmp_path, point, skip, prior, durable, writer):
     root = str(tmp_path / "st")
     s = StateStore(spark, root, "c", "fp")
     for i in range(1, prior + 1):
-        step(s, spark, i)
+        step(s, spark, i, writer=writer)
     before = zset(s.read_trace("state:x"))
     crash = prior + 1
     arm(point, skip)
     with pytest.raises(InjectedFailure):
-        step(s, spark, crash, crash_mid=True)
+        step(s, spark, crash, crash_mid=True, writer=writer)
     disarm()
 
     s2 = StateStore(spark, root, "c", "fp")  # as a fresh process would see it
@@ -89,8 +103,8 @@ def test_crash_is_atomic_and_cleaned(spark, tmp_path, point, skip, prior, durabl
     tx.abort()
 
     if not durable:
-        step(s2, spark, crash)  # the retry applies the timestep exactly once
-    step(s2, spark, crash + 1)
+        step(s2, spark, crash, writer=writer)  # the retry applies the timestep exactly once
+    step(s2, spark, crash + 1)  # the next step on Spark reads what the in-process steps wrote
     last = crash + 1
     assert s2.last_committed() == last
     expected = {(("k", i), ("v", f"r{i}")): 1 for i in range(1, last + 1)}

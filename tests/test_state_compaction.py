@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_jobs.state import StateStore, TimestepNotRetained, consolidate
-from spark_jobs.state import trace as trace_mod
+from spark_jobs.policy import StatePolicy
 
 SCHEMA = "k long, v string, _weight long"
 SUM_SCHEMA = "g long, s decimal(38,2), n long"
@@ -130,10 +130,9 @@ def test_append_writes_only_the_delta(spark, tmp_path):
     assert written[1_000] == written[100_000] < 4096
 
 
-def test_large_writes_split_by_range_and_sorted(spark, tmp_path, monkeypatch):
-    monkeypatch.setattr(trace_mod, "ROWS_PER_FILE", 1_000)
+def test_large_writes_split_by_range_and_sorted(spark, tmp_path):
     root = str(tmp_path / "st")
-    s = StateStore(spark, root, "c", "fp")
+    s = StateStore(spark, root, "c", "fp", policy=StatePolicy(rows_per_file=1_000))
     df = spark.range(5_000).selectExpr("(id * 7919) % 5000 as k", "'x' as v", "1L as _weight")
     with s.begin() as tx:
         tx.replace("z", df, keys=("k",), sort_by=("k",), rows=5_000)
@@ -178,8 +177,9 @@ def test_small_deltas_merge_in_tiers_and_keep_the_value(spark, tmp_path):
         acc_sum[g] = (old[0] + D("0.5"), old[1] + 1)
         entry = m.traces["z"]
         assert len(entry.base) == 1  # never compacted: 3-row deltas against a 2,000-row base
-        tiers = Counter(int(math.log(max(entry.files[d].rows, 1), trace_mod.DELTA_FANOUT)) for _, d in entry.deltas)
-        assert max(tiers.values(), default=0) < trace_mod.DELTA_FANOUT, tiers
+        fanout = StatePolicy().delta_fanout
+        tiers = Counter(int(math.log(max(entry.files[d].rows, 1), fanout)) for _, d in entry.deltas)
+        assert max(tiers.values(), default=0) < fanout, tiers
         most = max(most, len(entry.deltas))
         assert zset(s.read_trace("z")) == {k: w for k, w in acc.items() if w}
         assert sums(s.read_trace("agg")) == acc_sum

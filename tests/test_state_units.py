@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from spark_jobs.policy import StatePolicy
 from spark_jobs.state import failpoints as fp
 from spark_jobs.state.arrow_fs import ArrowFileSystem
 from spark_jobs.state.fs import LocalFileSystem, filesystem_for
@@ -101,18 +102,19 @@ def test_compaction_rule():
 
 
 def test_only_a_large_compaction_of_a_sorted_trace_is_written_sorted():
-    from spark_jobs.state.store import SORT_MIN_ROWS, _Rewrite
+    from spark_jobs.state.store import _Rewrite
 
+    least = StatePolicy().sort_min_rows
     e = _entry([10], [10, 10])
     e.sort_by = ("k",)
-    e.files["b0"] = FileStat(SORT_MIN_ROWS, 10)
-    assert _Rewrite("t", e, e.dirs, whole=True).sorted  # a new base: sorted
-    assert not _Rewrite("t", e, ["d0", "d1"], whole=False).sorted  # a merge of deltas: never
-    e.files["b0"] = FileStat(SORT_MIN_ROWS - 3, 10)
-    assert not _Rewrite("t", e, e.dirs, whole=True).sorted  # small: read whole by lookups anyway
+    e.files["b0"] = FileStat(least, 10)
+    assert _Rewrite("t", e, e.dirs, True, least).sorted  # a new base: sorted
+    assert not _Rewrite("t", e, ["d0", "d1"], False, least).sorted  # a merge of deltas: never
+    e.files["b0"] = FileStat(least - 3, 10)
+    assert not _Rewrite("t", e, e.dirs, True, least).sorted  # small: read whole by lookups anyway
     e.sort_by = ()
-    e.files["b0"] = FileStat(10 * SORT_MIN_ROWS, 10)
-    assert not _Rewrite("t", e, e.dirs, whole=True).sorted  # not a key-sorted trace
+    e.files["b0"] = FileStat(10 * least, 10)
+    assert not _Rewrite("t", e, e.dirs, True, least).sorted  # not a key-sorted trace
 
 
 def test_filesystem_choice_and_atomic_publish(tmp_path):

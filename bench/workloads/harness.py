@@ -129,6 +129,11 @@ class StepSample:
     compactions: int
     timestep: int
     compiled: int = 0  # classes Spark generated and compiled (Janino) during the step
+    engine: str = "spark"  # which engine ran the step (the execution policy's choice)
+    engine_reason: str = ""
+    # bytes the step actually read: in-process, the input files and the Parquet row groups its
+    # lookups decoded; on Spark, its stages' input bytes plus the driver's narrowing lookups
+    bytes_actually_read: int = 0
     reference_s: float | None = None  # the hand-written step on the same change and state
     reference_jobs: int | None = None
     reference_view: str | None = None  # where the hand-written step wrote its view delta
@@ -158,9 +163,34 @@ def measure_step(rt: CircuitRuntime, write_change: Callable[[], int], label: str
         seconds = time.perf_counter() - started
     cur = rt.store.manifest(report.timestep)
     assert cur is not None
+    read = (report.bytes_read or 0) + (stage_input_bytes(rt.spark, jobs.ids) if report.engine == "spark" else 0)
     return StepSample(rows, seconds, jobs.count, timestep=report.timestep,
                       compiled=compiled_classes(rt.spark) - compiled, reference_s=ref.get("seconds"),
-                      reference_jobs=ref.get("jobs"), reference_view=ref.get("view_dir"), **state_io(prev, cur))
+                      reference_jobs=ref.get("jobs"), reference_view=ref.get("view_dir"), engine=report.engine,
+                      engine_reason=report.engine_reason, bytes_actually_read=read, **state_io(prev, cur))
+
+
+def stage_input_bytes(spark: SparkSession, ids: list[int]) -> int:
+    """Bytes the stages of these Spark jobs read from files (Spark's ``inputBytes`` task metric,
+    from the driver's status store; stages a job skipped read nothing)."""
+    try:
+        store = spark.sparkContext._jsc.sc().statusStore()  # type: ignore[union-attr]
+    except Exception:
+        return 0
+    stages: set[int] = set()
+    for j in ids:
+        try:
+            seq = store.job(j).stageIds()
+        except Exception:
+            continue
+        stages.update(int(seq.apply(k)) for k in range(seq.size()))
+    total = 0
+    for sid in stages:
+        try:
+            total += int(store.lastStageAttempt(sid).inputBytes())
+        except Exception:  # a skipped stage has no attempt
+            continue
+    return total
 
 
 # ---- the full recompute ---------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Where one engine step spends its time: wall time and Spark jobs per phase of ``run_step``.
 
-The phases are the functions ``run_step`` calls (input discovery and read, the input change
-counts, planning, the quality gate, state writes, view-delta writes, the commit). For one
+The phases are the functions ``run_step`` calls, on either engine (input discovery, the choice
+of engine, input read, the input change counts, evaluation or planning, the quality gate, state
+writes, view-delta writes, the commit). For one
 profiled step they are wrapped with timers that also note which Spark jobs of the step's job
 group ran inside them; everything is restored afterwards, and no engine code is edited. Spark
 runs lazily, so a phase is charged for the work its first action forces: the gate's check of a
@@ -14,6 +15,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator
 
+from spark_jobs.executor.arrow import inputs as arrow_inputs
+from spark_jobs.runtime import inprocess
 from spark_jobs.runtime import step as step_module
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.state.store import StateStore, Transaction
@@ -24,6 +27,13 @@ from bench.workloads.harness import busy_ms, job_details, job_group
 PHASES: list[tuple[str, Any, str]] = [
     ("begin (recover leftovers)", StateStore, "begin"),
     ("discover input files", step_module, "pending_inputs"),
+    ("choose the engine (footers)", step_module, "choose_engine"),
+    ("read + validate inputs", arrow_inputs, "read_changes"),
+    ("evaluate circuit (in-process)", inprocess, "evaluate_step"),
+    ("quality gate", inprocess, "check_timestep_tables"),
+    ("write state traces", Transaction, "append_table"),
+    ("write state traces", Transaction, "replace_table"),
+    ("write view deltas", Transaction, "write_output_table"),
     ("read + validate inputs", step_module, "read_input"),
     ("count input changes", step_module, "count_all_changes"),
     ("plan circuit (lazy)", step_module, "evaluate_step"),
@@ -119,7 +129,26 @@ def profile_step(rt: CircuitRuntime, write_change: Callable[[], int], top: int =
         "phases": [dict(p.to_dict(), jobs_busy_s=round(busy[p.name] / 1000, 3)) for p in phases],
         "slowest_jobs": [dict(asdict(d), phase=phase_of.get(d.job_id, OTHER)) for d in by_ms[:top]],
         "call_sites": _call_sites(details),
+        "call_tree": call_tree(rt, write_change),
     }
+
+
+def call_tree(rt: CircuitRuntime, write_change: Callable[[], int], lines: int = 70) -> str | None:
+    """One more step under pyinstrument (a sampling profiler; None when it is not installed): the
+    top of its call tree, where the step's wall time goes below the phases."""
+    try:
+        from pyinstrument import Profiler
+    except ImportError:
+        return None
+    write_change()
+    profiler = Profiler(interval=0.002)
+    profiler.start()
+    try:
+        step_module.run_step(rt)
+    finally:
+        profiler.stop()
+    text = profiler.output_text(unicode=False, color=False, show_all=False)
+    return "\n".join(text.splitlines()[:lines])
 
 
 def _call_sites(details) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ steps left (a change inserts about as many rows as it deletes, so the state stay
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from spark_jobs.config import Config
+from spark_jobs.policy import ExecutionPolicy
 from spark_jobs.runtime.circuit import open_circuit
 
 from bench.workloads.base import Size, Workload
@@ -37,9 +39,10 @@ class Plan:
     profile: bool = True
     duckdb: bool = True
     only: tuple[str, ...] = ("identity", "w1", "w2")  # workloads that get the sweep, profile, A/B
-    # a runtime Spark conf to A/B against the base: by default the latest engine lever, state
-    # narrowed on the driver (executor/narrow.py), switched off
-    ab_conf: tuple[tuple[str, str], ...] = (("spark.dbsp.narrowState", "false"),)
+    # settings to A/B against the base: an execution policy field ("engine", "narrow.enabled", ...)
+    # or a runtime Spark SQL conf ("spark.sql..."); by default every step on Spark, against the
+    # policy's own choice (small steps in-process on Arrow)
+    ab_conf: tuple[tuple[str, str], ...] = (("engine", "spark"),)
     ab_rounds: int = 2  # alternating (base, variant) step pairs
 
     def extras_for(self, workload: str) -> bool:
@@ -60,11 +63,21 @@ def _summary(samples: list[StepSample]) -> dict[str, Any]:
         "jobs_min": min(pick("jobs")),
         "jobs_max": max(pick("jobs")),
         "bytes_written_median": int(median(pick("bytes_written"))),
-        "bytes_read_median": int(median(pick("bytes_read"))),
+        "bytes_read_median": int(median(pick("bytes_read"))),  # state the step could read (upper bound)
+        "bytes_actually_read_median": int(median(pick("bytes_actually_read"))),
+        "engines": _engines(samples),
         "view_bytes_read_median": int(median(pick("view_bytes_read"))),
         "compactions": sum(pick("compactions")),
         **_reference_summary(samples),
     }
+
+
+def _engines(samples: list[StepSample]) -> dict[str, Any]:
+    """How many steps each engine ran, and the reasons given (most common first)."""
+    from collections import Counter
+
+    return {"steps": dict(Counter(s.engine for s in samples)),
+            "reasons": [r for r, _ in Counter(s.engine_reason for s in samples).most_common(3)]}
 
 
 def _reference_summary(samples: list[StepSample]) -> dict[str, Any]:
@@ -140,23 +153,46 @@ def _duckdb(wl: Workload, tables: dict[str, str], out_dir: str, spark_out: str, 
             "version": duckdb.__version__}
 
 
+def with_fields(policy: ExecutionPolicy, changes: dict[str, str]) -> ExecutionPolicy:
+    """``policy`` with fields set from text: ``{"engine": "spark", "narrow.enabled": "false"}``."""
+    for key, text in changes.items():
+        *path, name = key.split(".")
+        owners = [policy]
+        for part in path:
+            owners.append(getattr(owners[-1], part))
+        current = getattr(owners[-1], name)
+        value: Any = (text.lower() == "true") if isinstance(current, bool) else type(current)(text)
+        for owner, part in zip(reversed(owners), reversed([*path, name])):
+            value = dataclasses.replace(owner, **{part: value})
+        policy = value
+    return policy
+
+
 def ab_test(rt, gen, plan: Plan, log: Log) -> dict[str, Any]:
-    """Alternate steps with the base Spark conf and with ``plan.ab_conf`` (same session, same
+    """Alternate steps with the base settings and with ``plan.ab_conf`` (same session, same
     data); medians of each side. Rounds go base-variant, variant-base, ... (ABBA), so load
-    drifts and periodic work (a trace compacting every other step) hit both sides alike."""
+    drifts and periodic work (a trace compacting every other step) hit both sides alike. A key
+    starting with "spark." is a runtime Spark SQL conf; any other is an execution policy field
+    (``engine``, ``narrow.enabled``, ``recursion.driver_loop``, ...)."""
     conf = rt.spark.conf
-    base = {k: conf.get(k, None) for k, _ in plan.ab_conf}
+    spark_keys = {k: v for k, v in plan.ab_conf if k.startswith("spark.")}
+    base = {k: conf.get(k, None) for k in spark_keys}
+    base_config = rt.config
+    variant_config = rt.config.with_policy(with_fields(rt.config.policy, {k: v for k, v in plan.ab_conf
+                                                                          if not k.startswith("spark.")}))
     sides: dict[str, list[StepSample]] = {"base": [], "variant": []}
     try:
         for r in range(plan.ab_rounds):
             for side in (("base", "variant") if r % 2 == 0 else ("variant", "base")):
-                for k, v in (base.items() if side == "base" else plan.ab_conf):
+                for k, v in (base.items() if side == "base" else spark_keys.items()):
                     if v is None:
                         conf.unset(k)
                     else:
                         conf.set(k, v)
+                rt.config = base_config if side == "base" else variant_config
                 sides[side] += _steps(rt, gen, plan.change_rows, 1, f"A/B {side} (round {r + 1} of {plan.ab_rounds}) step", log)
     finally:
+        rt.config = base_config
         for k, v in base.items():
             conf.unset(k) if v is None else conf.set(k, v)
     out: dict[str, Any] = {"conf": dict(plan.ab_conf), "base_conf": base}

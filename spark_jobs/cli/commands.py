@@ -13,7 +13,7 @@ from typing import Iterator
 
 from spark_jobs.cli import render
 from spark_jobs.config import Config, load_config
-from spark_jobs.ir.explain import explain_text, sql_lowering_text, to_dot
+from spark_jobs.ir.explain import explain_text, insert_only_nodes, sql_lowering_text, to_dot
 from spark_jobs.runtime.circuit import compile_file, find_circuit_file, open_circuit
 from spark_jobs.spec import CircuitError, validate_file
 
@@ -114,7 +114,7 @@ def _user_errors(args: argparse.Namespace | None = None, opened: dict | None = N
         raise UserError(f"refused; nothing was committed: {exc}", exit_code=2) from None
     except (_loaded("spark_jobs.state.space", "StorageFull"),
             _loaded("spark_jobs.state.store", "TimestepNotRetained"),
-            _loaded("spark_jobs.executor.recursion", "RecursionLimitExceeded"),
+            _loaded("spark_jobs.executor.loop", "RecursionLimitExceeded"),
             _loaded("spark_jobs.quality.expectations", "ExpectationConfigError"),
             _loaded("spark_jobs.publish.delta", "PublishError"),
             _loaded("spark_jobs.executor.session", "ConnectServerUnreachable")) as exc:
@@ -175,11 +175,13 @@ def _compiled(args: argparse.Namespace):
 
 def cmd_explain(args: argparse.Namespace) -> int:
     compiled = _compiled(args)
+    growing = insert_only_nodes(compiled.optimized)
     if args.query:
-        print(explain_text(compiled.optimized, f"Query circuit of {compiled.spec.name} (after distinct consolidation)"))
+        print(explain_text(compiled.optimized, f"Query circuit of {compiled.spec.name} (after distinct consolidation)",
+                           growing))
         print()
     print(explain_text(compiled.incremental,
-                       f"Incremental circuit of {compiled.spec.name} (fingerprint {compiled.fingerprint})"))
+                       f"Incremental circuit of {compiled.spec.name} (fingerprint {compiled.fingerprint})", growing))
     lowering = sql_lowering_text(compiled.optimized, compiled.incremental)
     if lowering:
         print()

@@ -13,6 +13,10 @@ from spark_jobs.spec.model import WEIGHT
 
 def step_report(report) -> str:
     lines = [f"{report.circuit}: committed timestep {report.timestep} in {report.seconds:.1f}s"]
+    engine = getattr(report, "engine", "")
+    if engine:
+        where = "in-process (Arrow)" if engine == "arrow" else "Spark"
+        lines.append(f"  engine: {where}" + (f": {report.engine_reason}" if report.engine_reason else ""))
     for inp in report.inputs:
         if inp.files:
             lines.append(f"  input {inp.name}: +{inp.inserted} -{inp.deleted} rows ({inp.note})")

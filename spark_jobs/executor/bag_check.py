@@ -19,7 +19,8 @@ Cost: nothing for a step of inserts only (the caller knows from its counts, no l
 Otherwise only the tuples whose net change is negative are looked up: on the driver with pyarrow
 when the change is held there (``state/lookup.py`` reads only the Parquet row groups whose
 statistics admit their first column's values; no Spark job), else in one Spark job (a semi-join of
-those tuples with the integral).
+those tuples with the integral). An in-process (Arrow) step checks its tables with the same
+driver-side code (``negative_tuples``); the sizes come from the execution policy.
 """
 from __future__ import annotations
 
@@ -33,10 +34,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from spark_jobs.executor import zset
-from spark_jobs.executor.narrow import MAX_DECODED_ROWS, MAX_KEYS
-from spark_jobs.executor.operators import arrow
-from spark_jobs.executor.session import LOCAL_CHANGE_ROWS
+from spark_jobs.executor.arrow.zsets import consolidate
+from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.executor.kernels.spark import to_arrow
 from spark_jobs.executor.zset import WEIGHT, col
+from spark_jobs.policy import ExecutionPolicy, NarrowPolicy
 from spark_jobs.state.lookup import TraceFiles
 
 MAX_EXAMPLES = 5
@@ -75,16 +77,16 @@ class Negatives:
 
 
 def find_negatives(spark: SparkSession, delta: DataFrame, integral: DataFrame | None,
-                   files: TraceFiles | None) -> Negatives | None:
+                   files: TraceFiles | None, policy: ExecutionPolicy) -> Negatives | None:
     """The tuples of ``delta`` whose integrated weight would go below zero, or None.
 
     ``integral`` is the input's integral before this step (None: empty) and ``files`` its
     Parquet files for driver-side lookups (None: not available). Call it only for a delta that
-    has deletions.
+    has deletions. ``policy``: how large a change and a lookup the driver takes.
     """
     try:
-        return _on_driver(spark, delta, integral, files)
-    except arrow.NotLocal:
+        return _on_driver(spark, delta, integral, files, policy)
+    except NotLocal:
         return _on_spark(delta, integral)
 
 
@@ -119,22 +121,27 @@ def _lookup_column(table: pa.Table, cols: list[str]) -> str | None:
     return None
 
 
-def _on_driver(spark: SparkSession, delta: DataFrame, integral: DataFrame | None,
-               files: TraceFiles | None) -> Negatives | None:
-    table = _as_spark_groups(arrow.local_table(delta, LOCAL_CHANGE_ROWS))
-    net = arrow.consolidate(table)
+def negative_tuples(table: pa.Table, files: TraceFiles | None, policy: NarrowPolicy) -> pa.Table | None:
+    """The tuples of the change ``table`` whose integrated weight would go below zero, on the
+    driver: the input's columns, ``__before`` and ``__change``; None if there are none.
+
+    ``files`` are the integral's trace files (None: the integral is empty). ``NotLocal`` if the
+    lookup would be too big for the driver (``policy.max_keys`` / ``max_decoded_rows``) or has no
+    column to look up by.
+    """
+    net = consolidate(_as_spark_groups(table))
     neg = net.filter(pc.less(net.column(WEIGHT), 0))
     if neg.num_rows == 0:
         return None
     cols = [c for c in neg.column_names if c != WEIGHT]
     parts = [_tagged(neg, cols, before=False)]
-    if integral is not None:
+    if files is not None:
         key = _lookup_column(neg, cols)
-        if files is None or key is None or key not in files.schema.names:
-            raise arrow.NotLocal("the integral has no files or no column to look up on the driver")
+        if key is None or key not in files.schema.names:
+            raise NotLocal("the integral has no column to look up on the driver")
         keys = pc.unique(neg.column(key)).to_pylist()
-        if len(keys) > MAX_KEYS or files.admitted_rows(key, keys) > MAX_DECODED_ROWS:
-            raise arrow.NotLocal("the lookup is too big for the driver")
+        if len(keys) > policy.max_keys or files.admitted_rows(key, keys) > policy.max_decoded_rows:
+            raise NotLocal("the lookup is too big for the driver")
         found = files.lookup(key, keys).select(cols + [WEIGHT])
         found = _as_spark_groups(found.cast(pa.schema([neg.schema.field(c) for c in cols] + [found.schema.field(WEIGHT)])))
         parts.append(_tagged(found, cols, before=True))
@@ -142,9 +149,18 @@ def _on_driver(spark: SparkSession, delta: DataFrame, integral: DataFrame | None
     sums = total.group_by(cols, use_threads=False).aggregate([(BEFORE, "sum"), (CHANGE, "sum")])
     b, c = sums.column(f"{BEFORE}_sum"), sums.column(f"{CHANGE}_sum")
     bad = sums.filter(pc.and_(pc.less(c, 0), pc.less(pc.add(b, c), 0)))
-    if bad.num_rows == 0:
+    return bad.rename_columns(cols + [BEFORE, CHANGE]) if bad.num_rows else None
+
+
+def _on_driver(spark: SparkSession, delta: DataFrame, integral: DataFrame | None,
+               files: TraceFiles | None, policy: ExecutionPolicy) -> Negatives | None:
+    if integral is not None and files is None:
+        raise NotLocal("the integral has no files to look up on the driver")
+    bad = negative_tuples(to_arrow(delta, policy.local_change_rows), files if integral is not None else None,
+                          policy.narrow)
+    if bad is None:
         return None
-    bad = bad.rename_columns(cols + [BEFORE, CHANGE])
+    cols = bad.column_names[:-2]
     examples = [{**{k: row[k] for k in cols}, "before": row[BEFORE], "change": row[CHANGE]}
                 for row in bad.slice(0, MAX_EXAMPLES).to_pylist()]
     schema = StructType([delta.schema[c] for c in cols] + [StructField(BEFORE, LongType()), StructField(CHANGE, LongType())])

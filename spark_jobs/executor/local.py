@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.executor.session import temporary_conf
+from spark_jobs.policy import ExecutionPolicy
 from spark_jobs.executor.zset import col
 
 _SLOT = "__local_slot"
@@ -30,9 +31,6 @@ _SLOT = "__local_slot"
 _ONE_JOB_LIMIT = {"spark.sql.limit.initialNumPartitions": "100000"}
 _EXCLUDED_RULES = "spark.sql.optimizer.excludedRules"
 _LIMIT_PUSH_DOWN = "org.apache.spark.sql.catalyst.optimizer.LimitPushDown"
-# Extras come first in the union and the limit keeps rows in partition order, so up to this many
-# extra rows are never cut off by the limit.
-MAX_EXTRA_ROWS = 1_000
 
 
 def _collect_conf(spark: SparkSession) -> dict[str, str]:
@@ -51,13 +49,16 @@ def to_local(spark: SparkSession, rows, schema) -> DataFrame:
 
 
 def collect_local(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows: int,
-                  extras: Mapping[str, DataFrame] | None = None
+                  extras: Mapping[str, DataFrame] | None = None,
+                  max_extra_rows: int = ExecutionPolicy().collect_extra_rows
                   ) -> tuple[dict[str, DataFrame] | None, dict[str, list[Row]]]:
     """Collect ``frames`` as local relations, and the (small) ``extras`` as Python rows, in one job.
 
     If the frames have more than ``max_rows`` rows together, they are not made local (None: the
     caller keeps its distributed frames) but the extras are still returned. Extras are meant for
-    a few summary rows (e.g. counts) computed in the same job, at most ``MAX_EXTRA_ROWS``.
+    a few summary rows (e.g. counts) computed in the same job, at most ``max_extra_rows``
+    (``ExecutionPolicy.collect_extra_rows``): they come first in the union and the limit keeps
+    rows in partition order, so that many are never cut off by the limit.
     Every part goes into a struct column of its own, so parts with clashing column names or
     types share one union.
     """
@@ -79,7 +80,7 @@ def collect_local(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows
                            *[(row if j == i else nulls[j]).alias(_part(j)) for j in range(len(parts))])
         union = tagged if union is None else union.unionByName(tagged)
     assert union is not None
-    limit = max_rows + 1 + (MAX_EXTRA_ROWS if extras else 0)
+    limit = max_rows + 1 + (max_extra_rows if extras else 0)
     with temporary_conf(spark, _collect_conf(spark)):
         jrows = union.limit(limit)._jdf.collectAsList()
     local = to_local(spark, jrows, union._jdf.schema())
@@ -89,8 +90,8 @@ def collect_local(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows
 
     rows = {name: part(k).collect() for k, name in enumerate(extras)}  # local: no job
     extra_rows = sum(len(r) for r in rows.values())
-    if extra_rows > MAX_EXTRA_ROWS:
-        raise ValueError(f"collect_local: the extras have {extra_rows} rows; at most {MAX_EXTRA_ROWS} are kept whole")
+    if extra_rows > max_extra_rows:
+        raise ValueError(f"collect_local: the extras have {extra_rows} rows; at most {max_extra_rows} are kept whole")
     if jrows.size() - extra_rows > max_rows:
         return None, rows
     n = len(extras)

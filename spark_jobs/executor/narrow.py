@@ -25,32 +25,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_jobs.executor.operators.arrow import NotLocal, plain_column
+from spark_jobs.executor.arrow.zsets import plain_column
+from spark_jobs.executor.kernels import NotLocal
 from spark_jobs.executor.zset import empty_like, is_local, local_values
 from spark_jobs.ir.graph import Circuit, Node
+from spark_jobs.policy import NarrowPolicy
 from spark_jobs.state.lookup import TraceFiles
 
-MAX_KEYS = 50_000  # more candidate keys than this: narrowing would cost more than it saves
-MAX_DECODED_ROWS = 2_000_000  # a lookup that would decode more trace rows is left to Spark
-# ...and one that finds more rows than this (a hot key's group): a local relation is planned and
-# optimized row by row on the driver, so a big one costs more than Spark's scan (W2's Zipf keys)
-MAX_FOUND_ROWS = 20_000
 # Spark types whose Parquet min/max statistics order like their Python values
 KEY_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "string", "date"})
 
 Keys = frozenset
-# A runtime Spark conf key: "false" turns narrowing off (``bench.run --ab`` measures its effect)
-ENABLED_CONF = "spark.dbsp.narrowState"
 
 
-def narrowing_enabled(spark: SparkSession) -> bool:
-    return (spark.conf.get(ENABLED_CONF, "true") or "true").lower() != "false"
-
-
-def table_values(table: pa.Table, column: str) -> Keys | None:
-    """``zset.local_values`` of a pyarrow Table, up to ``MAX_KEYS``."""
+def table_values(table: pa.Table, column: str, limit: int) -> Keys | None:
+    """``zset.local_values`` of a pyarrow Table: None if there are more than ``limit``."""
     values = frozenset(pc.unique(table.column(column)).to_pylist())
-    return values if len(values) <= MAX_KEYS else None
+    return values if len(values) <= limit else None
 
 
 @dataclass
@@ -58,13 +49,17 @@ class Narrowing:
     """One step's driver-side lookups of state by the keys its changes can hold.
 
     ``value(node_id)`` is the step's (lazy) value of a node of ``circuit``; ``files_of(trace)``
-    the trace's committed Parquet files. Footers are read once per trace and step.
+    the trace's committed Parquet files. Footers are read once per trace and step. ``policy``
+    bounds it: at most ``max_keys`` candidate keys (more: narrowing would cost more than it
+    saves), ``max_decoded_rows`` trace rows decoded, ``max_found_rows`` found (a local relation
+    is planned row by row on the driver: a hot key's big group costs more than Spark's scan).
     """
 
     spark: SparkSession
     circuit: Circuit
     value: Callable[[str], DataFrame]
     files_of: Callable[[str], "TraceFiles | None"]
+    policy: NarrowPolicy = field(default_factory=NarrowPolicy)
     lookups: int = 0  # how many lookups were narrowed this step (for tests and profiles)
     _files: dict[str, "TraceFiles | None"] = field(default_factory=dict)
     _sides: dict[tuple[str, int], pa.Table] = field(default_factory=dict)  # (join, side) -> rows used
@@ -104,7 +99,7 @@ class Narrowing:
     def _derive(self, node: Node, column: str) -> Keys | None:
         if node.op == "input":
             value = self.value(node.id)
-            return local_values(value, column, MAX_KEYS) if is_local(value) else None
+            return local_values(value, column, self.policy.max_keys) if is_local(value) else None
         if node.op in ("filter", "negate"):
             return self.candidate_keys(node.inputs[0], column)
         if node.op == "plus":
@@ -122,7 +117,7 @@ class Narrowing:
                 source = next((src for src, out in outs if out == column), None)
                 if source is not None:
                     table = self._sides.get((node.id, pos))
-                    return table_values(table, source) if table is not None else \
+                    return table_values(table, source, self.policy.max_keys) if table is not None else \
                         self.candidate_keys(node.inputs[pos], source)
         return None
 
@@ -130,17 +125,17 @@ class Narrowing:
                 ) -> tuple[DataFrame, pa.Table] | None:
         """The rows of trace ``trace_id`` (read by Spark as ``state``) whose ``column`` is one of
         ``values`` (NULL matches NULL): a local relation with ``state``'s schema, and the same rows
-        as a Table. None when the lookup would decode more than ``MAX_DECODED_ROWS`` rows, finds
-        more than ``MAX_FOUND_ROWS``, or the trace has no files."""
+        as a Table. None when the lookup would decode more than ``max_decoded_rows`` rows, finds
+        more than ``max_found_rows``, or the trace has no files."""
         if trace_id not in self._files:
             self._files[trace_id] = self.files_of(trace_id)
         files = self._files[trace_id]
         if files is None or column not in files.schema.names:
             return None
-        if files.admitted_rows(column, list(values)) > MAX_DECODED_ROWS:
+        if files.admitted_rows(column, list(values)) > self.policy.max_decoded_rows:
             return None
         table = files.lookup(column, list(values)).select(state.columns)
-        if table.num_rows > MAX_FOUND_ROWS:
+        if table.num_rows > self.policy.max_found_rows:
             return None
         self.lookups += 1
         if table.num_rows == 0:

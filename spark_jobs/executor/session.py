@@ -79,17 +79,13 @@ def get_spark(settings: SparkSettings | Config | None = None):
     return spark
 
 
-# A change up to this many rows is "small": it is broadcast to look state up, and the step runs
-# without adaptive execution (AQE submits every shuffle and broadcast stage as a Spark job of its
-# own, ~50-100 ms each, and has nothing to coalesce or re-plan on delta-sized data). A larger
+# A small change (``ExecutionPolicy.small_change``) is broadcast to look state up, and the step
+# runs without adaptive execution (AQE submits every shuffle and broadcast stage as a Spark job of
+# its own, ~50-100 ms each, and has nothing to coalesce or re-plan on delta-sized data). A larger
 # change (an initial load) keeps AQE and joins without broadcasting (it may not fit in memory).
 # Also: two shuffle partitions (delta-sized shuffles; one task per core), and a small file-open
 # cost so the many small files of a trace (a base and its deltas) are read by a few tasks, not
 # one task per file.
-SMALL_CHANGE_ROWS = 200_000
-# Up to this many rows, a step's input changes and view deltas are also held on the driver
-# (``executor.local``): one job computes them, and lookups by them need no broadcast job.
-LOCAL_CHANGE_ROWS = 20_000
 _STEP_CONF = {"spark.sql.adaptive.enabled": "false",
               "spark.sql.autoBroadcastJoinThreshold": "-1",  # only the deltas hinted: a job each
               "spark.sql.shuffle.partitions": "2",

@@ -17,6 +17,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from spark_jobs.policy import NarrowPolicy
 from spark_jobs.spec.model import WEIGHT
 
 __all__ = [
@@ -125,17 +126,18 @@ def null_safe_match(left: Sequence[str], right: Sequence[str]) -> Column:
     return cond
 
 
-# Up to this many distinct values, a lookup by a driver-local change filters the state by a
-# literal IN list instead of broadcasting the change (a broadcast is a Spark job of its own,
-# even of a local relation); the few rows left are then joined with a shuffle inside the job.
-IN_LIST_MAX = 2_000
+IN_LIST_MAX = NarrowPolicy().in_list_max  # the policy's default (``NarrowPolicy.in_list_max``)
 
 
-def key_prefilter(df_col: str, keys_df: DataFrame, key_col: str, null_safe: bool) -> Column | None:
-    """``df_col IN (values of keys_df[key_col])`` when ``keys_df`` is driver-local and small
-    (its values are read without a Spark job), else None. ``null_safe`` also keeps NULLs of
-    ``df_col`` when a key is NULL. A superset filter: the caller still joins on every key."""
-    values = local_values(keys_df, key_col, IN_LIST_MAX) if is_local(keys_df) else None
+def key_prefilter(df_col: str, keys_df: DataFrame, key_col: str, null_safe: bool,
+                  in_list_max: int = IN_LIST_MAX) -> Column | None:
+    """``df_col IN (values of keys_df[key_col])`` when ``keys_df`` is driver-local and has at
+    most ``in_list_max`` distinct values (read without a Spark job), else None: a lookup by a
+    small local change then filters the state by a literal list instead of broadcasting the
+    change (a broadcast is a Spark job of its own, even of a local relation), and joins the few
+    rows left with a shuffle inside the job. ``null_safe`` also keeps NULLs of ``df_col`` when a
+    key is NULL. A superset filter: the caller still joins on every key."""
+    values = local_values(keys_df, key_col, in_list_max) if is_local(keys_df) else None
     if values is None:
         return None
     literals = [_sql_literal(v) for v in values if v is not None]
@@ -149,7 +151,7 @@ def key_prefilter(df_col: str, keys_df: DataFrame, key_col: str, null_safe: bool
 
 
 def restrict(df: DataFrame, keys_df: DataFrame, df_keys: Sequence[str], key_cols: Sequence[str],
-             broadcast: bool = True) -> DataFrame:
+             broadcast: bool = True, in_list_max: int = IN_LIST_MAX) -> DataFrame:
     """Rows of ``df`` whose ``df_keys`` match (null-safe) some row of ``keys_df[key_cols]``.
 
     This is how state is looked up by a change: a semi join (``df``'s rows are never duplicated)
@@ -162,7 +164,7 @@ def restrict(df: DataFrame, keys_df: DataFrame, df_keys: Sequence[str], key_cols
     """
     private = [f"__k{i}" for i in range(len(key_cols))]
     keys = keys_df.select(*[col(k).alias(p) for k, p in zip(key_cols, private)])
-    pre = key_prefilter(df_keys[0], keys, private[0], True) if broadcast and key_cols else None
+    pre = key_prefilter(df_keys[0], keys, private[0], True, in_list_max) if broadcast and key_cols else None
     if broadcast and pre is None and is_local(df):  # ``df`` was narrowed on the driver already
         keys = keys.hint("shuffle_hash")  # a shuffle inside the job, no broadcast job
     elif pre is not None:

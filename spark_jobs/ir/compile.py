@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from spark_jobs.ir.from_spec import build_query_circuit
 from spark_jobs.ir.graph import Circuit
 from spark_jobs.ir.incrementalize import incrementalize
+from spark_jobs.ir.operator import operator
 from spark_jobs.ir.optimize import consolidate_distinct
 from spark_jobs.spec.model import CircuitSpec
 
@@ -40,8 +41,8 @@ def fingerprint(spec: CircuitSpec, incremental: Circuit) -> str:
         "nodes": [(n.id, n.op, n.inputs, repr(_meaning(n.params)), n.columns) for n in incremental],
         "outputs": sorted(incremental.outputs.items()),
     }
-    formats = sorted({(n.op, STATE_FORMATS[n.op]) for n in incremental if n.op in STATE_FORMATS})
-    if formats:  # only circuits with such an operator get a new fingerprint
+    formats = sorted({(n.op, f) for n in incremental if (f := _state_format(n.op)) > 1})
+    if formats:  # only circuits with an operator whose state layout changed get a new fingerprint
         payload["state_formats"] = formats
     keys = {name: list(inp.key) for name, inp in sorted(spec.inputs.items()) if inp.key}
     if keys:  # a keyed input's integral holds one row per key: another key is another state
@@ -49,13 +50,16 @@ def fingerprint(spec: CircuitSpec, incremental: Circuit) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-# Versions of an operator's state layout, bumped when the columns it keeps change, so state an
-# older engine wrote is refused (with the reset hint) instead of misread. aggregate_linear 2:
-# exact running totals (integer limbs for float sums, decimal(38,...) for integers; issue 19).
-STATE_FORMATS = {"aggregate_linear": 2}
+def _state_format(op: str) -> int:
+    """The version of an operator's state layout (``State.format``; 1 when it keeps none)."""
+    state = operator(op).state
+    return state.format if state is not None else 1
 
-# Params that bound or tune the work, or document it, without changing what the state means.
-_NOT_MEANING = frozenset({"max_iterations", "sql"})
+
+# Params that bound or tune the work, or document it, without changing what the state means
+# (an input's ``append_only`` changes state only through the operators it selects, whose names
+# are in the fingerprint: circuits whose state it does not change keep their fingerprint).
+_NOT_MEANING = frozenset({"max_iterations", "sql", "append_only"})
 
 
 def _meaning(params: tuple) -> tuple:

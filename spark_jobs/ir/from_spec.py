@@ -28,8 +28,10 @@ def build_query_circuit(spec: CircuitSpec, columns: dict[str, tuple[str, ...]]) 
     circuit = Circuit(spec.name, inputs={n: columns[n] for n in spec.inputs})
     for name, inp in spec.inputs.items():
         # only `changes` can delete what is not there: snapshots and cdc derive their changes from
-        # the input's own state, append_only refuses deletes (the bag check: runtime/bag.py)
-        params = {"bag": True} if inp.source is not None and inp.source.kind == "changes" else {}
+        # the input's own state, append_only refuses deletes (the bag check: runtime/bag.py).
+        # append_only: since its reader refuses deletes, the IR derives insert-only streams from it
+        kind = inp.source.kind if inp.source is not None else None
+        params = {"bag": True} if kind == "changes" else {"append_only": True} if kind == "append_only" else {}
         circuit.add(make_node(name, "input", out=columns[name], name=name, **params))
     for node in (spec.nodes[name] for name in dependency_order(spec.nodes)):
         limit = int(spec.settings.get("max_iterations", DEFAULT_MAX_ITERATIONS))
@@ -75,6 +77,12 @@ def _aggregate(c: Circuit, n: NodeSpec, cols: dict) -> Node:
     aggs = tuple((a.name, a.func, a.arg, a.distinct) for a in n.aggregates)
     return c.add(make_node(n.name, "aggregate", [n.input], cols[n.name], is_set=True,
                            group_by=n.group_by, aggs=aggs))
+
+
+def _topk(c: Circuit, n: NodeSpec, cols: dict) -> Node:
+    spec = n.extra["topk"]
+    return c.add(make_node(n.name, "topk", [n.input], cols[n.name], partition_by=spec.partition_by,
+                           order_by=spec.order_by, k=spec.k, rank=spec.rank, rank_column=spec.rank_column))
 
 
 def _union_all(c: Circuit, n: NodeSpec, cols: dict) -> Node:
@@ -151,6 +159,7 @@ _TRANSLATIONS: dict[str, Callable[[Circuit, NodeSpec, dict], Node]] = {
     "filter": _filter,
     "distinct": _distinct,
     "aggregate": _aggregate,
+    "topk": _topk,
     "union_all": _union_all,
     "union": _union,
     "difference": _difference,

@@ -18,6 +18,9 @@ timestep touches only the keys in its change:
   (the subquery has a row; it has a NULL): rows go only when a flag flips, as SQL says they must.
 - **EXCEPT ALL / INTERSECT ALL**: per-tuple counts of both sides (a linear aggregate), then
   ``max(a - b, 0)`` / ``least(a, b)`` copies of each tuple (a flat map, linear).
+- **top-k** (``row_number()``/``rank()``/``dense_rank()`` filtered by ``<= k``, ``ORDER BY ... LIMIT
+  k``): one ``topk`` operator (``ir/ops/topk.py``), whose incremental form reads only the groups in
+  the change.
 - **WITH RECURSIVE**: a ``scope`` whose body is ``distinct(base + step(z⁻¹ r))``, the same
   nested incremental circuit a YAML ``recursive`` node becomes; what does not depend on the
   recursion is hoisted out of the loop.
@@ -168,6 +171,12 @@ class Lowering:
     def _aggregate(self, rel: P.Aggregate, node_id: str | None) -> str:
         return self.add("aggregate", [self.lower(rel.input)], rel.columns, rel.sql, node_id, is_set=True,
                         group_by=rel.group_by, aggs=rel.aggs)
+
+    def _topk(self, rel: P.TopK, node_id: str | None) -> str:
+        assert rel.k is not None, "the binder refuses a ranking without its <= k filter"
+        return self.add("topk", [self.lower(rel.input)], rel.columns, rel.sql, node_id,
+                        partition_by=rel.partition_by, order_by=rel.order_by, k=rel.k, rank=rel.rank,
+                        rank_column=rel.rank_column)
 
     def _join(self, rel: P.Join, node_id: str | None) -> str:
         left, right = self.lower(rel.left), self.lower(rel.right)

@@ -4,62 +4,17 @@ A ``Circuit`` holds ``Node``s in topological order. The same node kinds describe
 circuit (what the user means, evaluated on whole relations) and the incremental circuit
 (evaluated on changes, with state). No Spark here: the executor interprets these nodes.
 
-Node kinds and their ``params`` (all values are plain tuples/strings so nodes are hashable and
-printable):
-
-==================  =======  ==============================================================
-op                  inputs   params
-==================  =======  ==============================================================
-input               0        name: input relation name
-map                 1        columns: ((out_name, spark_sql_expr), ...)
-filter              1        where: spark_sql_predicate
-plus                >= 1     (none) - Z-set addition (UNION ALL)
-negate              1        (none)
-join                2        left_keys, right_keys: column tuples (empty = product);
-                             null_safe: bool (True for set ops, False for SQL equi-joins);
-                             left_out / right_out: ((source_col, out_name), ...) columns kept
-distinct            1        (none) - weight 1 where weight > 0
-aggregate           1        group_by: cols; aggs: ((out, func, arg_expr|None, distinct), ...)
-integrate           1        (none) - I; keeps state
-delay               1        (none) - z^-1; keeps state unless its input is an integrate
-differentiate       1        (none) - D = x - z^-1 x; keeps state
-distinct_h          2        inputs (delta, delayed integral): the H function (Prop. 4.7)
-aggregate_linear    1        group_by, aggs: linear aggregates from the delta; keeps per-group
-                             running totals
-aggregate_touched   2        group_by, aggs; inputs (delta, integral): recompute only the
-                             groups the delta touches; keeps the previous output per group
-scope               any      body: Circuit (nested, own clock: the iterations of a fixed
-                             point); outputs: body node names (first = the value);
-                             max_iterations; incremental: True in Q^Δ (body on 2-D deltas)
-==================  =======  ==============================================================
-
-Inside a scope's body (see ``scope.py``), besides the linear ops, join and distinct:
-
-==================  =======  ==============================================================
-delta0              0        port: index into the scope's inputs; name: outer node id. δ0:
-                             the outer relation enters the inner clock at iteration 0
-feedback            0        source: body node id. z⁻¹ on the inner clock (iteration i reads
-                             iteration i-1 of ``source``): the back edge of the recursion
-integrate_nested    1        keys: lookup columns. Per-iteration trace: for each iteration
-                             i, the sum over earlier timesteps of the input's 2-D delta at i
-join_nested         4        join params; inputs (Δa, Δb, I(Δa), I(Δb)): the 2-D bilinear rule
-distinct_nested     2        inputs (Δx, I(Δx)): the 2-D incremental distinct
-==================  =======  ==============================================================
+What a node's ``op`` means (its inputs, params, linearity, state, incremental rule, kernels) is
+defined once, by the operator's own module under ``spark_jobs/ir/ops/`` (see ``operator.py``);
+this module only knows the graph. Params are plain tuples/strings, so nodes are hashable and
+printable.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator
 
-LINEAR_OPS = frozenset({"input", "map", "filter", "plus", "negate"})
-BILINEAR_OPS = frozenset({"join"})
-STREAM_OPS = frozenset({"integrate", "delay", "differentiate"})
-INCREMENTAL_OPS = frozenset({"distinct_h", "aggregate_linear", "aggregate_touched"})
-NESTED_OPS = frozenset({"delta0", "feedback", "integrate_nested", "join_nested", "distinct_nested"})
-ALL_OPS = LINEAR_OPS | BILINEAR_OPS | STREAM_OPS | INCREMENTAL_OPS | NESTED_OPS | {"distinct", "aggregate", "scope"}
-
-LINEAR_AGGREGATES = frozenset({"count", "sum", "avg"})
-
+from spark_jobs.ir.operator import LINEAR, is_known, operator
 
 def freeze(value: Any) -> Any:
     """Turn lists/dicts into tuples so params stay hashable and comparable."""
@@ -83,8 +38,11 @@ class Node:
     is_set: bool = False  # every weight is 0 or 1 whenever the inputs are sets/positive
 
     def __post_init__(self) -> None:
-        if self.op not in ALL_OPS:
+        if not is_known(self.op):
             raise ValueError(f"unknown IR op {self.op!r}")
+        arity = operator(self.op).arity
+        if arity is not None and len(self.inputs) != arity:
+            raise ValueError(f"IR node {self.id!r}: op {self.op!r} takes {arity} input(s), got {len(self.inputs)}")
 
     def param(self, key: str, default: Any = None) -> Any:
         for k, v in self.params:
@@ -97,7 +55,7 @@ class Node:
 
     @property
     def is_linear(self) -> bool:
-        return self.op in LINEAR_OPS
+        return operator(self.op).linearity == LINEAR
 
     @property
     def body(self) -> "Circuit | None":
@@ -210,25 +168,11 @@ class Circuit:
         self.nodes = order
 
 
-STATE_KINDS = {
-    "integrate": "integral of its input (trace of Z-set deltas)",
-    "delay": "previous value of its input",
-    "differentiate": "previous value of its input",
-    "aggregate_linear": "per-group running totals (sums and counts)",
-    "aggregate_touched": "previous output row per group",
-    "integrate_nested": "per-iteration trace (rows tagged with their iteration, summed over timesteps)",
-}
-
-
 def state_of(circuit: Circuit, node: Node) -> str | None:
-    """What state ``node`` keeps between timesteps, or None for a stateless operator.
-
-    A delay whose input is an integrator keeps nothing of its own: z^-1(I(x)) is the integrator's
-    state before the current step.
-    """
-    if node.op == "delay" and circuit[node.inputs[0]].op == "integrate":
+    """What state ``node`` keeps between timesteps, or None for a stateless operator (from its
+    operator's definition: a delay of an integral, for one, keeps none of its own)."""
+    op = operator(node.op)
+    if not op.stateful(circuit, node):
         return None
-    if node.op == "scope" and node.param("incremental"):
-        traces = [n.id for n in node.body if n.op == "integrate_nested"]
-        return f"{len(traces)} per-iteration trace(s) and the fixed point's depth"
-    return STATE_KINDS.get(node.op)
+    what = op.state.what  # type: ignore[union-attr]
+    return what(circuit, node) if callable(what) else what

@@ -10,20 +10,22 @@ Each rule is a small function ``Circuit -> bool`` (changed or not) that rewrites
 from __future__ import annotations
 
 from spark_jobs.ir.graph import Circuit, Node
+from spark_jobs.ir.operator import ALWAYS, INPUTS, operator
 
-# Operators through which a distinct can be delayed (4.4) or dropped before a later one (4.5).
-DELAY_THROUGH = frozenset({"filter", "join"})
-ONCE_THROUGH = frozenset({"filter", "map", "plus", "join"})
-POSITIVE_PRESERVING = frozenset({"input", "filter", "map", "plus", "join", "distinct", "aggregate",
-                                 "integrate", "delay"})
+
+def _moves(op: str, rule: str) -> bool:
+    """May a distinct be delayed through (rule "delay", Prop. 4.4) or dropped before a later one
+    through (rule "once", Prop. 4.5) operator ``op``? (``Operator.distinct_moves``)"""
+    return rule in operator(op).distinct_moves
 
 
 def is_positive(circuit: Circuit, node_id: str) -> bool:
     """True when the node's value is a positive Z-set whenever the circuit's inputs are."""
     node = circuit[node_id]
-    if node.op in ("distinct", "aggregate", "input"):
+    positive = operator(node.op).positive
+    if positive == ALWAYS:
         return True
-    if node.op not in POSITIVE_PRESERVING:
+    if positive != INPUTS:
         return False
     return all(is_positive(circuit, i) for i in node.inputs)
 
@@ -44,7 +46,7 @@ def _bypass(circuit: Circuit, distinct_id: str) -> None:
 
 
 def _reaches_distinct(circuit: Circuit, node_id: str) -> bool:
-    """Does ``node_id`` flow, through a private chain of ONCE_THROUGH operators, into a distinct?"""
+    """Does ``node_id`` flow, through a private chain of operators a distinct may be dropped through (Prop. 4.5), into a distinct?"""
     current = node_id
     while True:
         reader = _single_internal_consumer(circuit, current)
@@ -52,7 +54,7 @@ def _reaches_distinct(circuit: Circuit, node_id: str) -> bool:
             return False
         if reader.op == "distinct":
             return True
-        if reader.op not in ONCE_THROUGH or not all(is_positive(circuit, i) for i in reader.inputs):
+        if not _moves(reader.op, "once") or not all(is_positive(circuit, i) for i in reader.inputs):
             return False
         current = reader.id
 
@@ -78,7 +80,7 @@ def rule_delay_distinct(circuit: Circuit) -> bool:
     read only by Q.
     """
     for node in list(circuit):
-        if node.op not in DELAY_THROUGH or not node.inputs:
+        if not _moves(node.op, "delay") or not node.inputs:
             continue
         sources = [circuit[i] for i in node.inputs]
         if len(set(node.inputs)) != len(node.inputs):

@@ -14,7 +14,7 @@ import os
 from typing import Mapping, Sequence
 
 from spark_jobs.ir.compile import CompiledCircuit
-from spark_jobs.ir.explain import SYMBOLS, state_role
+from spark_jobs.ir.explain import state_role, symbol
 from spark_jobs.ir.graph import state_of
 
 DOCS_URL = "/dbsp/docs"  # served by spark_jobs/orchestration/plugin.py
@@ -91,7 +91,7 @@ def state_table(compiled: CompiledCircuit) -> str:
     rows = ["| operator | op | state kept between timesteps |", "|---|---|---|"]
     for node in circuit:
         if state_of(circuit, node):
-            rows.append(f"| `{node.id}` | {SYMBOLS.get(node.op, node.op)} | {state_role(circuit, node)} |")
+            rows.append(f"| `{node.id}` | {symbol(node.op)} | {state_role(circuit, node)} |")
     return "\n".join(rows) if len(rows) > 2 else "No operator keeps state: every operator is linear."
 
 

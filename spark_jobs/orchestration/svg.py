@@ -14,7 +14,7 @@ from __future__ import annotations
 from html import escape
 from typing import Mapping, Sequence
 
-from spark_jobs.ir.explain import SYMBOLS
+from spark_jobs.ir.explain import symbol
 from spark_jobs.ir.graph import Circuit, state_of
 
 PALETTE = ("#dbeafe", "#dcfce7", "#fef3c7", "#fce7f3", "#ede9fe", "#cffafe", "#fee2e2", "#e5e7eb",
@@ -27,7 +27,7 @@ def _label(circuit: Circuit, node_id: str) -> str:
     node = circuit[node_id]
     if node.op in ("integrate", "delay"):
         return node_id  # named after what they do already: I(x), z(I(x))
-    return f"{SYMBOLS.get(node.op, node.op)} {node_id}"
+    return f"{symbol(node.op)} {node_id}"
 
 
 def _layers(circuit: Circuit) -> dict[str, int]:

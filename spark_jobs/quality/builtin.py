@@ -18,13 +18,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import reduce
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
-
-from spark_jobs.executor.zset import col, data_columns, restrict
 from spark_jobs.quality.report import CheckResult, jsonable
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
 from spark_jobs.spec.model import WEIGHT
 
 CONSOLIDATED = "dbsp_delta_is_consolidated"
@@ -45,9 +44,42 @@ class BuiltinOutcome:
     inserted_rows: int  # delta rows with weight > 0 (the rows user expectations look at)
 
 
-def _per_tuple(delta: DataFrame, previous: DataFrame | None) -> tuple[DataFrame, list[str]]:
+def example(row: Mapping[str, Any], cols: list[str]) -> dict[str, Any]:
+    """An offending tuple as the report shows it (``row``: its per-tuple sums)."""
+    return {"row": {c: jsonable(row[c]) for c in cols},
+            "delta_rows": row[_ROWS], "zero_weight_rows": row[_ZERO],
+            "delta_weight": row[_DW], "previous_weight": row[_PW], "new_weight": row[_NEW]}
+
+
+def outcome(totals: Mapping[str, int], examples: Mapping[str, list], is_set: bool, target: str) -> BuiltinOutcome:
+    """The results of the built-in checks of one view delta, from its per-tuple totals (keys
+    tuples, rows, zero_rows, inserted, duplicated, and one count per check) and up to EXAMPLES
+    offending tuples per failing check; shared by the Spark and the in-process gate."""
+    failing = {name for name in (CONSOLIDATED, WEIGHTS_POSITIVE, IS_SET) if totals.get(name, 0) > 0}
+    details: dict[str, dict[str, Any]] = {
+        CONSOLIDATED: {"delta_rows": totals["rows"], "distinct_tuples": totals["tuples"],
+                       "duplicated_tuples": totals["duplicated"],
+                       "zero_weight_rows": totals["zero_rows"]},
+        WEIGHTS_POSITIVE: {"tuples_checked": totals["tuples"],
+                           "negative_tuples": totals[WEIGHTS_POSITIVE]},
+    }
+    if is_set:
+        details[IS_SET] = {"tuples_checked": totals["tuples"], "non_set_tuples": totals[IS_SET]}
+    results = []
+    for name, info in details.items():
+        if name in examples and examples[name]:
+            info["examples"] = examples[name]
+        results.append(CheckResult(name, target, "fail", name not in failing, info, builtin=True))
+    return BuiltinOutcome(results=results, inserted_rows=int(totals["inserted"]))
+
+
+def _per_tuple(delta: "DataFrame", previous: "DataFrame | None") -> tuple["DataFrame", list[str]]:
     """One row per tuple of the delta: its delta rows, zero-weight rows, inserted rows, summed
     delta weight, and its summed weight in ``previous`` (0 when absent)."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.executor.zset import col, data_columns, restrict
+
     cols = data_columns(delta)
     w = col(WEIGHT)
     zero = F.lit(0).cast("long")
@@ -69,8 +101,10 @@ def _per_tuple(delta: DataFrame, previous: DataFrame | None) -> tuple[DataFrame,
     return grouped.withColumn(_NEW, F.col(_DW) + F.col(_PW)), cols
 
 
-def _violations(is_set: bool) -> dict[str, Column]:
+def _violations(is_set: bool) -> dict[str, "Column"]:
     """Per check, the condition a tuple breaks it with."""
+    from pyspark.sql import functions as F
+
     new = F.col(_NEW)
     conds = {
         CONSOLIDATED: (F.col(_ROWS) > 1) | (F.col(_ZERO) > 0),
@@ -81,27 +115,30 @@ def _violations(is_set: bool) -> dict[str, Column]:
     return conds
 
 
-def _count(cond: Column) -> Column:
+def _count(cond: "Column") -> "Column":
+    from pyspark.sql import functions as F
+
     return F.coalesce(F.sum(F.when(cond, 1).otherwise(0)), F.lit(0)).cast("long")
 
 
-def _examples(per_tuple: DataFrame, cols: list[str], failing: dict[str, Column]) -> dict[str, list]:
+def _examples(per_tuple: "DataFrame", cols: list[str], failing: dict[str, "Column"]) -> dict[str, list]:
     """Up to EXAMPLES offending tuples per failing check, in one Spark action."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
     parts = [per_tuple.where(cond).limit(EXAMPLES).select(F.lit(name).alias("__q_check"), "*")
              for name, cond in failing.items()]
     out: dict[str, list] = {name: [] for name in failing}
     for row in reduce(DataFrame.unionByName, parts).collect():
-        out[row["__q_check"]].append({
-            "row": {c: jsonable(row[c]) for c in cols},
-            "delta_rows": row[_ROWS], "zero_weight_rows": row[_ZERO],
-            "delta_weight": row[_DW], "previous_weight": row[_PW], "new_weight": row[_NEW],
-        })
+        out[row["__q_check"]].append(example(row, cols))
     return out
 
 
-def check_view_delta(view: str, delta: DataFrame, previous: DataFrame | None, *,
+def check_view_delta(view: str, delta: "DataFrame", previous: "DataFrame | None", *,
                      is_set: bool, target: str | None = None) -> BuiltinOutcome:
     """Run the built-in checks on one view's delta (``previous`` None = the view was empty)."""
+    from pyspark.sql import functions as F
+
     target = target or f"view:{view}"
     per_tuple, cols = _per_tuple(delta, previous)
     conds = _violations(is_set)
@@ -116,18 +153,4 @@ def check_view_delta(view: str, delta: DataFrame, previous: DataFrame | None, *,
 
     failing = {name: cond for name, cond in conds.items() if totals[name] > 0}
     examples = _examples(per_tuple, cols, failing) if failing else {}
-    details: dict[str, dict[str, Any]] = {
-        CONSOLIDATED: {"delta_rows": totals["rows"], "distinct_tuples": totals["tuples"],
-                       "duplicated_tuples": totals["duplicated"],
-                       "zero_weight_rows": totals["zero_rows"]},
-        WEIGHTS_POSITIVE: {"tuples_checked": totals["tuples"],
-                           "negative_tuples": totals[WEIGHTS_POSITIVE]},
-    }
-    if is_set:
-        details[IS_SET] = {"tuples_checked": totals["tuples"], "non_set_tuples": totals[IS_SET]}
-    results = []
-    for name, info in details.items():
-        if name in examples:
-            info["examples"] = examples[name]
-        results.append(CheckResult(name, target, "fail", name not in failing, info, builtin=True))
-    return BuiltinOutcome(results=results, inserted_rows=int(totals["inserted"]))
+    return outcome(totals.asDict(), examples, is_set, target)

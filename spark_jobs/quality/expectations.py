@@ -42,7 +42,6 @@ DATASOURCE = "dbsp"
 BATCH_DEFINITION = "whole"
 INDEX_KEY = "dbsp_index"  # our key in each GE expectation's meta
 RESULT_FORMAT: dict[str, Any] = {"result_format": "SUMMARY", "partial_unexpected_count": 5}
-SPARK, PANDAS = "spark", "pandas"  # where GE computes: Spark DataFrames, or rows held on the driver
 
 
 class ExpectationConfigError(ValueError):
@@ -78,18 +77,21 @@ def gx_module() -> Any:
 @dataclass
 class _Runtime:
     context: Any
-    datasource: Any
-    batch_definitions: dict[tuple[str, str], Any] = field(default_factory=dict)  # (engine, target)
-    validations: dict[tuple[str, str, str], Any] = field(default_factory=dict)  # (engine, target, fingerprint)
+    datasource: Any = None  # GE's Spark datasource (its creation starts a Spark session): on first use
+    batch_definitions: dict[tuple[str, str], Any] = field(default_factory=dict)  # (flavour, target) -> definition
+    validations: dict[tuple[str, str, str], Any] = field(default_factory=dict)  # (flavour, target, fingerprint)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    pandas_source: Any = None  # created on first use (rows held on the driver)
+    pandas: Any = None  # the pandas datasource, made on first use (in-process steps)
 
-    def source(self, engine: str) -> Any:
-        if engine == SPARK:
+    def source(self, flavour: str) -> Any:
+        if flavour == "spark":
+            if self.datasource is None:
+                self.datasource = self.context.data_sources.add_spark(name=DATASOURCE, persist=False)
+                _quiet_ge_logs()
             return self.datasource
-        if self.pandas_source is None:
-            self.pandas_source = self.context.data_sources.add_pandas(name=f"{DATASOURCE}_local")
-        return self.pandas_source
+        if self.pandas is None:
+            self.pandas = self.context.data_sources.add_pandas(name=f"{DATASOURCE}_pandas")
+        return self.pandas
 
 
 _INIT_LOCK = threading.Lock()  # warm_up may run in a thread while Spark starts
@@ -111,9 +113,8 @@ def _new_runtime() -> _Runtime:
 
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-    datasource = context.data_sources.add_spark(name=DATASOURCE, persist=False)
     _quiet_ge_logs()
-    return _Runtime(context=context, datasource=datasource)
+    return _Runtime(context=context)
 
 
 def warm_up() -> None:
@@ -225,22 +226,23 @@ def _fingerprint(expectations: Sequence[Expectation]) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
 
 
-def _validation_definition(target: str, expectations: Sequence[Expectation], engine: str = SPARK) -> Any:
-    """The cached validation definition for this engine, target and exact list of expectations."""
+def _validation_definition(target: str, expectations: Sequence[Expectation], flavour: str) -> Any:
+    """The cached validation definition for this target, exact list of expectations and GE
+    flavour ("spark" or "pandas")."""
     rt = _runtime()
-    key = (engine, target, _fingerprint(expectations))
+    key = (flavour, target, _fingerprint(expectations))
     with rt.lock:
         found = rt.validations.get(key)
         if found is not None:
             return found
         built = [build_expectation(e, target, i) for i, e in enumerate(expectations)]
         gx = gx_module()
-        batch_definition = rt.batch_definitions.get((engine, target))
+        batch_definition = rt.batch_definitions.get((flavour, target))
         if batch_definition is None:
-            asset = rt.source(engine).add_dataframe_asset(name=target)
+            asset = rt.source(flavour).add_dataframe_asset(name=target)
             batch_definition = asset.add_batch_definition_whole_dataframe(BATCH_DEFINITION)
-            rt.batch_definitions[(engine, target)] = batch_definition
-        name = f"{target}#{engine}#{key[2]}"
+            rt.batch_definitions[(flavour, target)] = batch_definition
+        name = f"{flavour}:{target}#{key[2]}"
         suite = rt.context.suites.add(gx.ExpectationSuite(name=name))
         for expectation in built:
             suite.add_expectation(expectation)
@@ -262,18 +264,17 @@ def _exception_message(info: Any) -> str | None:
     return "; ".join(dict.fromkeys(messages)) or None
 
 
-def validate(df: Any, target: str, expectations: Sequence[Expectation]) -> list[CheckResult]:
+def validate(df: "DataFrame", target: str, expectations: Sequence[Expectation]) -> list[CheckResult]:
     """Run ``expectations`` on ``df`` with GE; one CheckResult per expectation, in order.
 
-    ``df`` is a Spark DataFrame, or a pandas DataFrame of rows held on the driver (GE's pandas
-    engine: no Spark job). A Spark ``df`` is read several times by GE (one Spark job per metric
-    bundle, 4-7 for a couple of expectations), so it is cached for the run unless it already is.
+    ``df`` is read several times by GE (one Spark job per metric bundle, 4-7 for a couple of
+    expectations), so it is cached for the run unless it already is.
     """
     if not expectations:
         return []
-    engine = PANDAS if _is_pandas(df) else SPARK
-    definition = _validation_definition(target, expectations, engine)
-    cache = engine == SPARK and not is_cached(df)
+    pandas = _is_pandas(df)
+    definition = _validation_definition(target, expectations, "pandas" if pandas else "spark")
+    cache = not pandas and not is_cached(df)
     batch = df.persist() if cache else df
     try:
         outcome = definition.run(batch_parameters={"dataframe": batch}, result_format=RESULT_FORMAT)
@@ -302,7 +303,41 @@ def validate(df: Any, target: str, expectations: Sequence[Expectation]) -> list[
 
 
 def _is_pandas(df: Any) -> bool:
-    return type(df).__module__.startswith("pandas.")
+    return type(df).__module__.startswith("pandas")
+
+
+# Expectations whose result on a pandas frame is the result on Spark (the flavour GE runs a step's
+# checks in): null checks, set membership, uniqueness, lengths, counts and the table's columns,
+# and numeric ranges on numeric columns. Types are Spark's names and regexes Java's: those, and
+# any row_condition (a Spark SQL condition), always run on Spark.
+PANDAS_SAFE = frozenset({
+    "expect_column_values_to_not_be_null", "expect_column_values_to_be_null",
+    "expect_column_values_to_be_in_set", "expect_column_values_to_not_be_in_set",
+    "expect_column_values_to_be_unique", "expect_compound_columns_to_be_unique",
+    "expect_column_value_lengths_to_be_between", "expect_column_value_lengths_to_equal",
+    "expect_table_row_count_to_be_between", "expect_table_row_count_to_equal",
+    "expect_column_to_exist", "expect_table_columns_to_match_ordered_list",
+    "expect_table_columns_to_match_set", "expect_table_column_count_to_equal",
+    "expect_column_values_to_be_between", "expect_column_min_to_be_between",
+    "expect_column_max_to_be_between", "expect_column_sum_to_be_between", "expect_column_mean_to_be_between",
+})
+_NUMERIC_ONLY = frozenset({"expect_column_values_to_be_between", "expect_column_min_to_be_between",
+                           "expect_column_max_to_be_between", "expect_column_sum_to_be_between",
+                           "expect_column_mean_to_be_between"})
+
+
+def pandas_equivalent(expectations: Sequence[Expectation], numeric: set[str], strings: set[str]) -> bool:
+    """Do these expectations mean the same on a pandas frame as on Spark? (``numeric``: the
+    frame's numeric columns; ``strings``: its string columns, where lengths mean the same)"""
+    for e in expectations:
+        kwargs = e.kwargs or {}
+        if e.name not in PANDAS_SAFE or "row_condition" in kwargs or "condition_parser" in kwargs:
+            return False
+        if e.name in _NUMERIC_ONLY and kwargs.get("column") not in numeric:
+            return False
+        if "value_lengths" in e.name and kwargs.get("column") not in strings:
+            return False
+    return True
 
 
 def trivially_passed(target: str, exp: Expectation, note: str) -> CheckResult:

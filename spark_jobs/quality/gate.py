@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from spark_jobs.quality import expectations as ge
-from spark_jobs.executor.zset import is_local
-from spark_jobs.quality.builtin import check_view_delta
+from spark_jobs.quality.builtin import BuiltinOutcome, check_view_delta
 from spark_jobs.quality.report import CheckResult, GateReport, QualityGateFailed
 from spark_jobs.spec.model import WEIGHT, Expectation
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
@@ -48,27 +48,14 @@ def _job_description(spark: "SparkSession", text: str) -> Iterator[None]:
         sc.setJobDescription(None)  # type: ignore[arg-type]
 
 
-def local_inserted_rows(table: Any) -> Any:
-    """The inserted rows of a change held on the driver (an Arrow table), as pandas, for GE."""
-    import pyarrow.compute as pc
-
-    if WEIGHT in table.column_names:
-        table = table.filter(pc.greater(table.column(WEIGHT), 0)).drop_columns([WEIGHT])
-    return table.to_pandas()
-
-
-def _user_checks(target: str, rows: Any, n_rows: int | None,
+def _user_checks(target: str, rows: "DataFrame | None", n_rows: int | None,
                  declared: Sequence[Expectation]) -> list[CheckResult]:
-    """Declared expectations on the inserted rows (a Spark or a pandas DataFrame). With zero
-    rows, row expectations hold trivially and GE runs only for table-level ones (row count,
-    columns) on the empty frame."""
+    """Declared expectations on the inserted rows. With zero rows, row expectations hold
+    trivially and GE runs only for table-level ones (row count, columns) on the empty frame."""
     if not declared:
         return []
     if rows is not None and n_rows is None:
-        if ge._is_pandas(rows):
-            n_rows = len(rows)
-        else:
-            n_rows = 0 if rows.isEmpty() else None  # one cheap action; None = "some"
+        n_rows = 0 if rows.isEmpty() else None  # one cheap action; None = "some"
     if rows is not None and n_rows != 0:
         return ge.validate(rows, target, declared)
     table_level = [i for i, e in enumerate(declared) if not ge.judges_rows(e, target)]
@@ -87,7 +74,7 @@ def run_gate(spark: "SparkSession", timestep: int, *,
              view_expectations: Mapping[str, Sequence[Expectation]],
              input_deltas: Mapping[str, "DataFrame"],
              input_expectations: Mapping[str, Sequence[Expectation]],
-             local: Mapping[str, Any] | None = None) -> GateReport:
+             local: Mapping[str, "pa.Table"] | None = None) -> GateReport:
     """Check one timestep: declared expectations on the inputs' and views' inserted rows, and the
     built-in Z-set checks on every view delta. Raises ``ExpectationConfigError`` (before touching
     data) if a declaration cannot be built; otherwise returns the report and never raises.
@@ -95,9 +82,129 @@ def run_gate(spark: "SparkSession", timestep: int, *,
     A view or input with expectations but no entry in the deltas had no change: its expectations
     hold trivially. Deltas that are not cached are cached for the duration of their checks.
     ``local`` maps targets (``view:<v>``, ``input:<i>``) to the same changes held on the driver
-    as Arrow tables: their expectations run on pandas (no Spark job).
+    as Arrow tables (a DAG run's staged changes): their expectations run on pandas (no Spark job)
+    where they mean the same as on Spark (``expectations.pandas_equivalent``).
     """
-    local = local or {}
+    declared = {**{f"input:{n}": list(e) for n, e in input_expectations.items()},
+                **{f"view:{n}": list(e) for n, e in view_expectations.items()}}
+    side = _SparkSide(spark, timestep, view_previous, local or {}, declared)
+    return _gate(timestep, side, set_views=set_views,
+                 view_deltas=view_deltas, view_expectations=view_expectations,
+                 input_deltas=input_deltas, input_expectations=input_expectations)
+
+
+def run_gate_tables(timestep: int, *, view_deltas: Mapping[str, "pa.Table"],
+                    previous_rows: Callable[[str, "pa.Table"], "pa.Table | None"],
+                    set_views: set[str] | frozenset[str],
+                    view_expectations: Mapping[str, Sequence[Expectation]],
+                    input_deltas: Mapping[str, "pa.Table"],
+                    input_expectations: Mapping[str, Sequence[Expectation]],
+                    frame: Callable[["pa.Table"], "DataFrame"]) -> GateReport:
+    """``run_gate`` for a step that runs in-process: deltas are Arrow tables, the built-in checks
+    run on them (``builtin_arrow``), ``previous_rows(view, delta)`` gives the previous view's rows
+    of the delta's tuples. Declared expectations run with Great Expectations on the inserted rows:
+    on pandas when every one of a target's expectations means there what it means on Spark
+    (``expectations.pandas_equivalent``), else on the Spark DataFrame ``frame(rows)`` gives
+    (Spark starts then)."""
+    declared = {**{f"input:{n}": list(e) for n, e in input_expectations.items()},
+                **{f"view:{n}": list(e) for n, e in view_expectations.items()}}
+    return _gate(timestep, _TableSide(previous_rows, frame, declared), set_views=set_views,
+                 view_deltas=view_deltas, view_expectations=view_expectations,
+                 input_deltas=input_deltas, input_expectations=input_expectations)
+
+
+def _inserted_table(delta: "pa.Table") -> "pa.Table":
+    """The rows an Arrow change inserts (weight > 0), without the weight."""
+    import pyarrow.compute as pc
+
+    if WEIGHT not in delta.column_names:
+        return delta
+    return delta.filter(pc.greater(delta.column(WEIGHT), 0)).drop_columns([WEIGHT])
+
+
+def _pandas_frame(rows: "pa.Table", declared: Sequence[Expectation]) -> Any:
+    """``rows`` as pandas for GE when every declared expectation means there what it means on
+    Spark; else None."""
+    import pyarrow as pa
+
+    numeric = {f.name for f in rows.schema if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)}
+    strings = {f.name for f in rows.schema if pa.types.is_string(f.type)}
+    return rows.to_pandas() if ge.pandas_equivalent(declared, numeric, strings) else None
+
+
+class _SparkSide:
+    """How the gate reads a step's DataFrames: jobs named in the Spark UI, deltas cached for
+    their checks, the built-in checks by one Spark aggregate."""
+
+    def __init__(self, spark: "SparkSession", timestep: int, previous: Mapping[str, "DataFrame | None"],
+                 local: Mapping[str, "pa.Table"], declared: Mapping[str, Sequence[Expectation]]) -> None:
+        self.spark, self.timestep, self.previous = spark, timestep, previous
+        self.local, self.declared = local, declared
+
+    def inserted(self, target: str, delta: Any, wanted: bool) -> tuple[Any, int | None]:
+        """The inserted rows (for GE) and their count, if known without a job: pandas from the
+        driver's copy of the change when there is one and GE means the same there."""
+        table = self.local.get(target)
+        if table is not None:
+            rows = _inserted_table(table)
+            frame = _pandas_frame(rows, self.declared.get(target, ()))
+            if frame is not None:
+                return frame, rows.num_rows
+        return inserted_rows(delta), None
+
+    @contextmanager
+    def view(self, name: str, delta: Any, is_set: bool, target: str,
+             wanted: bool) -> Iterator[tuple[BuiltinOutcome, Any]]:
+        from spark_jobs.executor.zset import is_local
+
+        own_cache = not ge.is_cached(delta) and not is_local(delta)  # a local one is computed
+        if own_cache:
+            delta = delta.persist()
+        try:
+            with _job_description(self.spark, f"quality t={self.timestep} {target}"):
+                yield (check_view_delta(name, delta, self.previous.get(name), is_set=is_set, target=target),
+                       self.inserted(target, delta, wanted)[0])
+        finally:
+            if own_cache:
+                delta.unpersist()
+
+    def describe(self, target: str) -> Any:
+        return _job_description(self.spark, f"quality t={self.timestep} {target}")
+
+
+class _TableSide:
+    """How the gate reads an in-process step's Arrow tables (GE gets a DataFrame only when a
+    target declares expectations)."""
+
+    def __init__(self, previous_rows: Callable[[str, "pa.Table"], "pa.Table | None"],
+                 frame: Callable[["pa.Table"], "DataFrame"], declared: Mapping[str, Sequence[Expectation]]) -> None:
+        self.previous_rows, self.frame, self.declared = previous_rows, frame, declared
+
+    def inserted(self, target: str, delta: Any, wanted: bool) -> tuple[Any, int | None]:
+        """The inserted rows as a frame for GE (pandas when it means the same as on Spark)."""
+        rows = _inserted_table(delta)
+        if not wanted:
+            return None, rows.num_rows
+        frame = _pandas_frame(rows, self.declared.get(target, ()))
+        return (frame if frame is not None else self.frame(rows)), rows.num_rows
+
+    @contextmanager
+    def view(self, name: str, delta: Any, is_set: bool, target: str,
+             wanted: bool) -> Iterator[tuple[BuiltinOutcome, Any]]:
+        from spark_jobs.quality.builtin_arrow import check_view_delta_table
+
+        outcome = check_view_delta_table(delta, self.previous_rows(name, delta), is_set=is_set, target=target)
+        yield outcome, self.inserted(target, delta, True)[0] if wanted else None
+
+    def describe(self, target: str) -> Any:
+        return nullcontext()
+
+
+def _gate(timestep: int, side: Any, *, view_deltas: Mapping[str, Any], set_views: set[str] | frozenset[str],
+          view_expectations: Mapping[str, Sequence[Expectation]], input_deltas: Mapping[str, Any],
+          input_expectations: Mapping[str, Sequence[Expectation]]) -> GateReport:
+    """The gate on either engine's deltas (``side`` reads them): declared expectations first,
+    then per view the built-in checks and its expectations."""
     started = time.perf_counter()
     declared = {**{f"input:{n}": list(e) for n, e in input_expectations.items() if e},
                 **{f"view:{n}": list(e) for n, e in view_expectations.items() if e}}
@@ -110,12 +217,9 @@ def run_gate(spark: "SparkSession", timestep: int, *,
             continue
         target = f"input:{name}"
         delta = input_deltas.get(name)
-        with _job_description(spark, f"quality t={timestep} {target}"):
-            if target in local:
-                rows = local_inserted_rows(local[target])
-            else:
-                rows = inserted_rows(delta) if delta is not None else None
-            results.extend(_user_checks(target, rows, None, list(exps)))
+        with side.describe(target):
+            rows, n = side.inserted(target, delta, True) if delta is not None else (None, None)
+            results.extend(_user_checks(target, rows, n, list(exps)))
 
     for name in dict.fromkeys([*view_deltas, *(n for n, e in view_expectations.items() if e)]):
         target = f"view:{name}"
@@ -124,19 +228,9 @@ def run_gate(spark: "SparkSession", timestep: int, *,
         if delta is None:
             results.extend(_user_checks(target, None, 0, exps))
             continue
-        own_cache = not ge.is_cached(delta) and not is_local(delta)  # a local one is computed
-        if own_cache:
-            delta = delta.persist()
-        try:
-            with _job_description(spark, f"quality t={timestep} {target}"):
-                builtin = check_view_delta(name, delta, view_previous.get(name),
-                                           is_set=name in set_views, target=target)
-                results.extend(builtin.results)
-                rows = local_inserted_rows(local[target]) if target in local else inserted_rows(delta)
-                results.extend(_user_checks(target, rows, builtin.inserted_rows, exps))
-        finally:
-            if own_cache:
-                delta.unpersist()
+        with side.view(name, delta, name in set_views, target, bool(exps)) as (builtin, rows):
+            results.extend(builtin.results)
+            results.extend(_user_checks(target, rows, builtin.inserted_rows, exps))
 
     report = GateReport(timestep=timestep, results=results,
                         elapsed_s=time.perf_counter() - started)

@@ -18,7 +18,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.executor import zset
-from spark_jobs.executor.bag_check import BEFORE, CHANGE, MAX_COLLECTED, Negatives, find_negatives
+from spark_jobs.executor.bag_check import BEFORE, CHANGE, MAX_COLLECTED, Negatives, find_negatives, negative_tuples
+from spark_jobs.executor.kernels import NotLocal
 from spark_jobs.executor.sources import InputFile, InputRefused
 from spark_jobs.executor.sources.checks import FILE_COL, own_path
 from spark_jobs.executor.sources.reading import read_changes_located
@@ -73,7 +74,7 @@ def check_deltas(rt, timestep: int, deltas: dict[str, DataFrame], deleted: Mappi
         if name not in deltas or not deleted.get(name):
             continue
         found = find_negatives(spark, deltas[name], state.read(integral_id),
-                               trace_files(integral_id) if trace_files is not None else None)
+                               trace_files(integral_id) if trace_files is not None else None, rt.config.policy)
         if found is None:
             continue
         spec = rt.compiled.spec.inputs[name]
@@ -86,6 +87,22 @@ def check_deltas(rt, timestep: int, deltas: dict[str, DataFrame], deleted: Mappi
     if refused:
         raise InputRefused.combine(refused)
     return quarantined
+
+
+def check_tables(rt, tables: Mapping[str, Any], deleted: Mapping[str, int], state) -> None:
+    """The bag check of an in-process step, on its pyarrow change tables, with no Spark job.
+
+    A step that passes goes on in-process. One that would take a tuple below zero raises
+    ``NotLocal`` before anything is written: the step runs on Spark, which refuses it naming the
+    files and rows or quarantines the excess (``check_deltas``), as for any step; so does one
+    whose lookup is too big for the driver.
+    """
+    for name, integral_id in bag_integrals(rt.compiled.incremental).items():
+        if name not in tables or not deleted.get(name):
+            continue
+        if negative_tuples(tables[name], state.trace_files(integral_id), rt.config.policy.narrow) is not None:
+            raise NotLocal(f"input {name} deletes rows it does not hold (the bag check refuses or quarantines "
+                           f"them on Spark, naming the files)")
 
 
 def _located(spark, spec, files: Sequence[InputFile], found: Negatives) -> DataFrame:

@@ -89,8 +89,9 @@ class CircuitRuntime:
 
     @cached_property
     def store(self):
-        """The state store, for running timesteps (starts Spark)."""
-        return self._store(self.spark)
+        """The state store, for running timesteps (starts Spark when a step or a rewrite needs it;
+        an in-process step commits without it)."""
+        return self._store(lambda: self.spark)
 
     @cached_property
     def committed(self):
@@ -105,9 +106,8 @@ class CircuitRuntime:
 
         retention = effective(self.config, self.compiled.spec)
         store = StateStore(spark, state_root(self.config, self.name), self.name,
-                           self.compiled.fingerprint, compact_fraction=self.config.compact_fraction,
-                           keep_timesteps=self.config.keep_timesteps, manifest_retention=retention.manifests,
-                           track_commit_times_us=longest_age_us(retention))
+                           self.compiled.fingerprint, policy=self.config.policy.state,
+                           manifest_retention=retention.manifests, track_commit_times_us=longest_age_us(retention))
         store.lease = self.lease
         return store
 

@@ -10,6 +10,7 @@ from spark_jobs.executor.sources import InputFile, read_changes, read_snapshot, 
 from spark_jobs.executor.sources.cdc import KeyedState, cdc_change
 from spark_jobs.executor.sources.checks import InputRefused
 from spark_jobs.executor.sources.discovery import InputScan, fingerprint_of, scan_input
+from spark_jobs.policy import ExecutionPolicy
 from spark_jobs.spec.model import InputSpec
 from spark_jobs.state.lookup import TraceFiles
 
@@ -58,6 +59,14 @@ def refuse_changed(scans: dict[str, InputScan]) -> None:
     refused = [InputRefused(s.changed, name) for name, s in scans.items() if s.changed]
     if refused:
         raise InputRefused.combine(refused)
+
+
+def keep_consumed_records(txn, scans: dict[str, InputScan]) -> None:
+    """Write back the consumed records a scan changed (migrated from manifest format 1, or times
+    refreshed after a verified copy of the data root); the step then adds its own."""
+    for name, scan in scans.items():
+        if scan.consumed.changed:
+            txn.set_consumed(name, scan.consumed.records())
 
 
 def pending_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest,
@@ -164,8 +173,10 @@ class InputChange:
     unknown_keys: int = 0  # cdc records of unknown keys, ignored and counted (unknown_key: count)
 
 
-def read_input(spark, spec: InputSpec, files: list[InputFile], state: InputState) -> InputChange:
-    """Read (and validate) the files of one input; None delta when no file arrived."""
+def read_input(spark, spec: InputSpec, files: list[InputFile], state: InputState,
+               policy: ExecutionPolicy | None = None) -> InputChange:
+    """Read (and validate) the files of one input; None delta when no file arrived. ``policy``:
+    the step's thresholds (a cdc input's lookups of old rows)."""
     if not files:
         return InputChange(None)
     trace = input_trace(spec)
@@ -174,7 +185,8 @@ def read_input(spark, spec: InputSpec, files: list[InputFile], state: InputState
         return InputChange(snapshot_delta(newest, state.read(snapshot_trace(spec.name))), trace)
     if spec.kind == "cdc":
         tid = keyed_trace(spec.name)
-        change = cdc_change(spark, spec, files, KeyedState(lambda: state.read(tid), lambda: state.trace_files(tid)))
+        change = cdc_change(spark, spec, files, KeyedState(lambda: state.read(tid), lambda: state.trace_files(tid)),
+                            policy)
         if change is None:  # files without a record
             return InputChange(spark.createDataFrame([], spark_schema(spec)), trace)
         return InputChange(change.delta, trace, change.unknown_keys)

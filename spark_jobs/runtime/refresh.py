@@ -30,6 +30,10 @@ class EmptyState:
     def trace_files(self, node_id: str) -> None:
         return None
 
+    def bytes_read(self) -> int:
+        """Nothing is looked up in no state (``StoreReader.bytes_read``)."""
+        return 0
+
 
 def _shape(schema: StructType) -> list[tuple[str, str]]:
     return [(f.name, f.dataType.simpleString()) for f in schema.fields]

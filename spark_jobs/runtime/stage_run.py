@@ -46,7 +46,7 @@ class RunValues:
 
     def __post_init__(self) -> None:
         from spark_jobs.runtime.refresh import EmptyState
-        from spark_jobs.runtime.step import StoreReader
+        from spark_jobs.runtime.step_types import StoreReader
 
         self.state = EmptyState() if self.full else StoreReader(self.rt.store)
         self.needed = staged_values(self.rt.compiled) | self._inputs_kept()
@@ -139,7 +139,7 @@ def operator_rows(run: RunValues, stage: Stage, rows: dict[str, int], written: d
     """The stage's table: per operator, rows in and out (``rows``: deltas counted in this stage;
     others were staged by earlier stages), state rows read (the committed traces it looks up)
     and written (``written``: its state update), and the seconds its evaluation took."""
-    from spark_jobs.ir.explain import SYMBOLS
+    from spark_jobs.ir.explain import symbol
 
     circuit = run.rt.compiled.incremental
     manifest = None if run.full else run.rt.committed.manifest()
@@ -155,7 +155,7 @@ def operator_rows(run: RunValues, stage: Stage, rows: dict[str, int], written: d
         if node_id in written and node.op != "integrate":
             looked_up.append(node_id)  # an operator that looks its own state up (totals, H)
         out.append({
-            "operator": node_id, "op": SYMBOLS.get(node.op, node.op),
+            "operator": node_id, "op": symbol(node.op),
             "rows_in": None if not ins or any(r is None for r in ins) else sum(ins),  # type: ignore[arg-type]
             "rows_out": None if is_state_backed(circuit, node_id) else rows_of(node_id),
             "state_read": sum(_trace_rows(manifest, t) for t in looked_up) if looked_up else None,
@@ -181,7 +181,7 @@ def check_inputs(run: RunValues, inputs: dict[str, "DataFrame"], files: dict[str
     counted = {n: df for n, df in inputs.items() if n in bagged or clock.timed(n)}
     if not counted:
         return []
-    counts, local = count_inputs(run.rt.spark, clock, counted, files)
+    counts, local = count_inputs(run.rt.spark, clock, counted, files, run.rt.config.policy)
     inputs.update(local or counted)  # late rows left out
     return check_deltas(run.rt, run.plan["timestep"], inputs, {n: ins_del(r)[1] for n, r in counts.items()},
                         files, run.state)
@@ -191,7 +191,6 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
     """Evaluate one stage of the run and stage its results durably; returns its journal."""
     from spark_jobs.executor import zset
     from spark_jobs.executor.evaluate import evaluate_step, trace_kind
-    from spark_jobs.executor.session import LOCAL_CHANGE_ROWS
     from spark_jobs.executor.sources import InputFile, spark_schema
     from spark_jobs.runtime import refresh, staging
     from spark_jobs.runtime.errors import input_errors
@@ -231,7 +230,7 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
             # narrowing walking upstream): planned again from what is staged, lazily
             foreign[node_id] = evaluate_step(circuit, {}, run.state, first_step=run.full or p["timestep"] == 1,
                                              input_schemas=schemas, spark=spark, only={node_id},
-                                             external=outside).values[node_id]
+                                             external=outside, policy=rt.config.policy).values[node_id]
         return foreign[node_id]
 
     schemas = {name: spark_schema(inp) for name, inp in rt.compiled.spec.inputs.items()}
@@ -249,7 +248,7 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
             t0 = time.perf_counter()
             name = node.param("name") or node_id
             files = planned[name]
-            change = read_input(spark, rt.compiled.spec.inputs[name], files, run.state)
+            change = read_input(spark, rt.compiled.spec.inputs[name], files, run.state, rt.config.policy)
             if change.delta is not None:
                 inputs[name] = change.delta
                 journal["consumed"][name] = [f.record() for f in files]
@@ -265,7 +264,8 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
         for node_id in stage.nodes:  # one node at a time: planning seconds per operator
             t0 = time.perf_counter()
             result = evaluate_step(circuit, inputs, run.state, first_step=run.full or p["timestep"] == 1,
-                                   input_schemas=schemas, spark=spark, only={node_id}, external=outside)
+                                   input_schemas=schemas, spark=spark, only={node_id}, external=outside,
+                                   policy=rt.config.policy)
             values.update(result.values)
             updates.update(result.updates)
             outputs.update(result.outputs)
@@ -297,7 +297,7 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
         counted = {n: values[n] for n in stage.nodes  # (the integral I(x) is state plus delta: not counted)
                    if n in values and n not in held and not is_state_backed(circuit, n)} if count_all() else {}
         t0 = time.perf_counter()
-        tables, counts = staging.collect_tables(spark, frames, LOCAL_CHANGE_ROWS, counted)
+        tables, counts = staging.collect_tables(spark, frames, rt.config.policy.local_change_rows, counted)
         written: dict[str, staging.Staged] = {}
         for key, df in frames.items():
             path = fs.join(stage_dir, *[safe_name(part) for part in key.split("/", 1)])

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from spark_jobs.ir.graph import Circuit
+from spark_jobs.ir.operator import delayed_integral_source, is_integral
 
 _TASK_ID = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -33,18 +34,14 @@ def is_state_backed(circuit: Circuit, node_id: str) -> bool:
 
     z⁻¹(I x) is exactly the integrator's committed state; I x is that state plus Δx.
     """
-    node = circuit[node_id]
-    if node.op == "integrate":
-        return True
-    return node.op == "delay" and circuit[node.inputs[0]].op == "integrate"
+    return is_integral(circuit, node_id)
 
 
 def delta_dependencies(circuit: Circuit, node_id: str) -> set[str]:
     """The non-state-backed nodes whose values ``node_id``'s value is computed from."""
     if not is_state_backed(circuit, node_id):
         return {node_id}
-    node = circuit[node_id]
-    integrate = circuit[node.inputs[0]] if node.op == "delay" else node
+    integrate = circuit[delayed_integral_source(circuit, node_id) or node_id]
     # the delta being integrated: its schema is needed even when the state is still empty
     return delta_dependencies(circuit, integrate.inputs[0])
 

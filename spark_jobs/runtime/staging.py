@@ -2,7 +2,7 @@
 
 A stage task's results (the deltas other stages read, its state updates, its view deltas) must
 survive the task's process: the next task may run in another process, after a retry. When the
-results of one stage are small (``LOCAL_CHANGE_ROWS`` rows together), ONE Spark job brings them
+results of one stage are small (``execution.local_change_rows`` rows together), ONE Spark job brings them
 all to this process as Arrow, and pyarrow writes each as a Parquet file: no write job, no count
 job (rows and weights are summed by pyarrow), and the task that reads them back turns them into
 a local relation, which costs no job either (on Spark Connect the rows travel in the plan).

@@ -60,6 +60,8 @@ if TYPE_CHECKING:
     from spark_jobs.runtime.event_time import StepClock
 
 MODES = ("incremental", "full_refresh")
+# a DAG run's stages are Spark jobs in their tasks (the in-process engine is `dbsp step`'s)
+DAG_ENGINE_REASON = "a DAG run computes its stages on Spark, one task per stage or per run"
 STEPS = ("plan", "stage", "stages", "check", "commit")
 
 
@@ -145,7 +147,7 @@ def _done(rt: CircuitRuntime, run_id: str, stage: str) -> dict | None:
 
 
 # The plan knows the input files' sizes, not their rows: up to this many bytes of new input
-# files, a run is "small" (``SMALL_CHANGE_ROWS``: ~10-50 bytes per row in Parquet or CSV) and
+# files, a run is "small" (``execution.small_change_rows``: ~10-50 bytes per row in Parquet or CSV) and
 # its tasks run with the small-change Spark settings (no AQE, 2 shuffle partitions, broadcasts
 # of the deltas), as ``dbsp step`` does.
 SMALL_INPUT_BYTES = 8 * 1024 * 1024
@@ -320,14 +322,14 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
 
 
 def _commit(rt: CircuitRuntime, run_id: str) -> dict:
-    from spark_jobs.executor.session import SMALL_CHANGE_ROWS, step_conf
+    from spark_jobs.executor.session import step_conf
     from spark_jobs.publish import publish_views
-    from spark_jobs.runtime.step import count_unknown_keys
+    from spark_jobs.runtime.step import count_unknown_keys, record_commit
 
     done = _committed_by(rt, run_id)
     if done is not None:  # a retry: the commit is durable; the report's mark, feeds, tables and retention may not be
         manifest = rt.committed.manifest(done)
-        _after_commit(rt, manifest)
+        record_commit(rt, manifest)
         published = publish_views(rt).raise_if_failed().summary()
         return dict(commit_summary(rt, manifest), note="already committed by an earlier attempt",
                     published=published, **_retention(rt))
@@ -367,22 +369,18 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
         _clock(rt, p, journals, txn.previous).commit(txn)  # every timed input's watermark, late rows
         rows = _change_rows(journals)
         read = time.perf_counter()
-        small = not full and rows is not None and rows <= SMALL_CHANGE_ROWS
+        small = not full and rows is not None and rt.config.policy.small_change(rows)
         with step_conf(rt.spark, small):
-            if small:  # delta-sized, as in run_step: every state and view delta in one write job
-                txn.append_many(appends, outputs)
-            else:
-                for trace_id, df, kind, keys, sort_by in appends:
-                    txn.append(trace_id, df, kind=kind, keys=keys, sort_by=sort_by)
-                for view, df in outputs.items():
-                    txn.write_output(view, df)
+            txn.write_deltas(appends, outputs, batched=small)
             txn.set_meta("run_id", run_id)
             txn.set_meta("mode", p["mode"])
+            txn.set_meta("engine", "spark")  # as `dbsp step` records its engine
+            txn.set_meta("engine_reason", DAG_ENGINE_REASON)
             if quarantined:
                 txn.set_meta("quarantined", quarantined)
             manifest = txn.commit()
     written = time.perf_counter()
-    _after_commit(rt, manifest)
+    record_commit(rt, manifest)
     rt.committed.fs.remove_tree(run_dir(rt, run_id))
     feeds = time.perf_counter()
     # after the commit point: a crash here is repaired by the next run
@@ -404,17 +402,6 @@ def _retention(rt: CircuitRuntime) -> dict[str, str]:
 
     note = after_commit(rt)
     return {"retention": note} if note else {}
-
-
-def _after_commit(rt: CircuitRuntime, manifest) -> None:
-    """What follows a commit (and a retried commit, which may have crashed before it): the
-    quality report says its timestep committed; the change files of ``feed: true`` views."""
-    from spark_jobs.quality.report import mark_committed
-    from spark_jobs.runtime.feeds import publish_feeds
-    from spark_jobs.runtime.quality_gate import quality_dir
-
-    mark_committed(quality_dir(rt), manifest.timestep)
-    publish_feeds(rt, manifest)
 
 
 def commit_summary(rt: CircuitRuntime, manifest) -> dict:

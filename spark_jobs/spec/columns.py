@@ -18,6 +18,7 @@ Each node's output columns follow from its op and its inputs' columns:
   With a ``window``: ``window_start`` and ``window_end`` first (the input may not have columns
   of those names: rename them with a ``select``).
 - ``join`` with ``within`` (an interval join): like a join, or a product when it has no keys.
+- ``topk``: the input's columns, then ``rank_column`` if it has one.
 - ``sql``: the columns of the query's result (``spec/sql``): the SELECT list's names.
 - ``recursive``: the columns of its first body output. Body nodes may read each other in a
   cycle, so their columns are found by iterating until nothing changes.
@@ -138,6 +139,8 @@ def node_columns(node: NodeSpec, lookup: Lookup, known: tuple[str, ...] = ()) ->
             issues += _window_issues(node, src, names)
             names = WINDOW_COLUMNS + names
         return names, issues
+    if op == "topk":
+        return _topk_columns(node, lookup)
     if op in SET_OPS:
         return _set_op_columns(node, lookup)
     if op in ("join", "antijoin", "product"):
@@ -146,6 +149,23 @@ def node_columns(node: NodeSpec, lookup: Lookup, known: tuple[str, ...] = ()) ->
         cols, found = sql_node_columns(node.sql, node.tables, lookup, known)
         return cols, [Issue(key, message) for key, message in found]
     return None, []  # recursive is resolved by its scope; unknown ops were reported by the schema
+
+
+def _topk_columns(node: NodeSpec, lookup: Lookup) -> tuple[Cols | None, list[Issue]]:
+    """The input's columns, then ``rank_column``; the groups and order must be input columns."""
+    spec = node.extra.get("topk")
+    src = lookup(node.input or "")
+    if spec is None or src is None:
+        return None, []
+    issues = _missing(spec.partition_by, src, "partition_by", f"input '{node.input}'")
+    issues += _missing(tuple(c for c, _, _ in spec.order_by), src, "order_by", f"input '{node.input}'")
+    if spec.rank_column is None:
+        return src, issues
+    issues += _reserved((spec.rank_column,), "rank_column")
+    if spec.rank_column in src:
+        issues.append(Issue("rank_column", f"rank_column '{spec.rank_column}' is already a column of input "
+                                           f"'{node.input}': choose another name"))
+    return src + (spec.rank_column,), issues
 
 
 def _window_issues(node: NodeSpec, src: Cols | None, names: Cols) -> list[Issue]:

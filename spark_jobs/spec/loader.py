@@ -14,15 +14,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import yaml
 
 from . import yaml_limits
 from .errors import CircuitError, Problem
 from .expressions import ExpressionError, parse_aggregate
-from .model import (DEFAULT_CDC_OPS, DEFAULT_ORCHESTRATION_TASKS, ON_INPUTS, CdcOptions, CircuitSpec, Column,
-                    Expectation, InputSpec, NodeSpec, Orchestration, OutputSpec, PublishSpec, Source)
+from .model import (DEFAULT_CDC_OPS, DEFAULT_ORCHESTRATION_TASKS, ON_INPUTS, RANKS, CdcOptions, CircuitSpec, Column,
+                    Expectation, InputSpec, NodeSpec, Orchestration, OutputSpec, PublishSpec, Source, TopKSpec)
 from .sql import parse_query
 from .time import event_time_of, window_of, within_of
 from .validate import schema_problems, semantic_problems
@@ -232,6 +232,9 @@ def build_node(name: str, raw: Any, path: YamlPath, doc: Document, broken: froze
     if op == "sql" and query is not None:
         parsed = parse_query(query)
         lines.update(_query_lines(query, doc.scalars.get(path + ("query",))))
+    if op == "topk":
+        extra = {"topk": topk_spec(raw, lines, lambda key, message: problems.append(
+            Problem(doc.file, lines.get(key, doc.line(path)), label, message)) if label not in broken else None)}
     if op == "recursive":
         raw_body, raw_outputs = raw.get("body"), raw.get("outputs")
         if isinstance(raw_body, dict):
@@ -247,6 +250,33 @@ def build_node(name: str, raw: Any, path: YamlPath, doc: Document, broken: froze
         within=within_of(raw.get("within")) if op == "join" else None,
         stream=_str(raw.get("stream")) if op == "join" else None, extra=extra, body=body,
         outputs=outputs, query=query, tables=parsed.tables if parsed else (), sql=parsed, field_lines=lines)
+
+
+_ORDER = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)(?:\s+(ASC|DESC))?(?:\s+NULLS\s+(FIRST|LAST))?\s*$", re.I)
+
+
+def topk_spec(raw: dict, lines: dict[str, int], problem: Callable[[str, str], None]) -> TopKSpec:
+    """A `topk` node's fields (the schema has checked their shapes); ``problem(field, message)``
+    for an ``order_by`` string that does not read "col [ASC|DESC] [NULLS FIRST|LAST]"."""
+    order: list[tuple[str, bool, bool]] = []
+    items = raw.get("order_by")
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        if isinstance(item, dict) and isinstance(item.get("column"), str):
+            desc = item.get("desc") is True
+            nulls = item.get("nulls")
+            order.append((item["column"], desc, (not desc) if nulls not in ("first", "last") else nulls == "first"))
+        elif isinstance(item, str):
+            m = _ORDER.match(item)
+            if m is None:
+                problem(f"order_by.{i}", f"order_by item '{item}': expected 'column [ASC|DESC] [NULLS FIRST|LAST]'")
+                continue
+            desc = (m.group(2) or "").upper() == "DESC"
+            order.append((m.group(1), desc, (not desc) if m.group(3) is None else m.group(3).upper() == "FIRST"))
+    k = raw.get("k")
+    rank = raw.get("rank")
+    rank_column = raw.get("rank_column")
+    return TopKSpec(_strs(raw.get("partition_by")), tuple(order), k if isinstance(k, int) else 1,
+                    rank if rank in RANKS else "row_number", rank_column if isinstance(rank_column, str) else None)
 
 
 def _query_lines(query: str, mark: tuple[int, str | None] | None) -> dict[str, int]:

@@ -193,6 +193,12 @@ class ArrowFileSystem:
         loc = locate(path)
         return loc.fs.open_input_file(loc.inner)  # type: ignore[return-value]
 
+    def open_write(self, path: str) -> BinaryIO:
+        """A new file (parents created); what an in-process step writes its Parquet files with."""
+        self.makedirs(path.rsplit("/", 1)[0])
+        loc = locate(path)
+        return loc.fs.open_output_stream(loc.inner)  # type: ignore[return-value]
+
     def sync_tree(self, path: str) -> None:
         """Nothing to do: remote stores acknowledge a write once it is durable."""
 

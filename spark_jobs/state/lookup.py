@@ -4,7 +4,7 @@ Why: a small change looks up a few keys of a large trace, many times in one time
 iteration of a recursive scope). A Spark job per lookup costs a fixed ~0.2-0.5 s whatever it
 reads; reading the footers once and then only the row groups whose min/max statistics of the
 lookup column can hold a probed value costs milliseconds. A trace compacted with ``sort_by`` on
-its key (small row groups, see ``trace.SORTED_ROW_GROUP_BYTES``) has narrow row groups, so a probe
+its key (small row groups, see ``StatePolicy.sorted_row_group_bytes``) has narrow row groups, so a probe
 reads few of them; an unsorted file still works, it is just read whole (once: decoded row groups
 are kept for the lifetime of the ``TraceFiles``, one timestep).
 """
@@ -42,6 +42,7 @@ class TraceFiles:
         self._meta = [self._footer(p) for p in self.paths]
         self._groups: dict[tuple[str, str | None], list[_Group]] = {}
         self._decoded: dict[tuple[int, int], pa.Table] = {}
+        self.bytes_read = 0  # compressed bytes of the row groups decoded so far
 
     def _footer(self, path: str) -> pq.FileMetaData:
         with self.fs.open_read(path) as fh:
@@ -92,6 +93,24 @@ class TraceFiles:
                    for g in self._admitted(column, present, want_null, (None, None), None)
                    if (g.file, g.index) not in self._decoded)
 
+    def scan(self, iters: tuple[int | None, int | None], iter_column: str) -> pa.Table:
+        """Every row whose iteration lies in ``iters`` (a lookup without a key: a product's)."""
+        lo, hi = iters
+        parts = [self._read(g.file, g.index) for g in self._groups_of(iter_column, iter_column)
+                 if g.iter_low is None or not ((lo is not None and g.iter_high < lo) or (hi is not None and g.iter_low > hi))]
+        if not parts:
+            return self.schema.empty_table()
+        table = pa.concat_tables(parts)
+        it, keep = table.column(iter_column), None
+        for cond in ([pc.greater_equal(it, lo)] if lo is not None else []) + ([pc.less_equal(it, hi)] if hi is not None else []):
+            keep = cond if keep is None else pc.and_(keep, cond)
+        return table if keep is None else table.filter(keep)
+
+    def read_all(self) -> pa.Table:
+        """Every row of every file (decoded row groups are kept, as for lookups)."""
+        parts = [self._read(f, g) for f, meta in enumerate(self._meta) for g in range(meta.num_row_groups)]
+        return pa.concat_tables(parts) if parts else self.schema.empty_table()
+
     def lookup(self, column: str, values: Sequence[object], iters: tuple[int | None, int | None] = (None, None),
                iter_column: str | None = None) -> pa.Table:
         """Rows whose ``column`` is one of ``values`` (NULL matches NULL) and, with ``iter_column``,
@@ -132,6 +151,8 @@ class TraceFiles:
             with self.fs.open_read(self.paths[f]) as fh:
                 table = pq.ParquetFile(fh, metadata=self._meta[f]).read_row_group(g, columns=self.schema.names)
             self._decoded[(f, g)] = table.cast(self.schema)
+            rg = self._meta[f].row_group(g)
+            self.bytes_read += sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
         return self._decoded[(f, g)]
 
 

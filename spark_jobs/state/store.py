@@ -11,26 +11,26 @@ Commit protocol (why a crash can never leave a half-applied timestep):
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from spark_jobs.policy import StatePolicy
 from spark_jobs.state import layout as L
 from spark_jobs.state.failpoints import failpoint
 from spark_jobs.state.fs import filesystem_for
+from spark_jobs.state import arrow_trace
+from spark_jobs.state.arrow_trace import arrow_schema
 from spark_jobs.state.lease import Lease
 from spark_jobs.state.lookup import TraceFiles
 from spark_jobs.state.manifest import FileStat, Manifest, OutputEntry, TraceEntry
 from spark_jobs.state.retention import Removed, expired_manifests, parse_time
-from spark_jobs.state.trace import (ROWS_PER_FILE, consolidate, delta_merge, dir_stats, needs_compaction, read_dirs,
+from spark_jobs.state.trace import (consolidate, delta_merge, dir_stats, needs_compaction, read_dirs,
                                     slot_dir, slots_compatible, validate_columns, weight_totals,
                                     write_dir, write_slots)
 
-# A key-sorted trace's compaction writes it sorted from this many rows on (W2's small traces
-# compacted every other step, each in a sorting job of its own, before this)
-SORT_MIN_ROWS = 100_000
-
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
     from spark_jobs.state.retention import Rule
@@ -81,21 +81,32 @@ class TransactionClosed(RuntimeError):
 class StateStore:
     """Checkpointed Parquet traces with one atomic manifest per committed timestep."""
 
-    def __init__(self, spark: "SparkSession", root: str, circuit: str, fingerprint: str, *,
-                 compact_fraction: float = 0.5, keep_timesteps: int = 2,
-                 manifest_retention: "Rule | None" = None, track_commit_times_us: int | None = None) -> None:
-        """``keep_timesteps``: manifests kept, unless ``manifest_retention`` says otherwise (by
+    def __init__(self, spark: "SparkSession | Callable[[], SparkSession]", root: str, circuit: str,
+                 fingerprint: str, *, policy: StatePolicy | None = None, compact_fraction: float | None = None,
+                 keep_timesteps: int | None = None, manifest_retention: "Rule | None" = None,
+                 track_commit_times_us: int | None = None) -> None:
+        """``spark``: the session, or a function that gives it when first needed (an in-process
+        step commits without one). ``policy``: the profile's ``state:`` settings;
+        ``compact_fraction`` and ``keep_timesteps`` override two of them (a store made by hand).
+        ``keep_timesteps``: manifests kept, unless ``manifest_retention`` says otherwise (by
         count or by age; ``state/retention.py``). ``track_commit_times_us``: the longest age an
         age-based retention measures; commit times are carried in the manifests' timeline that
         far back (None: no timeline)."""
+        policy = policy or StatePolicy()
+        if compact_fraction is not None:
+            policy = replace(policy, compact_fraction=compact_fraction)
+        if keep_timesteps is not None:
+            policy = replace(policy, keep_timesteps=keep_timesteps)
+        keep_timesteps, compact_fraction = policy.keep_timesteps, policy.compact_fraction
         if keep_timesteps < 1:
             raise ValueError("keep_timesteps must be >= 1 (the latest timestep is always kept)")
-        self.spark = spark
+        self._spark = spark
         self.fs = filesystem_for(root)
         self.root = self.fs.normalize(root)
         self.layout = L.Layout(self.fs, self.root)
         self.circuit = circuit
         self.fingerprint = fingerprint
+        self.policy = policy
         self.compact_fraction = compact_fraction
         self.keep_timesteps = keep_timesteps
         self.manifest_retention = manifest_retention
@@ -105,6 +116,13 @@ class StateStore:
         # The writer's lease (state/lease.py), set by the runtime while it holds it: cleanup and
         # the manifest publish check it first, so a writer whose lease was taken over stops.
         self.lease: Lease | None = None
+
+    @property
+    def spark(self) -> "SparkSession":
+        """The Spark session (started on first use when the store was given a function)."""
+        if callable(self._spark):  # a session is not callable; a function that makes one is
+            self._spark = self._spark()
+        return self._spark  # type: ignore[return-value]
 
     # ---- committed state -------------------------------------------------------------------
     def timesteps(self) -> list[int]:
@@ -176,13 +194,9 @@ class StateStore:
         entry = None if m is None else m.traces.get(trace_id)
         if entry is None or not entry.dirs:
             return None
-        from pyspark.sql.pandas.types import to_arrow_schema
-        from pyspark.sql.types import StructType
-
         paths = [full for d in entry.dirs for full, _ in self.fs.data_files(self.layout.abs(d))]
         if entry.schema:
-            # Spark stores timestamps as UTC instants: read them as UTC (a TimestampType needs a zone)
-            schema = to_arrow_schema(StructType.fromJson(json.loads(entry.schema)), timezone="UTC")
+            schema = arrow_schema(entry.schema)  # timestamps as UTC instants, as Spark stores them
         elif paths:  # an old manifest without the schema: the first file's (its columns are the trace's)
             import pyarrow.parquet as pq
 
@@ -393,6 +407,9 @@ class Transaction:
         self._written: list[str] = []  # root-relative dirs this transaction created
         self._touched: set[str] = set()
         self._state = "open"  # open -> published -> committed | aborted
+        # an in-process step: compactions and merges up to ``inprocess_rewrite_rows`` rows are done
+        # with pyarrow (the bigger ones, rare, start Spark)
+        self.in_process = False
 
     def __enter__(self) -> "Transaction":
         return self
@@ -413,8 +430,8 @@ class Transaction:
         path = s.layout.abs(rel)
         uri = s.fs.spark_uri(path)
         self._written.append(rel)
-        write_dir(df, uri, sort_by=sort_by, keys=keys, rows=rows)
-        stat = dir_stats(s.fs, path, s.spark, uri)
+        write_dir(df, uri, s.policy, sort_by=sort_by, keys=keys, rows=rows)
+        stat = dir_stats(s.fs, path, lambda: s.spark, uri)
         if stat.rows == 0:
             self._discard(rel)
         failpoint("after_state_write")
@@ -501,7 +518,7 @@ class Transaction:
             path = s.layout.abs(rel)
             if not s.fs.exists(path):  # no rows for this trace: Spark wrote no folder
                 continue
-            stat = dir_stats(s.fs, path, s.spark, s.fs.spark_uri(path))
+            stat = dir_stats(s.fs, path, lambda: s.spark, s.fs.spark_uri(path))
             if stat.rows:
                 entry.deltas.append((self.timestep, rel))
                 entry.files[rel] = stat
@@ -516,8 +533,21 @@ class Transaction:
             s.fs.rename(src, s.layout.abs(rel))
             self._written.append(rel)
             path = s.layout.abs(rel)
-            self._record_output(view, vt, rel, dir_stats(s.fs, path, s.spark, s.fs.spark_uri(path)), df)
+            self._record_output(view, vt, rel, dir_stats(s.fs, path, lambda: s.spark, s.fs.spark_uri(path)),
+                                df.schema.json())
         failpoint("after_state_write")
+
+    def write_deltas(self, appends: Sequence[tuple], outputs: Mapping[str, "DataFrame"], *, batched: bool) -> None:
+        """A timestep's state deltas (``(trace_id, df, kind, keys, sort_by)`` each) and view deltas:
+        with ``batched`` (a delta-sized step) all of them in one Spark write job (``append_many``),
+        else one write each (a load or a large change: each may need several files)."""
+        if batched:
+            self.append_many(appends, outputs)
+            return
+        for trace_id, df, kind, keys, sort_by in appends:
+            self.append(trace_id, df, kind=kind, keys=keys, sort_by=sort_by)
+        for view, df in outputs.items():
+            self.write_output(view, df)
 
     def replace(self, trace_id: str, df: "DataFrame", *, kind: str = "zset",
                 keys: Sequence[str] = (), sort_by: Sequence[str] = (),
@@ -558,7 +588,7 @@ class Transaction:
         if rows == 0:
             return
         rel = self.store.layout.new_output_dir(view, self.timestep)
-        self._record_output(view, vt, rel, self._write(rel, df, rows=rows), df)
+        self._record_output(view, vt, rel, self._write(rel, df, rows=rows), df.schema.json())
 
     def _open_output(self, view: str) -> TraceEntry:
         """Start (or restart: the last write wins) this timestep's delta of ``view``: no delta
@@ -574,19 +604,86 @@ class Transaction:
         self._outputs[view] = OutputEntry(delta=None)
         return vt
 
-    def _record_output(self, view: str, vt: TraceEntry, rel: str, stat: FileStat | None,
-                       df: "DataFrame") -> None:
-        """List a written view delta (``stat`` None: it had no rows) in outputs and the view trace."""
+    def _record_output(self, view: str, vt: TraceEntry, rel: str, stat: FileStat | None, schema_json: str,
+                       totals: tuple[int, int] | None = None) -> None:
+        """List a written view delta (``stat`` None: it had no rows) in outputs and the view trace;
+        ``totals``: its (inserted, deleted) weights, when known without reading it."""
         if stat is None or not stat.rows:
             return
         s = self.store
         path = s.layout.abs(rel)
-        ins, dels = weight_totals(s.fs, path, s.spark, s.fs.spark_uri(path))
+        ins, dels = totals or weight_totals(s.fs, path, lambda: s.spark, s.fs.spark_uri(path))
         self._outputs[view] = OutputEntry(rel, ins, dels, stat.rows, stat.bytes)
         vt.deltas.append((self.timestep, rel))
         vt.files[rel] = stat
-        vt.schema = df.schema.json()
+        vt.schema = schema_json
         self._touched.add(view_trace_id(view))
+
+    # ---- in-process writes (pyarrow tables; the same layout Spark writes) -------------------
+    def _write_table(self, rel: str, table: "pa.Table", sort_by: Sequence[str] = ()) -> FileStat | None:
+        """Write one new directory with pyarrow; returns its FileStat, or None if it held no rows."""
+        if table.num_rows == 0:
+            return None
+        self._written.append(rel)
+        stat = arrow_trace.write_dir(self.store.fs, self.store.layout.abs(rel), table, self.store.policy,
+                                     sort_by=sort_by)
+        failpoint("after_state_write")
+        return stat
+
+    def append_table(self, trace_id: str, table: "pa.Table", *, kind: str = "zset", keys: Sequence[str] = (),
+                     sort_by: Sequence[str] = ()) -> None:
+        """``append`` of a pyarrow table: a new delta of the trace (into an empty sorted trace,
+        written sorted as its base)."""
+        self._check_open()
+        keys = tuple(keys)
+        validate_columns(arrow_trace.dtypes(table.schema), kind, keys)
+        entry = self._entry_for_append(trace_id, kind, keys)
+        if sort_by:
+            entry.sort_by = tuple(sort_by)
+        self._traces[trace_id] = entry
+        as_base = bool(entry.sort_by) and not entry.dirs
+        rel = self.store.layout.new_trace_dir(trace_id, self.timestep)
+        stat = self._write_table(rel, table, entry.sort_by if as_base else ())
+        if stat is None:
+            return
+        if as_base:
+            entry.base = [rel]
+        else:
+            entry.deltas.append((self.timestep, rel))
+        entry.files[rel] = stat
+        entry.schema = arrow_trace.spark_schema_json(table.schema)
+        self._touched.add(trace_id)
+
+    def replace_table(self, trace_id: str, table: "pa.Table", *, kind: str = "zset", keys: Sequence[str] = (),
+                      sort_by: Sequence[str] = ()) -> None:
+        """``replace`` with a pyarrow table: it becomes the trace's whole value."""
+        self._check_open()
+        keys = tuple(keys)
+        validate_columns(arrow_trace.dtypes(table.schema), kind, keys)
+        old = self._traces.get(trace_id)
+        entry = TraceEntry(kind=kind, keys=keys, sort_by=tuple(sort_by) or (
+            old.sort_by if old is not None and old.kind == kind else ()))
+        rel = self.store.layout.new_trace_dir(trace_id, self.timestep)
+        stat = self._write_table(rel, table, entry.sort_by)
+        if stat is not None:
+            entry.base = [rel]
+            entry.files[rel] = stat
+            entry.schema = arrow_trace.spark_schema_json(table.schema)
+        if old is not None:
+            for d in old.dirs:
+                self._discard(d)
+        self._traces[trace_id] = entry
+
+    def write_output_table(self, view: str, table: "pa.Table") -> None:
+        """``write_output`` of a pyarrow table: the view's consolidated delta at this timestep."""
+        self._check_open()
+        validate_columns(arrow_trace.dtypes(table.schema), "zset", ())
+        vt = self._open_output(view)
+        rel = self.store.layout.new_output_dir(view, self.timestep)
+        stat = self._write_table(rel, table)
+        if stat is not None:
+            self._record_output(view, vt, rel, stat, arrow_trace.spark_schema_json(table.schema),
+                                arrow_trace.weight_totals(table))
 
     def consume(self, input_name: str, files: list[dict[str, Any]]) -> None:
         """Record input files read at this timestep (kept cumulatively in the manifest).
@@ -645,6 +742,22 @@ class Transaction:
         stat = self._write(rel, df, sort_by=r.entry.sort_by if r.sorted else (), keys=r.entry.keys, rows=r.rows)
         r.apply(rel, stat, self.timestep)
 
+    def _rewrite_in_process(self, r: "_Rewrite") -> bool:
+        """``_rewrite`` with pyarrow when the rewrite is small enough; False: not done (Spark will)."""
+        import pyarrow as pa
+
+        s = self.store
+        if r.rows > s.policy.inprocess_rewrite_rows or not r.entry.schema:
+            return False
+        try:
+            table = arrow_trace.read_dirs(s.fs, [s.layout.abs(d) for d in r.dirs], arrow_schema(r.entry.schema))
+            value = arrow_trace.consolidate(table, r.entry.kind, r.entry.keys)
+        except pa.ArrowException:  # a type pyarrow cannot group by: Spark rewrites it
+            return False
+        rel = s.layout.new_trace_dir(r.trace_id, self.timestep)
+        r.apply(rel, self._write_table(rel, value, r.entry.sort_by if r.sorted else ()), self.timestep)
+        return True
+
     def _rewrite_many(self, rewrites: Sequence["_Rewrite"]) -> bool:
         """``_rewrite`` several small unsorted rewrites with one Spark job (one batch folder, a
         slot each); False, having written nothing, when their columns cannot share one write."""
@@ -658,7 +771,7 @@ class Transaction:
         for i, r in enumerate(rewrites):
             rel = f"{batch}/{slot_dir(i)}"
             path = s.layout.abs(rel)
-            r.apply(rel, dir_stats(s.fs, path, s.spark, s.fs.spark_uri(path)) if s.fs.exists(path) else None,
+            r.apply(rel, dir_stats(s.fs, path, lambda: s.spark, s.fs.spark_uri(path)) if s.fs.exists(path) else None,
                     self.timestep)
         failpoint("after_state_write")
         return True
@@ -669,10 +782,11 @@ class Transaction:
         out = []
         for tid in sorted(self._touched):
             entry = self._traces[tid]
-            if needs_compaction(entry, self.store.compact_fraction):
-                out.append(_Rewrite(tid, entry, entry.dirs, whole=True))
-            elif dirs := delta_merge(entry):
-                out.append(_Rewrite(tid, entry, dirs, whole=False))
+            policy = self.store.policy
+            if needs_compaction(entry, policy.compact_fraction):
+                out.append(_Rewrite(tid, entry, entry.dirs, True, policy.sort_min_rows))
+            elif dirs := delta_merge(entry, policy.delta_fanout):
+                out.append(_Rewrite(tid, entry, dirs, False, policy.sort_min_rows))
         return out
 
     def _next_timeline(self, now: datetime, committed_at: str) -> list[tuple[int, str]]:
@@ -692,7 +806,9 @@ class Transaction:
         self._check_open()
         s = self.store
         due = self._rewrites_due()
-        small = [r for r in due if not r.sorted and r.rows <= ROWS_PER_FILE]
+        if self.in_process:
+            due = [r for r in due if not self._rewrite_in_process(r)]
+        small = [r for r in due if not r.sorted and r.rows <= s.policy.rows_per_file]
         batched = {r.trace_id for r in small} if len(small) > 1 and self._rewrite_many(small) else set()
         for r in due:
             if r.trace_id not in batched:
@@ -750,6 +866,7 @@ class _Rewrite:
     entry: TraceEntry
     dirs: list[str]
     whole: bool
+    sort_min_rows: int  # a compaction writes a sorted base from this many rows (StatePolicy)
 
     @property
     def rows(self) -> int:
@@ -758,9 +875,9 @@ class _Rewrite:
     @property
     def sorted(self) -> bool:
         """Written sorted: a key-sorted trace's new base, unless it is small. A merge of deltas
-        is not (lookups read deltas whole), nor is a base of fewer than ``SORT_MIN_ROWS`` rows (a
+        is not (lookups read deltas whole), nor is a base of fewer than ``sort_min_rows`` rows (a
         lookup reads it whole in milliseconds): those rewrites share one batch job."""
-        return self.whole and bool(self.entry.sort_by) and self.rows >= SORT_MIN_ROWS
+        return self.whole and bool(self.entry.sort_by) and self.rows >= self.sort_min_rows
 
     def value(self, store: StateStore) -> "DataFrame":
         df = store._read_rels(self.dirs, self.entry.schema)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import math
 from functools import reduce
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
+from spark_jobs.policy import StatePolicy
 from spark_jobs.state.fs import FileSystem
 from spark_jobs.state.manifest import KINDS, FileStat, TraceEntry
 
@@ -18,10 +19,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 WEIGHT = "_weight"  # the Z-set multiplicity column (same name as spark_jobs.spec.model.WEIGHT)
-ROWS_PER_FILE = 1_000_000  # above this a write is split into several files
-# smaller row groups when sorted: a key lookup (Spark's Parquet filter or ``state.lookup``) then
-# reads a few narrow groups (~10k rows of a 4-column trace), not most of the file
-SORTED_ROW_GROUP_BYTES = 256 * 1024
 # what a "sum" trace may total: exact types only. Float sums depend on the order of addition, so
 # a compaction or a merge would change a total's last bits and a retraction rebuilt from it would
 # no longer cancel the row it retracts (aggregates keep float sums as integer limbs: exact_sum).
@@ -53,15 +50,17 @@ def validate_columns(dtypes: Sequence[tuple[str, str]], kind: str, keys: Sequenc
                              f"decimals (keys={list(keys)}; float totals would drift with the order of addition)")
 
 
-def write_dir(df: "DataFrame", uri: str, *, sort_by: Sequence[str] = (),
+def write_dir(df: "DataFrame", uri: str, policy: StatePolicy, *, sort_by: Sequence[str] = (),
               keys: Sequence[str] = (), rows: int | None = None) -> None:
     """Write ``df`` as a new Parquet directory (never overwriting).
 
-    Small writes become one file. Large ones (``rows`` estimate above ROWS_PER_FILE) are split
-    by range of ``sort_by`` (files then cover disjoint key ranges) or by hash of ``keys``.
+    Small writes become one file. Large ones (``rows`` estimate above ``policy.rows_per_file``)
+    are split by range of ``sort_by`` (files then cover disjoint key ranges) or by hash of
+    ``keys``. Sorted files get small row groups (``policy.sorted_row_group_bytes``): a key lookup
+    (Spark's Parquet filter or ``state.lookup``) then reads a few narrow groups.
     """
-    if rows is not None and rows > ROWS_PER_FILE:
-        n = math.ceil(rows / ROWS_PER_FILE)
+    if rows is not None and rows > policy.rows_per_file:
+        n = math.ceil(rows / policy.rows_per_file)
         if sort_by:
             df = df.repartitionByRange(n, *[_col(c) for c in sort_by])
         elif keys:
@@ -73,7 +72,7 @@ def write_dir(df: "DataFrame", uri: str, *, sort_by: Sequence[str] = (),
     writer_df = df.sortWithinPartitions(*[_col(c) for c in sort_by]) if sort_by else df
     writer = writer_df.write.mode("error")
     if sort_by:
-        writer = writer.option("parquet.block.size", SORTED_ROW_GROUP_BYTES)
+        writer = writer.option("parquet.block.size", policy.sorted_row_group_bytes)
     writer.parquet(uri)
 
 
@@ -117,8 +116,9 @@ def write_slots(dfs: Sequence["DataFrame"], uri: str) -> None:
     union.coalesce(1).write.mode("error").partitionBy(SLOT).parquet(uri)
 
 
-def dir_stats(fs: FileSystem, path: str, spark: "SparkSession", uri: str) -> FileStat:
-    """Rows and bytes of a written directory, from Parquet footers (no Spark job)."""
+def dir_stats(fs: FileSystem, path: str, spark: "SparkSession | Callable[[], SparkSession]", uri: str) -> FileStat:
+    """Rows and bytes of a written directory, from Parquet footers (no Spark job; ``spark``, or a
+    function giving it, serves only where pyarrow cannot read the store)."""
     files = fs.data_files(path)
     size = sum(s for _, s in files)
     try:
@@ -129,11 +129,16 @@ def dir_stats(fs: FileSystem, path: str, spark: "SparkSession", uri: str) -> Fil
             with fs.open_read(full) as fh:
                 rows += pq.ParquetFile(fh).metadata.num_rows
     except (ImportError, NotImplementedError):
-        rows = spark.read.parquet(uri).count() if files else 0
+        rows = _session(spark).read.parquet(uri).count() if files else 0
     return FileStat(rows=rows, bytes=size)
 
 
-def weight_totals(fs: FileSystem, path: str, spark: "SparkSession", uri: str) -> tuple[int, int]:
+def _session(spark: "SparkSession | Callable[[], SparkSession]") -> "SparkSession":
+    return spark() if callable(spark) else spark
+
+
+def weight_totals(fs: FileSystem, path: str, spark: "SparkSession | Callable[[], SparkSession]",
+                  uri: str) -> tuple[int, int]:
     """(sum of positive weights, sum of |negative weights|) of a Z-set directory."""
     files = fs.data_files(path)
     try:
@@ -151,7 +156,7 @@ def weight_totals(fs: FileSystem, path: str, spark: "SparkSession", uri: str) ->
         from pyspark.sql import functions as F
 
         w = _col(WEIGHT)
-        row = spark.read.parquet(uri).agg(
+        row = _session(spark).read.parquet(uri).agg(
             F.sum(F.when(w > 0, w).otherwise(0)), F.sum(F.when(w < 0, -w).otherwise(0))).first()
         return int(row[0] or 0), int(row[1] or 0)
 
@@ -196,16 +201,13 @@ def consolidate(df: "DataFrame", kind: str, keys: Sequence[str] = ()) -> "DataFr
     return out.select(*[_col(c) for c in df.columns])
 
 
-# Deltas are merged in size tiers of this fan-out (tier = floor(log_fanout(rows))): when a tier
-# holds DELTA_FANOUT deltas they become one delta of the next tier. A big base with tiny deltas
-# takes thousands of steps to reach ``compact_fraction``; without merges every step added a
-# directory to read (files, tasks, and past 32 paths a parallel-listing job per read).
-DELTA_FANOUT = 4
-
-
-def delta_merge(entry: TraceEntry, fanout: int = DELTA_FANOUT) -> list[str]:
+def delta_merge(entry: TraceEntry, fanout: int) -> list[str]:
     """The delta directories to merge into one (empty: none due): the smallest size tier that
-    holds ``fanout`` deltas. Each row is rewritten about log_fanout(total/first size) times, so
+    holds ``fanout`` deltas (``StatePolicy.delta_fanout``; tier = floor(log_fanout(rows))).
+
+    A big base with tiny deltas takes thousands of steps to reach ``compact_fraction``; without
+    merges every step added a directory to read (files, tasks, and past 32 paths a
+    parallel-listing job per read). Each row is rewritten about log_fanout(total/first size) times, so
     the cost stays proportional to the changes, and a trace keeps at most ``fanout - 1`` deltas
     per tier."""
     tiers: dict[int, list[str]] = {}

@@ -14,7 +14,7 @@ row an incremental step retracts is bit for bit the row an earlier step emitted.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -22,11 +22,13 @@ from pyspark.sql.types import DataType, StructType
 
 from spark_jobs.executor.operators.exact_sum import ExactSum
 from spark_jobs.executor.refusal import raise_sql, sql_string
-from spark_jobs.executor.zset import WEIGHT, col, consolidate, restrict
+from spark_jobs.executor.totals import ROWS, count_name, extremum_name, finish_sql, q, sum_prefix
+from spark_jobs.executor.totals import slots as linear_slots
+from spark_jobs.executor.zset import IN_LIST_MAX, WEIGHT, col, consolidate, restrict
+from spark_jobs.ir.ops.aggregate import EXTREMA, monotone
 
 Agg = tuple[str, str, "str | None", bool]  # (out_name, func, arg_expr or None for count(*), distinct)
 
-ROWS = "__rows"  # accumulator: number of rows (sum of weights) in the group
 _PREV = "__prev"  # 1 on rows read from the previous totals, 0 on the delta's
 _FUNCS = ("count", "sum", "avg", "min", "max")
 LINEAR_FUNCS = frozenset({"count", "sum", "avg"})
@@ -89,11 +91,6 @@ def output_schema(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg]) -
     return _types(df, group_by, aggs)[0]
 
 
-def q(name: str) -> str:
-    """``name`` as a quoted SQL identifier."""
-    return "`" + name.replace("`", "``") + "`"
-
-
 # Expressions below are SQL text: one JVM call per expression instead of dozens per Column tree
 # (PySpark's Column API costs a round trip per node; on a step that is most of the driver's time).
 W = q(WEIGHT)
@@ -127,22 +124,18 @@ class _Totals:
 
     @classmethod
     def of(cls, aggs: Sequence[Agg], types: dict[int, tuple[DataType, DataType]], node: str) -> "_Totals":
-        slots: dict[int, int] = {}
-        first: dict[str, int] = {}
-        for i, (_, func, arg, distinct) in enumerate(aggs):
-            if func in LINEAR_FUNCS and not distinct and arg is not None:
-                slots[i] = first.setdefault(arg.strip(), i)
+        slots = linear_slots(aggs)
         args = {j: aggs[j][2] for j in set(slots.values())}
         accs = [_Acc(ROWS, W, "bigint", f"count(*) of node {node!r}")]
         sums: dict[int, ExactSum] = {}
         for j in sorted(args):
             out, func, arg, _ = aggs[j]
             label = f"aggregate {out!r} ({func}({arg})) of node {node!r}"
-            accs.append(_Acc(f"__c{j}", f"CASE WHEN __x{j} IS NOT NULL THEN {W} ELSE 0 END", "bigint", label))
+            accs.append(_Acc(count_name(j), f"CASE WHEN __x{j} IS NOT NULL THEN {W} ELSE 0 END", "bigint", label))
             summed = next((i for i, s in slots.items() if s == j and aggs[i][1] in ("sum", "avg")), None)
             if summed is not None:
                 arg_type, sum_type = types[summed]
-                sums[j] = ExactSum(f"__s{j}", f"__x{j}", arg_type, sum_type, label, W)
+                sums[j] = ExactSum(sum_prefix(j), f"__x{j}", arg_type, sum_type, label, W)
                 accs.extend(_Acc(c.name, c.term, c.type, label, c.can_overflow) for c in sums[j].columns())
         return cls(slots, {i: aggs[i][1] for i in slots}, args, sums, tuple(accs))
 
@@ -172,16 +165,9 @@ class _Totals:
     def finish(self, i: int, func: str, arg: str | None, prefix: str = "") -> str:
         """SQL of a linear aggregate's value from its group's totals and finished sums (columns
         ``prefix + name``, see ``finished``)."""
-        if arg is None:
-            return q(prefix + ROWS)
-        j = self.slots[i]
-        count = q(f"{prefix}__c{j}")
-        if func == "count":
-            return count
-        if func == "sum":  # SUM of no non-null value is NULL
-            return f"CASE WHEN {count} > 0 THEN {q(f'{prefix}__v{j}')} END"
-        kind = "m" if self.sums[j].family == "integer" else "v"
-        return f"CASE WHEN {count} > 0 THEN {q(f'{prefix}__{kind}{j}')} / {count} END"  # AVG
+        j = self.slots.get(i)
+        integer = j in self.sums and self.sums[j].family == "integer"
+        return finish_sql(func, arg, j, integer, prefix)
 
 
 def _totals(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg], node: str) -> tuple[StructType, _Totals]:
@@ -221,7 +207,7 @@ def aggregate(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg], *, no
 
 def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group_by: Sequence[str],
                           aggs: Sequence[Agg], first_step: bool, *, broadcast_delta: bool = True,
-                          node: str = "aggregate") -> tuple[DataFrame, DataFrame]:
+                          node: str = "aggregate", in_list_max: int = IN_LIST_MAX) -> tuple[DataFrame, DataFrame]:
     """One step of a linear aggregate (count/sum/avg): ``(out_delta, totals_delta)``.
 
     ``prev_totals`` is the trace of earlier ``totals_delta``s (any number of rows per group; they
@@ -249,7 +235,7 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
     if prev_totals is not None:
         prev = prev_totals.selectExpr(*keys, *[q(a.name) for a in accs], f"1 AS {_PREV}")
         if not is_global:
-            prev = restrict(prev, acc_delta, group_by, group_by, broadcast_delta)
+            prev = restrict(prev, acc_delta, group_by, group_by, broadcast_delta, in_list_max)
         parts.append(prev)
     union = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
     # a global groupBy gives its one row even over no rows: old and new totals are then zeros
@@ -257,16 +243,29 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
         *[_summed(a, f"CASE WHEN {_PREV} = 1 THEN {q(a.name)} ELSE 0 END", f"old{a.name}") for a in accs],
         *[_summed(a, q(a.name), f"new{a.name}") for a in accs]), "old", "new")
 
+    out_delta = _changes(both, group_by, aggs, target, first_step,
+                         lambda i, func, arg, prefix: totals.finish(i, func, arg, prefix))
+    return out_delta, acc_delta
+
+
+def _changes(both: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg], target: StructType, first_step: bool,
+             value: "Callable[[int, str, str | None, str], str]") -> DataFrame:
+    """The output change from one row per touched group holding its old and new state (columns
+    ``old...`` / ``new...``; ``value(i, func, arg, prefix)`` is the SQL of aggregate ``i`` from
+    them): -old row / +new row, nothing where they are equal; consolidated. A group exists while
+    its row count is positive; without ``group_by`` the one row always exists (emitted on the
+    first step, even for an empty delta)."""
+    keys = [q(g) for g in group_by]
     outs = [out for out, *_ in aggs]
 
     def row(prefix: str, weight: int, exists: str) -> str:
-        """The output row computed from the old or new totals, as a struct to explode."""
-        fields = [f"{sql_string(out)}, CAST({totals.finish(i, func, arg, prefix)} AS "
+        """The output row computed from the old or new state, as a struct to explode."""
+        fields = [f"{sql_string(out)}, CAST({value(i, func, arg, prefix)} AS "
                   f"{target[out].dataType.simpleString()})" for i, (out, func, arg, _) in enumerate(aggs)]
         return (f"named_struct({', '.join([*fields, f'{sql_string(WEIGHT)}, CAST({weight} AS bigint)'])}, "
                 f"'__exists', {exists}) AS __{prefix}")
 
-    if is_global:
+    if not group_by:
         old_exists, new_exists = ("FALSE" if first_step else "TRUE"), "TRUE"
     else:
         old_exists, new_exists = f"{q('old' + ROWS)} > 0", f"{q('new' + ROWS)} > 0"
@@ -277,13 +276,77 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
     emitted = (pairs.where(f"NOT ({same})")
                .selectExpr(*keys, "explode(array(__old, __new)) AS __row")
                .where("__row.__exists"))
-    out_delta = emitted.selectExpr(*keys, *[f"__row.{q(o)} AS {q(o)}" for o in [*outs, WEIGHT]])
-    return out_delta, acc_delta
+    return emitted.selectExpr(*keys, *[f"__row.{q(o)} AS {q(o)}" for o in [*outs, WEIGHT]])
+
+
+def aggregate_insert_only_step(delta: DataFrame, prev_state: DataFrame | None, group_by: Sequence[str],
+                               aggs: Sequence[Agg], first_step: bool, *, broadcast_delta: bool = True,
+                               node: str = "aggregate", in_list_max: int = IN_LIST_MAX
+                               ) -> tuple[DataFrame, DataFrame]:
+    """One step of an aggregate with min/max (and count/sum/avg) over an insert-only input:
+    ``(out_delta, state_delta)``, O(groups) state instead of the input's integral.
+
+    Rows are only ever inserted, so a group's min only falls and its max only rises: the new
+    extremum is the extremum of the old one and of the delta's (NULLs ignored, NaN above every
+    number: Spark's own min/max). ``prev_state`` is this node's trace: per group, its running
+    totals (``aggregate_linear_step``'s layout) and extrema (``totals.extremum_name``), kept as
+    -old +new rows (compaction leaves one row per group). Old totals are the signed sum of a
+    group's rows (they telescope); old extrema the extremum over its rows (monotone: the last
+    one is the extremum of all). A negative weight in ``delta`` fails the step (refused: the
+    IR proved the input insert-only, so one is a broken promise, never a silent wrong answer).
+    """
+    if not monotone(aggs):
+        raise ValueError("aggregate_insert_only_step supports count/sum/avg/min/max without DISTINCT only")
+    target, totals = _totals(delta, group_by, aggs, node)
+    accs = totals.accs
+    ext = {i: func for i, (_, func, _, _) in enumerate(aggs) if func in EXTREMA}
+    names = [*[a.name for a in accs], *[extremum_name(i) for i in ext]]
+    refuse = raise_sql(f"aggregate {node!r}: a change deletes rows (negative _weight) but its input is "
+                       "insert-only (append_only)", "bigint")
+    data = [q(c) for c in delta.columns if c != WEIGHT]
+    guarded = delta.selectExpr(*data, f"CASE WHEN {W} < 0 THEN {refuse} ELSE {W} END AS {W}")
+    prepared = totals.prepare(guarded).selectExpr("*", *[f"({aggs[i][2]}) AS __a{i}" for i in ext])
+    part = (prepared.groupBy(*[col(g) for g in group_by])
+            .agg(*[_summed(a) for a in accs],
+                 *[F.expr(f"{f}(CASE WHEN {W} > 0 THEN __a{i} END) AS {q(extremum_name(i))}") for i, f in ext.items()])
+            .where(f"{q(ROWS)} != 0"))  # a group whose rows all have weight 0 does not change
+    keys = [q(g) for g in group_by]
+    parts = [part.selectExpr(*keys, *[q(n) for n in names], f"0 AS {_PREV}")]
+    if prev_state is not None:
+        prev = restrict(prev_state, part, group_by, group_by, broadcast_delta, in_list_max) if group_by else prev_state
+        signed = [f"CASE WHEN {W} < 0 THEN -{q(a.name)} ELSE {q(a.name)} END AS {q(a.name)}" for a in accs]
+        parts.append(prev.selectExpr(*keys, *signed, *[q(extremum_name(i)) for i in ext], f"1 AS {_PREV}"))
+    union = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+    both = totals.finished(union.groupBy(*[col(g) for g in group_by]).agg(
+        *[_summed(a, f"CASE WHEN {_PREV} = 1 THEN {q(a.name)} ELSE 0 END", f"old{a.name}") for a in accs],
+        *[_summed(a, q(a.name), f"new{a.name}") for a in accs],
+        *[F.expr(f"{f}(CASE WHEN {_PREV} = 1 THEN {q(extremum_name(i))} END) AS {q('old' + extremum_name(i))}")
+          for i, f in ext.items()],
+        *[F.expr(f"{f}({q(extremum_name(i))}) AS {q('new' + extremum_name(i))}") for i, f in ext.items()]),
+        "old", "new")
+
+    def value(i: int, func: str, arg: str | None, prefix: str) -> str:
+        return q(prefix + extremum_name(i)) if i in ext else totals.finish(i, func, arg, prefix)
+
+    out_delta = _changes(both, group_by, aggs, target, first_step, value)
+    # the state: -old +new row of every group whose row count changed (each touched group)
+    state = (both.where(f"{q('old' + ROWS)} != {q('new' + ROWS)}")
+             .selectExpr(*keys, *[f"array({_state_row(names, 'old', -1)}, {_state_row(names, 'new', 1)}) AS __r"])
+             .selectExpr(*keys, "explode(__r) AS __row").where(f"__row.{q(ROWS)} > 0")
+             .selectExpr(*keys, *[f"__row.{q(n)} AS {q(n)}" for n in [*names, WEIGHT]]))
+    return out_delta, state
+
+
+def _state_row(names: Sequence[str], prefix: str, weight: int) -> str:
+    """The old or new state row of a group (its totals and extrema, then the weight), as a struct."""
+    fields = [f"{sql_string(n)}, {q(prefix + n)}" for n in names]
+    return f"named_struct({', '.join([*fields, f'{sql_string(WEIGHT)}, CAST({weight} AS bigint)'])})"
 
 
 def aggregate_touched_step(delta: DataFrame, integral_after: DataFrame, prev_output: DataFrame | None,
                            group_by: Sequence[str], aggs: Sequence[Agg], first_step: bool, *,
-                           broadcast_delta: bool = True, node: str = "aggregate") -> DataFrame:
+                           broadcast_delta: bool = True, node: str = "aggregate",
+                           in_list_max: int = IN_LIST_MAX) -> DataFrame:
     """One step of any aggregate by recomputing only the groups the delta touches.
 
     ``integral_after`` is the integrated input including ``delta``; ``prev_output`` is the
@@ -296,9 +359,9 @@ def aggregate_touched_step(delta: DataFrame, integral_after: DataFrame, prev_out
     if prev_output is None:
         return aggregate(integral_after, group_by, aggs, node=node)  # a consolidated set: all groups are new
     if group_by:
-        new = aggregate(restrict(integral_after, delta, group_by, group_by, broadcast_delta), group_by, aggs,
+        new = aggregate(restrict(integral_after, delta, group_by, group_by, broadcast_delta, in_list_max), group_by, aggs,
                         node=node)
-        old = restrict(prev_output, delta, group_by, group_by, broadcast_delta)
+        old = restrict(prev_output, delta, group_by, group_by, broadcast_delta, in_list_max)
     elif first_step:
         new, old = aggregate(integral_after, group_by, aggs, node=node), prev_output
     else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.executor.zset import WEIGHT, col, consolidate, data_columns, restrict
+from spark_jobs.executor.zset import IN_LIST_MAX, WEIGHT, col, consolidate, data_columns, restrict
 
 _D, _I = "__d", "__i"
 
@@ -21,7 +21,8 @@ def distinct(df: DataFrame) -> DataFrame:
     return positive.select(*[col(c) for c in cols], F.lit(1).cast("long").alias(WEIGHT))
 
 
-def distinct_h(delta: DataFrame, prev_integral: DataFrame | None, *, broadcast_delta: bool = True) -> DataFrame:
+def distinct_h(delta: DataFrame, prev_integral: DataFrame | None, *, broadcast_delta: bool = True,
+               in_list_max: int = IN_LIST_MAX) -> DataFrame:
     """H(i, d): the change of distinct(I x) caused by ``delta``; consolidated, weights in {+1, -1}.
 
     ``prev_integral`` is z^-1(I x), the integral before this delta (any number of rows per tuple);
@@ -32,7 +33,7 @@ def distinct_h(delta: DataFrame, prev_integral: DataFrame | None, *, broadcast_d
     tagged = delta.select(*[col(c) for c in cols], col(WEIGHT).alias(_D), F.lit(0).cast("long").alias(_I))
     if prev_integral is not None:
         looked_up = restrict(prev_integral.select(*[col(c) for c in cols], col(WEIGHT)), delta, cols, cols,
-                             broadcast_delta)
+                             broadcast_delta, in_list_max)
         tagged = tagged.unionByName(
             looked_up.select(*[col(c) for c in cols], F.lit(0).cast("long").alias(_D), col(WEIGHT).alias(_I)))
     per_tuple = (tagged.groupBy(*[col(c) for c in cols])

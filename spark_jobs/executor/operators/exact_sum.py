@@ -23,8 +23,9 @@ function of the total (``finish``): the row rebuilt at step t+1 is the row emitt
   the exact sum of the values, and the same on every engine that follows IEEE 754.
 
 Only integer/decimal arithmetic, ``rint`` and power-of-two scaling are used, never a string, so an
-Arrow kernel can compute the same bits: ``float_limbs`` and ``finish_limbs`` below are the
-reference in plain Python; the SQL builders must agree with them bit for bit (tested).
+Arrow kernel can compute the same bits: ``float_limbs`` and ``finish_limbs`` (in
+``executor/totals.py``, shared with the Arrow kernel) are the reference in plain Python; the SQL
+builders here must agree with them bit for bit (tested).
 
 **The stored layout (the contract another engine, e.g. an Arrow kernel, must write and read).**
 An ``aggregate_linear`` node's state is a "sum" trace: rows of running totals that add up column
@@ -58,87 +59,18 @@ only ``-0.0`` values shows ``0.0``.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType
 
 from spark_jobs.executor.refusal import ValueRefused, raise_sql
+from spark_jobs.executor.totals import (LIMB_BASE, LIMB_BITS, LIMB_HALF, LIMBS, LOWEST_EXP, MAX_ABS_EXP,
+                                        MAX_SPLIT_SCALE, TOTAL_LIMIT_EXP, FloatTotal, finish_limbs, float_limbs,
+                                        is_split)
 
-LIMB_BITS = 50
-LIMBS = 5
-LOWEST_EXP = -150  # limb k counts units of 2^(LOWEST_EXP + LIMB_BITS·k): 2^-150 ... 2^50
-MAX_ABS_EXP = 100  # finite float/double values must have |x| < 2^100 (about 1.27e30)
-TOTAL_LIMIT_EXP = 112  # a limb total must stay below 2^112 (finishing carries fit in 64 bits)
-MAX_SPLIT_SCALE = 30  # decimals up to this scale (beyond: refused with a message)
-_HALF, _BASE = 1 << (LIMB_BITS - 1), 1 << LIMB_BITS
-
-
-# ---- the arithmetic in plain Python: the reference other engines (Arrow) reproduce -----------
-
-def float_limbs(x: float) -> tuple[int, ...]:
-    """The ``LIMBS`` integer limbs of a finite ``x`` with ``|x| < 2^100`` (``round`` is rint:
-    half to even; multiplying by a power of two is exact)."""
-    if not math.isfinite(x) or abs(x) >= 2.0 ** MAX_ABS_EXP:
-        raise ValueError(f"{x!r} has no limbs: expected a finite value below 2^{MAX_ABS_EXP}")
-    scaled = [round(x * 2.0 ** -(LOWEST_EXP + LIMB_BITS * k)) for k in range(LIMBS)]
-    return tuple(scaled[k] - (scaled[k + 1] << LIMB_BITS) for k in range(LIMBS - 1)) + (scaled[-1],)
-
-
-def finish_limbs(totals: Sequence[int], lowest_exp: int = LOWEST_EXP) -> float:
-    """The double for ``Σ totals[k]·2^(lowest_exp + 50k)``: carries turn the totals into digits
-    ``|d| <= 2^49`` (exact as doubles), added from the least significant up."""
-    carry, value, unit = 0, 0.0, 2.0 ** lowest_exp
-    for total in totals:
-        y = total + carry
-        digit = (y + _HALF) % _BASE - _HALF  # Python's % is a floor modulo, as Spark's pmod
-        carry = (y - digit) >> LIMB_BITS
-        value = value + float(digit) * unit
-        unit = unit * 2.0 ** LIMB_BITS
-    return value + float(carry) * unit
-
-
-@dataclass
-class FloatTotal:
-    """The exact running total of a float/double sum: limb totals and counts of the specials."""
-
-    limbs: list[int]
-    nan: int = 0
-    pos_inf: int = 0
-    neg_inf: int = 0
-
-    @classmethod
-    def of(cls, weighted: Iterable[tuple[float | None, int]]) -> "FloatTotal":
-        """The total of ``(value, weight)`` pairs (None values do not count)."""
-        total = cls([0] * LIMBS)
-        for x, w in weighted:
-            total.add(x, w)
-        return total
-
-    def add(self, x: float | None, w: int) -> None:
-        if x is None:
-            return
-        if math.isnan(x):
-            self.nan += w
-        elif math.isinf(x):
-            if x > 0:
-                self.pos_inf += w
-            else:
-                self.neg_inf += w
-        else:
-            self.limbs = [t + c * w for t, c in zip(self.limbs, float_limbs(x))]
-
-    def value(self) -> float:
-        """The sum as IEEE addition of the values would treat infinities and NaN; else
-        ``finish_limbs``."""
-        if self.nan > 0 or (self.pos_inf > 0 and self.neg_inf > 0):
-            return math.nan
-        if self.pos_inf > 0:
-            return math.inf
-        if self.neg_inf > 0:
-            return -math.inf
-        return finish_limbs(self.limbs)
+__all__ = ["LIMBS", "LIMB_BITS", "LOWEST_EXP", "MAX_ABS_EXP", "Column", "ExactSum", "FloatTotal", "family",
+           "finish_limbs", "finish_limbs_sql", "float_limbs"]
 
 
 # ---- the same arithmetic as Spark SQL ------------------------------------------------------
@@ -161,10 +93,10 @@ def finish_limbs_sql(totals: Sequence[str], lowest_exp: int, label: str) -> str:
     """SQL of ``finish_limbs`` over the ``decimal(38,0)`` totals ``totals`` (a fold, in order)."""
     limit = _decimal(1 << TOTAL_LIMIT_EXP)
     too_big = " OR ".join(f"abs({t}) >= {limit}" for t in totals)
-    digit = f"(pmod(__t + __a.c + {_HALF}, {_BASE}) - {_HALF})"
+    digit = f"(pmod(__t + __a.c + {LIMB_HALF}, {LIMB_BASE}) - {LIMB_HALF})"
     fold = (f"aggregate(array({', '.join(f'CAST({t} AS {_D38})' for t in totals)}), "
             f"named_struct('c', CAST(0 AS BIGINT), 'v', CAST(0 AS DOUBLE), 'u', {_double(2.0 ** lowest_exp)}), "
-            f"(__a, __t) -> named_struct('c', CAST((__t + __a.c - {digit}) div {_BASE} AS BIGINT), "
+            f"(__a, __t) -> named_struct('c', CAST((__t + __a.c - {digit}) div {LIMB_BASE} AS BIGINT), "
             f"'v', __a.v + CAST({digit} AS DOUBLE) * __a.u, 'u', __a.u * {_double(2.0 ** LIMB_BITS)}), "
             f"__a -> __a.v + CAST(__a.c AS DOUBLE) * __a.u)")
     refuse = raise_sql(f"{label}: the running total exceeds 2^{TOTAL_LIMIT_EXP} units; it cannot be "
@@ -221,7 +153,7 @@ class ExactSum:
         """A decimal whose product with a weight Spark would round (it keeps 38 digits, and
         at least 6 of scale): summed as integer part and fraction."""
         t = self.arg_type
-        return isinstance(t, DecimalType) and t.precision >= 18 and t.scale >= 7
+        return isinstance(t, DecimalType) and is_split(t.precision, t.scale)
 
     def _name(self, part: str) -> str:
         return f"{self.slot}_{part}"

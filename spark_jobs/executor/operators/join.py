@@ -10,7 +10,7 @@ from typing import Literal, Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.executor.zset import WEIGHT, col, key_prefilter
+from spark_jobs.executor.zset import IN_LIST_MAX, WEIGHT, col, key_prefilter
 
 _LW, _RW = "__lw", "__rw"
 
@@ -23,12 +23,13 @@ def _side(df: DataFrame, prefix: str, needed: Sequence[str], weight: str) -> tup
 
 def join(left: DataFrame, right: DataFrame, left_keys: Sequence[str], right_keys: Sequence[str],
          null_safe: bool, left_out: Sequence[tuple[str, str]], right_out: Sequence[tuple[str, str]], *,
-         broadcast: Literal["left", "right"] | None = None) -> DataFrame:
+         broadcast: Literal["left", "right"] | None = None, in_list_max: int = IN_LIST_MAX) -> DataFrame:
     """Inner equi-join; no keys = Cartesian product. Output: left_out, right_out columns, weight product.
 
     ``null_safe`` compares keys with ``<=>`` (set operations: NULL matches NULL); otherwise SQL
     ``=`` (a NULL key never matches). ``broadcast`` names the small side (a delta joined with an
-    integral), so the integral is scanned but not shuffled.
+    integral), so the integral is scanned but not shuffled; a driver-local small side filters
+    the other by an IN list instead (``zset.key_prefilter``, up to ``in_list_max`` keys).
     """
     if len(left_keys) != len(right_keys):
         raise ValueError(f"join needs as many left keys as right keys: {left_keys} vs {right_keys}")
@@ -37,11 +38,11 @@ def join(left: DataFrame, right: DataFrame, left_keys: Sequence[str], right_keys
     if broadcast and left_keys:  # a small driver-local delta: filter the state by its keys instead
         lk, rk = (lnames[left_keys[0]], rnames[right_keys[0]])
         if broadcast == "left":
-            pre = key_prefilter(rk, lhs, lk, null_safe)
+            pre = key_prefilter(rk, lhs, lk, null_safe, in_list_max)
             if pre is not None:
                 lhs, rhs, broadcast = lhs.hint("shuffle_hash"), rhs.where(pre), None
         else:
-            pre = key_prefilter(lk, rhs, rk, null_safe)
+            pre = key_prefilter(lk, rhs, rk, null_safe, in_list_max)
             if pre is not None:
                 lhs, rhs, broadcast = lhs.where(pre), rhs.hint("shuffle_hash"), None
     if broadcast == "left":

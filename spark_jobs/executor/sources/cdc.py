@@ -27,8 +27,7 @@ from pyspark.sql.types import DataType, LongType, StringType, StructField, Struc
 
 from spark_jobs.executor import zset
 from spark_jobs.executor.local import collect_local
-from spark_jobs.executor.narrow import MAX_DECODED_ROWS, MAX_FOUND_ROWS, MAX_KEYS
-from spark_jobs.executor.session import LOCAL_CHANGE_ROWS
+from spark_jobs.policy import ExecutionPolicy
 from spark_jobs.spec.model import WEIGHT, InputSpec
 from spark_jobs.state.lookup import TraceFiles
 
@@ -180,23 +179,25 @@ def _types(spec: InputSpec) -> dict[str, DataType]:
 
 # ---- the old rows -------------------------------------------------------------------------------
 
-def old_rows(spark: SparkSession, spec: InputSpec, records: DataFrame, state: KeyedState) -> DataFrame:
+def old_rows(spark: SparkSession, spec: InputSpec, records: DataFrame, state: KeyedState,
+             policy: ExecutionPolicy | None = None) -> DataFrame:
     """The committed rows (weight 1, consolidated) of the keys in ``records``, or a superset.
 
     With records on the driver, their first key's values are looked up in the trace's Parquet
-    files (only row groups whose statistics admit them are read); else Spark semi-joins the
-    trace with the records' keys."""
+    files (only row groups whose statistics admit them are read, within ``policy.narrow``'s
+    bounds); else Spark semi-joins the trace with the records' keys."""
+    bounds = (policy or ExecutionPolicy()).narrow
     whole = state.read()
     columns = list(spec.column_names) + [WEIGHT]
     if whole is None:
         return zset.empty(spark, spark_schema(spec))
     whole = whole.select(*[_col(c) for c in columns])
     first = spec.key[0]
-    values = zset.local_values(records, first, MAX_KEYS) if zset.is_local(records) else None
+    values = zset.local_values(records, first, bounds.max_keys) if zset.is_local(records) else None
     files = state.files() if values is not None else None
-    if values is not None and files is not None and files.admitted_rows(first, list(values)) <= MAX_DECODED_ROWS:
+    if values is not None and files is not None and files.admitted_rows(first, list(values)) <= bounds.max_decoded_rows:
         table = files.lookup(first, list(values)).select(columns)
-        if table.num_rows <= MAX_FOUND_ROWS:
+        if table.num_rows <= bounds.max_found_rows:
             found = spark.createDataFrame(table, schema=whole.schema) if table.num_rows else zset.empty_like(whole)
             return zset.consolidate(found)
     return zset.consolidate(zset.restrict(whole, records, spec.key, spec.key, broadcast=False))
@@ -246,25 +247,28 @@ def _refusals(spec: InputSpec, unknown_by_file: list) -> list[tuple[str, str]]:
     return out
 
 
-def cdc_change(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], state: KeyedState) -> CdcChange | None:
+def cdc_change(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], state: KeyedState,
+               policy: ExecutionPolicy | None = None) -> CdcChange | None:
     """Read ``files`` of a cdc input and turn them into the relation's change (None: no record).
+    ``policy``: the step's thresholds (records held on the driver, lookups of old rows).
 
     Spark jobs: the file checks (one), the records to the driver when they fit (one), and, unless
     ``unknown_key: ignore``, the count of records of unknown keys (one)."""
     records = read_records(spark, spec, files)
     if records is None:
         return None
-    local, _ = collect_local(spark, {"records": records}, LOCAL_CHANGE_ROWS)
+    policy = policy or ExecutionPolicy()
+    local, _ = collect_local(spark, {"records": records}, policy.local_change_rows)
     if local is not None:
         records = local["records"]
-    delta, unknown = apply_records(spec, records, old_rows(spark, spec, records, state))
-    policy = spec.source.cdc.unknown_key  # type: ignore[union-attr]
-    if policy == "ignore":
+    delta, unknown = apply_records(spec, records, old_rows(spark, spec, records, state, policy))
+    unknown_key = spec.source.cdc.unknown_key  # type: ignore[union-attr]
+    if unknown_key == "ignore":
         return CdcChange(delta)
     per_file = (unknown.groupBy(FILE_COL)
                 .agg(F.count(F.lit(1)).alias("n"), F.min(F.struct(OP, KIND, "__key", "__seq")).alias("example"))
                 .collect())
-    if policy == "refuse" and per_file:
+    if unknown_key == "refuse" and per_file:
         problems = _refusals(spec, per_file)
         by_key = {spark_path_key(f.path): f.path for f in files}
         raise InputRefused([(by_key.get(spark_path_key(p), p), why) for p, why in problems], spec.name)

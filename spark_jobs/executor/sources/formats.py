@@ -80,8 +80,17 @@ _WEIGHT_INT = Check("weight:int", lambda n, x: f"column _weight must hold intege
 # |_weight| <= 2^31 - 1: a join multiplies two weights and a trace sums many, and both must stay
 # far inside a long (2^63) for any realistic history; change batches use small weights anyway.
 MAX_WEIGHT = 2**31 - 1
-_WEIGHT_RANGE = Check("weight:range", lambda n, x: f"column _weight must lie between -{MAX_WEIGHT} and "
+WEIGHT_RANGE = Check("weight:range", lambda n, x: f"column _weight must lie between -{MAX_WEIGHT} and "
                                                    f"{MAX_WEIGHT}: {n} value(s) do not, e.g. {_short(x)}")
+
+
+def weight_range_problems(weights: tuple[int, int] | None) -> list[str]:
+    """The refusal of a Parquet file whose ``_weight`` statistics (min, max; None: unknown, the
+    rows are checked instead) leave the allowed range."""
+    if weights is None or -MAX_WEIGHT <= weights[0] <= weights[1] <= MAX_WEIGHT:
+        return []
+    bad = weights[1] if weights[1] > MAX_WEIGHT else weights[0]
+    return [f"column _weight must lie between -{MAX_WEIGHT} and {MAX_WEIGHT}: its values reach {bad}"]
 
 
 def _out_of_range(weight: Column) -> Column:
@@ -100,7 +109,7 @@ def _one_of_check(name: str, values: tuple[str, ...]) -> Check:
 def shared_checks(d: Declared) -> list[Check]:
     checks = [_null_check(c, *([d.null_reasons[c]] if c in d.null_reasons else [])) for c in d.not_null]
     checks += [_one_of_check(c, values) for c, values in d.one_of.items()]
-    checks += [_WEIGHT_NULL, _WEIGHT_INT, _WEIGHT_RANGE] if d.allow_weight else []
+    checks += [_WEIGHT_NULL, _WEIGHT_INT, WEIGHT_RANGE] if d.allow_weight else []
     return checks + ([_WEIGHT_DELETE] if d.inserts_only else [])
 
 
@@ -138,10 +147,7 @@ def plan_parquet(spark: SparkSession, files: Sequence[InputFile], d: Declared) -
         reasons += [f"column {c} is declared not nullable but has {n} null value(s)" if c != WEIGHT
                     else _WEIGHT_NULL.describe(n, None) for c, n in counts.items() if n]
         weights = footer.weight_range if d.allow_weight and WEIGHT in found else (0, 0)
-        if weights is not None and not -MAX_WEIGHT <= weights[0] <= weights[1] <= MAX_WEIGHT:
-            bad = weights[1] if weights[1] > MAX_WEIGHT else weights[0]
-            reasons.append(f"column _weight must lie between -{MAX_WEIGHT} and {MAX_WEIGHT}: its "
-                           f"values reach {bad}")
+        reasons += weight_range_problems(weights)
         if reasons:
             plan.problems.extend((f.path, r) for r in reasons)
             continue
@@ -166,7 +172,7 @@ def _parquet_group(spark: SparkSession, files: Sequence[InputFile], schema: Stru
     weight = _col(WEIGHT).cast(LongType()) if has_weight else F.lit(1).cast(LongType())
     if has_weight:
         checks[_WEIGHT_NULL.key] = (_col(WEIGHT).isNull(), None)
-        checks[_WEIGHT_RANGE.key] = (_out_of_range(weight), _col(WEIGHT))
+        checks[WEIGHT_RANGE.key] = (_out_of_range(weight), _col(WEIGHT))
         checks.update(_delete_check(d, weight))
     typed = {c: _col(c).cast(t) for c, t in d.types.items()}
     checks.update(value_checks(d, typed))
@@ -245,7 +251,7 @@ def _csv_group(spark: SparkSession, files: Sequence[InputFile], header: tuple[st
         weight = _col(WEIGHT).try_cast(LongType())
         checks[_WEIGHT_NULL.key] = (_col(WEIGHT).isNull(), None)
         checks[_WEIGHT_INT.key] = (_col(WEIGHT).isNotNull() & weight.isNull(), _col(WEIGHT))
-        checks[_WEIGHT_RANGE.key] = (_out_of_range(weight), _col(WEIGHT))
+        checks[WEIGHT_RANGE.key] = (_out_of_range(weight), _col(WEIGHT))
         checks.update(_delete_check(d, weight))
     return Group(frame, typed, weight, checks)
 
@@ -297,7 +303,7 @@ def _json_group(spark: SparkSession, files: Sequence[InputFile], d: Declared) ->
         weight = F.coalesce(parsed, F.lit(1).cast(LongType()))
         checks[_WEIGHT_NULL.key] = (ok & F.array_contains("__keys", WEIGHT) & row[WEIGHT].isNull(), None)
         checks[_WEIGHT_INT.key] = (ok & row[WEIGHT].isNotNull() & parsed.isNull(), row[WEIGHT])
-        checks[_WEIGHT_RANGE.key] = (ok & _out_of_range(parsed), row[WEIGHT])
+        checks[WEIGHT_RANGE.key] = (ok & _out_of_range(parsed), row[WEIGHT])
         checks.update(_delete_check(d, weight))
     return Group(frame, {c: row[c] for c in d.types}, weight, checks)
 

@@ -28,6 +28,7 @@ from sqlglot import exp
 from ..errors import did_you_mean, listing
 from ..model import WEIGHT
 from . import plan as P
+from . import topk
 from .errors import SqlError, describe
 from .exprs import (AGGREGATES, aggregates_of, and_all, check_row_expression, column_sql, columns_of, conjuncts,
                     is_literal_int, quoted, render, rewrite, subqueries_of, walk)
@@ -75,6 +76,7 @@ def bind_query(tree: exp.Query, lookup: Lookup, known: Sequence[str], text: str)
     are the node's output columns."""
     binder = Binder(lookup, known, text)
     rel = binder.query(tree, None, {}, names_needed=True)
+    topk.unlimited(binder, rel.plan)
     for name in rel.plan.columns:
         if name == WEIGHT:
             raise SqlError(f"output column name '{WEIGHT}' is reserved for the Z-set weight: choose another "
@@ -89,6 +91,7 @@ class Binder:
         self.text = text
         self.source = Source(text)
         self.scalars: dict[int, str] = {}  # id(scalar subquery node) -> the column holding its value
+        self.rankings: dict[int, exp.Window] = {}  # id(TopK awaiting its <= k) -> its window (messages)
 
     # ---- queries ---------------------------------------------------------------------------
 
@@ -174,7 +177,7 @@ class Binder:
         if order is None:
             raise SqlError("LIMIT without ORDER BY picks arbitrary rows, so the view would not be a "
                            "function of its inputs: add ORDER BY (with a tie-breaking column)", limit)
-        raise SqlError("ORDER BY ... LIMIT k (a top-k) is not supported yet", limit)
+        return topk.order_limit(self, q, rel, limit)
 
     # ---- SELECT ----------------------------------------------------------------------------
 
@@ -202,15 +205,17 @@ class Binder:
         if from_ is None:
             raise SqlError("a query needs a FROM clause: a view reads inputs or nodes of the circuit", sel)
         group = JoinGroup(self, outer)
-        group.add(self.table_expr(from_.this, outer, ctes))
+        where = sel.args.get("where")
+        conds = conjuncts(where.this if where is not None else None)
+        first, conds = topk.limit_rankings(self, self.table_expr(from_.this, outer, ctes), conds)
+        group.add(first)
         for join in sel.args.get("joins") or []:
             self.join(group, join, outer, ctes)
-        where = sel.args.get("where")
         plain: list[exp.Expression] = []
         scalar: list[exp.Expression] = []
         predicates: list[exp.Expression] = []
         correlated: list[exp.Expression] = []
-        for c in conjuncts(where.this if where is not None else None):
+        for c in conds:
             if subquery_predicate(c) is not None:
                 predicates.append(c)
             elif subqueries_of(c):
@@ -236,8 +241,16 @@ class Binder:
             aggregates_of(e) for e in items + ([having.this] if having is not None else []))
         windows = [w for e in items for w in walk(e) if isinstance(w, exp.Window)]
         if windows:
-            raise SqlError(f"window function '{describe(windows[0])}': window functions (top-k: ROW_NUMBER/RANK/"
-                           f"DENSE_RANK OVER (...) <= k) are not supported yet", windows[0])
+            if is_aggregate:
+                raise SqlError(f"window function '{describe(windows[0])}' over a grouped query is not supported: "
+                               f"rank the rows of a subquery that groups", windows[0])
+            if len(windows) > 1:
+                raise SqlError(f"window function '{describe(windows[1])}': one ranking window per SELECT is "
+                               f"supported (a top-k)", windows[1])
+            if not any(unalias(item)[0] is windows[0] for item in items):
+                raise SqlError(f"window function '{describe(windows[0])}' inside an expression is not supported: "
+                               f"a ranking is a column of its own ('... AS rn'), filtered by <= k", windows[0])
+            return topk.ranking(self, sel, rel, items, windows[0], names_needed)
         if is_aggregate:
             from .aggregates import bind_aggregate
 

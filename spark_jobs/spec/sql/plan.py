@@ -145,9 +145,24 @@ class Loop(Rel):
     name: str
 
 
+@dataclass(eq=False)
+class TopK(Rel):
+    """Per group of ``partition_by``, the rows whose ``rank`` (row_number | rank | dense_rank) by
+    ``order_by`` ((column, desc, nulls_first), ...) is at most ``k``; ``rank_column``: the rank as
+    a column (appended). ``k`` is None while the binder has a ranking whose filter it has not
+    seen yet (a plan with such a node is refused)."""
+
+    input: Rel
+    partition_by: Cols
+    order_by: tuple[tuple[str, bool, bool], ...]
+    k: int | None
+    rank: str
+    rank_column: str | None
+
+
 def inputs_of(rel: Rel) -> tuple[Rel, ...]:
     """The relations a plan node reads, in order."""
-    if isinstance(rel, (Map, Filter, Aggregate, Distinct)):
+    if isinstance(rel, (Map, Filter, Aggregate, Distinct, TopK)):
         return (rel.input,)
     if isinstance(rel, (Join, Semi, NotIn, SetOp)):
         return (rel.left, rel.right)

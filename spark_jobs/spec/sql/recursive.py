@@ -84,6 +84,8 @@ def _monotone(rel: P.Rel, loop: P.Loop, at: exp.Expression, name: str) -> None:
         stack.extend(P.inputs_of(r))
         if isinstance(r, P.Aggregate) and variant(r.input):
             refuse("an aggregate (GROUP BY) of a relation that")
+        if isinstance(r, P.TopK) and variant(r.input):
+            refuse(f"a top-k ({r.sql}) of a relation that")
         if isinstance(r, (P.Semi, P.NotIn)) and (r.anti if isinstance(r, P.Semi) else True) and variant(r.right):
             refuse("the subquery of NOT EXISTS / NOT IN / ANTI JOIN")
         if isinstance(r, P.SetOp) and (r.kind == "except" or r.all and r.kind == "intersect") and variant(r.right):

@@ -1,0 +1,484 @@
+"""GROUP BY aggregates on Arrow tables, as Spark's ``operators/aggregate.py`` computes them.
+
+Same weights semantics (a tuple counts with its multiplicity when its consolidated weight is
+positive), same SQL results (COUNT of nothing is 0, the other aggregates NULL; without group_by
+exactly one row, even over no rows), same output types (what Spark's own ``groupBy().agg()``
+gives: ``output_type``), and Spark's order for floats (NaN above every number; -0.0 = 0.0).
+Arguments are Spark SQL expressions, evaluated by the expression compiler
+(``arrow/expressions.py``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from decimal import Decimal, localcontext
+from typing import Any, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_jobs.executor.arrow.expressions import column_value
+from spark_jobs.executor.arrow.zsets import consolidate
+from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.executor.totals import (EXACT, LIMBS, MAX_SPLIT_SCALE, PARTS, ROWS, TOTAL_LIMIT_EXP, count_name,
+                                        extremum_name, finish_float, finish_limbs, finish_sql, float_terms, is_split,
+                                        split_terms, sum_prefix)
+from spark_jobs.executor.totals import slots as linear_slots
+from spark_jobs.ir.ops.aggregate import EXTREMA
+from spark_jobs.spec.model import WEIGHT
+
+Agg = tuple[str, str, "str | None", bool]  # (out, func, arg or None for count(*), distinct)
+
+
+def output_type(func: str, arg_type: pa.DataType | None, distinct: bool) -> pa.DataType:
+    """The type of Spark's ``func(arg)`` for an argument of ``arg_type`` (Arrow's form)."""
+    if func == "count":
+        return pa.int64()
+    assert arg_type is not None
+    if func in ("min", "max"):
+        return arg_type
+    if pa.types.is_decimal(arg_type):
+        p, s = arg_type.precision, arg_type.scale
+        return pa.decimal128(min(38, p + 10), s) if func == "sum" else pa.decimal128(min(38, p + 4), min(38, s + 4))
+    if pa.types.is_integer(arg_type):
+        return pa.int64() if func == "sum" else pa.float64()
+    if pa.types.is_floating(arg_type):
+        return pa.float64()
+    raise NotLocal(f"{func} over {arg_type} runs on Spark")
+
+
+@dataclass
+class Groups:
+    """The positive rows of a Z-set grouped: per group, its rows' argument values and weights."""
+
+    keys: list[tuple]
+    members: dict[tuple, list[int]]  # group -> row indexes into the positive table
+    weights: list[int]
+    args: dict[int, list[Any]]  # agg index -> argument value per positive row
+    arg_types: dict[int, pa.DataType]
+
+
+def _groups(table: pa.Table, group_by: Sequence[str], aggs: Sequence[Agg], timezone: str) -> Groups:
+    positive = consolidate(table) if table.num_rows else table
+    if positive.num_rows:
+        positive = positive.filter(pc.greater(positive.column(WEIGHT), 0))
+    args, types = {}, {}
+    for i, (_, _, arg, _) in enumerate(aggs):
+        if arg is not None:
+            value, dtype = column_value(positive, arg, timezone)
+            args[i], types[i] = value.to_pylist(), dtype
+    keys = list(zip(*[positive.column(g).to_pylist() for g in group_by])) if group_by else [()] * positive.num_rows
+    members: dict[tuple, list[int]] = {}
+    for r, key in enumerate(keys):
+        members.setdefault(key, []).append(r)
+    return Groups(list(members), members, positive.column(WEIGHT).to_pylist(), args, types)
+
+
+def _spark_key(v: Any) -> Any:
+    """A float in Spark's order: NaN above every number, -0.0 equal to 0.0."""
+    if isinstance(v, float):
+        return (1, 0.0) if math.isnan(v) else (0, v + 0.0)
+    return (0, v)
+
+
+def _value(func: str, distinct: bool, values: list[Any] | None, weights: list[int]) -> Any:
+    if func == "count":
+        if values is None:
+            return sum(weights)
+        present = [(v, w) for v, w in zip(values, weights) if v is not None]
+        if distinct:
+            return len({_spark_key(v) for v, _ in present})
+        return sum(w for _, w in present)
+    present = [v for v in values or () if v is not None]
+    if func in ("min", "max"):
+        return _pick(func, present)
+    raise NotLocal(f"{func} in-process: exact running totals are not built on Arrow yet")
+
+
+def aggregate(table: pa.Table, group_by: Sequence[str], aggs: Sequence[Agg], schema: pa.Schema,
+              timezone: str) -> pa.Table:
+    """The full aggregate of a Z-set table with SQL semantics; weight 1 per group (a set).
+    ``schema``: the input's schema (types of the group columns and of the arguments)."""
+    g = _groups(table if table.num_rows else schema.empty_table(), group_by, aggs, timezone)
+    keys = g.keys if group_by or g.keys else [()]  # without group_by: one row even over no rows
+    types = [schema.field(c).type for c in group_by]
+    out_types = [output_type(func, g.arg_types.get(i), distinct) for i, (_, func, _, distinct) in enumerate(aggs)]
+    rows = []
+    for key in keys:
+        idx = g.members.get(key, [])
+        weights = [g.weights[r] for r in idx]
+        rows.append([*key, *[_value(func, distinct, [g.args[i][r] for r in idx] if i in g.args else None, weights)
+                             for i, (_, func, _, distinct) in enumerate(aggs)], 1])
+    names = [*group_by, *(out for out, *_ in aggs), WEIGHT]
+    fields = [pa.field(n, t) for n, t in zip(names, [*types, *out_types, pa.int64()])]
+    columns = list(zip(*rows)) if rows else [[] for _ in names]
+    return pa.Table.from_arrays([pa.array(list(c), f.type) for c, f in zip(columns, fields)], schema=pa.schema(fields))
+
+
+# ---- linear aggregates: exact running totals (``executor/totals.py``), as ``aggregate_linear_step`` ----
+
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+
+
+@dataclass(frozen=True)
+class _Sum:
+    """The exact sum of one slot's argument: its family (``totals.PARTS``) and types."""
+
+    slot: int
+    family: str  # integer | decimal | split | float
+    arg_type: pa.DataType
+    sum_type: pa.DataType  # Spark's SUM type of the argument (what ``sum`` shows)
+    label: str
+
+    @property
+    def parts(self) -> list[tuple[str, pa.DataType]]:
+        """The stored columns, in the Spark kernel's order (``exact_sum.ExactSum.columns``)."""
+        scale = self.arg_type.scale if pa.types.is_decimal(self.arg_type) else 0
+        types = {"i": pa.decimal128(38, 0), "d": pa.decimal128(38, scale), "f": pa.decimal128(38, scale),
+                 "nan": pa.int64(), "pinf": pa.int64(), "ninf": pa.int64()}
+        return [(f"{sum_prefix(self.slot)}_{part}", types.get(part, pa.decimal128(38, 0)))
+                for part in PARTS[self.family]]
+
+    def terms(self, x: Any, w: int) -> tuple[Any, ...]:
+        """What a row with argument ``x`` and weight ``w`` adds to each part (refusals: Spark's)."""
+        if self.family == "float":
+            terms = float_terms(x, w)
+            if terms is None:
+                raise NotLocal(f"{self.label}: {x!r} is too large for an exact sum of doubles: Spark reports it")
+            return terms
+        if x is None:
+            return (0,) * len(PARTS[self.family])
+        if self.family == "integer":
+            return (x * w,)
+        if self.family == "decimal":
+            term = EXACT.multiply(x, w)
+            _check(term, 38 - self.arg_type.scale, self.label)
+            return (term,)
+        whole, fraction = split_terms(x, w)
+        _check(whole, 38, self.label)
+        digits = 37 - self.arg_type.scale
+        if digits < 19 and abs(w) != 1 and abs(w) >= 10 ** digits:
+            raise NotLocal(f"{self.label}: weight {w} is too large for an exact sum: Spark reports it")
+        return whole, fraction
+
+    def value(self, t: dict[str, Any]) -> Any:
+        """The sum in Spark's SUM type from the group's totals ``t`` (``ExactSum.value``)."""
+        names = [n for n, _ in self.parts]
+        if self.family == "float":
+            limbs = [int(t[n]) for n in names[:LIMBS]]
+            _check_limbs(limbs, self.label)
+            return finish_float(limbs, *(t[n] for n in names[LIMBS:]))
+        if self.family == "integer":
+            total = int(t[names[0]])
+            if not _INT64[0] <= total <= _INT64[1]:
+                raise NotLocal(f"{self.label}: the sum overflows bigint: Spark reports it")
+            return total
+        s = self.arg_type.scale
+        if self.family == "decimal":
+            total = t[names[0]]
+        else:
+            whole, fraction = t[names[0]], t[names[1]]
+            _check(whole, 37 - s, self.label)
+            _check(fraction, 37 - s, self.label)
+            total = EXACT.add(whole, fraction)
+        _check(total, self.sum_type.precision - s, self.label)
+        return total
+
+    def avg_numerator(self, t: dict[str, Any]) -> float:
+        """An integer sum as ``avg`` divides it: the exact total as a double (``finish_limbs``)."""
+        total = int(t[self.parts[0][0]])
+        _check_limbs([total, 0, 0], self.label)
+        return finish_limbs([total, 0, 0], lowest_exp=0)
+
+
+def _check(value: Decimal | int, digits: int, label: str) -> None:
+    """A total must stay below 10^digits in magnitude (Spark refuses it otherwise)."""
+    if abs(value) >= 10 ** digits:
+        raise NotLocal(f"{label}: a running total exceeds {digits} digits: Spark reports it")
+
+
+def _check_limbs(limbs: Sequence[int], label: str) -> None:
+    if any(abs(x) >= 2 ** TOTAL_LIMIT_EXP for x in limbs):
+        raise NotLocal(f"{label}: a running total exceeds 2^{TOTAL_LIMIT_EXP} units: Spark reports it")
+
+
+def _family(arg_type: pa.DataType, func: str) -> str:
+    if pa.types.is_floating(arg_type):
+        return "float"
+    if pa.types.is_integer(arg_type):
+        return "integer"
+    if pa.types.is_decimal(arg_type):
+        if not is_split(arg_type.precision, arg_type.scale):
+            return "decimal"
+        if arg_type.scale > MAX_SPLIT_SCALE:
+            raise NotLocal(f"{func} over {arg_type}: Spark refuses exact sums of this scale")
+        return "split"
+    raise NotLocal(f"{func} over {arg_type} runs on Spark")
+
+
+def _layout(aggs: Sequence[Agg], types: dict[int, pa.DataType], node: str
+            ) -> tuple[dict[int, int], dict[int, _Sum], list[tuple[str, pa.DataType, bool]]]:
+    """Slots, exact sums per slot, and the accumulators (name, type, overflow-checked), in the
+    stored order (``operators/aggregate._Totals``)."""
+    slots = linear_slots(aggs)
+    sums: dict[int, _Sum] = {}
+    accs: list[tuple[str, pa.DataType, bool]] = [(ROWS, pa.int64(), True)]
+    for j in sorted(set(slots.values())):
+        accs.append((count_name(j), pa.int64(), True))
+        summed = next((i for i, sl in slots.items() if sl == j and aggs[i][1] in ("sum", "avg")), None)
+        if summed is None:
+            continue
+        out, func, arg, _ = aggs[summed]
+        arg_type = types[summed]
+        sums[j] = _Sum(j, _family(arg_type, func), arg_type, output_type("sum", arg_type, False),
+                       f"aggregate {out!r} ({func}({arg})) of node {node!r}")
+        accs.extend((n, t, sums[j].family != "float" or t == pa.int64()) for n, t in sums[j].parts)
+    return slots, sums, accs
+
+
+def _fits(value: Any, dtype: pa.DataType) -> bool:
+    if pa.types.is_integer(dtype):
+        return _INT64[0] <= value <= _INT64[1]
+    return abs(value) < 10 ** (dtype.precision - dtype.scale)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """SQL ``<=>`` on output values (NaN equals NaN, as in Spark)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b if a is not None and b is not None else a is None and b is None
+
+
+def linear_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str], aggs: Sequence[Agg],
+                first_step: bool, timezone: str, node: str = "aggregate") -> tuple[pa.Table, pa.Table]:
+    """One step of a linear aggregate: ``(out_delta, totals_delta)``, the same rows, types and
+    totals (bit for bit) as ``operators/aggregate.aggregate_linear_step``. ``prev``: the trace
+    rows of the groups the delta touches (all of them without group_by; None: no totals yet).
+    Totals are exact (integers and decimals; doubles as integer limbs: ``executor/totals.py``), so
+    either engine may read the totals the other wrote. A value or total Spark refuses hands the
+    step to Spark (``NotLocal``), which reports it."""
+    with localcontext(EXACT):  # decimal sums exact (the default context rounds to 28 digits)
+        return _linear_step(delta, prev, group_by, aggs, first_step, timezone, node)
+
+
+def _linear_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str], aggs: Sequence[Agg],
+                 first_step: bool, timezone: str, node: str) -> tuple[pa.Table, pa.Table]:
+    args, types = _arguments(delta, aggs, timezone)
+    slots, sums, accs = _layout(aggs, types, node)
+    names = [n for n, _, _ in accs]
+    changed = {k: a for k, a in _delta_totals(delta, group_by, args, slots, sums, names).items()
+               if any(v != 0 for v in a.values())}  # no-op groups
+    _check_totals(changed, accs)
+    key_fields = [pa.field(g, delta.schema.field(g).type) for g in group_by]
+    totals = _table(key_fields + [pa.field(n, t) for n, t, _ in accs],
+                    [[*k, *(a[n] for n in names)] for k, a in changed.items()])
+
+    old: dict[tuple, dict[str, Any]] = {}
+    if prev is not None and prev.num_rows:
+        prev_keys = _keys(prev, group_by)
+        values = {n: prev.column(n).to_pylist() for n in names}
+        for r, key in enumerate(prev_keys):
+            if group_by and key not in changed:
+                continue
+            acc = old.setdefault(key, dict.fromkeys(names, 0))
+            for n in names:
+                acc[n] += values[n][r] if values[n][r] is not None else 0
+    groups = [()] if not group_by else list(changed)  # a global aggregate's one row always exists
+    zero = dict.fromkeys(names, 0)
+    new = {k: {n: old.get(k, zero)[n] + changed.get(k, zero)[n] for n in names} for k in groups}
+    _check_totals(old, accs)
+    _check_totals(new, accs)
+    outs = _outs(aggs, types)
+    finished = {side: _finish({k: rows.get(k, zero) for k in groups}, slots, sums, outs, timezone)
+                for side, rows in (("old", old), ("new", new))}
+    return _changes(key_fields, outs, groups, old, new, finished, first_step), totals
+
+
+def _arguments(delta: pa.Table, aggs: Sequence[Agg], timezone: str
+               ) -> tuple[dict[int, list[Any]], dict[int, pa.DataType]]:
+    """Each aggregate's argument per row of ``delta`` (as Python values), and its type."""
+    args, types = {}, {}
+    for i, (_, _, arg, _) in enumerate(aggs):
+        if arg is not None:
+            value, types[i] = column_value(delta, arg, timezone)
+            args[i] = value.to_pylist()
+    return args, types
+
+
+def _keys(table: pa.Table, group_by: Sequence[str]) -> list[tuple]:
+    return list(zip(*[table.column(g).to_pylist() for g in group_by])) if group_by else [()] * table.num_rows
+
+
+def _outs(aggs: Sequence[Agg], types: dict[int, pa.DataType]) -> list[tuple[str, str, str | None, pa.DataType]]:
+    return [(out, func, arg, output_type(func, types.get(i), False)) for i, (out, func, arg, _) in enumerate(aggs)]
+
+
+def _delta_totals(delta: pa.Table, group_by: Sequence[str], args: dict[int, list[Any]], slots: dict[int, int],
+                  sums: dict[int, _Sum], names: list[str]) -> dict[tuple, dict[str, Any]]:
+    """The running totals each group of ``delta`` adds (``totals`` layout), by group."""
+    weights = delta.column(WEIGHT).to_pylist()
+    changed: dict[tuple, dict[str, Any]] = {}
+    for r, key in enumerate(_keys(delta, group_by)):
+        acc = changed.setdefault(key, dict.fromkeys(names, 0))
+        w = weights[r]
+        acc[ROWS] += w
+        for j in sorted(set(slots.values())):
+            x = args[j][r]
+            if x is None:
+                continue
+            acc[count_name(j)] += w
+            if j in sums:
+                for (n, _), term in zip(sums[j].parts, sums[j].terms(x, w)):
+                    acc[n] += term
+    return changed
+
+
+def _changes(key_fields: list[pa.Field], outs: list[tuple[str, str, str | None, pa.DataType]], groups: list[tuple],
+             old: dict[tuple, dict[str, Any]], new: dict[tuple, dict[str, Any]],
+             finished: dict[str, dict[tuple, list[Any]]], first_step: bool) -> pa.Table:
+    """-old row / +new row of each touched group, nothing where they are equal (a group exists
+    while its row count is positive; without group_by the one row always exists)."""
+    is_global = not key_fields
+    out_rows = []
+    for k in groups:
+        old_exists = not first_step if is_global else old.get(k, {ROWS: 0})[ROWS] > 0
+        new_exists = True if is_global else new[k][ROWS] > 0
+        before, after = finished["old"][k], finished["new"][k]
+        if old_exists and new_exists and all(_same(a, b) for a, b in zip(before, after)):
+            continue
+        if old_exists:
+            out_rows.append([*k, *before, -1])
+        if new_exists:
+            out_rows.append([*k, *after, 1])
+    out_fields = key_fields + [pa.field(o, t) for o, _, _, t in outs] + [pa.field(WEIGHT, pa.int64())]
+    return _table(out_fields, out_rows)
+
+
+# ---- min/max over an insert-only input: totals and extrema, as ``aggregate_insert_only_step`` ----
+
+def insert_only_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str], aggs: Sequence[Agg],
+                     first_step: bool, timezone: str, node: str = "aggregate") -> tuple[pa.Table, pa.Table]:
+    """One step of an aggregate with min/max over an insert-only input: ``(out_delta,
+    state_delta)``, the same rows, types and state as ``operators/aggregate.
+    aggregate_insert_only_step``. ``prev``: this node's state rows of the groups the delta
+    touches (all of them without group_by; None: none yet). A negative weight hands the step to
+    Spark, which refuses it."""
+    with localcontext(EXACT):
+        return _insert_only_step(delta, prev, group_by, aggs, first_step, timezone, node)
+
+
+def _pick(func: str, values: Sequence[Any]) -> Any:
+    """Spark's min/max of ``values`` (NULLs ignored; NaN above every number); None if none."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    return (min if func == "min" else max)(present, key=_spark_key)
+
+
+def _insert_only_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str], aggs: Sequence[Agg],
+                      first_step: bool, timezone: str, node: str) -> tuple[pa.Table, pa.Table]:
+    if delta.num_rows and pc.min(delta.column(WEIGHT)).as_py() < 0:
+        raise NotLocal(f"aggregate {node!r}: a change deletes rows but its input is insert-only: Spark reports it")
+    args, types = _arguments(delta, aggs, timezone)
+    slots, sums, accs = _layout(aggs, types, node)
+    names = [n for n, _, _ in accs]
+    ext = {i: func for i, (_, func, _, _) in enumerate(aggs) if func in EXTREMA}
+    changed = {k: a for k, a in _delta_totals(delta, group_by, args, slots, sums, names).items() if a[ROWS] != 0}
+    weights = delta.column(WEIGHT).to_pylist()
+    found: dict[tuple, dict[int, list[Any]]] = {k: {i: [] for i in ext} for k in changed}
+    for r, key in enumerate(_keys(delta, group_by)):
+        if weights[r] > 0 and key in found:
+            for i in ext:
+                found[key][i].append(args[i][r])
+
+    zero = dict.fromkeys(names, 0)
+    old: dict[tuple, dict[str, Any]] = {}
+    old_found: dict[tuple, dict[int, list[Any]]] = {}
+    if prev is not None and prev.num_rows:
+        values = {n: prev.column(n).to_pylist() for n in [*names, *map(extremum_name, ext), WEIGHT]}
+        for r, key in enumerate(_keys(prev, group_by)):
+            if group_by and key not in changed:
+                continue
+            sign = -1 if values[WEIGHT][r] < 0 else 1  # -old +new rows: the totals telescope
+            acc = old.setdefault(key, dict(zero))
+            for n in names:
+                acc[n] += sign * (values[n][r] or 0)
+            for i in ext:  # monotone: the extremum over every row is the last one
+                old_found.setdefault(key, {j: [] for j in ext})[i].append(values[extremum_name(i)][r])
+    groups = [()] if not group_by else list(changed)
+    new = {k: {n: old.get(k, zero)[n] + changed.get(k, zero)[n] for n in names} for k in groups}
+    _check_totals(changed, accs)
+    _check_totals(new, accs)
+    outs = _outs(aggs, types)
+    linear = [i for i in range(len(aggs)) if i not in ext]
+    extrema = {"old": {k: {i: _pick(f, old_found.get(k, {}).get(i, [])) for i, f in ext.items()} for k in groups}}
+    extrema["new"] = {k: {i: _pick(f, [extrema["old"][k][i], *found.get(k, {}).get(i, [])]) for i, f in ext.items()}
+                      for k in groups}
+    finished = {}
+    for side, rows in (("old", old), ("new", new)):
+        values = _finish({k: rows.get(k, zero) for k in groups}, slots, sums, outs, timezone, linear)
+        finished[side] = {k: [extrema[side][k][i] if i in ext else v for i, v in enumerate(row)]
+                          for k, row in values.items()}
+    key_fields = [pa.field(g, delta.schema.field(g).type) for g in group_by]
+    out = _changes(key_fields, outs, groups, old, new, finished, first_step)
+    state_rows = []
+    for k in groups:
+        sides = (("old", old.get(k, zero), -1), ("new", new[k], 1))
+        if old.get(k, zero)[ROWS] != new[k][ROWS]:
+            state_rows += [[*k, *(t[n] for n in names), *extrema[side][k].values(), w]
+                           for side, t, w in sides if t[ROWS] > 0]
+    state_fields = (key_fields + [pa.field(n, t) for n, t, _ in accs]
+                    + [pa.field(extremum_name(i), types[i]) for i in ext] + [pa.field(WEIGHT, pa.int64())])
+    return out, _table(state_fields, state_rows)
+
+
+def _check_totals(groups: dict[tuple, dict[str, Any]], accs: list[tuple[str, pa.DataType, bool]]) -> None:
+    """An overflow-checked total out of its type hands the step to Spark (which refuses it)."""
+    for acc in groups.values():
+        for name, dtype, checked in accs:
+            if checked and not _fits(acc[name], dtype):
+                raise NotLocal(f"a running total {acc[name]} does not fit {dtype}: Spark reports it")
+
+
+def _table(fields: list[pa.Field], rows: list[list[Any]]) -> pa.Table:
+    columns = list(zip(*rows)) if rows else [[] for _ in fields]
+    return pa.Table.from_arrays([pa.array(list(c), f.type) for c, f in zip(columns, fields)], schema=pa.schema(fields))
+
+
+def _spark_name(t: pa.DataType) -> str:
+    if pa.types.is_decimal(t):
+        return f"decimal({t.precision},{t.scale})"
+    return {pa.int64(): "bigint", pa.float64(): "double"}[t]
+
+
+def _finish(groups: dict[tuple, dict[str, Any]], slots: dict[int, int], sums: dict[int, _Sum],
+            outs: list[tuple[str, str, str | None, pa.DataType]], timezone: str,
+            only: Sequence[int] | None = None) -> dict[tuple, list[Any]]:
+    """Each group's output values from its totals: the finished sums (``_Sum.value``, in
+    Python), then the Spark kernel's finishing SQL (``totals.finish_sql``) compiled to Arrow.
+    ``only``: the aggregates to finish (the others are None: min/max, kept apart)."""
+    if not groups:
+        return {}
+    columns: dict[str, tuple[pa.DataType, list[Any]]] = {ROWS: (pa.int64(), [t[ROWS] for t in groups.values()])}
+    for j in sorted(set(slots.values())):
+        columns[count_name(j)] = (pa.int64(), [t[count_name(j)] for t in groups.values()])
+    for i, (_, func, _, _) in enumerate(outs):
+        j = slots.get(i)
+        if j not in sums:
+            continue
+        integer_avg = func == "avg" and sums[j].family == "integer"
+        name = f"__m{j}" if integer_avg else f"__v{j}"
+        if name not in columns:
+            finish = sums[j].avg_numerator if integer_avg else sums[j].value
+            dtype = pa.float64() if integer_avg else sums[j].sum_type
+            columns[name] = (dtype, [finish(t) for t in groups.values()])
+    table = pa.Table.from_arrays([pa.array(v, t) for t, v in columns.values()], names=list(columns))
+    values = []
+    for i, (_, func, arg, dtype) in enumerate(outs):
+        if only is not None and i not in only:
+            values.append([None] * len(groups))
+            continue
+        j = slots.get(i)
+        sql = finish_sql(func, arg, j, j in sums and sums[j].family == "integer")
+        values.append(column_value(table, f"CAST({sql} AS {_spark_name(dtype)})", timezone)[0].to_pylist())
+    return {k: [v[r] for v in values] for r, k in enumerate(groups)}

@@ -1,0 +1,195 @@
+"""Spark and Arrow kernels of the top-k operator (its definition and rule: ``ir/ops/topk.py``).
+
+Both give Spark SQL's semantics on bags, as the definition's docstring says; the tests compare
+them with each other and with DuckDB at every step."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from spark_jobs.ir.graph import Node
+from spark_jobs.ir.ops.topk import RANK_TYPE, _partition, tie_break
+
+
+# ---- Arrow kernels ------------------------------------------------------------------------------
+
+def _sort_keys(table: Any, node: Node, columns: Sequence[str]) -> tuple[Any, list[tuple[str, str, str]], list[str]]:
+    """``table`` with helper columns, the pyarrow sort keys that put it in Spark's order (groups
+    together, then ``order_by``, then, for ``row_number``, the tie-break), and the order columns.
+
+    pyarrow places NULLs and NaNs by one global option; Spark puts NULLs first ascending and last
+    descending (unless told), and NaN above every number: helper columns (is NULL, is NaN) sort
+    ahead of each key to say so."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    order = [tuple(o) for o in node.param("order_by")]
+    if node.param("rank") == "row_number":
+        order += [(c, False, True) for c in tie_break(columns, node)]
+    keys = [(p, "ascending", "at_end") for p in _partition(node)]  # any order that keeps a group together
+    for j, (column, desc, nulls_first) in enumerate(order):
+        values = table.column(column)
+        table = table.append_column(f"__null{j}", pc.is_null(values))
+        keys.append((f"__null{j}", "descending" if nulls_first else "ascending", "at_end"))
+        if pa.types.is_floating(values.type):
+            table = table.append_column(f"__nan{j}", pc.fill_null(pc.is_nan(values), False))
+            keys.append((f"__nan{j}", "descending" if desc else "ascending", "at_end"))
+        keys.append((column, "descending" if desc else "ascending", "at_end"))
+    return table, keys, [c for c, _, _ in node.param("order_by")]
+
+
+def _key(values: Sequence[Any]) -> tuple:
+    """Values as Spark compares them for equality (NaN = NaN, -0.0 = 0.0)."""
+    return tuple(("NaN",) if isinstance(v, float) and v != v else (v + 0.0 if isinstance(v, float) else v)
+                 for v in values)
+
+
+def topk_table(table: Any, node: Node) -> Any:
+    """Top-k of a Z-set table (rows of positive weight count; others are not in the bag): sorted
+    with pyarrow, then one pass that numbers the copies of each group's rows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from spark_jobs.executor.arrow.zsets import consolidate
+    from spark_jobs.spec.model import WEIGHT
+
+    k, rank, rank_column = int(node.param("k")), node.param("rank"), node.param("rank_column")
+    columns = [c for c in table.column_names if c != WEIGHT]
+    fields = [table.schema.field(c) for c in columns] + ([pa.field(rank_column, pa.int32())] if rank_column else [])
+    schema = pa.schema(fields + [pa.field(WEIGHT, pa.int64())])
+    rows = consolidate(table) if table.num_rows else table
+    rows = rows.filter(pc.greater(rows.column(WEIGHT), 0)) if rows.num_rows else rows
+    if rows.num_rows == 0:
+        return schema.empty_table()
+    helped, keys, ordered = _sort_keys(rows, node, columns)
+    rows = rows.take(pc.sort_indices(helped, sort_keys=keys))
+    groups = list(zip(*[rows.column(p).to_pylist() for p in _partition(node)])) or [()] * rows.num_rows
+    peers = list(zip(*[rows.column(c).to_pylist() for c in ordered]))
+    weights = rows.column(WEIGHT).to_pylist()
+    take: list[int] = []
+    out_weights: list[int] = []
+    ranks: list[int] = []
+    group = before = dense = position = None
+    for i, w in enumerate(weights):
+        if i == 0 or _key(groups[i]) != group:
+            group, before, dense, position = _key(groups[i]), 0, 0, 0
+        elif before is None:  # this group is done
+            continue
+        if rank == "row_number":
+            kept = min(w, k - before)
+            take += [i] * (kept if rank_column else 1)
+            out_weights += [1] * kept if rank_column else [kept]
+            ranks += list(range(before + 1, before + kept + 1)) if rank_column else []
+        else:
+            if i == 0 or before == 0 or _key(peers[i]) != _key(peers[i - 1]):
+                dense, position = dense + 1, before + 1
+            value = position if rank == "rank" else dense
+            if value > k:
+                before = None
+                continue
+            take.append(i)
+            out_weights.append(w)
+            ranks.append(value)
+        before += w
+        if rank == "row_number" and before >= k:
+            before = None
+    out = rows.take(pa.array(take, pa.int64())).select(columns)
+    if rank_column:
+        out = out.append_column(rank_column, pa.array(ranks, pa.int32()))
+    return out.append_column(WEIGHT, pa.array(out_weights, pa.int64())).cast(schema)
+
+
+def arrow_topk(s: Any, node: Node) -> Any:
+    return topk_table(s.engine.table(s.value(node.inputs[0])), node)
+
+
+def arrow_topk_touched(s: Any, node: Node) -> Any:
+    """The touched groups' rows of the integral (row groups admitted by the change's partition
+    values), top-k before and after the change, new − old."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from spark_jobs.executor.arrow.zsets import consolidate, negate, semi, total
+    from spark_jobs.executor.kernels.arrow import Integral
+
+    delta, integral = s.args(node)
+    delta = s.engine.table(delta)
+    delta = delta.cast(pa.schema([f.with_nullable(True) for f in delta.schema]))  # as rows read from files
+    empty = topk_table(delta.slice(0, 0), node)
+    if delta.num_rows == 0:
+        return empty
+    part = _partition(node)
+    if not part:
+        old = s.engine.table(integral)
+    elif isinstance(integral, Integral):
+        found = integral.rows_for(part[0], pc.unique(delta.column(part[0])).to_pylist())
+        old = semi(found, delta, part, part) if len(part) > 1 else found
+    else:
+        old = semi(integral, delta, part, part)
+    old = old.select(delta.column_names).cast(delta.schema)
+    new = total([old, delta])
+    out = total([topk_table(new, node), negate(topk_table(old, node))])
+    return consolidate(out).cast(empty.schema)
+
+
+# ---- Spark kernels ------------------------------------------------------------------------------
+
+def topk_frame(df: Any, node: Node) -> Any:
+    """Top-k of a Z-set DataFrame with window functions over its consolidated positive rows."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from spark_jobs.executor.zset import WEIGHT, col, consolidate, data_columns
+
+    columns = data_columns(df)
+    k, rank, rank_column = int(node.param("k")), node.param("rank"), node.param("rank_column")
+
+    def sort(column: str, desc: bool, nulls_first: bool) -> Any:
+        c = col(column)
+        if desc:
+            return c.desc_nulls_first() if nulls_first else c.desc_nulls_last()
+        return c.asc_nulls_first() if nulls_first else c.asc_nulls_last()
+
+    order = [sort(*o) for o in node.param("order_by")]
+    groups = [col(p) for p in _partition(node)]
+    rows = consolidate(df).where(col(WEIGHT) > 0)
+    w = col(WEIGHT)
+    if rank == "row_number":
+        full = order + [col(c).asc_nulls_first() for c in tie_break(columns, node)]
+        window = Window.partitionBy(*groups).orderBy(*full).rowsBetween(Window.unboundedPreceding, -1)
+        rows = rows.withColumn("__before", F.coalesce(F.sum(w).over(window), F.lit(0)).cast("long"))
+        rows = rows.where(col("__before") < k).withColumn("__kept", F.least(w, F.lit(k) - col("__before")))
+        if rank_column:
+            first, last = col("__before") + 1, col("__before") + col("__kept")
+            numbers = F.sequence(first.cast(RANK_TYPE), last.cast(RANK_TYPE))
+            return rows.select(*[col(c) for c in columns], F.explode(numbers).alias(rank_column),
+                               F.lit(1).cast("long").alias(WEIGHT))
+        return rows.select(*[col(c) for c in columns], col("__kept").cast("long").alias(WEIGHT))
+    if rank == "rank":
+        upto = F.sum(w).over(Window.partitionBy(*groups).orderBy(*order))  # RANGE frame: peers included
+        peers = F.sum(w).over(Window.partitionBy(*groups, *[col(c) for c, _, _ in node.param("order_by")]))
+        value = upto - peers + 1
+    else:
+        value = F.dense_rank().over(Window.partitionBy(*groups).orderBy(*order))
+    rows = rows.withColumn("__rank", value.cast(RANK_TYPE)).where(col("__rank") <= k)
+    extra = [col("__rank").alias(rank_column)] if rank_column else []
+    return rows.select(*[col(c) for c in columns], *extra, w)
+
+
+def spark_topk(s: Any, node: Node) -> Any:
+    return topk_frame(s.value(node.inputs[0]), node)
+
+
+def spark_topk_touched(s: Any, node: Node) -> Any:
+    """The touched groups' rows of the integral (a semi join with the change's partition values,
+    pre-filtered by the first one so Parquet skips row groups), top-k before and after, new − old."""
+    from spark_jobs.executor.zset import consolidate, negate, plus, restrict
+
+    delta, integral = s.args(node)
+    part = _partition(node)
+    old = integral.select(*delta.columns)
+    if part:
+        old = restrict(old, delta, part, part, broadcast=s.engine.broadcast,
+                       in_list_max=s.engine.policy.narrow.in_list_max)
+    return consolidate(plus(topk_frame(plus(old, delta), node), negate(topk_frame(old, node))))
+
+

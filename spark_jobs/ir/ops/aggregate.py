@@ -1,0 +1,93 @@
+"""GROUP BY aggregates (section 7 of the paper) and their two incremental forms.
+
+Params: group_by (columns); aggs: ((out, func, arg_expr or None for count(*), distinct), ...)
+with func one of count, sum, avg, min, max. Without group_by there is one row, even on empty input.
+
+- ``aggregate_linear`` (only count, sum, avg, none DISTINCT): the change of the output from the
+  delta alone, given per-group running totals (its state, a "sum" trace keyed by the groups).
+- ``aggregate_touched`` (inputs: the delta, the integral of the input): recompute only the
+  groups the delta touches from the integral; its state is the previous output per group, so
+  the old row of a touched group is known without recomputing it.
+- ``aggregate_insert_only`` (min/max, with or without count/sum/avg, none DISTINCT, over an
+  insert-only input: ``operator.is_insert_only``): a group's min can only fall and its max only
+  rise, so the new extremum is the extremum of the old one and the delta's. Its state is one row
+  per group (running totals and extrema); it keeps no integral of its input: O(groups), not
+  O(rows).
+"""
+from __future__ import annotations
+
+from spark_jobs.ir.builder import Builder
+from spark_jobs.ir.graph import Circuit, Node
+from spark_jobs.ir.operator import ALWAYS, NONLINEAR, Operator, State, builtin_kernels, is_insert_only, register
+
+LINEAR_AGGREGATES = frozenset({"count", "sum", "avg"})
+EXTREMA = frozenset({"min", "max"})
+
+
+def is_linear(aggs) -> bool:
+    """Can every aggregate be maintained from deltas and running totals?"""
+    return all(func in LINEAR_AGGREGATES and not distinct for _, func, _, distinct in aggs)
+
+
+def monotone(aggs) -> bool:
+    """Can every aggregate be maintained from running totals and extrema when rows are only
+    ever inserted (no DISTINCT: that needs the set of values)?"""
+    return all(func in LINEAR_AGGREGATES | EXTREMA and not distinct for _, func, _, distinct in aggs)
+
+
+def rule_aggregate(b: Builder, node: Node, deltas: list[str]) -> str:
+    """Section 7: linear aggregates from the delta; min/max over an insert-only input from the
+    old extrema and the delta; others re-evaluated for touched groups only."""
+    (dx,) = deltas
+    aggs = node.param("aggs")
+    if is_linear(aggs):
+        return b.add(node.with_(op="aggregate_linear", inputs=(dx,)))
+    if monotone(aggs) and is_insert_only(b.query, node.inputs[0]):
+        return b.add(node.with_(op="aggregate_insert_only", inputs=(dx,)))
+    return b.add(node.with_(op="aggregate_touched", inputs=(dx, b.integral(dx))))
+
+
+def group_keys(circuit: Circuit, node: Node) -> tuple[str, ...]:
+    return tuple(node.param("group_by") or ())
+
+
+def _groups_of_integral(node: Node, position: int) -> tuple[str, ...] | None:
+    """``aggregate_touched`` looks its integrated input (input 1) up by the groups."""
+    return tuple(node.param("group_by") or ()) if position == 1 else None
+
+
+AGGREGATE = register(Operator(
+    "aggregate", arity=1, linearity=NONLINEAR, symbol="agg", positive=ALWAYS, consolidated=True,
+    summary="GROUP BY with count/sum/avg/min/max (SQL semantics)", incremental=rule_aggregate,
+    kernels=builtin_kernels("aggregate")))
+
+AGGREGATE_LINEAR = register(Operator(
+    "aggregate_linear", arity=1, linearity=NONLINEAR, symbol="agg(linear)", consolidated=True,
+    form_of="aggregate",
+    summary="linear aggregates from the delta and per-group running totals",
+    # format 2: exact running totals (integer limbs for float sums, decimal(38,...) for integers
+    # and decimals; issue 19): state of format 1 is refused with the reset hint, not misread
+    state=State("per-group running totals (exact sums and counts)", kind="sum", keys=group_keys, format=2),
+    delta_form=lambda c, n: "per-group running totals from the change (state: the totals of the touched groups)",
+    kernels=builtin_kernels("aggregate_linear")))
+
+AGGREGATE_TOUCHED = register(Operator(
+    "aggregate_touched", arity=2, linearity=NONLINEAR, symbol="agg(touched)", consolidated=True,
+    form_of="aggregate",
+    summary="recompute the groups the delta touches from the integrated input",
+    state=State("previous output row per group", keys=group_keys, update_reads="output"),
+    lookup=_groups_of_integral, uses=lambda c, n, p: f"integrated input of aggregate {n.origin!r}",
+    delta_form=lambda c, n: (f"recomputes only the groups in the change from {n.inputs[1]}, keeps its previous "
+                             f"output per group"),
+    kernels=builtin_kernels("aggregate_touched")))
+
+AGGREGATE_INSERT_ONLY = register(Operator(
+    "aggregate_insert_only", arity=1, linearity=NONLINEAR, symbol="agg(insert-only)", consolidated=True,
+    summary="min/max (and count/sum/avg) of an insert-only input from per-group totals and extrema",
+    # one row per group (zset: each step appends -old +new state rows of the groups it touches,
+    # which compaction cancels): running totals as aggregate_linear's, then the extrema
+    state=State("per-group running totals and extrema (inserts only: no integral of the input)",
+                keys=group_keys),
+    delta_form=lambda c, n: ("new extremum = extremum(old, change's), totals plus the change's "
+                             "(state: one row per touched group)"),
+    kernels=builtin_kernels("aggregate_insert_only")))

@@ -1,0 +1,64 @@
+"""Join (equi-join or product), bilinear: Δ(a⋈b) = Δa⋈Δb + z⁻¹(I a)⋈Δb + Δa⋈z⁻¹(I b) (Theorem 3.4).
+
+Params: left_keys, right_keys (column tuples; empty = Cartesian product); null_safe (True for
+set operations: NULL matches NULL; False for SQL equi-joins); left_out / right_out:
+((source column, output name), ...) of the columns kept, left's then right's.
+
+Inside a recursive body a join becomes ``join_nested`` (inputs Δa, Δb and their per-iteration
+traces): the bilinear rule in two time dimensions, four terms (``executor/kernels/nested.py``).
+"""
+from __future__ import annotations
+
+from spark_jobs.ir.builder import Builder, BodyBuilder
+from spark_jobs.ir.graph import Circuit, Node, make_node
+from spark_jobs.ir.operator import BILINEAR, INPUTS, Operator, builtin_kernels, register
+
+
+def rule_bilinear(b: Builder, node: Node, deltas: list[str]) -> str:
+    """Theorem 3.4: Δ(a⋈b) = Δa⋈Δb + z⁻¹(I a)⋈Δb + Δa⋈z⁻¹(I b)."""
+    da, db = deltas
+    za, zb = b.delayed_integral(da), b.delayed_integral(db)
+    terms = []
+    for suffix, pair in (("ΔaΔb", (da, db)), ("Ia·Δb", (za, db)), ("Δa·Ib", (da, zb))):
+        terms.append(b.add(node.with_(id=f"{node.id}[{suffix}]", inputs=pair, origin=node.origin)))
+    return b.add(make_node(node.id, "plus", terms, node.columns, origin=node.origin))
+
+
+def nested_join(bb: BodyBuilder, node: Node) -> None:
+    """In a body: the join reads the 2-D deltas of its inputs and their per-iteration traces."""
+    a, b = node.inputs
+    ta = bb.trace(a, tuple(node.param("left_keys") or bb.inc[a].columns))
+    tb = bb.trace(b, tuple(node.param("right_keys") or bb.inc[b].columns))
+    bb.add(node.with_(op="join_nested", inputs=(a, b, ta, tb)))
+
+
+def join_keys(node: Node, position: int) -> tuple[str, ...]:
+    """The key columns of side ``position`` (0 left, 1 right); empty for a product."""
+    return tuple(node.param("left_keys" if position == 0 else "right_keys") or ())
+
+
+def delta_form(circuit: Circuit, terms: Node) -> str:
+    """``explain``: the plus of a join's terms, and the integrals they read."""
+    delays = [j for t in terms.inputs for j in circuit[t].inputs if circuit[j].op == "delay"]
+    traces = list(dict.fromkeys(circuit[j].inputs[0] for j in delays))
+    return ("Δl⋈Δr + z⁻¹(I l)⋈Δr + Δl⋈z⁻¹(I r): joins the change with the other side's integral; "
+            f"reads {', '.join(traces)}")
+
+
+def _side(circuit: Circuit, node: Node, position: int) -> str:
+    return f"{'left' if position == 0 else 'right'} side of join {node.origin!r}"
+
+
+JOIN = register(Operator(
+    "join", arity=2, linearity=BILINEAR, symbol="⋈", positive=INPUTS, insert_only=INPUTS,
+    distinct_moves=frozenset({"delay", "once"}),
+    summary="inner equi-join (or product); weights multiply", incremental=rule_bilinear, nested=nested_join,
+    lookup=join_keys, uses=_side, delta_form=delta_form, kernels=builtin_kernels("join")))
+# insert_only=INPUTS: over insert-only inputs all three terms of the rule are products of
+# non-negative Z-sets (a change, or the integral of non-negative changes), so the change is too
+
+JOIN_NESTED = register(Operator(
+    "join_nested", arity=4, linearity=BILINEAR, symbol="⋈ (2-D)", in_body_only=True,
+    summary="a body join on 2-D deltas: inputs (Δa, Δb, I(Δa), I(Δb))",
+    note="Δ(a⋈b) in 2-D: 4 terms over (this/earlier timestep) × (this/earlier iteration)",
+    kernels=builtin_kernels(None, loop="join_nested")))

@@ -1,0 +1,90 @@
+"""Top-k per group (``row_number()`` / ``rank()`` / ``dense_rank()`` ``<= k``) and its incremental form.
+
+Why here: this is the whole operator's definition (IR facts, incremental rule, params, and the
+names of its kernels); README, "Adding an operator", points at it. Its Spark and Arrow kernels
+are in ``executor/kernels/topk.py``, named by string, so the IR imports no engine and no
+executor module (tests/test_layering.py).
+
+Params: ``partition_by`` (columns; empty = one global group); ``order_by``: ((column, desc,
+nulls_first), ...); ``k`` (int >= 1); ``rank``: row_number | rank | dense_rank;
+``rank_column``: the name of the emitted rank column (an ``int``, appended last), or None.
+
+Semantics are Spark SQL's (and DuckDB's) on bags: a row of weight w is w rows. Per group, rows
+are ranked by ``order_by`` and those with rank <= k are kept:
+
+- ``rank``: 1 + the number of rows strictly before (peers, equal on ``order_by``, share a rank);
+- ``dense_rank``: 1 + the number of distinct ``order_by`` values before;
+- ``row_number``: positions 1, 2, ...; rows that ``order_by`` does not order (ties) are ordered by
+  all the other columns, ascending, NULLS FIRST, so the kept rows are reproducible (Spark would
+  pick any). Copies of one row are interchangeable, so the result is a function of the input.
+
+NULLs sort as Spark's default: first in ascending order, last in descending order, unless the
+order says otherwise; NaN is larger than every number and equal to itself.
+
+Incremental rule: Δtopk = topk(z⁻¹(I x)|G + Δx) − topk(z⁻¹(I x)|G), where G are the groups Δx
+touches (``topk_touched``). Its only state is the integral of its input, kept sorted on the
+partition columns, so a step reads only the rows of the touched groups (a global top-k reads
+the whole integral on a step with a change, and nothing on a step without).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from spark_jobs.ir.builder import Builder
+from spark_jobs.ir.graph import Circuit, Node
+from spark_jobs.ir.operator import ALWAYS, NONLINEAR, Operator, register
+
+RANK_TYPE = "int"  # the type Spark gives row_number(), rank() and dense_rank()
+KERNELS = "spark_jobs.executor.kernels.topk"  # where the Spark and Arrow kernels are
+
+
+def rule_topk(b: Builder, node: Node, deltas: list[str]) -> str:
+    """Δtopk from the change and the integral before it, for the touched groups only."""
+    (dx,) = deltas
+    return b.add(node.with_(op="topk_touched", inputs=(dx, b.delayed_integral(dx))))
+
+
+def _partition(node: Node) -> tuple[str, ...]:
+    return tuple(node.param("partition_by") or ())
+
+
+def _lookup(node: Node, position: int) -> tuple[str, ...] | None:
+    """``topk_touched`` looks its integral (input 1) up by the partition columns."""
+    return _partition(node) if position == 1 else None
+
+
+def describe(node: Node) -> str:
+    """``rank() <= 3 per (g) by v DESC``: the operator's params in the user's terms."""
+    order = ", ".join(f"{c}{' DESC' if d else ''}{'' if nf == (not d) else (' NULLS FIRST' if nf else ' NULLS LAST')}"
+                      for c, d, nf in node.param("order_by"))
+    groups = ", ".join(_partition(node)) or "all rows"
+    return f"{node.param('rank')}() <= {node.param('k')} per ({groups}) by {order}"
+
+
+def _delta_form(circuit: Circuit, node: Node) -> str:
+    groups = ", ".join(_partition(node))
+    return (f"{describe(node)}: top-k of the touched groups from {circuit[node.inputs[1]].inputs[0]} before and "
+            f"after the change, emits new − old" + (f" (looked up by {groups})" if groups else " (one group: the "
+                                                    "whole integral)"))
+
+
+def tie_break(columns: Sequence[str], node: Node) -> list[str]:
+    """The columns that order ``row_number`` ties: every column ``order_by`` does not name."""
+    ordered = {c for c, _, _ in node.param("order_by")}
+    return [c for c in columns if c not in ordered and c not in _partition(node)]
+
+
+def output_columns(columns: Sequence[str], rank_column: str | None) -> tuple[str, ...]:
+    return tuple(columns) + ((rank_column,) if rank_column else ())
+
+
+TOPK = register(Operator(
+    "topk", arity=1, linearity=NONLINEAR, symbol="top-k", positive=ALWAYS, consolidated=True,
+    summary="per group, the rows ranked <= k by row_number / rank / dense_rank (Spark SQL semantics)",
+    incremental=rule_topk, kernels={"spark": f"{KERNELS}:spark_topk", "arrow": f"{KERNELS}:arrow_topk"}))
+
+TOPK_TOUCHED = register(Operator(
+    "topk_touched", arity=2, linearity=NONLINEAR, symbol="top-k(touched)", consolidated=True, form_of="topk",
+    summary="top-k of the groups the delta touches, before and after it, from z⁻¹(I x): new − old",
+    lookup=_lookup, uses=lambda c, n, p: f"top-k {n.origin!r}: rows of the touched groups", delta_form=_delta_form,
+    kernels={"spark": f"{KERNELS}:spark_topk_touched", "arrow": f"{KERNELS}:arrow_topk_touched"}))

@@ -1,0 +1,177 @@
+"""The execution policy: every size threshold of the engine, and the choice of engine per step.
+
+Why one object: the thresholds that decide how a step runs (when a change is "small", how much
+state a driver-side lookup may read, when a trace is written sorted, which engine evaluates a
+step) used to be module globals in eight modules, set three ways (the profile, a Spark conf key,
+and globals patched by the benchmark and the tests). Now they are fields of ``ExecutionPolicy``,
+built once from the profile (``execution:`` and ``state:`` in ``config/<profile>.yaml``, every
+key documented in ``config/README.md``) and passed down: tests and the benchmark pass a policy
+(``dataclasses.replace`` of the default), nothing patches a module.
+
+This module imports nothing of the project, so every layer may read it (the state store takes
+``StatePolicy``, the executor ``ExecutionPolicy``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping
+
+ENGINES = ("auto", "spark", "arrow")
+LOOKUPS = ("sorted", "cached", "scan")
+
+
+@dataclass(frozen=True)
+class StatePolicy:
+    """How traces are laid out on disk (``state:`` in a profile)."""
+
+    compact_fraction: float = 0.5  # compact a trace when its deltas exceed this fraction of its base
+    keep_timesteps: int = 2  # committed timesteps that stay readable
+    # a key-sorted trace's compaction writes it sorted from this many rows on (smaller ones share
+    # one batch rewrite: a lookup reads them whole in milliseconds anyway)
+    sort_min_rows: int = 100_000
+    rows_per_file: int = 1_000_000  # above this a write is split into several files
+    # row groups of sorted files: a key lookup reads a few narrow groups (~10k rows of 4 columns)
+    sorted_row_group_bytes: int = 256 * 1024
+    delta_fanout: int = 4  # deltas are merged in size tiers of this fan-out
+    # an in-process step compacts or merges a trace of up to this many rows itself (more: Spark)
+    inprocess_rewrite_rows: int = 1_000_000
+
+
+@dataclass(frozen=True)
+class NarrowPolicy:
+    """State looked up on the driver by the keys a small change can hold (``executor/narrow.py``)."""
+
+    enabled: bool = True
+    max_keys: int = 50_000  # more candidate keys than this: narrowing would cost more than it saves
+    max_decoded_rows: int = 2_000_000  # a lookup decoding more trace rows is left to Spark
+    max_found_rows: int = 20_000  # ...and one finding more (a hot key's group: a big local relation)
+    in_list_max: int = 2_000  # a lookup by a driver-held change filters the state by an IN list up to here
+
+
+@dataclass(frozen=True)
+class RecursionPolicy:
+    """The fixed-point loop of a recursive node (``executor/loop.py``)."""
+
+    broadcast_rows: int = 200_000  # a delta up to this many rows is broadcast for lookups...
+    big_state_rows: int = 200_000  # ...when the traces hold more rows than this
+    local_rows: int = 50_000  # an iteration's deltas up to this many rows are kept on the driver
+    # how Spark iterations read the traces: "sorted" (cached once per step, sorted on the key,
+    # filtered on key ranges first), "cached" (cached, unsorted), "scan" (Parquet at every lookup)
+    lookup: str = "sorted"
+    cache_batch_rows: int = 1024  # rows per cached batch of a sorted trace (what a range filter skips)
+    max_ranges: int = 128  # a key-range filter has at most this many ranges
+    driver_loop: bool = True  # run a small incremental step's loop in-process (Arrow), not on Spark
+    driver_trace_rows: int = 5_000_000  # ...unless its lookups would decode more trace rows than this
+
+
+@dataclass(frozen=True)
+class ArrowPolicy:
+    """When a whole step runs in-process on Arrow (``engine: auto``)."""
+
+    max_change_rows: int = 50_000  # input change rows of a step (from the files' footers)
+    max_lookup_rows: int = 5_000_000  # trace rows a step's lookups may decode
+
+
+@dataclass(frozen=True)
+class ExecutionPolicy:
+    """Every threshold of a step, and the engine choice (``execution:`` in a profile)."""
+
+    engine: str = "auto"  # auto | spark | arrow (see ``engine_for``)
+    # a change up to this many rows is "small": it is broadcast to look state up, and a Spark step
+    # runs without adaptive execution, with two shuffle partitions
+    small_change_rows: int = 200_000
+    # up to this many rows, a Spark step's input changes and view deltas are held on the driver
+    local_change_rows: int = 20_000
+    collect_extra_rows: int = 1_000  # summary rows collected beside local relations in one job
+    # a Spark value whose plan would hold more IR operators than this is computed first (a local
+    # checkpoint): chained joins otherwise build plans Spark's analyzer cannot hold in memory
+    max_plan_operators: int = 100
+    narrow: NarrowPolicy = field(default_factory=NarrowPolicy)
+    recursion: RecursionPolicy = field(default_factory=RecursionPolicy)
+    arrow: ArrowPolicy = field(default_factory=ArrowPolicy)
+    state: StatePolicy = field(default_factory=StatePolicy)
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"execution.engine: {self.engine!r} is not one of {', '.join(ENGINES)}")
+        if self.recursion.lookup not in LOOKUPS:
+            raise ValueError(f"execution.recursion.lookup: {self.recursion.lookup!r} is not one of "
+                             f"{', '.join(LOOKUPS)}")
+
+    def small_change(self, rows: int) -> bool:
+        """A change small enough to broadcast for lookups (and run a Spark step without AQE)."""
+        return rows <= self.small_change_rows
+
+    def engine_for(self, change_rows: int | None, *, first_step: bool, local_profile: bool,
+                   unsupported: str | None = None) -> tuple[str, str]:
+        """The engine of a step, and why: ``(engine, reason)``.
+
+        ``change_rows``: rows of the step's input changes (None: unknown without reading them);
+        ``first_step``: nothing is committed yet (a load); ``local_profile``: Spark runs in this
+        process (a cluster or Spark Connect profile keeps Spark); ``unsupported``: why the step
+        cannot run on Arrow at all (an operator or input without Arrow kernels), if it cannot.
+        ``engine: arrow`` is honoured whenever the step can run on Arrow at all.
+        """
+        if self.engine == "spark":
+            return "spark", "the profile sets execution.engine: spark"
+        if unsupported is not None:
+            return "spark", unsupported
+        if self.engine == "arrow":
+            return "arrow", "the profile sets execution.engine: arrow"
+        if not local_profile:
+            return "spark", "a cluster or Spark Connect profile runs every step on Spark"
+        if first_step:
+            return "spark", "the first step loads the inputs"
+        if change_rows is None:
+            return "spark", "the size of the change is unknown"
+        if change_rows > self.arrow.max_change_rows:
+            return "spark", f"{change_rows} changed rows > execution.arrow.max_change_rows ({self.arrow.max_change_rows})"
+        return "arrow", f"{change_rows} changed rows <= execution.arrow.max_change_rows"
+
+
+def _section(cls: type, raw: Any, where: str) -> Any:
+    """``cls`` from a profile mapping: unknown keys and wrong types are refused with the key."""
+    if raw is None:
+        return cls()
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where} must be a mapping, got {raw!r}")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {', '.join(map(str, unknown))}; expected some of "
+                         f"{', '.join(known)}")
+    values: dict[str, Any] = {}
+    for name, value in raw.items():
+        default = getattr(cls(), name)
+        key = f"{where}.{name}"
+        if isinstance(default, (StatePolicy, NarrowPolicy, RecursionPolicy, ArrowPolicy)):
+            values[name] = _section(type(default), value, key)
+        elif isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise ValueError(f"{key} must be true or false, got {value!r}")
+            values[name] = value
+        elif isinstance(default, int):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{key} must be a whole number >= 0, got {value!r}")
+            values[name] = value
+        elif isinstance(default, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{key} must be a number >= 0, got {value!r}")
+            values[name] = float(value)
+        else:
+            values[name] = str(value)
+    return cls(**values)
+
+
+def policy_from_profile(raw: Mapping[str, Any]) -> ExecutionPolicy:
+    """The policy of a profile: its ``execution:`` section, with ``state:`` as ``state``."""
+    execution = raw.get("execution") or {}
+    if not isinstance(execution, Mapping):
+        raise ValueError(f"execution must be a mapping, got {execution!r}")
+    if "state" in execution:
+        raise ValueError("execution.state: state settings go in the profile's top-level state: section")
+    policy = _section(ExecutionPolicy, execution, "execution")
+    state = raw.get("state")
+    if isinstance(state, Mapping):  # state.retention is not a threshold: config.py reads it (spec/time.py)
+        state = {k: v for k, v in state.items() if k != "retention"}
+    return replace(policy, state=_section(StatePolicy, state, "state"))

@@ -1,0 +1,125 @@
+"""One timestep in this process, on Arrow, with no Spark job (``dbsp step`` of a small change).
+
+The same timestep as ``step.run_step`` on Spark, end to end: the input files are read with
+pyarrow (``executor/arrow/inputs.py``), Q^Δ is evaluated by the Arrow kernels (state looked up in
+the traces' Parquet row groups by the keys the change holds), the view deltas are checked
+(``quality/builtin_arrow.py``; declared expectations with Great Expectations), and the state
+deltas, view deltas and the manifest are written with pyarrow through the same store: files
+first, the manifest last, atomically, in the layout Spark writes, so the next step may run on
+either engine. A step the Arrow kernels cannot serve raises ``NotLocal`` before anything is
+written, and the caller runs it on Spark.
+
+Trust checks are the Spark path's: consumed files are recorded by name, size and fingerprint
+(``InputFile.record``), and the bag check of `changes` inputs runs on the change tables
+(``bag.check_tables``, pyarrow lookups in the input's integral). A step that fails the bag check
+runs on Spark, which refuses it naming the files and rows, or quarantines the excess.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Callable
+
+from spark_jobs.executor.arrow import inputs as arrow_inputs
+from spark_jobs.executor.evaluate import evaluate_step, trace_kind
+from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.executor.kernels.arrow import ArrowEngine
+from spark_jobs.executor.sources import InputFile, InputRefused
+from spark_jobs.executor.sources.discovery import InputScan
+from spark_jobs.ir.operator import operator
+from spark_jobs.runtime.bag import check_tables
+from spark_jobs.runtime.inputs import keep_consumed_records
+from spark_jobs.runtime.quality_gate import check_timestep_tables
+from spark_jobs.state.arrow_trace import weight_totals
+from spark_jobs.state.failpoints import failpoint
+
+from spark_jobs.runtime.step_types import InputReport, StepReport, StoreReader
+
+if TYPE_CHECKING:
+    from spark_jobs.runtime.circuit import CircuitRuntime
+
+
+def unsupported(rt: "CircuitRuntime", pending: dict[str, list[InputFile]]) -> str | None:
+    """Why this step cannot run in-process at all (None: it may try)."""
+    for name, spec in rt.compiled.spec.inputs.items():  # every step of such a circuit carries the watermarks
+        if spec.time is not None:
+            return f"input {name!r} has event time (watermark, late rows): its steps run on Spark"
+    for name, files in pending.items():
+        if files:
+            why = arrow_inputs.unsupported(rt.compiled.spec.inputs[name])
+            if why:
+                return why
+    for node in rt.compiled.incremental:
+        if operator(node.op).kernel("arrow") is None:
+            return f"operator {node.op!r} (node {node.id!r}) has no Arrow kernel"
+    return None
+
+
+def change_rows(pending: dict[str, list[InputFile]]) -> int | None:
+    """Rows of the step's input changes, from the Parquet footers (None: unknown)."""
+    total = 0
+    for files in pending.values():
+        rows = arrow_inputs.footer_rows(files)
+        if rows is None:
+            return None
+        total += rows
+    return total
+
+
+def run_in_process(rt: "CircuitRuntime", pending: dict[str, list[InputFile]], scans: dict[str, InputScan],
+                   say: Callable[[str], None], reason: str) -> StepReport:
+    """Run and commit the next timestep on Arrow; ``NotLocal`` (nothing written) if it cannot.
+    ``scans``: each input's folder against what was consumed (``inputs.scan_inputs``)."""
+    started = time.time()
+    store, spec, policy = rt.store, rt.compiled.spec, rt.config.policy
+    with store.begin() as txn:
+        txn.in_process = True
+        t = txn.timestep
+        keep_consumed_records(txn, scans)
+        say(f"timestep {t}: reading inputs (in-process)")
+        tables, reports, refused, read = {}, [], [], 0
+        for name, inp in spec.inputs.items():
+            report = InputReport(name, [f.path for f in pending[name]])
+            reports.append(report)
+            if not pending[name]:
+                continue
+            try:
+                table, nbytes = arrow_inputs.read_changes(inp, pending[name])
+            except InputRefused as exc:  # keep going: report every refused file of the step at once
+                refused.append(exc)
+                continue
+            tables[name] = table
+            read += nbytes
+            report.inserted, report.deleted = weight_totals(table)
+            txn.consume(name, [f.record() for f in pending[name]])
+        if refused:
+            raise InputRefused.combine(refused)
+        state = StoreReader(store)
+        check_tables(rt, tables, {r.name: r.deleted for r in reports}, state)
+        say(f"timestep {t}: evaluating {len(rt.compiled.incremental.nodes)} operators (Arrow)")
+        engine = ArrowEngine(policy, rt.config.session_timezone)
+        schemas = {name: arrow_inputs.schema(inp) for name, inp in spec.inputs.items()}
+        result = evaluate_step(rt.compiled.incremental, tables, state, first_step=t == 1,
+                               input_schemas=schemas, engine=engine)
+        say(f"timestep {t}: checking view deltas")
+        gate = check_timestep_tables(rt, t, result.outputs, tables, state.trace_files)
+        say(f"timestep {t}: writing state")
+        for node_id, update in result.updates.items():
+            kind = trace_kind(rt.compiled.incremental, node_id)
+            write = txn.replace_table if update.kind == "replace" else txn.append_table
+            write(node_id, update.df, kind=kind, keys=update.keys, sort_by=update.sort_by)
+        for view, table in result.outputs.items():
+            txn.write_output_table(view, table)
+        read += state.bytes_read()
+        txn.set_meta("engine", "arrow")
+        txn.set_meta("engine_reason", reason)
+        txn.set_meta("bytes_read", read)
+        failpoint("mid_step")
+        manifest = txn.commit()
+    views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))
+             for view, info in (manifest.outputs or {}).items()}
+    notes = [n for scan in scans.values() for n in scan.notes]
+    return StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary(),
+                      engine="arrow", engine_reason=reason, bytes_read=read, notes=notes)
+
+
+__all__ = ["NotLocal", "change_rows", "run_in_process", "unsupported"]

@@ -1,0 +1,64 @@
+"""What a timestep reports, and how it reads committed state (shared by both engines' step runners)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class InputReport:
+    name: str
+    files: list[str] = field(default_factory=list)
+    inserted: int = 0
+    deleted: int = 0
+    unknown_keys: int = 0  # cdc records of keys the input did not hold, ignored (unknown_key: count)
+    late: str = ""  # timed inputs: late rows dropped and the watermark (event_time.describe)
+
+    @property
+    def note(self) -> str:
+        if not self.files:
+            return "no new files: no changes"
+        unknown = f"; {self.unknown_keys} change(s) to unknown keys ignored" if self.unknown_keys else ""
+        late = f"; {self.late}" if self.late else ""
+        return f"{len(self.files)} file(s){unknown}{late}"
+
+
+@dataclass
+class StepReport:
+    circuit: str
+    timestep: int
+    inputs: list[InputReport]
+    views: dict[str, tuple[int, int]]  # view -> (rows inserted, rows deleted)
+    seconds: float
+    quality: str = ""  # gate summary
+    notes: list[str] = field(default_factory=list)  # moved data root, quarantined rows, refreshed views, retention
+    engine: str = "spark"  # which engine ran the step: "spark" | "arrow"
+    engine_reason: str = ""  # why (the policy's choice, or why Arrow could not run it)
+    published: Any = None  # what publishing the views did (``publish.PublishReport``, failures included)
+    bytes_read: int | None = None  # bytes the step read itself (in-process: input files and row groups; Spark: the driver's lookups)
+
+
+class StoreReader:
+    """The executor's StateReader over the committed state of a store (None = no state)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._read: dict[str, Any] = {}  # an integrator is read by itself and its delay
+        self._files: dict[str, Any] = {}
+
+    def read(self, node_id: str) -> Any:
+        """The node's committed state as a Spark DataFrame (lazily read)."""
+        if node_id not in self._read:
+            self._read[node_id] = self.store.read_trace(node_id) if self.store is not None else None
+        return self._read[node_id]
+
+    def trace_files(self, node_id: str) -> Any:
+        """The node's committed trace files for pyarrow lookups (``StateStore.trace_files``),
+        footers read once per step."""
+        if node_id not in self._files:
+            self._files[node_id] = self.store.trace_files(node_id) if self.store is not None else None
+        return self._files[node_id]
+
+    def bytes_read(self) -> int:
+        """Bytes of Parquet row groups the pyarrow lookups read this step."""
+        return sum(f.bytes_read for f in self._files.values() if f is not None)

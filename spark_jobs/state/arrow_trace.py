@@ -1,0 +1,122 @@
+"""The in-process side of a trace: write, read and consolidate Parquet directories with pyarrow.
+
+Why: a small step that runs in-process (no Spark job) must still commit through the same store:
+files first, the manifest last, atomically. These functions are the pyarrow counterparts of
+``trace.py``'s Spark ones and keep the layout Spark writes (one directory per write, ``part-*``
+Parquet files, the trace's Spark schema in the manifest, sorted files with small row groups), so
+either engine reads what the other wrote.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from spark_jobs.policy import StatePolicy
+from spark_jobs.state.fs import FileSystem
+from spark_jobs.state.manifest import KINDS, FileStat
+
+WEIGHT = "_weight"  # the Z-set multiplicity column (same name as spark_jobs.spec.model.WEIGHT)
+
+
+def spark_schema_json(schema: pa.Schema) -> str:
+    """The Spark schema (JSON, as a manifest records it) of a table's Arrow schema."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import StructField, StructType
+
+    fields = from_arrow_schema(schema, prefer_timestamp_ntz=True).fields
+    return StructType([StructField(f.name, f.dataType, True) for f in fields]).json()
+
+
+def arrow_schema(schema_json: str) -> pa.Schema:
+    """The Arrow schema of a trace's recorded Spark schema (all columns nullable)."""
+    from pyspark.sql.types import StructType
+
+    return arrow_of(StructType.fromJson(json.loads(schema_json)))
+
+
+def arrow_of(spark_schema) -> pa.Schema:  # noqa: ANN001 - a pyspark StructType
+    """The Arrow schema of a Spark schema, as Spark's own Arrow conversion maps it (timestamps in
+    UTC, the profiles' session time zone), every column nullable."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    s = to_arrow_schema(spark_schema, timezone="UTC")
+    return pa.schema([f.with_nullable(True) for f in s])
+
+
+def dtypes(schema: pa.Schema) -> list[tuple[str, str]]:
+    """``DataFrame.dtypes`` of a table: (name, Spark type name) per column."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return [(f.name, f.dataType.simpleString()) for f in from_arrow_schema(schema, prefer_timestamp_ntz=True).fields]
+
+
+def write_dir(fs: FileSystem, path: str, table: pa.Table, policy: StatePolicy, *,
+              sort_by: Sequence[str] = ()) -> FileStat:
+    """Write ``table`` as a new Parquet directory (the counterpart of ``trace.write_dir``): one
+    file per ``policy.rows_per_file`` rows; with ``sort_by``, sorted (NULLs first, as Spark) and
+    in row groups of about ``policy.sorted_row_group_bytes``, so key lookups read few groups."""
+    if sort_by and table.num_rows:
+        table = table.sort_by([(c, "ascending", "at_start") for c in sort_by])
+    group_rows = None
+    if sort_by and table.num_rows:
+        per_row = max(1, table.nbytes // table.num_rows)
+        group_rows = max(1024, policy.sorted_row_group_bytes // per_row)
+    size = 0
+    chunk = max(1, policy.rows_per_file)
+    for i, start in enumerate(range(0, max(table.num_rows, 1), chunk)):
+        part = table.slice(start, chunk)
+        name = f"part-{i:05d}-{uuid.uuid4()}-c000.snappy.parquet"
+        full = fs.join(path, name)
+        with fs.open_write(full) as fh:
+            pq.write_table(part, fh, compression="snappy", row_group_size=group_rows)
+        size += sum(s for f, s in fs.data_files(path) if f == full)
+    return FileStat(rows=table.num_rows, bytes=size)
+
+
+def read_dirs(fs: FileSystem, paths: Sequence[str], schema: pa.Schema) -> pa.Table:
+    """Every row of several Parquet directories, as ``schema``."""
+    parts = []
+    for path in paths:
+        for full, _ in fs.data_files(path):
+            with fs.open_read(full) as fh:
+                parts.append(pq.read_table(fh, columns=schema.names).cast(schema))
+    return pa.concat_tables(parts) if parts else schema.empty_table()
+
+
+def weight_totals(table: pa.Table) -> tuple[int, int]:
+    """(sum of positive weights, sum of |negative weights|) of a Z-set table."""
+    w = table.column(WEIGHT)
+    ins = pc.sum(pc.if_else(pc.greater(w, 0), w, 0)).as_py() or 0
+    dels = pc.sum(pc.if_else(pc.less(w, 0), w, 0)).as_py() or 0
+    return int(ins), -int(dels)
+
+
+def consolidate(table: pa.Table, kind: str, keys: Sequence[str] = ()) -> pa.Table:
+    """The value a trace denotes, one row per tuple (zset) or per key (sum), zeros dropped; the
+    counterpart of ``trace.consolidate`` (column types and order preserved)."""
+    if kind not in KINDS:
+        raise ValueError(f"trace kind {kind!r}: expected one of {', '.join(KINDS)}")
+    group = [c for c in table.column_names if c != WEIGHT] if kind == "zset" else list(keys)
+    values = [WEIGHT] if kind == "zset" else [c for c in table.column_names if c not in keys]
+    if table.num_rows == 0:
+        return table
+    if not group:  # a global "sum" trace: one row of totals
+        sums = pa.table({c: [pc.sum(table.column(c)).as_py()] for c in values})
+    else:
+        sums = table.group_by(group, use_threads=False).aggregate([(c, "sum") for c in values])
+        sums = sums.rename_columns([c[:-4] if c.endswith("_sum") and c[:-4] in values else c
+                                    for c in sums.column_names])
+    out = sums.select(table.column_names)
+    keep = None
+    for c in values:
+        zero = pa.scalar(0).cast(out.schema.field(c).type)
+        nonzero = pc.not_equal(pc.fill_null(out.column(c), zero), zero)
+        keep = nonzero if keep is None else pc.or_(keep, nonzero)
+    if keep is not None:
+        out = out.filter(keep)
+    return out.cast(table.schema)

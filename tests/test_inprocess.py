@@ -1,0 +1,136 @@
+"""Steps in-process on Arrow through ``run_step``: no JVM for a small step, and Spark (with the
+reason in the report and the manifest) for what the Arrow kernels do not cover."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+
+from spark_jobs.runtime.circuit import open_circuit
+from spark_jobs.runtime.step import run_step
+from tests.conftest import ROOT
+from tests.engines import output_delta, write_change
+from tests.policies import config
+
+CIRCUIT = """\
+name: inproc
+inputs:
+  a:
+    schema: {k: long, s: string}
+    source: {kind: changes, path: inbox/a, format: parquet}
+  b:
+    schema: {k: long, n: long}
+    source: {kind: changes, path: inbox/b, format: parquet}
+nodes:
+  j:    {op: join, left: a, right: b, on: [k]}
+  keys: {op: select, input: j, columns: [s]}
+  d:    {op: distinct, input: keys}
+  odd:  {op: filter, input: b, where: "md5(cast(n AS string)) <> ''"}
+outputs: [j, d, odd]
+"""
+A = {"k": "long", "s": "string"}
+B = {"k": "long", "n": "long"}
+
+
+EXPECTED = """\
+outputs:
+  j:
+    expectations:
+      - expect_column_values_to_not_be_null: {column: s}
+      - expect_column_values_to_be_between: {column: n, min_value: 0}
+  d: {}
+"""
+
+
+def test_a_small_step_runs_in_process_and_starts_no_jvm(tmp_path):
+    """Two steps in a fresh process (the first forced in-process, the second chosen by the
+    policy); the view deltas are right, the declared expectations ran (on pandas: they mean the
+    same there), and no Spark gateway was ever started."""
+    (tmp_path / "c.yaml").write_text(CIRCUIT.replace("  odd:  {op: filter, input: b, where: \"md5(cast(n AS string)) <> ''\"}\n", "")
+                                     .replace("outputs: [j, d, odd]\n", EXPECTED))
+    code = textwrap.dedent(f"""
+        import sys
+        from collections import Counter
+        from pyspark import SparkContext
+        from spark_jobs.runtime.circuit import open_circuit
+        from spark_jobs.runtime.step import run_step
+        from tests.engines import output_delta, write_change
+        from tests.policies import config
+        root, path = {str(tmp_path)!r}, {str(tmp_path / "c.yaml")!r}
+        write_change(root, "a", 1, {A!r}, Counter({{(1, "x"): 1, (2, "y"): 2}}))
+        write_change(root, "b", 1, {B!r}, Counter({{(1, 10): 1, (2, 20): 1}}))
+        first = run_step(open_circuit(path, config(root, engine="arrow")))
+        write_change(root, "a", 2, {A!r}, Counter({{(1, "x"): -1, (3, "z"): 1}}))
+        write_change(root, "b", 2, {B!r}, Counter({{(3, 30): 1}}))
+        rt = open_circuit(path, config(root))
+        second = run_step(rt)
+        print(first.engine, second.engine, repr(second.engine_reason))
+        print(second.quality.splitlines()[0])
+        print(sorted(output_delta(rt, "j")[0].items()), sorted(output_delta(rt, "d")[0].items()))
+        print("jvm", SparkContext._gateway is not None)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    engines, quality, deltas, jvm = out.stdout.strip().splitlines()[-4:]
+    assert engines.startswith("arrow arrow") and "changed rows <= execution.arrow.max_change_rows" in engines
+    assert quality.startswith("quality gate t=2: 7 checks, 0 failed"), quality
+    assert deltas == ("[((1, 'x', 10), -1), ((3, 'z', 30), 1)] [(('x',), -1), (('z',), 1)]")
+    assert jvm == "jvm False"
+
+
+def test_what_the_arrow_kernels_do_not_cover_runs_on_spark_and_says_why(spark, tmp_path):
+    (tmp_path / "c.yaml").write_text(CIRCUIT)
+    rt = open_circuit(str(tmp_path / "c.yaml"), config(tmp_path, engine="arrow"))
+    write_change(str(tmp_path), "a", 1, A, Counter({(1, "x"): 1}))
+    write_change(str(tmp_path), "b", 1, B, Counter({(1, 10): 2}))
+    report = run_step(rt)
+    assert report.engine == "spark"
+    assert "in-process on Arrow was not possible" in report.engine_reason and "md5" in report.engine_reason
+    meta = rt.store.manifest().meta
+    assert meta["engine"] == "spark" and meta["engine_reason"] == report.engine_reason
+    assert output_delta(rt, "odd")[0] == Counter({(1, 10): 2})
+
+
+def test_a_lookup_past_its_bound_hands_the_step_to_spark(spark, tmp_path):
+    """``execution.arrow.max_lookup_rows`` bounds the trace rows an in-process step decodes: past
+    it the step stops before writing anything and runs on Spark, with the same result."""
+    text = CIRCUIT.replace("  odd:  {op: filter, input: b, where: \"md5(cast(n AS string)) <> ''\"}\n", "") \
+                  .replace("outputs: [j, d, odd]", "outputs: [j, d]")
+    (tmp_path / "c.yaml").write_text(text)
+    write_change(str(tmp_path), "a", 1, A, Counter({(k, "x"): 1 for k in range(20)}))
+    write_change(str(tmp_path), "b", 1, B, Counter({(k, k): 1 for k in range(20)}))
+    assert run_step(open_circuit(str(tmp_path / "c.yaml"), config(tmp_path, engine="arrow"))).engine == "arrow"
+    write_change(str(tmp_path), "b", 2, B, Counter({(5, 50): 1}))
+    rt = open_circuit(str(tmp_path / "c.yaml"), config(tmp_path, engine="arrow", arrow={"max_lookup_rows": 3}))
+    report = run_step(rt)
+    assert report.engine == "spark" and "execution.arrow.max_lookup_rows" in report.engine_reason
+    assert output_delta(rt, "j")[0] == Counter({(5, "x", 50): 1})
+
+
+def test_cdc_and_append_only_inputs_with_files_run_on_spark_and_say_why():
+    """Their records are folded by key (cdc) or checked for deletes (append_only) by the Spark
+    readers: a step in which they received files runs on Spark, with the input named."""
+    from spark_jobs.executor.arrow import inputs as arrow_inputs
+    from spark_jobs.spec.loader import load_circuit_text
+
+    spec = load_circuit_text(textwrap.dedent("""\
+        name: kinds
+        inputs:
+          o:
+            schema: {id: long, v: long, op: string}
+            key: [id]
+            source: {kind: cdc, path: cdc/o, format: jsonl}
+          a:
+            schema: {id: long}
+            source: {kind: append_only, path: in/a, format: parquet}
+          c:
+            schema: {id: long}
+            source: {kind: changes, path: in/c, format: parquet}
+        nodes:
+          u: {op: union_all, inputs: [a, c]}
+        outputs: [o, u]
+        """))
+    assert "cdc source" in arrow_inputs.unsupported(spec.inputs["o"])
+    assert "append_only source" in arrow_inputs.unsupported(spec.inputs["a"])
+    assert arrow_inputs.unsupported(spec.inputs["c"]) is None

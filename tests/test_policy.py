@@ -1,0 +1,50 @@
+"""The execution policy: read from a profile (unknown keys and bad values refused by name), and the
+engine each step gets."""
+from __future__ import annotations
+
+import pytest
+
+from spark_jobs.config import load_config
+from spark_jobs.policy import ExecutionPolicy, policy_from_profile
+
+
+def test_a_profile_sets_every_threshold_and_nothing_else():
+    p = policy_from_profile({"execution": {"engine": "spark", "narrow": {"max_keys": 7}, "recursion": {"lookup": "scan"},
+                                           "arrow": {"max_change_rows": 3}},
+                             "state": {"sort_min_rows": 0, "keep_timesteps": 3}})
+    assert (p.engine, p.narrow.max_keys, p.recursion.lookup, p.arrow.max_change_rows) == ("spark", 7, "scan", 3)
+    assert (p.state.sort_min_rows, p.state.keep_timesteps, p.state.compact_fraction) == (0, 3, 0.5)
+    assert p.narrow.enabled and p.small_change_rows == ExecutionPolicy().small_change_rows
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"execution": {"enigne": "arrow"}}, "unknown key(s) enigne"),
+    ({"execution": {"engine": "duckdb"}}, "execution.engine: 'duckdb' is not one of auto, spark, arrow"),
+    ({"execution": {"narrow": {"max_keys": -1}}}, "execution.narrow.max_keys must be a whole number"),
+    ({"execution": {"narrow": {"enabled": "no"}}}, "execution.narrow.enabled must be true or false"),
+    ({"execution": {"recursion": {"lookup": "fast"}}}, "execution.recursion.lookup: 'fast'"),
+    ({"state": {"compact_fraction": "half"}}, "state.compact_fraction must be a number"),
+    ({"execution": {"state": {}}}, "state settings go in the profile's top-level state: section"),
+])
+def test_bad_settings_are_refused_by_name(raw, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        policy_from_profile(raw)
+
+
+def test_the_engine_of_a_step():
+    auto = ExecutionPolicy()
+    small = auto.arrow.max_change_rows
+    assert auto.engine_for(small, first_step=False, local_profile=True)[0] == "arrow"
+    assert auto.engine_for(small + 1, first_step=False, local_profile=True) == (
+        "spark", f"{small + 1} changed rows > execution.arrow.max_change_rows ({small})")
+    assert auto.engine_for(10, first_step=True, local_profile=True)[0] == "spark"  # a load
+    assert auto.engine_for(10, first_step=False, local_profile=False)[0] == "spark"  # a cluster
+    assert auto.engine_for(10, first_step=False, local_profile=True, unsupported="csv") == ("spark", "csv")
+    forced = ExecutionPolicy(engine="arrow")
+    assert forced.engine_for(10**9, first_step=True, local_profile=False)[0] == "arrow"
+    assert forced.engine_for(1, first_step=False, local_profile=True, unsupported="csv")[0] == "spark"
+    assert ExecutionPolicy(engine="spark").engine_for(1, first_step=False, local_profile=True)[0] == "spark"
+
+
+def test_the_default_profile_reads():
+    assert load_config().policy == ExecutionPolicy()
