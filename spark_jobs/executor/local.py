@@ -64,7 +64,7 @@ def collect_local(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows
     """
     extras = dict(extras or {})
     if is_connect(spark):
-        tables, small = collect_arrow(spark, frames, max_rows, extras)
+        tables, small = collect_arrow(spark, frames, max_rows, extras, max_extra_rows)
         rows = {name: [Row(**r) for r in t.to_pylist()] for name, t in small.items()}
         if tables is None:
             return None, rows
@@ -107,7 +107,8 @@ _SLOT_COL = "__slot"
 
 
 def collect_arrow(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows: int,
-                  extras: Mapping[str, DataFrame] | None = None
+                  extras: Mapping[str, DataFrame] | None = None,
+                  max_extra_rows: int = ExecutionPolicy().collect_extra_rows
                   ) -> tuple[dict[str, pa.Table] | None, dict[str, pa.Table]]:
     """``frames`` and the (small) ``extras`` as Arrow tables in this process, with ONE Spark job.
 
@@ -116,7 +117,7 @@ def collect_arrow(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows
     columns are every part's columns side by side (``p<i>_<k>``, NULL in the other parts' rows),
     so parts with clashing names or types fit; a slot column says whose a row is. (Top-level
     columns: a union makes them nullable, and Arrow refuses NULL structs with non-nullable
-    fields.) Extras come first, so the limit never cuts them (at most ``MAX_EXTRA_ROWS``).
+    fields.) Extras come first, so the limit never cuts them (at most ``max_extra_rows``).
     """
     extras = dict(extras or {})
     parts = list(extras.values()) + list(frames.values())
@@ -133,7 +134,7 @@ def collect_arrow(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows
         union = tagged if union is None else union.unionByName(tagged)
     assert union is not None
     with temporary_conf(spark, _collect_conf(spark)):
-        table = union.limit(max_rows + 1 + (MAX_EXTRA_ROWS if extras else 0)).toArrow()
+        table = union.limit(max_rows + 1 + (max_extra_rows if extras else 0)).toArrow()
     slots = table.column(_SLOT_COL)
 
     def part(i: int) -> pa.Table:
@@ -141,8 +142,8 @@ def collect_arrow(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows
         return picked.rename_columns([f.name for _, f in layout[i]])
 
     small = {name: part(i) for i, name in enumerate(extras)}
-    if sum(t.num_rows for t in small.values()) > MAX_EXTRA_ROWS:
-        raise ValueError(f"collect_arrow: the extras have more than {MAX_EXTRA_ROWS} rows")
+    if sum(t.num_rows for t in small.values()) > max_extra_rows:
+        raise ValueError(f"collect_arrow: the extras have more than {max_extra_rows} rows")
     if table.num_rows - sum(t.num_rows for t in small.values()) > max_rows:
         return None, small
     return {name: part(len(extras) + i) for i, name in enumerate(frames)}, small

@@ -297,7 +297,8 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
         counted = {n: values[n] for n in stage.nodes  # (the integral I(x) is state plus delta: not counted)
                    if n in values and n not in held and not is_state_backed(circuit, n)} if count_all() else {}
         t0 = time.perf_counter()
-        tables, counts = staging.collect_tables(spark, frames, rt.config.policy.local_change_rows, counted)
+        tables, counts = staging.collect_tables(spark, frames, rt.config.policy.local_change_rows, counted,
+                                                rt.config.policy.collect_extra_rows)
         written: dict[str, staging.Staged] = {}
         for key, df in frames.items():
             path = fs.join(stage_dir, *[safe_name(part) for part in key.split("/", 1)])
