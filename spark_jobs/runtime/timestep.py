@@ -109,6 +109,8 @@ def _plan(rt: CircuitRuntime, run_id: str, mode: str) -> dict:
     existing = read_json(rt, path)
     if existing and existing["timestep"] == t and existing["mode"] == mode:
         return existing
+    from spark_jobs.runtime.inprocess import change_rows
+
     full = mode == "full_refresh"  # refused (CannotRebuild) once retention removed consumed change files
     chosen = choose_inputs(rt.compiled.spec.inputs, rt.config.data_root, store.manifest(),
                            rt.config.allowed_input_roots, full_refresh=full,
@@ -116,7 +118,8 @@ def _plan(rt: CircuitRuntime, run_id: str, mode: str) -> dict:
     empty = mode == "incremental" and not any(chosen.files.values())
     data = {"run_id": run_id, "timestep": t, "mode": mode, "created_at": time.time(), "empty": empty,
             "inputs": {name: [f.as_dict() for f in files] for name, files in chosen.files.items()},
-            "consumed_records": chosen.records(), "notes": chosen.notes()}
+            "consumed_records": chosen.records(), "notes": chosen.notes(),
+            "change_rows": None if full else change_rows(chosen.files)}
     if is_skipped(rt, data):
         return data  # the DAG skips the rest of the run: nothing to stage, nothing to clean
     if store.fs.exists(staging_root(rt)):
@@ -146,16 +149,22 @@ def _done(rt: CircuitRuntime, run_id: str, stage: str) -> dict | None:
     return None if j is None else dict(j["summary"], note="already done by an earlier attempt")
 
 
-# The plan knows the input files' sizes, not their rows: up to this many bytes of new input
-# files, a run is "small" (``execution.small_change_rows``: ~10-50 bytes per row in Parquet or CSV) and
-# its tasks run with the small-change Spark settings (no AQE, 2 shuffle partitions, broadcasts
-# of the deltas), as ``dbsp step`` does.
-SMALL_INPUT_BYTES = 8 * 1024 * 1024
+# A change file whose rows the plan cannot read from a footer (CSV) counts as its size over this
+# many bytes per row (~10-50 in Parquet or CSV).
+BYTES_PER_ROW = 40
 
 
-def is_small(p: dict) -> bool:
-    return p["mode"] != "full_refresh" and sum(
-        int(f.get("size") or 0) for files in p["inputs"].values() for f in files) <= SMALL_INPUT_BYTES
+def is_small(rt: CircuitRuntime, p: dict) -> bool:
+    """Do this run's tasks run with the small-change Spark settings (no AQE, 2 shuffle partitions,
+    broadcasts of the deltas), as ``dbsp step`` does for a change of at most
+    ``execution.small_change_rows`` rows? The plan counted the rows in the Parquet footers
+    (``inprocess.change_rows``, no data read); else it guesses them from the files' sizes."""
+    if p["mode"] == "full_refresh":
+        return False
+    rows = p.get("change_rows")
+    if rows is None:
+        rows = sum(int(f.get("size") or 0) for files in p["inputs"].values() for f in files) // BYTES_PER_ROW
+    return rt.config.policy.small_change(rows)
 
 
 def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
@@ -176,7 +185,7 @@ def _run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
 
     run = RunValues(rt, run_id, p)
     run.load_journals(stages)
-    with step_conf(rt.spark, is_small(p)):
+    with step_conf(rt.spark, is_small(rt, p)):
         return evaluate_stage(run, stage)
 
 
@@ -200,7 +209,7 @@ def _run_stages(rt: CircuitRuntime, run_id: str) -> dict:
     from spark_jobs.executor.session import step_conf
 
     summaries = []
-    with step_conf(rt.spark, is_small(p)):
+    with step_conf(rt.spark, is_small(rt, p)):
         for stage in stages:
             summaries.append(_done(rt, run_id, stage.name) or evaluate_stage(run, stage))
     return {"timestep": p["timestep"], "mode": p["mode"], "stages": summaries,
@@ -263,7 +272,7 @@ def _check(rt: CircuitRuntime, run_id: str) -> dict:
 
     read = time.perf_counter()
     try:
-        with step_conf(rt.spark, is_small(p)):
+        with step_conf(rt.spark, is_small(rt, p)):
             previous = None
             if p["mode"] == "full_refresh":  # the deltas were taken against comparable old views only
                 previous = {v: refresh.old_view(rt.store, v, df) for v, df in views.items()}
