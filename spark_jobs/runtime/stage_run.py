@@ -4,9 +4,10 @@ stage in turn, the ``stages`` task of ``per_step``) does between the plan and th
 A stage reads its inputs (an input stage: the planned files, once), evaluates its incremental
 operators one at a time (so each gets its planning seconds), then brings everything later
 tasks need (the deltas other stages read, its state updates and view deltas) to the driver in
-one Spark job, stages them (``staging.py``) and writes its journal last. The journal's summary is the table the task logs: operators, rows in and out,
-state rows read and written, seconds. Its Spark jobs run under a job group (classic session) or
-job tag (Spark Connect) named after the stage.
+one Spark job, stages them (``staging.py``) and writes its journal last. The journal's summary
+is the table the task logs: operators, rows in and out, state rows read and written, seconds.
+Its Spark jobs run under a job group (classic session) or job tag (Spark Connect) named after
+the stage.
 """
 from __future__ import annotations
 
