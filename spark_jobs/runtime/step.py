@@ -49,19 +49,13 @@ from spark_jobs.state.retention import Removed
 
 Progress = Callable[[str], None]
 log = logging.getLogger(__name__)
-__all__ = ["InputReport", "StepReport", "StoreReader", "choose_engine", "count_changes", "count_inputs", "ins_del",
+__all__ = ["InputReport", "StepReport", "StoreReader", "choose_engine", "count_inputs", "ins_del",
            "pending_inputs", "record_commit", "run_step"]
 
 
 def pending_inputs(rt: CircuitRuntime) -> dict[str, list[InputFile]]:
     """Input files that arrived and no committed timestep consumed."""
     return _pending(rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest(), rt.config.allowed_input_roots)
-
-
-def count_changes(df: DataFrame) -> tuple[int, int]:
-    """(rows inserted, rows deleted), weights counted: one Spark job."""
-    row = change_totals(df).first()
-    return int(row["ins"] or 0), int(row["del"] or 0)
 
 
 def count_all_changes(spark, deltas: dict[str, DataFrame], local_rows: int, max_extra_rows: int,
