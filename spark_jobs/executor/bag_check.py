@@ -44,7 +44,7 @@ from spark_jobs.executor import zset
 from spark_jobs.executor.arrow.zsets import consolidate
 from spark_jobs.executor.kernels import NotLocal
 from spark_jobs.executor.kernels.spark import to_arrow
-from spark_jobs.executor.session import step_conf
+from spark_jobs.executor.session import step_conf, temporary_conf
 from spark_jobs.executor.zset import WEIGHT, col
 from spark_jobs.policy import BagCheckPolicy, ExecutionPolicy, NarrowPolicy
 from spark_jobs.state.lookup import TooMany, TraceFiles
@@ -208,18 +208,26 @@ def _on_driver(spark: SparkSession, delta: DataFrame, integral: DataFrame | None
 
 
 def _on_spark(delta: DataFrame, integral: DataFrame | None) -> Negatives | None:
-    """The same on Spark: one job, which brings at most ``MAX_COLLECTED`` violating tuples back."""
+    """The same on Spark: a semi-join of the integral with the delta's deleting rows, summed with
+    the delta per tuple; at most ``MAX_COLLECTED`` violating tuples come back.
+
+    The integral is restricted by the rows of negative weight as they are (a superset of the
+    tuples whose net change is negative: such a tuple has one), and the net change is summed
+    from the whole delta in the same aggregation, so the delta is not consolidated twice; and the
+    ``limit`` reads every partition at once (Spark otherwise tries 1, then 4, 16... partitions, a
+    job each, when fewer rows than the limit exist, the usual case)."""
     cols = zset.data_columns(delta)
-    neg = zset.consolidate(delta).where(col(WEIGHT) < 0)
     zero = F.lit(0).cast("long")
-    parts = neg.select(*[col(c) for c in cols], zero.alias(BEFORE), col(WEIGHT).alias(CHANGE))
+    parts = delta.select(*[col(c) for c in cols], zero.alias(BEFORE), col(WEIGHT).cast("long").alias(CHANGE))
     if integral is not None:
-        looked = zset.restrict(integral.select(*[col(c) for c in cols], col(WEIGHT)), neg, cols, cols)
+        deleting = delta.where(col(WEIGHT) < 0)
+        looked = zset.restrict(integral.select(*[col(c) for c in cols], col(WEIGHT)), deleting, cols, cols)
         parts = parts.unionByName(looked.select(*[col(c) for c in cols], col(WEIGHT).cast("long").alias(BEFORE),
                                                 zero.alias(CHANGE)))
     sums = parts.groupBy(*[col(c) for c in cols]).agg(F.sum(BEFORE).alias(BEFORE), F.sum(CHANGE).alias(CHANGE))
     bad = sums.where((F.col(CHANGE) < 0) & (F.col(BEFORE) + F.col(CHANGE) < 0))
-    rows = bad.limit(MAX_COLLECTED + 1).collect()
+    with temporary_conf(delta.sparkSession, {"spark.sql.limit.initialNumPartitions": str(2 ** 20)}):
+        rows = bad.limit(MAX_COLLECTED + 1).collect()
     if not rows:
         return None
     examples = [{**{k: r[k] for k in cols}, "before": r[BEFORE], "change": r[CHANGE]} for r in rows[:MAX_EXAMPLES]]
