@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import duckdb
@@ -93,9 +94,12 @@ def oracle(accepted: Counter) -> dict[str, Counter]:
 
 
 def naive(value):
-    """Datetimes as naive UTC (DuckDB's TIMESTAMP; Arrow gives aware UTC)."""
-    if isinstance(value, datetime) and value.tzinfo is not None:
-        return value.astimezone(timezone.utc).replace(tzinfo=None)
+    """Datetimes as naive UTC ``datetime`` (DuckDB's TIMESTAMP; Arrow gives aware UTC, and pandas
+    ``Timestamp`` for the nanosecond timestamps of Spark's Parquet files)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        return datetime(*value.timetuple()[:6], value.microsecond)
     return value
 
 
@@ -137,12 +141,18 @@ class Events:
         return change, late
 
 
+def _config(root, engine: str):
+    """The default profile on ``engine``; views are not published as Delta tables (not under test
+    here, and a third of an in-process step's time)."""
+    cfg = config(root, engine=engine)
+    return replace(cfg, views=replace(cfg.views, enabled=False))
+
+
 def _run(tmp_path, steps: int, engine_of, check_every: int = 1, seed: int = 7):
     path = tmp_path / "windows.yaml"
     path.write_text(CIRCUIT)
     root = tmp_path / "data"
-    rt = open_circuit(str(path), config(root, engine="arrow"))
-    rt_spark = None
+    rt = open_circuit(str(path), _config(root, "arrow"))
     events = Events(seed)
     integrated = {v: Counter() for v in VIEWS}
     late_total, peak = 0, {}
@@ -152,7 +162,7 @@ def _run(tmp_path, steps: int, engine_of, check_every: int = 1, seed: int = 7):
         write(str(root), t, change)
         engine = engine_of(t)
         if engine != rt.config.policy.engine:
-            rt = open_circuit(str(path), config(root, engine=engine))
+            rt = open_circuit(str(path), _config(root, engine))
         report = run_step(rt)
         assert report.engine == engine, (t, report.engine_reason)
         clicks = next(r for r in report.inputs if r.name == "clicks")
@@ -162,11 +172,12 @@ def _run(tmp_path, steps: int, engine_of, check_every: int = 1, seed: int = 7):
         assert meta["late_total"] == late_total
         assert (f"{late} late row(s) dropped" in clicks.note) == bool(late), clicks.note
         for view in VIEWS:
-            integrated[view].update(output_delta(rt, view)[0])
+            for row, w in output_delta(rt, view)[0].items():
+                integrated[view][tuple(naive(v) for v in row)] += w
         if t % check_every == 0 or t == steps:
             expected = oracle(events.accepted)
             for view in VIEWS:
-                got = Counter({tuple(naive(v) for v in r): w for r, w in integrated[view].items() if w})
+                got = Counter({r: w for r, w in integrated[view].items() if w})
                 assert got == expected[view], f"step {t} {view}: {sorted(got - expected[view])} / " \
                                               f"{sorted(expected[view] - got)}"
         traces = rt.store.manifest().traces
@@ -178,7 +189,7 @@ def _run(tmp_path, steps: int, engine_of, check_every: int = 1, seed: int = 7):
 def test_random_event_stream_equals_duckdb_and_state_stays_bounded(tmp_path):
     """120 in-process steps. One window's worth of state: the groups (4 users) of the windows a
     row can still reach (lateness / slide + size / slide of them); the view keeps every window."""
-    rt, events, peak, late_total = _run(tmp_path, 120, lambda t: "arrow")
+    rt, events, peak, late_total = _run(tmp_path, 120, lambda t: "arrow", check_every=2)
     assert late_total > 20  # the stream did have late rows (inserts and deletes)
     span = 120 * STEP_MIN  # minutes of event time: 16 tumbling windows, 24 sliding ones
     # open windows: (lateness + size) / slide, + 1 for the current one, a group per user, and
@@ -196,9 +207,11 @@ def test_random_event_stream_equals_duckdb_and_state_stays_bounded(tmp_path):
 
 
 def test_spark_steps_give_the_same_views(spark, tmp_path):
-    """Spark every 4th step, Arrow in between (each reading the state the other wrote): the
-    Spark kernels, lateness and bounded rewrites agree with DuckDB."""
-    _run(tmp_path, 16, lambda t: "spark" if t % 4 == 1 else "arrow")
+    """Spark on steps 1 and 4, Arrow in between (each reading the state the other wrote): the
+    Spark kernels, lateness and bounded rewrite (step 4 compacts with the watermark of step 3)
+    agree with DuckDB. Two Spark steps only: CI time."""
+    rt = _run(tmp_path, 5, lambda t: "spark" if t in (1, 4) else "arrow")[0]
+    assert rt.store.manifest(4).traces["sliding"].dropped_below  # step 4 (Spark) dropped by the bound
 
 
 def test_bounds_of_the_ir_and_explain():
