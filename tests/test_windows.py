@@ -270,3 +270,17 @@ outputs: [closure]
 """
     with pytest.raises(CircuitError, match=r"'window' is not supported inside a recursive body"):
         load_circuit_text(text, "r.yaml")
+
+
+def test_sql_group_by_window_is_refused_pointing_to_aggregate_window():
+    """Spark SQL's GROUP BY window(ts, '1 hour') is not lowered yet: refused with where, and what to use."""
+    text = CIRCUIT.split("nodes:")[0] + """nodes:
+  per_hour:
+    op: sql
+    query: SELECT window.start AS ws, user_id, count(*) AS n FROM clicks GROUP BY window(ts, '1 hour'), user_id
+outputs: [per_hour]
+"""
+    with pytest.raises(CircuitError) as err:
+        load_circuit_text(text, "s.yaml")
+    assert "s.yaml:11: node 'per_hour': query line 1, column 72: window(...) over time is not supported in SQL " \
+           "nodes yet: use an 'aggregate' node with window:" in str(err.value)
