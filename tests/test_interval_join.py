@@ -9,31 +9,23 @@ time, not history. Two steps run on Spark and must agree.
 """
 from __future__ import annotations
 
-import os
 import random
 from collections import Counter
-from dataclasses import replace
-from datetime import datetime, timedelta, timezone
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from spark_jobs.ir.bounds import state_bounds
 from spark_jobs.ir.compile import compile_spec
 from spark_jobs.runtime.circuit import open_circuit
-from spark_jobs.runtime.event_time import committed_watermark, micros
+from spark_jobs.runtime.event_time import committed_watermark
 from spark_jobs.runtime.step import run_step
 from spark_jobs.spec import load_circuit_text
 from spark_jobs.spec.columns import output_columns
 from spark_jobs.spec.errors import CircuitError
 from tests.engines import output_delta
-from tests.policies import config
-from tests.test_windows import naive
-
-T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
-MIN = 60_000_000
+from tests.event_streams import MIN, EventSource, integrate, naive, same_bags, step_config, write_change
 RANGE_MIN, LATENESS_MIN, STEP_MIN = 5, 10, 2
 
 CIRCUIT = """
@@ -77,80 +69,36 @@ def oracle(accepted: dict[str, Counter]) -> dict[str, Counter]:
             for view, q in ORACLE.items()}
 
 
-class Side:
-    """One input's random events around the current time (some out of order, some late) and
-    deletes of rows it accepted."""
-
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-        self.accepted: Counter = Counter()
-
-    def step(self, t: int, watermark: int | None) -> tuple[Counter, int]:
-        rng, now = self.rng, T0 + timedelta(minutes=STEP_MIN * t)
-        change: Counter = Counter()
-        for _ in range(rng.choice((0, 2, 4, 6))):
-            ts = now - timedelta(minutes=rng.choice((0, 1, 3, 6, 9, 15)), seconds=rng.randrange(60))
-            change[(rng.randrange(3), ts, rng.randrange(5))] += rng.choice((1, 1, 2))
-        for row in rng.sample(sorted(self.accepted.elements(), key=repr), min(len(self.accepted), rng.choice((0, 0, 1)))):
-            change[row] -= 1
-        change = Counter({r: w for r, w in change.items() if w})
-        late = 0
-        for row, w in change.items():
-            if watermark is not None and micros(row[1]) < watermark:
-                late += abs(w)
-            else:
-                self.accepted[row] += w
-        self.accepted = +self.accepted
-        return change, late
-
-
-def _config(root, engine: str):
-    cfg = config(root, engine=engine)
-    return replace(cfg, views=replace(cfg.views, enabled=False))
-
-
-def _write(root: str, name: str, t: int, rows: Counter) -> None:
-    folder = os.path.join(root, "inbox", name)
-    os.makedirs(folder, exist_ok=True)
-    schema = SCHEMAS[name]
-    cols = list(zip(*[(*r, w) for r, w in rows.items()])) if rows else [[] for _ in schema]
-    pq.write_table(pa.table([pa.array(c, f.type) for c, f in zip(cols, schema)], schema=schema),
-                   os.path.join(folder, f"t{t:04d}.parquet"))
-
-
 def _run(tmp_path, steps: int, engine_of, check_every: int = 1):
     path = tmp_path / "near.yaml"
     path.write_text(CIRCUIT)
     root = tmp_path / "data"
-    rt = open_circuit(str(path), _config(root, "arrow"))
+    rt = open_circuit(str(path), step_config(root, "arrow"))
     rng = random.Random(11)
-    sides = {"clicks": Side(rng), "views": Side(rng)}
+    sides = {name: EventSource(rng, STEP_MIN, counts=(0, 2, 4, 6), backs=(0, 1, 3, 6, 9, 15), keys=3,
+                               values=range(5), deletes=(0, 0, 1)) for name in ("clicks", "views")}
     integrated = {v: Counter() for v in ORACLE}
     late_total = {n: 0 for n in sides}
     peak = {}
     for t in range(1, steps + 1):
         for name, side in sides.items():
-            change, late = side.step(t, committed_watermark(rt.store.manifest(), name).watermark_us)
-            _write(str(root), name, t, change)
-            late_total[name] += late
-            side.late = late
+            change = side.step(t, committed_watermark(rt.store.manifest(), name).watermark_us)
+            write_change(str(root), name, t, SCHEMAS[name], change)
+            late_total[name] += side.late
         engine = engine_of(t)
         if engine != rt.config.policy.engine:
-            rt = open_circuit(str(path), _config(root, engine))
+            rt = open_circuit(str(path), step_config(root, engine))
         report = run_step(rt)
         assert report.engine == engine, (t, report.engine_reason)
         for name, side in sides.items():
             meta = rt.store.manifest().inputs[name]["event_time"]
             assert (meta["late_inserted"] + meta["late_deleted"], meta["late_total"]) == (side.late, late_total[name])
         for view in ORACLE:
-            for row, w in output_delta(rt, view)[0].items():
-                integrated[view][tuple(naive(v) for v in row)] += w
+            integrate(integrated[view], output_delta(rt, view)[0])
         if t % check_every == 0 or t == steps:
             expected = oracle({n: s.accepted for n, s in sides.items()})
             for view in ORACLE:
-                got = Counter({r: w for r, w in integrated[view].items() if w})
-                assert got == expected[view], f"step {t} {view}: {sorted(got - expected[view])} / " \
-                                              f"{sorted(expected[view] - got)}"
+                same_bags(integrated[view], expected[view], f"step {t} {view}")
         traces = rt.store.manifest().traces
         for trace in ("I(clicks)", "I(views)"):
             peak[trace] = max(peak.get(trace, 0), traces[trace].rows if trace in traces else 0)

@@ -9,11 +9,9 @@ its lateness and its store rewrites) and must give the same views.
 """
 from __future__ import annotations
 
-import os
 import random
 from collections import Counter
-from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import duckdb
 import pyarrow as pa
@@ -28,10 +26,7 @@ from spark_jobs.runtime.step import run_step
 from spark_jobs.spec import load_circuit_text
 from spark_jobs.spec.errors import CircuitError
 from tests.engines import output_delta
-from tests.policies import config
-
-T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
-MIN = 60_000_000
+from tests.event_streams import MIN, T0, EventSource, integrate, naive, same_bags, step_config, write_change
 LATENESS_MIN = 20
 STEP_MIN = 4  # event time advances about this much per timestep
 
@@ -93,76 +88,24 @@ def oracle(accepted: Counter) -> dict[str, Counter]:
     return out
 
 
-def naive(value):
-    """Datetimes as naive UTC ``datetime`` (DuckDB's TIMESTAMP; Arrow gives aware UTC, and pandas
-    ``Timestamp`` for the nanosecond timestamps of Spark's Parquet files)."""
-    if isinstance(value, datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(timezone.utc).replace(tzinfo=None)
-        return datetime(*value.timetuple()[:6], value.microsecond)
-    return value
-
-
-def write(root: str, t: int, rows: Counter) -> None:
-    folder = os.path.join(root, "inbox", "clicks")
-    os.makedirs(folder, exist_ok=True)
-    cols = list(zip(*[(*r, w) for r, w in rows.items()])) if rows else [[] for _ in SCHEMA]
-    pq.write_table(pa.table([pa.array(c, f.type) for c, f in zip(cols, SCHEMA)], schema=SCHEMA),
-                   os.path.join(folder, f"t{t:04d}.parquet"))
-
-
-class Events:
-    """A random click stream: each step's rows around the current time, some out of order inside
-    the lateness, some late; deletes of accepted rows (on time or late) now and then."""
-
-    def __init__(self, seed: int) -> None:
-        self.rng = random.Random(seed)
-        self.accepted: Counter = Counter()
-
-    def step(self, t: int, watermark: int | None) -> tuple[Counter, int]:
-        """The change of step ``t`` and how many of its rows (weights) are late."""
-        rng, now = self.rng, T0 + timedelta(minutes=STEP_MIN * t)
-        change: Counter = Counter()
-        for _ in range(rng.choice((0, 3, 6, 9))):
-            back = rng.choice((0, 1, 5, 12, 19, 30, 45))  # 30/45 minutes back: usually late
-            ts = now - timedelta(minutes=back, seconds=rng.randrange(60))
-            change[(rng.randrange(4), ts, rng.choice((-5, 1, 2, 7, 7, 40)))] += rng.choice((1, 1, 2))
-        live = sorted(self.accepted.elements(), key=repr)
-        for row in rng.sample(live, min(len(live), rng.choice((0, 0, 1, 2)))):
-            change[row] -= 1
-        change = Counter({r: w for r, w in change.items() if w})
-        late = 0
-        for row, w in change.items():
-            if watermark is not None and micros(row[1]) < watermark:
-                late += abs(w)
-            else:
-                self.accepted[row] += w
-        self.accepted = +self.accepted
-        return change, late
-
-
-def _config(root, engine: str):
-    """The default profile on ``engine``; views are not published as Delta tables (not under test
-    here, and a third of an in-process step's time)."""
-    cfg = config(root, engine=engine)
-    return replace(cfg, views=replace(cfg.views, enabled=False))
-
-
 def _run(tmp_path, steps: int, engine_of, check_every: int = 1, seed: int = 7):
     path = tmp_path / "windows.yaml"
     path.write_text(CIRCUIT)
     root = tmp_path / "data"
-    rt = open_circuit(str(path), _config(root, "arrow"))
-    events = Events(seed)
+    rt = open_circuit(str(path), step_config(root, "arrow"))
+    # 30/45 minutes back: usually late
+    events = EventSource(random.Random(seed), STEP_MIN, counts=(0, 3, 6, 9), backs=(0, 1, 5, 12, 19, 30, 45),
+                         keys=4, values=(-5, 1, 2, 7, 7, 40), deletes=(0, 0, 1, 2))
     integrated = {v: Counter() for v in VIEWS}
     late_total, peak = 0, {}
     for t in range(1, steps + 1):
         mark = committed_watermark(rt.store.manifest(), "clicks").watermark_us
-        change, late = events.step(t, mark)
-        write(str(root), t, change)
+        change = events.step(t, mark)
+        late = events.late
+        write_change(str(root), "clicks", t, SCHEMA, change)
         engine = engine_of(t)
         if engine != rt.config.policy.engine:
-            rt = open_circuit(str(path), _config(root, engine))
+            rt = open_circuit(str(path), step_config(root, engine))
         report = run_step(rt)
         assert report.engine == engine, (t, report.engine_reason)
         clicks = next(r for r in report.inputs if r.name == "clicks")
@@ -172,14 +115,11 @@ def _run(tmp_path, steps: int, engine_of, check_every: int = 1, seed: int = 7):
         assert meta["late_total"] == late_total
         assert (f"{late} late row(s) dropped" in clicks.note) == bool(late), clicks.note
         for view in VIEWS:
-            for row, w in output_delta(rt, view)[0].items():
-                integrated[view][tuple(naive(v) for v in row)] += w
+            integrate(integrated[view], output_delta(rt, view)[0])
         if t % check_every == 0 or t == steps:
             expected = oracle(events.accepted)
             for view in VIEWS:
-                got = Counter({r: w for r, w in integrated[view].items() if w})
-                assert got == expected[view], f"step {t} {view}: {sorted(got - expected[view])} / " \
-                                              f"{sorted(expected[view] - got)}"
+                same_bags(integrated[view], expected[view], f"step {t} {view}")
         traces = rt.store.manifest().traces
         for trace in ("tumbling", "sliding", "overall", "I(sliding.window)"):
             peak[trace] = max(peak.get(trace, 0), traces[trace].rows if trace in traces else 0)
@@ -284,3 +224,70 @@ outputs: [per_hour]
         load_circuit_text(text, "s.yaml")
     assert "s.yaml:11: node 'per_hour': query line 1, column 72: window(...) over time is not supported in SQL " \
            "nodes yet: use an 'aggregate' node with window:" in str(err.value)
+
+
+def test_a_join_of_two_windowed_aggregates_on_their_window_is_bounded():
+    """The floor of window_end passes through an aggregate (only touched groups change), so a
+    join on it drops each side's closed windows; a computed time column bounds nothing."""
+    from spark_jobs.ir.compile import compile_spec
+    from spark_jobs.spec.columns import output_columns
+
+    text = CIRCUIT.split("nodes:")[0] + """nodes:
+  a: {op: aggregate, input: clicks, group_by: [user_id], window: {column: ts, size: "30 minutes"},
+      aggregates: {n: "count(*)"}}
+  b: {op: aggregate, input: clicks, group_by: [], window: {column: ts, size: "30 minutes"},
+      aggregates: {total: "count(*)"}}
+  ab: {op: join, left: a, right: b, on: [window_end]}
+  shifted: {op: select, input: clicks, columns: {user_id: user_id, ts: "ts + interval 1 hour"}}
+  c: {op: aggregate, input: shifted, group_by: [user_id], window: {column: ts, size: "30 minutes"},
+      aggregates: {n: "count(*)"}}
+outputs: [ab, c]
+"""
+    spec = load_circuit_text(text)
+    bounds = state_bounds(compile_spec(spec, output_columns(spec)).incremental)
+    assert bounds["I(a)"].describe() == bounds["I(b)"].describe() == \
+        "drops rows with window_end <= watermark(clicks)"
+    assert "c" not in bounds and "I(clicks)" in bounds
+
+
+def test_dag_tasks_bound_the_state_too(spark, tmp_path):
+    """plan / stage / check / commit: the commit task applies the bound with the watermark the
+    stage tasks saw (three runs: the third compacts the closed window away)."""
+    from spark_jobs.runtime.stages import stage_graph
+    from spark_jobs.runtime.timestep import run_task
+
+    text = CIRCUIT.replace("outputs: [tumbling, sliding, overall]", "outputs: [tumbling]")
+    text = text[:text.index("  sliding:")] + "outputs: [tumbling]\n"
+    path = tmp_path / "w.yaml"
+    path.write_text(text)
+    rt = open_circuit(str(path), step_config(tmp_path / "data", "spark"))
+    at = lambda minutes: T0 + timedelta(minutes=minutes)  # noqa: E731
+    batches = [Counter({(1, at(10), 5): 1, (2, at(20), 7): 1}),  # window [0, 30)
+               Counter({(1, at(70), 5): 1}),  # watermark -> 50: window [0, 30) closed
+               Counter({(1, at(15), 9): 1, (2, at(75), 1): 1})]  # 15 < 50: late
+    for t, change in enumerate(batches, start=1):
+        write_change(str(tmp_path / "data"), "clicks", t, SCHEMA, change)
+        run_task(rt, "plan", f"run{t}")
+        for stage in stage_graph(rt.compiled):
+            run_task(rt, "stage", f"run{t}", stage.name)
+        run_task(rt, "check", f"run{t}")
+        run_task(rt, "commit", f"run{t}")
+    trace = rt.store.manifest().traces["tumbling"]
+    assert trace.dropped_below == (("window_end", micros(at(50)) + 1),)
+    state = pq.read_table(rt.store.layout.abs(trace.dirs[0])).to_pylist() if trace.dirs else []
+    assert {naive(r["window_end"]) for r in state} == {naive(at(90))}  # only the open window is kept
+    view = Counter()
+    for t in (1, 2, 3):
+        integrate(view, _delta_at(rt, "tumbling", t))
+    assert +view == Counter({(naive(at(0)), naive(at(30)), 1, 1, 5): 1, (naive(at(0)), naive(at(30)), 2, 1, 7): 1,
+                             (naive(at(60)), naive(at(90)), 1, 1, 5): 1, (naive(at(60)), naive(at(90)), 2, 1, 1): 1})
+    assert rt.store.manifest().inputs["clicks"]["event_time"]["late_total"] == 1
+
+
+def _delta_at(rt, view: str, t: int) -> Counter:
+    entry = rt.store.manifest(t).outputs.get(view)
+    if entry is None or not entry.delta:
+        return Counter()
+    table = pq.read_table(rt.store.layout.abs(entry.delta))
+    cols = [c for c in table.column_names if c != "_weight"]
+    return Counter({tuple(r[c] for c in cols): r["_weight"] for r in table.to_pylist()})
