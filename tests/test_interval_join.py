@@ -109,9 +109,10 @@ def test_random_streams_equal_duckdb_and_state_stays_bounded(tmp_path):
     rt, sides, peak, late_total = _run(tmp_path, 110, lambda t: "arrow", check_every=2)
     assert min(late_total.values()) > 10
     # one side keeps the rows within range + lateness of the other's watermark, plus the steps
-    # between two bounded compactions (one range of event time): at most 6 rows (weight <= 2) a
-    # step, (5 + 10 + 5) / 2 + 2 steps of them
-    per_step, steps_kept = 6, (RANGE_MIN + LATENESS_MIN + RANGE_MIN) // STEP_MIN + 2
+    # between two bounded compactions (max(range, lateness) of event time): at most 6 rows a
+    # step, (5 + 10 + 10) / 2 + 2 steps of them
+    per_step = 6
+    steps_kept = (RANGE_MIN + LATENESS_MIN + max(RANGE_MIN, LATENESS_MIN)) // STEP_MIN + 2
     for trace, rows in peak.items():
         assert rows <= per_step * steps_kept, (trace, rows, per_step * steps_kept)
     assert sum(len(s.accepted) for s in sides.values()) > 4 * max(peak.values())  # history outgrew it
@@ -129,7 +130,7 @@ def test_bounds_of_both_sides():
                                               "ts < watermark(views) - 5 minutes")
     assert bounds["I(views)"].thresholds({"clicks": 20 * MIN, "views": 30 * MIN}) == \
         (("vts", 30 * MIN), ("vts", 15 * MIN))
-    assert bounds["I(views)"].every_us == RANGE_MIN * MIN
+    assert bounds["I(views)"].every_us == max(RANGE_MIN, LATENESS_MIN) * MIN  # compacted once per lateness
 
 
 @pytest.mark.parametrize("within, says", [
