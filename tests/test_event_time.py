@@ -115,7 +115,6 @@ def test_validation_messages():
      '              window: {column: ts, size: "1 hour"}}', "window", 14),
     ("named: {op: join, left: clicks, right: users, on: [user_id],\n"
      '           within: {left: ts, right: ts, range: "5 minutes"}}', "within", 13),
-    ("named: {op: join, left: clicks, right: users, on: [user_id],\n           stream: left}", "stream", 13),
 ])
 def test_windows_and_bounded_joins_are_refused_not_ignored(node, key, line):
     """The spec reads window/within/stream, the engine cannot compute them yet: accepting them

@@ -106,6 +106,7 @@ class Operator:
     lookup: Callable[["Node", int], "tuple[str, ...] | None"] | None = None
     uses: Callable[["Circuit", "Node", int], str] | None = None
     delta_form: Callable[["Circuit", "Node"], str] | None = None  # explain: what it does with a change
+    explain_state: Callable[["Circuit", "Node"], str] | None = None  # explain: why a stateless node keeps none
     kernels: Mapping[str, KernelRef] = field(default_factory=dict)
     in_body_only: bool = False  # delta0 / feedback / the 2-D forms: only inside a scope's body
     form_of: str = ""  # an operator of Q^Δ only: the query operator whose rule produces it (it has no rule)

@@ -78,7 +78,6 @@ def _not_timestamp(col: Column) -> str | None:
 NOT_SUPPORTED_YET = {
     "window": "windowed aggregates ('window') are not supported yet",
     "within": "interval joins ('within') are not supported yet",
-    "stream": "stream joins ('stream') are not supported yet",
 }
 
 
