@@ -9,6 +9,11 @@ first, the manifest last, atomically, in the layout Spark writes, so the next st
 either engine. A step the Arrow kernels cannot serve raises ``NotLocal`` before anything is
 written, and the caller runs it on Spark.
 
+Event time is the Spark path's too: each timed input's late rows are counted and left out
+(``executor/arrow/lateness.py``, the same rule), the watermarks are committed in the manifest,
+and a step with late rows under ``on_late: refuse`` runs on Spark, which refuses it naming the
+files. An append_only input's reader refuses a delete as Spark's does.
+
 Trust checks are the Spark path's: consumed files are recorded by name, size and fingerprint
 (``InputFile.record``), and the bag check of `changes` inputs runs on the change tables
 (``bag.check_tables``, pyarrow lookups in the input's integral). A step that fails the bag check
@@ -26,7 +31,9 @@ from spark_jobs.executor.kernels.arrow import ArrowEngine
 from spark_jobs.executor.sources import InputFile, InputRefused
 from spark_jobs.executor.sources.discovery import InputScan
 from spark_jobs.ir.operator import operator
+from spark_jobs.executor.arrow.lateness import split_late
 from spark_jobs.runtime.bag import check_tables
+from spark_jobs.runtime.event_time import StepClock, describe as describe_late
 from spark_jobs.runtime.inputs import keep_consumed_records
 from spark_jobs.runtime.quality_gate import check_timestep_tables
 from spark_jobs.state.arrow_trace import weight_totals
@@ -40,9 +47,6 @@ if TYPE_CHECKING:
 
 def unsupported(rt: "CircuitRuntime", pending: dict[str, list[InputFile]]) -> str | None:
     """Why this step cannot run in-process at all (None: it may try)."""
-    for name, spec in rt.compiled.spec.inputs.items():  # every step of such a circuit carries the watermarks
-        if spec.time is not None:
-            return f"input {name!r} has event time (watermark, late rows): its steps run on Spark"
     for name, files in pending.items():
         if files:
             why = arrow_inputs.unsupported(rt.compiled.spec.inputs[name])
@@ -77,6 +81,7 @@ def run_in_process(rt: "CircuitRuntime", pending: dict[str, list[InputFile]], sc
         keep_consumed_records(txn, scans)
         say(f"timestep {t}: reading inputs (in-process)")
         tables, reports, refused, read = {}, [], [], 0
+        clock = StepClock(spec.inputs, txn.previous)
         for name, inp in spec.inputs.items():
             report = InputReport(name, [f.path for f in pending[name]])
             reports.append(report)
@@ -87,12 +92,18 @@ def run_in_process(rt: "CircuitRuntime", pending: dict[str, list[InputFile]], sc
             except InputRefused as exc:  # keep going: report every refused file of the step at once
                 refused.append(exc)
                 continue
+            if clock.timed(name):  # late rows are counted, then left out (as on Spark)
+                table, totals = split_late(table, clock.column(name), clock.watermark(name))
+                report.late = describe_late(clock.record(name, totals))
             tables[name] = table
             read += nbytes
             report.inserted, report.deleted = weight_totals(table)
             txn.consume(name, [f.record() for f in pending[name]])
         if refused:
             raise InputRefused.combine(refused)
+        if clock.refused():  # Spark refuses the step naming the files that hold late rows
+            raise NotLocal(f"late rows in {', '.join(clock.refused())} (on_late: refuse)")
+        clock.commit(txn)
         state = StoreReader(store)
         check_tables(rt, tables, {r.name: r.deleted for r in reports}, state)
         say(f"timestep {t}: evaluating {len(rt.compiled.incremental.nodes)} operators (Arrow)")
@@ -101,7 +112,7 @@ def run_in_process(rt: "CircuitRuntime", pending: dict[str, list[InputFile]], sc
         result = evaluate_step(rt.compiled.incremental, tables, state, first_step=t == 1,
                                input_schemas=schemas, engine=engine)
         say(f"timestep {t}: checking view deltas")
-        gate = check_timestep_tables(rt, t, result.outputs, tables, state.trace_files)
+        gate = check_timestep_tables(rt, t, result.outputs, tables, state.trace_files, late=clock.report())
         say(f"timestep {t}: writing state")
         for node_id, update in result.updates.items():
             kind = trace_kind(rt.compiled.incremental, node_id)
