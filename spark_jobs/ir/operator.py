@@ -87,6 +87,10 @@ class Operator:
     user's terms (``explain``). ``summary`` and ``note`` feed ``explain`` (the note for a node
     inside a recursive body); ``delta_form(circuit, node)`` says, for a node of Q^Δ, what it does
     with a change and what state it reads (``explain``'s account of a lowered SQL node).
+    ``floor(circuit, node, column, floors)``: a lower bound of ``column`` in the node's future
+    changes, from the inputs' watermarks (``ir/bounds.py``); ``forgets(circuit, node, position,
+    floors)``: which rows of the integral it reads at ``position`` (None: of its own state) no
+    future change can reach (a ``bounds.Forget``), so the store may drop them.
     """
 
     name: str
@@ -110,6 +114,8 @@ class Operator:
     kernels: Mapping[str, KernelRef] = field(default_factory=dict)
     in_body_only: bool = False  # delta0 / feedback / the 2-D forms: only inside a scope's body
     form_of: str = ""  # an operator of Q^Δ only: the query operator whose rule produces it (it has no rule)
+    floor: Callable[..., Any] | None = None  # (circuit, node, column, floors) -> bounds.Floor | None
+    forgets: Callable[..., Any] | None = None  # (circuit, node, position | None, floors) -> bounds.Forget | None
 
     def stateful(self, circuit: "Circuit", node: "Node") -> bool:
         """Does ``node`` (of this operator) keep state of its own between timesteps?"""

@@ -25,15 +25,16 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from spark_jobs.executor.arrow import inputs as arrow_inputs
+from spark_jobs.executor.arrow import lateness as arrow_late
 from spark_jobs.executor.evaluate import evaluate_step, trace_kind
 from spark_jobs.executor.kernels import NotLocal
 from spark_jobs.executor.kernels.arrow import ArrowEngine
 from spark_jobs.executor.sources import InputFile, InputRefused
 from spark_jobs.executor.sources.discovery import InputScan
 from spark_jobs.ir.operator import operator
-from spark_jobs.executor.arrow.lateness import split_late
 from spark_jobs.runtime.bag import check_tables
 from spark_jobs.runtime.event_time import StepClock, describe as describe_late
+from spark_jobs.runtime.state_bounds import bound_state
 from spark_jobs.runtime.inputs import keep_consumed_records
 from spark_jobs.runtime.quality_gate import check_timestep_tables
 from spark_jobs.state.arrow_trace import weight_totals
@@ -56,6 +57,24 @@ def unsupported(rt: "CircuitRuntime", pending: dict[str, list[InputFile]]) -> st
         if operator(node.op).kernel("arrow") is None:
             return f"operator {node.op!r} (node {node.id!r}) has no Arrow kernel"
     return None
+
+
+def _late_rows(spec, txn, tables: dict, reports: list[InputReport]) -> StepClock:
+    """Drop and count the late rows of the timed inputs' changes (as the Spark step does); a
+    step whose policy refuses late rows runs on Spark, which names the files (``NotLocal``)."""
+    clock = StepClock(spec.inputs, txn.previous)
+    for report in reports:
+        name = report.name
+        if name not in tables or not clock.timed(name):
+            continue
+        column, mark = clock.column(name), clock.watermark(name)
+        late = clock.record(name, arrow_late.change_totals(tables[name], column, mark))
+        tables[name] = arrow_late.on_time(tables[name], column, mark)
+        report.inserted, report.deleted = weight_totals(tables[name])
+        report.late = describe_late(late)
+    if clock.refused():
+        raise NotLocal("late rows under on_late: refuse (the refusal names their files)")
+    return clock
 
 
 def change_rows(pending: dict[str, list[InputFile]]) -> int | None:
@@ -81,7 +100,6 @@ def run_in_process(rt: "CircuitRuntime", pending: dict[str, list[InputFile]], sc
         keep_consumed_records(txn, scans)
         say(f"timestep {t}: reading inputs (in-process)")
         tables, reports, refused, read = {}, [], [], 0
-        clock = StepClock(spec.inputs, txn.previous)
         for name, inp in spec.inputs.items():
             report = InputReport(name, [f.path for f in pending[name]])
             reports.append(report)
@@ -92,18 +110,13 @@ def run_in_process(rt: "CircuitRuntime", pending: dict[str, list[InputFile]], sc
             except InputRefused as exc:  # keep going: report every refused file of the step at once
                 refused.append(exc)
                 continue
-            if clock.timed(name):  # late rows are counted, then left out (as on Spark)
-                table, totals = split_late(table, clock.column(name), clock.watermark(name))
-                report.late = describe_late(clock.record(name, totals))
             tables[name] = table
             read += nbytes
             report.inserted, report.deleted = weight_totals(table)
             txn.consume(name, [f.record() for f in pending[name]])
         if refused:
             raise InputRefused.combine(refused)
-        if clock.refused():  # Spark refuses the step naming the files that hold late rows
-            raise NotLocal(f"late rows in {', '.join(clock.refused())} (on_late: refuse)")
-        clock.commit(txn)
+        clock = _late_rows(spec, txn, tables, reports)
         state = StoreReader(store)
         check_tables(rt, tables, {r.name: r.deleted for r in reports}, state)
         say(f"timestep {t}: evaluating {len(rt.compiled.incremental.nodes)} operators (Arrow)")
@@ -120,6 +133,8 @@ def run_in_process(rt: "CircuitRuntime", pending: dict[str, list[InputFile]], sc
             write(node_id, update.df, kind=kind, keys=update.keys, sort_by=update.sort_by)
         for view, table in result.outputs.items():
             txn.write_output_table(view, table)
+        clock.commit(txn)
+        bound_state(txn, rt.compiled.incremental, clock)
         read += state.bytes_read()
         txn.set_meta("engine", "arrow")
         txn.set_meta("engine_reason", reason)

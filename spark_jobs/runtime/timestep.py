@@ -43,6 +43,7 @@ from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.publish import publish_views
 from spark_jobs.quality import mark_committed
 from spark_jobs.runtime.errors import input_errors
+from spark_jobs.runtime.state_bounds import bound_state
 from spark_jobs.runtime.event_time import StepClock, iso
 from spark_jobs.runtime.failures import step_failures
 from spark_jobs.runtime.inputs import input_trace, read_input, refuse_changed, retained_inputs, scan_inputs
@@ -380,6 +381,7 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
         for j in journals.values():
             clock.from_journal(j.get("event_time") or {})
         clock.commit(txn)
+        bound_state(txn, rt.compiled.incremental, clock)
         small = not full and rt.config.policy.small_change(_change_rows(journals))
         with step_conf(rt.spark, small):
             txn.write_deltas(appends, outputs, batched=small)

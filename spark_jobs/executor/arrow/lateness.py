@@ -1,10 +1,7 @@
-"""Late rows of an input's change, in-process on Arrow: the rule of ``sources/lateness.py``.
-
-A row is late when its event time is below the watermark committed before this step. Times are
-compared as microseconds since 1970-01-01 UTC (a ``timestamp_ntz`` value as the UTC wall time,
-the sessions' time zone in every profile), so both engines judge a row alike. As on Spark, with a
-watermark a row whose time is NULL is neither kept nor counted late (its comparison is unknown).
-"""
+"""Late rows of an input's change, on Arrow: the in-process counterpart of
+``executor/sources/lateness.py``, with the same rule (a row is late when its event time, in µs
+since the epoch, is below the watermark committed before this step) and the same NULL handling
+(once there is a watermark, a row with a NULL time is neither kept nor counted late)."""
 from __future__ import annotations
 
 from typing import Any
@@ -15,34 +12,25 @@ import pyarrow.compute as pc
 from spark_jobs.spec.model import WEIGHT
 
 
-def event_micros(table: pa.Table, column: str) -> pa.ChunkedArray:
-    """The event time of every row in microseconds since the epoch (NULL stays NULL)."""
-    times = table.column(column)
-    unit = pa.timestamp("us", tz=times.type.tz) if pa.types.is_timestamp(times.type) else pa.timestamp("us")
-    return times.cast(unit).cast(pa.int64())
+def event_micros(values: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Event times in microseconds since the epoch."""
+    return pc.cast(pc.cast(values, pa.timestamp("us", tz=values.type.tz)), pa.int64())
 
 
-def _weights(table: pa.Table, mask: pa.ChunkedArray | pa.Array, sign: int) -> int:
-    w = table.column(WEIGHT)
-    picked = pc.filter(w, pc.and_(mask, pc.greater(w, 0) if sign > 0 else pc.less(w, 0)))
-    total = pc.sum(picked).as_py() or 0
-    return int(abs(total))
-
-
-def split_late(table: pa.Table, column: str, watermark_us: int | None) -> tuple[pa.Table, dict[str, Any]]:
-    """The rows that are not late, and the change's totals as ``lateness.change_totals`` gives
-    them (``ins``/``del`` kept, ``late_ins``/``late_del``, ``max_us``)."""
-    micros = event_micros(table, column)
+def change_totals(table: pa.Table, column: str, watermark_us: int | None) -> dict[str, Any]:
+    """``late_ins``/``late_del`` (weights of the late rows) and ``max_us`` (the change's largest time)."""
+    micros = event_micros(table.column(column))
     top = pc.max(micros).as_py() if table.num_rows else None
     if watermark_us is None:
-        on_time = pa.chunked_array([pa.array([True] * table.num_rows)])
-        late = pa.chunked_array([pa.array([False] * table.num_rows)])
-    else:
-        late = pc.less(micros, watermark_us)
-        on_time = pc.invert(late)  # NULL for a NULL time: neither kept nor late, as on Spark
-    totals = {"ins": _weights(table, on_time, 1), "del": _weights(table, on_time, -1),
-              "late_ins": _weights(table, late, 1), "late_del": _weights(table, late, -1), "max_us": top}
-    return table.filter(on_time), totals
+        return {"late_ins": 0, "late_del": 0, "max_us": top}
+    weights = table.filter(pc.fill_null(pc.less(micros, watermark_us), False)).column(WEIGHT)
+    ins = pc.sum(pc.if_else(pc.greater(weights, 0), weights, 0)).as_py() or 0
+    dels = -(pc.sum(pc.if_else(pc.less(weights, 0), weights, 0)).as_py() or 0)
+    return {"late_ins": ins, "late_del": dels, "max_us": top}
 
 
-__all__ = ["event_micros", "split_late"]
+def on_time(table: pa.Table, column: str, watermark_us: int | None) -> pa.Table:
+    """The change without its late rows (nor, once there is a watermark, NULL times)."""
+    if watermark_us is None:
+        return table
+    return table.filter(pc.greater_equal(event_micros(table.column(column)), watermark_us))
