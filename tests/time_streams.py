@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
 import duckdb
 import pyarrow as pa
+import yaml
 
+from spark_jobs.config import Config
 from spark_jobs.examples.nexmark import SCHEMAS, NexmarkGenerator
 from spark_jobs.runtime.circuit import CircuitRuntime, open_circuit
 from spark_jobs.runtime.event_time import micros
@@ -47,6 +49,13 @@ def comparable(value: Any) -> Any:
     if isinstance(value, float):
         return round(value, 6)
     return value
+
+
+def _config(root: str, engine: str, publish: bool) -> Config:
+    """The test profile on ``root``; views published as Delta tables only when asked (the views
+    are read from the committed deltas here; publishing is tested elsewhere and costs a step)."""
+    cfg = config(root, engine=engine)
+    return cfg if publish else replace(cfg, views=replace(cfg.views, enabled=False))
 
 
 @dataclass
@@ -75,15 +84,35 @@ class TimedTruth:
             self.watermark_us = mark if self.watermark_us is None else max(self.watermark_us, mark)
 
 
+def combined_circuit(paths: list[str], name: str = "nexmark_all") -> str:
+    """One circuit with the inputs, nodes and outputs of several (YAML text): a timestep of it
+    serves every view at once, so a long stream costs one step per batch, not one per circuit.
+    Inputs of the same name must be declared alike; node and view names must not clash."""
+    merged: dict[str, Any] = {"name": name, "inputs": {}, "nodes": {}, "outputs": {}}
+    # outputs without their expectations: the harness checks the views against DuckDB
+    for path in paths:
+        with open(path) as fh:
+            doc = yaml.safe_load(fh)
+        for section in ("inputs", "nodes", "outputs"):
+            part = doc.get(section) or {}
+            if isinstance(part, list):
+                part = {view: {} for view in part}
+            for key, value in part.items():
+                known = merged[section].get(key)
+                assert known is None or (section == "inputs" and known == value), f"{path}: {section}.{key} clashes"
+                merged[section][key] = {} if section == "outputs" else value
+    return yaml.safe_dump(merged, sort_keys=False)
+
+
 class NexmarkRun:
     """A circuit over ``inbox/nexmark/<stream>`` driven by a ``NexmarkGenerator``, step by step."""
 
-    def __init__(self, tmp_path: Any, circuit_path: str, gen: NexmarkGenerator, spark_every: int = 0) -> None:
+    def __init__(self, tmp_path: Any, circuit_path: str, gen: NexmarkGenerator, spark_every: int = 0,
+                 publish: bool = False) -> None:
         self.root = str(tmp_path / "data")
         self.gen = gen
         self.spark_every = spark_every
-        self.rts = {engine: open_circuit(circuit_path, config(self.root, engine=engine))
-                    for engine in ("arrow", "spark")}
+        self.rts = {engine: open_circuit(circuit_path, _config(self.root, engine, publish)) for engine in ("arrow", "spark")}
         self.rt: CircuitRuntime = self.rts["arrow"]
         self.truth: dict[str, TimedTruth] = {}
         for name, inp in self.rt.compiled.spec.inputs.items():
@@ -109,15 +138,16 @@ class NexmarkRun:
                                                                        report.engine_reason)
         for truth in self.truth.values():
             truth.take(batch.rows[truth.stream], self.t)
-        for view in self.views:
-            self.views[view].update(output_delta(self.rt, view)[0])
+        for view in self.views:  # Spark writes naive times, Arrow UTC ones: compared as naive UTC
+            self.views[view].update(Counter({tuple(comparable(v) for v in row): w
+                                             for row, w in output_delta(self.rt, view)[0].items()}))
         traces = self.rt.store.manifest().traces
         self.state_rows.append({tid: e.rows for tid, e in traces.items() if not tid.startswith(VIEW_TRACE_PREFIX)})
         return report
 
     def view(self, name: str) -> Counter:
         """The view as integrated from its committed deltas (rows with their multiplicity)."""
-        return Counter({tuple(comparable(v) for v in row): w for row, w in self.views[name].items() if w})
+        return Counter({row: w for row, w in self.views[name].items() if w})
 
     def late_totals(self) -> dict[str, int]:
         """Late rows per input as the last manifest records them (``event_time.late_total``)."""
@@ -135,4 +165,4 @@ class NexmarkRun:
         return Counter(tuple(comparable(v) for v in row) for row in con.execute(sql).fetchall())
 
 
-__all__ = ["NexmarkRun", "TimedTruth", "comparable"]
+__all__ = ["NexmarkRun", "TimedTruth", "combined_circuit", "comparable"]
