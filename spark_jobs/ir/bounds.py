@@ -127,6 +127,12 @@ class Floors:
         return self._memo[key]
 
 
+def own_time_floor(node: "Node") -> Floor:
+    """The floor of a timed input's time column: its watermark; a state it bounds is compacted
+    about once per lateness of watermark progress (not at every step)."""
+    return Floor((node.id,), 0, int(node.param("lateness_us") or 0))
+
+
 def plain_column(expr: object) -> str | None:
     """The column a select expression names as is (`` `ts` `` or ``ts``), else None."""
     if not isinstance(expr, str):
@@ -156,7 +162,7 @@ def _integral_bound(circuit: "Circuit", node: "Node", floors: Floors) -> tuple[F
         column = source.param("time")
         if column is None:
             return None
-        found.append(Forget(column, Floor((source.id,))))
+        found.append(Forget(column, own_time_floor(source)))
     users = readers(circuit, node.id)
     if not users:
         return tuple(found) or None
@@ -197,4 +203,4 @@ def group_forget(circuit: "Circuit", node: "Node", columns: tuple[str, ...], flo
     return None
 
 
-__all__ = ["Floor", "Floors", "Forget", "StateBound", "combine", "group_forget", "plain_column", "readers", "state_bounds"]
+__all__ = ["Floor", "Floors", "Forget", "StateBound", "combine", "group_forget", "own_time_floor", "plain_column", "readers", "state_bounds"]

@@ -34,7 +34,7 @@ def build_query_circuit(spec: CircuitSpec, columns: dict[str, tuple[str, ...]]) 
         kind = inp.source.kind if inp.source is not None else None
         params = {"bag": True} if kind == "changes" else {"append_only": True} if kind == "append_only" else {}
         if inp.time is not None:  # its watermark bounds state (ir/bounds.py)
-            params["time"] = inp.time.column
+            params.update(time=inp.time.column, lateness_us=inp.time.lateness_us)
         circuit.add(make_node(name, "input", out=columns[name], name=name, **params))
     for node in (spec.nodes[name] for name in dependency_order(spec.nodes)):
         limit = int(spec.settings.get("max_iterations", DEFAULT_MAX_ITERATIONS))

@@ -8,7 +8,7 @@ Params: ``input``: name (the input relation), bag (a `changes` input: integrated
 """
 from __future__ import annotations
 
-from spark_jobs.ir.bounds import Floor, Floors, combine, plain_column
+from spark_jobs.ir.bounds import Floor, Floors, combine, own_time_floor, plain_column
 from spark_jobs.ir.builder import Builder, BodyBuilder
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.ir.operator import ALWAYS, INPUTS, LINEAR, Operator, builtin_kernels, operator, register
@@ -56,8 +56,9 @@ def append_only_input(circuit: Circuit, node: Node) -> bool:
 
 
 def input_floor(circuit: Circuit, node: Node, column: str, floors: Floors) -> Floor | None:
-    """A timed input's time column: its rows from now on are at or above its watermark."""
-    return Floor((node.id,)) if node.param("time") == column else None
+    """A timed input's time column: its rows from now on are at or above its watermark (which
+    moves about one lateness between compactions of the state it bounds)."""
+    return own_time_floor(node) if node.param("time") == column else None
 
 
 def same_floor(circuit: Circuit, node: Node, column: str, floors: Floors) -> Floor | None:
