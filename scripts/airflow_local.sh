@@ -9,10 +9,14 @@
 # What it sets up (see spark_jobs/orchestration/airflow_env.py): AIRFLOW_HOME (default
 # <repo>/.airflow), dags/ as the DAGs folder, SQLite + LocalExecutor, no examples, low
 # parallelism, API server on 127.0.0.1; the Spark service the profile ($DBSP_CONFIG, default
-# config/local.yaml) needs: a Spark Connect server (scripts/spark_connect.sh) for `connect`, a
-# standalone cluster (scripts/spark_cluster.sh) for a `cluster` profile with a local master;
-# and, for `spark.submit: spark-submit`, the connection AIRFLOW_CONN_SPARK_DBSP. Spark services
-# that were already running are used and left running; the ones it starts, it stops.
+# config/connect.yaml here) needs: a Spark Connect server (scripts/spark_connect.sh) for
+# `connect`, so no task starts a JVM; a standalone cluster (scripts/spark_cluster.sh) for a
+# `cluster` profile with a local master; and, for `spark.submit: spark-submit`, the connection
+# AIRFLOW_CONN_SPARK_DBSP. Spark services that were already running are used and left running;
+# the ones it starts, it stops. It also installs $AIRFLOW_HOME/config/airflow_local_settings.py
+# (the scheduler preloads the task runtime: spark_jobs/orchestration/warm.py) and writes
+# $AIRFLOW_HOME/env.sh: `source .airflow/env.sh` gives a shell AIRFLOW_HOME, the venv's bin on
+# PATH (`airflow`, `dbsp`) and the same settings as the running Airflow.
 #
 # Environment (all optional):
 #   AIRFLOW_HOME            state, logs, SQLite DB, pid files (default <repo>/.airflow)
@@ -20,7 +24,7 @@
 #   AIRFLOW_PARALLELISM     task slots (default 4)
 #   AIRFLOW_START_TIMEOUT   seconds to wait for /api/v2/monitor/health (default 180)
 #   AIRFLOW_STOP_TIMEOUT    seconds between SIGTERM and SIGKILL (default 30)
-#   DBSP_CONFIG             Spark profile (name or path); DBSP_DATA_ROOT, DBSP_CIRCUITS_DIR
+#   DBSP_CONFIG             Spark profile (name or path; default connect); DBSP_DATA_ROOT, DBSP_CIRCUITS_DIR
 #                           are passed on to the DAG parser and the tasks
 #   DBSP_PYTHON             python of the venv (default <repo>/.venv/bin/python)
 #   AIRFLOW__*              any Airflow setting; values already set win over the defaults above
@@ -28,6 +32,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${DBSP_PYTHON:-$ROOT/.venv/bin/python}"
+export DBSP_CONFIG="${DBSP_CONFIG:-connect}"  # tasks are Spark Connect clients: no JVM per task
 export AIRFLOW_HOME="$(realpath -m "${AIRFLOW_HOME:-$ROOT/.airflow}")"
 PORT="${AIRFLOW_PORT:-8080}"
 PARALLELISM="${AIRFLOW_PARALLELISM:-4}"
@@ -35,7 +40,7 @@ START_TIMEOUT="${AIRFLOW_START_TIMEOUT:-180}"
 STOP_TIMEOUT="${AIRFLOW_STOP_TIMEOUT:-30}"
 PID_FILE="$AIRFLOW_HOME/airflow_local.pid"          # pid (= process group) of `airflow standalone`
 SERVICES_FILE="$AIRFLOW_HOME/airflow_local.services" # Spark services this script started
-ENV_FILE="$AIRFLOW_HOME/airflow_local.env"          # the environment, for `stop` from another shell
+ENV_FILE="$AIRFLOW_HOME/env.sh"                     # the environment: `stop` from another shell, the CLI
 LOG="$AIRFLOW_HOME/airflow_local.log"
 MARKER="$AIRFLOW_HOME"                               # DBSP_AIRFLOW_LOCAL: tags every process we start
 
@@ -163,6 +168,7 @@ print_access() {
   echo "  DAGs:        $AIRFLOW__CORE__DAGS_FOLDER (one per circuit; new DAGs start paused)"
   echo "  profile:     $DBSP_CONFIG (Spark service: $DBSP_SPARK_SERVICE)"
   echo "  logs:        $LOG, task logs under $AIRFLOW_HOME/logs"
+  echo "  CLI:         source $ENV_FILE   (AIRFLOW_HOME, .venv/bin on PATH), then e.g. airflow dags list"
   echo "  stop:        Ctrl-C here, or scripts/airflow_local.sh stop"
   echo
 }
@@ -181,8 +187,15 @@ cmd_start() {
   exports="$("$PY" -m spark_jobs.orchestration.airflow_env exports --home "$AIRFLOW_HOME" --port "$PORT" \
     --parallelism "$PARALLELISM")" || die "cannot build the Airflow environment (is the profile valid?)"
   eval "$exports"
-  { printf '%s\n' "$exports"; export -p | grep -E '^declare -x (SPARK_CONNECT_|SPARK_CLUSTER_|SPARK_MASTER_|SPARK_WORKER_)' || true; } > "$ENV_FILE"
+  {
+    echo "# written by scripts/airflow_local.sh: \`source $ENV_FILE\` for the airflow and dbsp CLIs"
+    printf 'export AIRFLOW_HOME=%q\n' "$AIRFLOW_HOME"
+    printf 'export PATH=%q:"$PATH"\n' "$(dirname "$PY")"
+    printf '%s\n' "$exports" | grep -v -E '^export (PATH|AIRFLOW_HOME)='
+    export -p | grep -E '^declare -x (DBSP_|SPARK_CONNECT_|SPARK_CLUSTER_|SPARK_MASTER_|SPARK_WORKER_)' || true
+  } > "$ENV_FILE"
   rm -f "$SERVICES_FILE"
+  log "$("$PY" -c 'import sys; from spark_jobs.orchestration.warm import install; print(install(sys.argv[1]))' "$AIRFLOW_HOME")"
 
   log "starting airflow standalone (AIRFLOW_HOME=$AIRFLOW_HOME, port $PORT, log $LOG)"
   # its own session/process group: Ctrl-C here does not reach it half-way, stop kills all of it;

@@ -18,6 +18,7 @@ from spark_jobs.spec.time import RetentionSettings, retention_settings
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = PROJECT_ROOT / "config" / "local.yaml"
 STATE_DIR = "_dbsp"  # default state root under the data root: <data_root>/_dbsp/<circuit>/...
+REMOTE_ENV = "DBSP_SPARK_REMOTE"  # overrides spark.remote (e.g. a Connect server on another port)
 VIEWS_DIR = "views"  # default root of published tables: <data_root>/views/<circuit>/<view>
 
 
@@ -108,7 +109,7 @@ def load_config(path: str | os.PathLike[str] | None = None, data_root: str | Non
     spark = SparkSettings(
         mode=str(spark_raw.get("mode", "local")),
         master=str(spark_raw.get("master", "local[2]")),
-        remote=spark_raw.get("remote"),
+        remote=os.environ.get(REMOTE_ENV) or spark_raw.get("remote"),
         app_name=str(spark_raw.get("app_name", "dbsp")),
         conf={str(k): str(v) for k, v in (spark_raw.get("conf") or {}).items()},
     )

@@ -25,6 +25,7 @@ from spark_jobs.runtime import bag
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
 from tests import oracle
+from tests.dag_tasks import TASK_MODES, run_stage_tasks
 from tests.policies import config
 
 CIRCUIT = """
@@ -182,7 +183,8 @@ def test_the_check_on_spark_agrees_with_the_check_on_the_driver(spark, tmp_path)
     assert _views(rt) == _expected(Counter())
 
 
-def test_a_dag_run_refuses_the_same_way(spark, tmp_path):
+@pytest.mark.parametrize("tasks", TASK_MODES)
+def test_a_dag_run_refuses_the_same_way(spark, tmp_path, tasks):
     """The DAG's task protocol (plan, stages, check, commit) checks deletes like `dbsp step`: the
     stage that reads the input refuses, naming the file and the row, and nothing is committed."""
     from spark_jobs.runtime import timestep
@@ -194,11 +196,39 @@ def test_a_dag_run_refuses_the_same_way(spark, tmp_path):
     ghost = _write(tmp_path, "002.parquet", [(1, "a", -1), (2, "ghost", -1)])
     timestep.plan(rt, "r1")
     with pytest.raises(InputRefused) as err:
-        for stage in timestep.stage_graph(rt.compiled):
-            timestep.run_stage(rt, "r1", stage.name)
+        run_stage_tasks(rt, "r1", tasks)
     assert [p for p, _ in err.value.problems] == [ghost]
     assert "{k: 2, v: 'ghost'}" in err.value.problems[0][1] and "held 0 copies" in err.value.problems[0][1]
     assert _rt(circuit, tmp_path).store.last_committed() == 1
+    os.remove(ghost)  # a weight out of range is refused by the stage too (the same read)
+    big = _write(tmp_path, "003.parquet", [(1, "a", 10 ** 18)])
+    timestep.plan(rt, "r2")
+    with pytest.raises(InputRefused, match="column _weight must lie between") as err:
+        run_stage_tasks(rt, "r2", tasks)
+    assert [p for p, _ in err.value.problems] == [big]
+
+
+@pytest.mark.parametrize("tasks", TASK_MODES)
+def test_a_dag_run_quarantines_the_same_way(spark, tmp_path, tasks):
+    """With on_negative: quarantine the stage sets the excess aside as `dbsp step` does; the commit
+    records it in the manifest and says so in its notes."""
+    from spark_jobs.runtime import timestep
+
+    circuit = _circuit(tmp_path, "settings: {on_negative: quarantine}")
+    rt = _rt(circuit, tmp_path)
+    _write(tmp_path, "001.parquet", [(1, "a", 2)])
+    run_step(rt)
+    src = _write(tmp_path, "002.parquet", [(1, "a", -3), (2, "ghost", -1), (3, "c", 1)])
+    timestep.plan(rt, "q1")
+    run_stage_tasks(rt, "q1", tasks)
+    timestep.check(rt, "q1")
+    done = timestep.commit(rt, "q1")
+    folder = bag.quarantine_path(rt, 2, "items")
+    assert any(folder in n and "2 tuple(s)" in n and "2 deleted row(s)" in n for n in done["notes"]), done
+    rows = sorted(pq.read_table(folder).to_pylist(), key=lambda r: r["k"])
+    assert [(r["k"], r["_weight"], r["_files"]) for r in rows] == [(1, -1, [src]), (2, -1, [src])]
+    assert rt.store.manifest().meta["quarantined"]["items"]["tuples"] == 2
+    assert _views(rt) == _expected(Counter({(3, "c"): 1}))
 
 
 def test_an_in_process_step_checks_deletes_against_the_integral_it_keeps(spark, tmp_path):

@@ -68,6 +68,7 @@ def test_user_errors_keep_their_exit_codes():
     """Refused input 2, failed quality gate 3, others 1; the classes are matched without the CLI
     importing the modules that define them (commands that read state import no pyspark)."""
     from spark_jobs.cli.commands import UserError, _user_errors
+    from spark_jobs.executor.session import ConnectServerUnreachable
     from spark_jobs.executor.sources import InputRefused
     from spark_jobs.publish import PublishError
     from spark_jobs.quality.report import QualityGateFailed
@@ -77,12 +78,13 @@ def test_user_errors_keep_their_exit_codes():
             return "1 failed"
 
     for exc, code in ((InputRefused([("f.jsonl", "bad")], "orders"), 2), (QualityGateFailed.__new__(QualityGateFailed), 3),
-                      (PublishError("no"), 1)):
+                      (PublishError("no"), 1), (ConnectServerUnreachable("no Spark Connect server at sc://x"), 1)):
         if isinstance(exc, QualityGateFailed):
             exc.report = Report()
         with pytest.raises(UserError) as err, _user_errors():
             raise exc
         assert err.value.exit_code == code
+        assert code != 1 or str(exc) in str(err.value)  # the message as it was raised
     with pytest.raises(KeyError), _user_errors():  # not a user error: not turned into one
         raise KeyError("bug")
 

@@ -35,7 +35,14 @@ def circuits_env(monkeypatch):
     return use
 
 
-def test_one_dag_per_circuit_with_the_stage_graph(circuits_env):
+def _per_stage(folder: Path, tmp: Path) -> Path:
+    """Copies of the circuits of ``folder`` with ``orchestration: {tasks: per_stage}``."""
+    for path in sorted(folder.glob("*.yaml")):
+        (tmp / path.name).write_text(path.read_text() + "\norchestration: {tasks: per_stage}\n")
+    return tmp
+
+
+def test_one_dag_per_circuit_with_one_task_for_all_stages(circuits_env):
     circuits_env(ROOT / "circuits")
     bag = dagbag()
     assert bag.import_errors == {}
@@ -47,6 +54,22 @@ def test_one_dag_per_circuit_with_the_stage_graph(circuits_env):
         assert dag.schedule == c.spec.schedule  # None for circuits without a schedule
         assert dag.params["mode"] == "incremental"
         assert dag.params.get_param("mode").schema["enum"] == ["incremental", "full_refresh"]
+        assert c.spec.orchestration.tasks == "per_step"  # the default
+        assert set(dag.task_ids) == {"plan", "stages", "quality_check", "commit"}
+        assert dag.get_task("stages").upstream_task_ids == {"plan"}
+        assert dag.get_task("quality_check").upstream_task_ids == {"stages"}
+        assert dag.get_task("commit").upstream_task_ids == {"quality_check"}
+        assert {a.name for a in dag.get_task("commit").outlets} == {f"{name}.{v}" for v in c.spec.outputs}
+        assert "State" in dag.doc_md and c.spec.text.strip() in dag.doc_md
+
+
+def test_per_stage_makes_one_task_per_stage(circuits_env, tmp_path):
+    circuits_env(_per_stage(ROOT / "circuits", tmp_path))
+    bag = dagbag()
+    assert bag.import_errors == {}
+    for path in CIRCUITS:
+        c = compile_file(str(path))
+        dag = bag.dags[c.spec.name]
         stages = stage_graph(c)
         ids = {s.name: ("inputs." if s.kind == "input" else "stages.") + s.name for s in stages}
         assert set(dag.task_ids) == {"plan", "quality_check", "commit", *ids.values()}
@@ -58,8 +81,27 @@ def test_one_dag_per_circuit_with_the_stage_graph(circuits_env):
         sinks = {ids[s.name] for s in stages} - {ids[u] for s in stages for u in s.upstream}
         assert dag.get_task("quality_check").upstream_task_ids == sinks
         assert dag.get_task("commit").upstream_task_ids == {"quality_check"}
-        assert "State kept between timesteps" in dag.doc_md and c.spec.text.strip() in dag.doc_md
-        assert "```mermaid" in dag.doc_md
+
+
+def test_the_docs_show_the_circuit_as_an_svg_drawn_at_parse_time(circuits_env, tmp_path, monkeypatch):
+    import re
+    import xml.etree.ElementTree as ET
+
+    monkeypatch.setenv("DBSP_DOCS_DIR", str(tmp_path / "docs"))
+    (tmp_path / "c").mkdir()
+    circuits_env(_per_stage(ROOT / "circuits", tmp_path / "c"))
+    dag = dagbag().dags["revenue_by_region"]
+    found = re.search(r"\[!\[incremental circuit of revenue_by_region\]\(/dbsp/docs/([^)]+\.svg)\)\]", dag.doc_md)
+    assert found, dag.doc_md[:500]
+    assert "```mermaid" not in dag.doc_md and "data:" not in dag.doc_md  # the UI strips data: URLs
+    svg = ET.parse(tmp_path / "docs" / found.group(1)).getroot()
+    texts = {t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")}
+    c = compile_file(str(ROOT / "circuits" / "revenue_by_region.yaml"))
+    for node in c.incremental:  # every operator is drawn, and every task is in the legend
+        assert any(node.id in (t or "") for t in texts), node.id
+    assert {"inputs.orders", "stages.enriched", "view by_region"} <= texts
+    assert svg.get("width").isdigit() and svg.get("viewBox").endswith(f"{svg.get('width')} {svg.get('height')}")  # an img scales it to fit
+    assert "```text" not in dag.doc_md  # no wide fixed-width tables: Markdown tables wrap
 
 
 def test_the_schedule_of_the_yaml(circuits_env, tmp_path):
@@ -73,6 +115,44 @@ def test_the_schedule_of_the_yaml(circuits_env, tmp_path):
     assert [bag.dags[f"c{i}"].schedule for i in range(3)] == ["@daily", "*/15 * * * *", None]
 
 
+def test_schedules_on_assets_inputs_and_other_circuits_views(circuits_env, tmp_path):
+    from airflow.sdk import AssetAny
+    from airflow.timetables.assets import AssetOrTimeSchedule
+
+    from spark_jobs.orchestration.watch import InputFilesTrigger
+
+    paper = (ROOT / "circuits" / "paper_example.yaml").read_text()
+    (tmp_path / "paper_example.yaml").write_text(paper)
+    (tmp_path / "watched.yaml").write_text(paper.replace("name: paper_example", "name: watched\nschedule: on_inputs"))
+    (tmp_path / "chained.yaml").write_text(paper.replace(
+        "name: paper_example", "name: chained\nschedule: {cron: '0 * * * *', assets: [paper_example.v, t]}"))
+    circuits_env(tmp_path)
+    bag = dagbag()
+    assert bag.import_errors == {}
+    watched = bag.dags["watched"].timetable.asset_condition
+    assert isinstance(watched, AssetAny)  # any of the named assets starts a run
+    (asset,) = watched.objects  # one asset for the circuit's input folders: one event per batch
+    assert asset.name == "watched.inputs" and asset.uri.startswith("file://")
+    (watcher,) = asset.watchers  # the triggerer polls the input folders for new files
+    assert isinstance(watcher.trigger, InputFilesTrigger) and watcher.trigger.input_names == ["t", "r"]
+    chained = bag.dags["chained"]
+    assert isinstance(chained.timetable, AssetOrTimeSchedule)
+    names = {a.name for a in chained.timetable.asset_condition.objects}
+    assert names == {"paper_example.v", "chained.inputs"}
+    commit = bag.dags["paper_example"].get_task("commit")
+    assert "paper_example.v" in {a.name for a in commit.outlets}  # the producer of that asset
+
+
+def test_a_schedule_on_a_view_no_circuit_publishes_is_an_import_error(circuits_env, tmp_path):
+    paper = (ROOT / "circuits" / "paper_example.yaml").read_text()
+    (tmp_path / "paper_example.yaml").write_text(paper)
+    (tmp_path / "orphan.yaml").write_text(paper.replace(
+        "name: paper_example", "name: orphan\nschedule: {assets: [paper_example.no_such_view]}"))
+    circuits_env(tmp_path)
+    bag = dagbag()
+    assert set(bag.dags) == {"paper_example"}
+    message = bag.import_errors[ERRORS.name]
+    assert "orphan.yaml" in message and "'paper_example.no_such_view'" in message and "paper_example.v" in message
 
 
 def test_a_broken_circuit_is_an_import_error_and_hides_nothing(circuits_env, tmp_path):
@@ -116,7 +196,8 @@ def test_spark_submit_profile_makes_spark_submit_tasks(circuits_env, tmp_path, m
     profile.write_text((ROOT / "config" / "cluster.yaml").read_text().replace(
         "  mode: cluster ", "  submit: spark-submit\n  mode: cluster "))
     monkeypatch.setenv("DBSP_CONFIG", str(profile))
-    monkeypatch.setenv("DBSP_CIRCUITS_DIR", str(ROOT / "circuits"))
+    (tmp_path / "c").mkdir()
+    monkeypatch.setenv("DBSP_CIRCUITS_DIR", str(_per_stage(ROOT / "circuits", tmp_path / "c")))
     bag = dagbag()
     assert bag.import_errors == {}
     dag = bag.dags["paper_example"]
@@ -181,14 +262,40 @@ def test_task_callable_passes_mode_and_fails_fast_on_errors_retries_cannot_fix(m
         calls.append((step, circuit, run_id, stage, mode))
         if step == "check":
             raise CircuitError([Problem("c.yaml", 3, "v", "bad")])
-        return {"timestep": 4, "inputs": {"orders": [{"path": "a"}, {"path": "b"}]}}
+        return {"timestep": 4, "mode": mode, "empty": False, "inputs": {"orders": [{"path": "a"}, {"path": "b"}]}}
 
     monkeypatch.setattr(tasks, "execute", fake)
     context = {"run_id": "manual__1", "params": {"mode": "full_refresh"}}
-    assert tasks.run_step("plan", "c.yaml", **context) == {"timestep": 4, "inputs": {"orders": 2}}
+    assert tasks.run_step("plan", "c.yaml", **context) == {"timestep": 4, "mode": "full_refresh", "empty": False,
+                                                          "inputs": {"orders": 2}}
     assert calls == [("plan", "c.yaml", "manual__1", None, "full_refresh")]
     with pytest.raises(AirflowFailException, match="c.yaml:3: node 'v': bad"):
         tasks.run_step("check", "c.yaml", **context)
+
+
+def test_an_empty_plan_skips_the_rest_of_the_run_unless_empty_steps_commit(monkeypatch):
+    from airflow.sdk.exceptions import DownstreamTasksSkipped
+
+    from spark_jobs.orchestration import tasks
+
+    pushed = {}
+
+    class TI:
+        def xcom_push(self, key, value):
+            pushed[key] = value
+
+    class Task:
+        def get_flat_relative_ids(self, upstream=False):
+            return {"stages", "quality_check", "commit"}
+
+    empty = {"timestep": 3, "mode": "incremental", "empty": True, "inputs": {"orders": []}}
+    monkeypatch.setattr(tasks, "execute", lambda *a, **k: dict(empty))
+    context = {"run_id": "scheduled__1", "params": {}, "ti": TI(), "task": Task()}
+    with pytest.raises(DownstreamTasksSkipped) as skipped:
+        tasks.run_step("plan", "c.yaml", **context)
+    assert sorted(skipped.value.tasks) == ["commit", "quality_check", "stages"]
+    assert pushed[tasks.PLAN_XCOM_KEY]["empty"] is True  # the run note says why nothing was committed
+    assert tasks.run_step("plan", "c.yaml", commit_empty=True, **context)["empty"] is True
 
 
 def test_an_alias_bomb_is_an_import_error_for_its_circuit_only_and_quick(circuits_env, tmp_path):

@@ -221,14 +221,31 @@ def test_late_rows_refused_by_policy_commit_nothing(spark, tmp_path):
     assert "2 row(s) arrived late (on_late: refuse): ts 2024-01-01T00:01:00Z is below the watermark " \
            "2024-01-01T00:20:00Z" in reason
     assert rt.store.last_committed() == 1
+    # a DAG run refuses the same files the same way, in the task that reads them
+    from spark_jobs.runtime.timestep import run_task
+
+    run_task(rt, "plan", "dag")
+    with pytest.raises(InputRefused) as dag:
+        run_task(rt, "stages", "dag")
+    assert dag.value.problems == err.value.problems
+    assert rt.store.last_committed() == 1
 
 
-def test_dag_tasks_drop_late_rows_and_carry_the_watermark(spark, tmp_path):
-    """The same rules through the DAG's plan / stage / check / commit tasks."""
+@pytest.mark.parametrize("tasks", ["per_stage", "per_step"])
+def test_dag_tasks_drop_late_rows_and_carry_the_watermark(spark, tmp_path, tasks):
+    """The same rules through a DAG run's tasks (plan, the stages one task each or all in one,
+    check, commit): late rows counted in the stage's summary, the quality report and the commit
+    summary; the watermark carried in the manifest; retention applied after the commit, and a
+    full refresh planned after it refused, as `dbsp step` does."""
+    from spark_jobs.orchestration.logs import commit_lines, stage_lines
+    from spark_jobs.runtime.circuit import CircuitRuntime, compile_file
+    from spark_jobs.runtime.inputs import CannotRebuild
     from spark_jobs.runtime.stages import stage_graph
     from spark_jobs.runtime.timestep import run_task
 
-    rt = _open(tmp_path)
+    path = tmp_path / "c.yaml"
+    path.write_text(CIRCUIT % {"on_late": ""} + 'settings:\n  retention: {inputs: "1 timesteps"}\n')
+    rt = CircuitRuntime(load_config(data_root=str(tmp_path / "data")), compile_file(str(path)), str(path))
     inbox = str(tmp_path / "data" / "inbox")
     _write(f"{inbox}/users", "u.parquet", [(1, "ann")], USER)
     for t, rows in enumerate(([(1, T0 + timedelta(minutes=30), "a", 1)],
@@ -237,12 +254,28 @@ def test_dag_tasks_drop_late_rows_and_carry_the_watermark(spark, tmp_path):
         _write(f"{inbox}/clicks", f"b{t}.parquet", rows, CLICK)
         run = f"run{t}"
         run_task(rt, "plan", run)
-        for stage in stage_graph(rt.compiled):
-            run_task(rt, "stage", run, stage.name)
+        if tasks == "per_step":
+            stages = run_task(rt, "stages", run)["stages"]
+        else:
+            stages = [run_task(rt, "stage", run, stage.name) for stage in stage_graph(rt.compiled)]
         run_task(rt, "check", run)
-        run_task(rt, "commit", run)
+        done = run_task(rt, "commit", run)
+    seen = [s["inputs"]["clicks"] for s in stages if "clicks" in s.get("inputs", {})]
+    assert len(seen) == 1 and seen[0]["late_rows"] == 1
+    assert any("1 late row(s) dropped" in line for s in stages for line in stage_lines(s))
+    assert done["late_rows"] == {"clicks": 1}
+    assert "note: input clicks: 1 late row(s) dropped (1 inserts, 0 deletes); watermark 2024-01-01T00:30:00Z" \
+        in commit_lines(done)
+    quality = json.loads(open(tmp_path / "data" / "_dbsp" / "clicks_per_user" / "quality" / "t000000000002.json").read())
+    line = [r for r in quality["results"] if r["name"] == "dbsp_late_rows"]
+    assert len(line) == 1 and not line[0]["success"] and line[0]["details"]["late_inserted"] == 1
     meta = rt.store.manifest().inputs["clicks"]["event_time"]
     assert (meta["late_inserted"], meta["watermark"]) == (1, "2024-01-01T00:30:00Z")
     assert _view(rt, "per_user") == Counter({("ann", 2, datetime(2024, 1, 1, 0, 40)): 1})
     clock = StepClock(rt.compiled.spec.inputs, rt.store.manifest())
     assert clock.watermark("clicks") == int((T0 + timedelta(minutes=30)).timestamp() * 1_000_000)
+    # retention after the commit: the files consumed before the last timestep are gone
+    assert "consumed input file(s)" in done["retention"]
+    assert os.listdir(f"{inbox}/clicks") == ["b2.parquet"] and not os.listdir(f"{inbox}/users")
+    with pytest.raises(CannotRebuild, match="input 'clicks': 1 consumed change file"):
+        run_task(rt, "plan", "refresh", mode="full_refresh")

@@ -22,6 +22,7 @@ from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
 from spark_jobs.state import FingerprintMismatch
 from tests import oracle
+from tests.dag_tasks import TASK_MODES, run_stage_tasks
 
 V1 = """
 name: editable
@@ -150,7 +151,8 @@ def _signed(new: Counter, old: Counter) -> Counter:
     return Counter({t: w for t, w in out.items() if w})
 
 
-def test_refresh_after_an_edit_as_a_dag_run(spark, tmp_path):
+@pytest.mark.parametrize("tasks", TASK_MODES)
+def test_refresh_after_an_edit_as_a_dag_run(spark, tmp_path, tasks):
     circuit = _edited(tmp_path, V1)
     for i, batch in enumerate(BATCHES):
         _write(tmp_path, f"{i:03d}.parquet", batch)
@@ -162,8 +164,7 @@ def test_refresh_after_an_edit_as_a_dag_run(spark, tmp_path):
         timestep.plan(rt, "inc__1")
     run = "refresh__1"
     timestep.plan(rt, run, mode="full_refresh")
-    for stage in timestep.stage_graph(rt.compiled):
-        timestep.run_stage(rt, run, stage.name)
+    run_stage_tasks(rt, run, tasks)
     timestep.check(rt, run)
     done = timestep.commit(rt, run)
     assert done["timestep"] == 3 and any("view gone" in n for n in done["notes"])

@@ -18,8 +18,10 @@ from spark_jobs.examples.generators import PaperExampleGenerator
 from spark_jobs.executor.sources import InputRefused
 from spark_jobs.executor.sources.identity import FULL_HASH_BYTES, file_fingerprint
 from spark_jobs.runtime.circuit import open_circuit
+from spark_jobs.runtime import timestep
 from spark_jobs.runtime.step import pending_inputs, run_step
 from tests import oracle
+from tests.dag_tasks import run_stage_tasks
 
 PAPER = str(PROJECT_ROOT / "circuits" / "paper_example.yaml")
 
@@ -97,14 +99,9 @@ def test_a_touched_but_unchanged_file_is_not_refused_and_is_checked_once(spark, 
     assert run_step(rt).timestep == 3 and reads == []  # ...and its new time recorded
 
 
-def test_manifests_with_absolute_paths_are_migrated(spark, tmp_path):
-    """A format-1 manifest: paths under the current folder map to names; paths of another mount
-    are matched below the source's folder, and the step says so."""
-    gen = PaperExampleGenerator(str(tmp_path), seed=4)
-    gen.write_batch(inserts=10, deletes=0)
-    rt = _rt(tmp_path)
-    run_step(rt)
-    path = rt.store.layout.manifest_path(1)
+def _as_format_1(rt, tmp_path) -> None:
+    """Rewrite the last manifest as format 1: input t's paths on another mount, r's under this one."""
+    path = rt.store.layout.manifest_path(rt.store.last_committed())
     raw = json.loads(open(path).read())
     raw["format_version"] = 1
     for name, entry in raw["inputs"].items():
@@ -112,6 +109,16 @@ def test_manifests_with_absolute_paths_are_migrated(spark, tmp_path):
         entry["consumed"] = [{"path": f"{folder}/inbox/{name}/{rec['name']}", "size": rec["size"],
                               "mtime": rec["mtime"]} for rec in entry["consumed"]]
     open(path, "w").write(json.dumps(raw))
+
+
+def test_manifests_with_absolute_paths_are_migrated(spark, tmp_path):
+    """A format-1 manifest: paths under the current folder map to names; paths of another mount
+    are matched below the source's folder, and the step says so."""
+    gen = PaperExampleGenerator(str(tmp_path), seed=4)
+    gen.write_batch(inserts=10, deletes=0)
+    rt = _rt(tmp_path)
+    run_step(rt)
+    _as_format_1(rt, tmp_path)
     gen.write_batch(inserts=10, deletes=3)
     fresh = _rt(tmp_path)
     notes = []
@@ -123,6 +130,37 @@ def test_manifests_with_absolute_paths_are_migrated(spark, tmp_path):
     assert all("path" not in rec and "fingerprint" in rec for rec in fresh.store.manifest().consumed("t"))
     # a migrated record gets the timestep it was consumed by at the latest (input retention ages files by it)
     assert sorted(rec["timestep"] for rec in fresh.store.manifest().consumed("t")) == [1, 2]
+
+
+def test_a_dag_run_records_and_refuses_inputs_like_dbsp_step(spark, tmp_path):
+    """The plan migrates format-1 records and says so; the commit records names and fingerprints;
+    a consumed file that changed refuses the next run's plan. (One mode: all of this is in the
+    plan and commit tasks, which both modes share; the stage tasks only pass the records on.)"""
+    tasks = "per_step"
+    gen = PaperExampleGenerator(str(tmp_path), seed=4)
+    files = gen.write_batch(inserts=10, deletes=0)
+    run_step(_rt(tmp_path))
+    _as_format_1(_rt(tmp_path), tmp_path)
+    gen.write_batch(inserts=10, deletes=3)
+    rt = _rt(tmp_path)
+    planned = timestep.plan(rt, "m1")
+    assert sum(len(f) for f in planned["inputs"].values()) == 2  # only the new files
+    moved = "input t: 1 consumed file(s) were recorded by absolute paths outside"
+    assert any(moved in n for n in planned["notes"])
+    run_stage_tasks(rt, "m1", tasks)
+    timestep.check(rt, "m1")
+    done = timestep.commit(rt, "m1")
+    assert done["timestep"] == 2 and any(moved in n for n in done["notes"])
+    assert _view(rt) == oracle.paper_example(str(tmp_path))
+    for name in ("t", "r"):
+        assert all("path" not in rec and "fingerprint" in rec for rec in rt.store.manifest().consumed(name))
+    with open(files[0], "r+b") as fh:  # same size, other bytes
+        data = bytearray(fh.read())
+        data[len(data) // 2] ^= 0xFF
+        fh.seek(0)
+        fh.write(bytes(data))
+    with pytest.raises(InputRefused, match="t-0001.parquet: this file was consumed at timestep 1 and has changed"):
+        timestep.plan(_rt(tmp_path), "m2")
 
 
 def test_large_files_are_fingerprinted_from_samples(tmp_path):

@@ -22,6 +22,7 @@ from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.state.fs import LocalFileSystem
 from spark_jobs.state.lease import EXIT_CODE, Lease, LeaseHeld, LeaseLost, LeaseRecord
 from tests import oracle
+from tests.dag_tasks import TASK_MODES, run_stage_tasks
 from tests.test_state_remote_fs import store_fs  # noqa: F401 - a fixture: every store file system
 
 PAPER = str(PROJECT_ROOT / "circuits" / "paper_example.yaml")
@@ -187,7 +188,8 @@ def test_concurrent_steps_and_a_killed_holder(spark, tmp_path):
     assert os.listdir(lease_dir) == []  # released
 
 
-def test_a_dag_run_holds_the_lease_from_plan_to_commit(spark, tmp_path):
+@pytest.mark.parametrize("tasks", TASK_MODES)
+def test_a_dag_run_holds_the_lease_from_plan_to_commit(spark, tmp_path, tasks):
     PaperExampleGenerator(str(tmp_path)).write_batch()
     rt = open_circuit(PAPER, load_config(data_root=str(tmp_path)))
     timestep.plan(rt, "manual__1")
@@ -196,8 +198,17 @@ def test_a_dag_run_holds_the_lease_from_plan_to_commit(spark, tmp_path):
 
     with pytest.raises(LeaseHeld, match="DAG run 'manual__1'"):
         run_step(other)
-    for stage in timestep.stage_graph(rt.compiled):
-        timestep.run_stage(rt, "manual__1", stage.name)
+    run_stage_tasks(rt, "manual__1", tasks)
     timestep.check(rt, "manual__1")
     assert timestep.commit(rt, "manual__1")["timestep"] == 1
     assert run_step(other).timestep == 2  # released by the commit
+
+
+def test_an_empty_run_skipped_by_its_plan_gives_the_lease_back(tmp_path):
+    """No task follows a plan that skips its run, so the plan itself releases the run's lease
+    (no Spark: the plan of a local state root starts none)."""
+    rt = open_circuit(PAPER, load_config(data_root=str(tmp_path)))
+    p = timestep.plan(rt, "scheduled__1")
+    assert p["empty"] and timestep.is_skipped(rt, p)
+    assert os.listdir(tmp_path / "_dbsp" / "paper_example" / "lease") == []
+    assert "spark" not in rt.__dict__

@@ -69,3 +69,23 @@ def test_installed_pyspark_matches_lock():
     version_py = (pkg / "version.py").read_text(encoding="utf-8")
     assert f'"{want}"' in version_py or f"'{want}'" in version_py
     assert list((pkg / "jars").glob(f"spark-core_*-{want}.jar")), "Spark jars do not match the lock"
+
+
+def test_make_test_installs_chromium_for_the_browser_test_before_pytest(tmp_path):
+    """The README's test command (`make test`, also CI's) brings Debian's Chromium itself, so the
+    browser test runs on a fresh machine instead of skipping."""
+    import subprocess
+
+    dry = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    lines = [ln for ln in dry.splitlines() if "ensure_chromium.sh" in ln or "-m pytest" in ln]
+    assert lines and "ensure_chromium.sh" in lines[0] and "-m pytest" in lines[-1], dry
+    script = ROOT / "scripts" / "ensure_chromium.sh"
+    present = tmp_path / "chromium"
+    present.write_text("#!/bin/sh\n")
+    present.chmod(0o755)
+    run = subprocess.run(["bash", str(script)], env={"PATH": "/usr/bin:/bin", "DBSP_CHROMIUM": str(present)},
+                         capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout == "", run.stdout  # installed: a silent no-op
+    run = subprocess.run(["bash", str(script)], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "DBSP_CHROMIUM": str(tmp_path / "none"), "DBSP_NO_BROWSER": "1"})
+    assert run.returncode == 0 and "browser test will be skipped" in run.stdout, run.stdout

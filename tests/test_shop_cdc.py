@@ -1,8 +1,8 @@
 """The example circuit (circuits/shop_cdc.yaml) as the DAG runs it: Debezium feeds in, Delta
 tables out, compared with a from-scratch evaluation over the tables the feeds add up to.
 
-Also: a crash in the commit task after the manifest (before the tables) is repaired by the
-task's retry; a full refresh rebuilds the keyed inputs from every retained file; the published
+Also: a crash in the commit task after the manifest (before the quality report is marked
+committed; before the tables) is repaired by the task's retry; a full refresh rebuilds the keyed inputs from every retained file; the published
 tables equal `dbsp show` after each run, and `dbsp show`/`status` import neither pyspark nor pandas.
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ from deltalake import DeltaTable
 from spark_jobs.config import PROJECT_ROOT, load_config
 from spark_jobs.examples.shop_cdc import ShopCdcGenerator
 from spark_jobs.publish import targets
+from spark_jobs.quality.report import load_report
 from spark_jobs.runtime import timestep
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.stages import stage_graph
@@ -69,7 +70,7 @@ def _published(rt) -> dict[str, Counter]:
     return out
 
 
-def _run(rt, run_id: str, mode: str = "incremental", crash_after_manifest: bool = False, check: bool = False) -> dict:
+def _run(rt, run_id: str, mode: str = "incremental", crash_at: str | None = None, check: bool = False) -> dict:
     """One DAG run, task by task. The quality gate (``check``) is run when asked: it does not
     change what is committed, and each run of it is several Spark jobs (CI time)."""
     timestep.plan(rt, run_id, mode=mode)
@@ -77,8 +78,8 @@ def _run(rt, run_id: str, mode: str = "incremental", crash_after_manifest: bool 
         timestep.run_stage(rt, run_id, stage.name)
     if check:
         assert timestep.check(rt, run_id)["failed"] == 0
-    if crash_after_manifest:
-        with failpoints.armed("before_publish"), pytest.raises(failpoints.InjectedFailure):
+    if crash_at:  # a failpoint after the manifest: the retry only does what follows it
+        with failpoints.armed(crash_at), pytest.raises(failpoints.InjectedFailure):
             timestep.commit(rt, run_id)
     return timestep.commit(rt, run_id)
 
@@ -88,11 +89,13 @@ def test_shop_feeds_through_the_dag_tasks(spark, tmp_path):
     rt = open_circuit(SHOP, load_config(data_root=str(tmp_path)))
     for i in range(1, 3):
         gen.write_batch()
-        result = _run(rt, f"run-{i}", crash_after_manifest=i == 2, check=i == 1)
+        result = _run(rt, f"run-{i}", crash_at={1: "after_manifest", 2: "before_publish"}[i], check=i == 1)
+        assert "already committed" in result["note"]
         want = from_scratch(gen.keyed_tables())
         assert _shown(rt) == want, f"run {i}"
         assert _published(rt) == want, f"run {i}: {result.get('published')}"
-    assert "already committed" in result["note"] and "published timestep(s) 2..2" in result["published"]
+    assert "published timestep(s) 2..2" in result["published"]
+    assert load_report(timestep.quality_report_path(rt, 1)).committed  # marked by run 1's retry
     gen.write_batch()
     _run(rt, "refresh", mode="full_refresh")
     assert rt.committed.last_committed() == 3

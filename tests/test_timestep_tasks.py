@@ -1,6 +1,9 @@
-"""The DAG-run protocol in one process: plan, one task per stage, check, commit — with retries,
-killed stages, a failing quality gate and a full refresh."""
+"""The DAG-run protocol in one process: plan, one task per stage (or all stages in one task),
+check, commit — with retries, killed stages, a failing quality gate, a full refresh, empty runs
+and view feeds read by a chained circuit."""
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -11,7 +14,9 @@ from spark_jobs.runtime import timestep
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.stages import stage_graph
 from spark_jobs.state import failpoints
+from spark_jobs.runtime.feeds import feed_dir
 from tests import oracle
+from tests.dag_tasks import run_stage_tasks
 
 pytestmark = pytest.mark.slow
 REVENUE = str(PROJECT_ROOT / "circuits" / "revenue_by_region.yaml")
@@ -25,11 +30,11 @@ def _views(rt):
     return {v: oracle.view_counter(rt, v) for v in rt.compiled.spec.outputs}
 
 
-def _dag_run(rt, run_id: str, mode: str = "incremental", before_commit=None) -> dict:
+def _dag_run(rt, run_id: str, mode: str = "incremental", before_commit=None, per_step: bool = False) -> dict:
     timestep.plan(rt, run_id, mode=mode)
-    for stage in stage_graph(rt.compiled):
-        timestep.run_stage(rt, run_id, stage.name)
-    timestep.check(rt, run_id)
+    run_stage_tasks(rt, run_id, "per_step" if per_step else "per_stage")
+    checked = timestep.check(rt, run_id)
+    assert list(checked["phases"]) == ["read", "checks"]  # the benchmark's split of the task's work
     if before_commit:
         before_commit()
     return timestep.commit(rt, run_id)
@@ -51,6 +56,7 @@ def test_dag_runs_match_recompute_and_are_idempotent(spark, tmp_path):
         gen.write_batch(new_orders=30, deletes=6)
         result = _dag_run(rt, f"run-{i}")
         assert result["timestep"] == i
+        assert list(result["phases"]) == ["read", "write", "feeds", "publish", "retention"] and min(result["phases"].values()) >= 0
         assert _views(rt) == oracle.revenue_by_region(str(tmp_path))
     # a retried commit (or a whole retried run) of a committed run changes nothing
     assert timestep.commit(rt, "run-3")["timestep"] == 3
@@ -106,3 +112,82 @@ def test_full_refresh_rebuilds_the_same_views(spark, tmp_path):
     assert rt.store.last_committed() == 3
     assert _views(rt) == oracle.revenue_by_region(str(tmp_path))
     assert _views(rt) != before
+
+
+def test_per_step_commits_what_per_stage_commits(spark, tmp_path):
+    """One task for every stage (values kept in memory) commits the same views as one task per
+    stage (values staged between processes), and logs the same operator table."""
+    roots = {"stage": tmp_path / "per_stage", "step": tmp_path / "per_step"}
+    gens = {k: RevenueGenerator(str(r), seed=11) for k, r in roots.items()}
+    rts = {k: _rt(REVENUE, r) for k, r in roots.items()}
+    for i in (1, 2):
+        for k in roots:
+            gens[k].write_batch(new_orders=25, deletes=5)
+        by_stage = _dag_run(rts["stage"], f"s{i}")
+        by_step = _dag_run(rts["step"], f"p{i}", per_step=True)
+        assert by_stage["views"] == by_step["views"] and by_step["timestep"] == i
+    assert _views(rts["stage"]) == _views(rts["step"]) == oracle.revenue_by_region(str(roots["step"]))
+
+
+def test_an_empty_run_is_skipped_unless_empty_steps_commit(spark, tmp_path):
+    gen = RevenueGenerator(str(tmp_path), seed=5)
+    rt = _rt(REVENUE, tmp_path)
+    gen.write_batch()
+    _dag_run(rt, "full")
+    plan = timestep.plan(rt, "nothing-new")
+    assert plan["empty"] and plan["timestep"] == 2
+    assert not rt.committed.fs.exists(timestep.run_dir(rt, "nothing-new"))  # nothing staged
+    assert rt.store.last_committed() == 1
+    eager = tmp_path / "eager.yaml"
+    eager.write_text(open(REVENUE).read() + "orchestration: {commit_empty: true}\n")
+    rt2 = _rt(str(eager), tmp_path)
+    assert rt2.compiled.fingerprint == rt.compiled.fingerprint  # orchestration is not the query
+    result = _dag_run(rt2, "empty-but-committed", per_step=True)
+    assert result["timestep"] == 2 and all(c == {"inserted": 0, "deleted": 0} for c in result["views"].values())
+
+
+CHAIN_UP = """\
+name: up
+inputs:
+  t:
+    schema: {id: long, a: long, x: string}
+    source: {kind: changes, path: inbox/t, format: parquet}
+nodes:
+  big: {op: filter, input: t, where: "a > 2"}
+  per_x: {op: aggregate, input: big, group_by: [x], aggregates: {n: "count(*)"}}
+outputs:
+  per_x: {feed: true}
+"""
+CHAIN_DOWN = """\
+name: down
+inputs:
+  counts:
+    schema: {x: string, n: long}
+    source: {kind: changes, path: feeds/up/per_x, format: parquet}
+nodes:
+  many: {op: filter, input: counts, where: "n >= 2"}
+outputs:
+  many: {}
+"""
+
+
+def test_a_view_feed_chains_circuits(spark, tmp_path):
+    """`feed: true` writes each committed change of a view as a change file; another circuit
+    reading that folder maintains its own view of the first circuit's view."""
+    from collections import Counter
+
+    from spark_jobs.examples.generators import PaperExampleGenerator
+
+    (tmp_path / "up.yaml").write_text(CHAIN_UP)
+    (tmp_path / "down.yaml").write_text(CHAIN_DOWN)
+    up, down = _rt(str(tmp_path / "up.yaml"), tmp_path), _rt(str(tmp_path / "down.yaml"), tmp_path)
+    gen = PaperExampleGenerator(str(tmp_path), seed=3)
+    for i in (1, 2, 3):
+        gen.write_batch(inserts=15, deletes=6)
+        _dag_run(up, f"u{i}", per_step=True)
+        assert sorted(os.listdir(feed_dir(str(tmp_path), "up", "per_x")))[-1] == f"t{i:012d}.parquet"
+        _dag_run(down, f"d{i}", per_step=True)
+    per_x = oracle.view_counter(up, "per_x")
+    expected = Counter({row: w for row, w in per_x.items() if row[1] >= 2})
+    assert oracle.view_counter(down, "many") == expected and expected
+    assert timestep.plan(down, "d-again")["empty"]  # every feed file was consumed once

@@ -157,3 +157,24 @@ class PaperExampleGenerator:
             written.append(write_parquet(os.path.join(self.data_root, "inbox", rel, f"{rel}-{self.batch:04d}.parquet"),
                                          rows, schema))
         return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m spark_jobs.examples.generators``: write the next batch of revenue changes
+    (orders under inbox/orders, a customers snapshot under snapshots/customers) into a data root:
+    input files for circuits/revenue_by_region.yaml and the README's examples."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0] if main.__doc__ else None)
+    parser.add_argument("--data-root", default="data")
+    parser.add_argument("--orders", type=int, default=60, help="new orders in the batch")
+    parser.add_argument("--deletes", type=int, default=10, help="orders of earlier batches deleted")
+    args = parser.parse_args(argv)
+    info = RevenueGenerator(args.data_root).write_batch(new_orders=args.orders, deletes=args.deletes)
+    print(f"batch {info['batch']} in {os.path.abspath(args.data_root)}: +{info['inserted_orders']} orders, "
+          f"-{info['deleted_orders']} orders, customers snapshot of {info['customers']} customers")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

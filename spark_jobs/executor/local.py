@@ -2,13 +2,18 @@
 
 Why: Spark broadcasts a local relation without running a job, and folds filters and
 projections over it at planning time. A step whose input changes are local looks state up
-with no broadcast job per lookup (each ~0.1 s). The rows stay in the JVM: they are collected
-with ``collectAsList`` and turned back into a relation there (no Python round trip per row).
+with no broadcast job per lookup (each ~0.1 s). On a classic session the rows stay in the JVM:
+they are collected with ``collectAsList`` and turned back into a relation there (no Python round
+trip per row). A Spark Connect client has no JVM: ``collect_arrow`` brings the rows to the
+client as Arrow, in one job too, and ``spark.createDataFrame(table)`` sends them back inside the
+next plan as a local relation.
 """
 from __future__ import annotations
 
 from typing import Mapping
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
@@ -58,6 +63,12 @@ def collect_local(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows
     types share one union.
     """
     extras = dict(extras or {})
+    if is_connect(spark):
+        tables, small = collect_arrow(spark, frames, max_rows, extras, max_extra_rows)
+        rows = {name: [Row(**r) for r in t.to_pylist()] for name, t in small.items()}
+        if tables is None:
+            return None, rows
+        return {name: spark.createDataFrame(t, schema=frames[name].schema) for name, t in tables.items()}, rows
     parts = list(extras.values()) + list(frames.values())  # extras first: the limit keeps them
     if not parts:
         return {}, {}
@@ -85,3 +96,54 @@ def collect_local(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows
         return None, rows
     n = len(extras)
     return {name: part(n + i) for i, name in enumerate(frames)}, rows
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Is ``spark`` a Spark Connect client session (no JVM in this process)?"""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+_SLOT_COL = "__slot"
+
+
+def collect_arrow(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows: int,
+                  extras: Mapping[str, DataFrame] | None = None,
+                  max_extra_rows: int = ExecutionPolicy().collect_extra_rows
+                  ) -> tuple[dict[str, pa.Table] | None, dict[str, pa.Table]]:
+    """``frames`` and the (small) ``extras`` as Arrow tables in this process, with ONE Spark job.
+
+    Works on classic sessions and Spark Connect (public API only). Returns ``(None, extras)``
+    when the frames hold more than ``max_rows`` rows together. The parts share one union whose
+    columns are every part's columns side by side (``p<i>_<k>``, NULL in the other parts' rows),
+    so parts with clashing names or types fit; a slot column says whose a row is. (Top-level
+    columns: a union makes them nullable, and Arrow refuses NULL structs with non-nullable
+    fields.) Extras come first, so the limit never cuts them (at most ``max_extra_rows``).
+    """
+    extras = dict(extras or {})
+    parts = list(extras.values()) + list(frames.values())
+    if not parts:
+        return {}, {}
+    layout = [[(f"p{i}_{k}", f) for k, f in enumerate(df.schema.fields)] for i, df in enumerate(parts)]
+    union = None
+    for i, df in enumerate(parts):
+        cols = [F.lit(i).alias(_SLOT_COL)]
+        for j, fields in enumerate(layout):
+            for k, (alias, field) in enumerate(fields):
+                cols.append((df[df.columns[k]] if j == i else F.lit(None).cast(field.dataType)).alias(alias))
+        tagged = df.select(*cols)
+        union = tagged if union is None else union.unionByName(tagged)
+    assert union is not None
+    with temporary_conf(spark, _collect_conf(spark)):
+        table = union.limit(max_rows + 1 + (max_extra_rows if extras else 0)).toArrow()
+    slots = table.column(_SLOT_COL)
+
+    def part(i: int) -> pa.Table:
+        picked = table.select([alias for alias, _ in layout[i]]).filter(pc.equal(slots, i))
+        return picked.rename_columns([f.name for _, f in layout[i]])
+
+    small = {name: part(i) for i, name in enumerate(extras)}
+    if sum(t.num_rows for t in small.values()) > max_extra_rows:
+        raise ValueError(f"collect_arrow: the extras have more than {max_extra_rows} rows")
+    if table.num_rows - sum(t.num_rows for t in small.values()) > max_rows:
+        return None, small
+    return {name: part(len(extras) + i) for i, name in enumerate(frames)}, small

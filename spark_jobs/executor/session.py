@@ -29,6 +29,26 @@ def compiled_classes(spark) -> int:
     return int(metrics.METRIC_COMPILATION_TIME().getCount())
 
 
+class ConnectServerUnreachable(ConnectionError):
+    """No Spark Connect server answers at the profile's address (the client would retry for
+    minutes before failing)."""
+
+
+def check_reachable(remote: str, timeout: float = 3.0) -> None:
+    """Fail at once, with what to do, when nothing listens at ``sc://host:port``."""
+    import socket
+    from urllib.parse import urlparse
+
+    parsed = urlparse(remote.replace("sc://", "http://", 1))
+    host, port = parsed.hostname or "127.0.0.1", parsed.port or 15002
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        raise ConnectServerUnreachable(
+            f"no Spark Connect server at {remote} ({exc}). Start one with `scripts/spark_connect.sh start` "
+            f"(or `make airflow`), or use another profile (--config local).") from None
+
+
 def get_spark(settings: SparkSettings | Config | None = None):
     """Return the active SparkSession or build one (local, Spark Connect or cluster master)."""
     from pyspark.sql import SparkSession
@@ -44,10 +64,13 @@ def get_spark(settings: SparkSettings | Config | None = None):
         return active
     builder = SparkSession.builder.appName(settings.app_name)
     if settings.mode == "connect":
+        check_reachable(settings.remote or "sc://127.0.0.1:15002")
         builder = builder.remote(settings.remote or "sc://127.0.0.1:15002")
     else:
         builder = builder.master(settings.master)
-    engine = ENGINE_CONF if settings.mode == "connect" else {**ENGINE_CONF, **ENGINE_STATIC_CONF}
+    # a Spark Connect client cannot set static settings: the server's launch sets them
+    # (scripts/spark_connect.sh)
+    engine = {} if settings.mode == "connect" else {**ENGINE_CONF, **ENGINE_STATIC_CONF}
     for k, v in {**engine, **settings.conf}.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()

@@ -32,6 +32,16 @@ DEFAULT_PARALLELISM = 4
 PASSWORD_FILE = "simple_auth_manager_passwords.json.generated"
 MARKER_ENV = "DBSP_AIRFLOW_LOCAL"  # set on every process of one launcher run: finds leftovers
 HEALTHY_PARTS = ("metadatabase", "scheduler", "dag_processor")
+IDLE_SLEEP_SECONDS = 0.25
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
 
 
 def venv_bin() -> str:
@@ -71,6 +81,9 @@ def airflow_settings(home: str, *, dags_folder: str | None = None, port: int = D
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(port + 713),
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(port + 714),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        # the scheduler wakes up 4x a second when idle (default 1 s): a finished task's
+        # downstream tasks start ~0.5 s sooner, at each of a run's task-to-task hops
+        "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": str(IDLE_SLEEP_SECONDS),
     }
 
 

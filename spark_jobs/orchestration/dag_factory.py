@@ -1,8 +1,13 @@
 """One Airflow DAG per circuit; one DAG run per DBSP timestep.
 
-``build_dags()`` reads every ``*.yaml`` in the circuits folder and returns ``{dag_id: DAG}``:
+``build_dags()`` reads every ``*.yaml`` in the circuits folder and returns ``{dag_id: DAG}``.
+The tasks depend on the circuit's ``orchestration.tasks``:
 
-    plan >> inputs.<input stages> >> stages.<operator stages> >> quality_check >> commit
+    per_step:   plan >> stages >> quality_check >> commit
+    per_stage:  plan >> inputs.<input stages> >> stages.<operator stages> >> quality_check >> commit
+
+``plan`` skips the rest of a run when no input has a new file; ``commit`` updates one Asset per
+view (``assets.py``), so other circuits can be scheduled on them; a schedule may name assets.
 
 A circuit that does not validate must not hide the others. Airflow's DagBag calls
 ``dag.validate()`` on every DAG of a file before bagging it and records an exception there as the
@@ -12,7 +17,9 @@ for all broken circuits at once since import errors are keyed by file. That DAG 
 file of its own (dags/dbsp_circuit_errors.py): Airflow 3.3 marks every DAG of a file with an
 import error as stale, so the valid DAGs (dags/dbsp_circuits.py) must not share its file.
 
-Parsing is Spark-free and cheap (spec + IR only); tasks import the runtime when they run.
+Parsing is Spark-free and cheap (spec + IR only); tasks import the runtime when they run. In a
+task's own process (Airflow re-parses the DAG file there) only that task's circuit is built, and
+without its docs.
 """
 from __future__ import annotations
 
@@ -23,13 +30,15 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk import DAG, Param, TaskGroup
+from airflow.sdk import DAG, Param, TaskGroup, get_parsing_context
 
 import spark_jobs
 from spark_jobs.config import Config, load_config
 from spark_jobs.ir.compile import CompiledCircuit
-from spark_jobs.orchestration import docs, tasks
+from spark_jobs.orchestration import assets, docs, tasks
+from spark_jobs.orchestration.links import QualityReportLink
 from spark_jobs.orchestration.submission import Submission, submission_for
+from spark_jobs.orchestration.svg import circuit_svg
 from spark_jobs.runtime.circuit import compile_file
 from spark_jobs.runtime.stages import Stage, stage_graph
 from spark_jobs.spec import CircuitError, Problem
@@ -82,11 +91,16 @@ def _failure(path: str, what: str, exc: BaseException) -> list[Problem]:
     return [Problem(path, 1, None, f"{what}: {type(exc).__name__}: {exc}")]
 
 
-def discover(folder: str, allowed_roots: Sequence[str] = ()) -> Discovery:
-    """Load and compile every circuit; collect the problems of those that fail."""
+def discover(folder: str, allowed_roots: Sequence[str] = (), only: str | None = None) -> Discovery:
+    """Load and compile every circuit; collect the problems of those that fail. With ``only``
+    (a task's own process), just the circuit of that name when ``<only>.yaml`` holds it."""
     found = Discovery()
     names: dict[str, str] = {}
-    for path in circuit_files(folder):
+    files = circuit_files(folder)
+    if only:
+        mine = [f for f in files if os.path.splitext(os.path.basename(f))[0] == only]
+        files = mine or files
+    for path in files:
         try:
             compiled = compile_file(path, allowed_roots)
             loaded = LoadedCircuit(path, compiled, stage_graph(compiled))
@@ -99,6 +113,8 @@ def discover(folder: str, allowed_roots: Sequence[str] = ()) -> Discovery:
             continue
         names[loaded.name] = path
         found.circuits.append(loaded)
+    if only and len(files) == 1 and found.circuits and found.circuits[0].name != only:
+        return discover(folder, allowed_roots)  # the file named after the DAG holds another circuit
     return found
 
 
@@ -107,9 +123,23 @@ def retry_delay() -> timedelta:
     return timedelta(seconds=float(os.environ.get(RETRY_DELAY_ENV, DEFAULT_RETRY_DELAY)))
 
 
+class DbspTaskOperator(PythonOperator):
+    """A step of a timestep in the task process."""
+
+    ui_color = "#e8f1fb"
+
+
+class DbspReportingTaskOperator(DbspTaskOperator):
+    """``quality_check`` and ``commit``: they also link to the circuit's quality reports (a link
+    costs its task one more call to Airflow's API, so the other tasks have none)."""
+
+    operator_extra_links = (QualityReportLink(),)
+
+
 def _make_task(dag: DAG, sub: Submission, circuit: LoadedCircuit, task_id: str, step: str,
-               stage: str | None = None, group: TaskGroup | None = None, doc: str | None = None):
-    common: dict[str, Any] = {"task_id": task_id, "dag": dag, "task_group": group, "doc_md": doc}
+               stage: str | None = None, group: TaskGroup | None = None, doc: str | None = None,
+               **extra: Any):
+    common: dict[str, Any] = {"task_id": task_id, "dag": dag, "task_group": group, "doc_md": doc, **extra}
     if sub.kind == "spark_submit":
         from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
@@ -117,8 +147,12 @@ def _make_task(dag: DAG, sub: Submission, circuit: LoadedCircuit, task_id: str, 
             application=str(STAGE_MAIN), conn_id=sub.conn_id, conf=sub.conf,
             application_args=tasks.stage_main_args(circuit.path, step, stage, sub.profile),
             name=f"dbsp-{circuit.name}-{stage or step}", **common)
-    return PythonOperator(python_callable=tasks.run_step,
-                          op_kwargs={"step": step, "circuit": circuit.path, "stage": stage}, **common)
+    kwargs: dict[str, Any] = {"step": step, "circuit": circuit.path, "stage": stage}
+    if step == "plan":
+        kwargs["commit_empty"] = circuit.compiled.spec.orchestration.commit_empty
+    # the return value is a summary for XCom; the log already shows it as tables
+    operator = DbspReportingTaskOperator if step in ("check", "commit") else DbspTaskOperator
+    return operator(python_callable=tasks.run_step, op_kwargs=kwargs, show_return_value_in_logs=False, **common)
 
 
 def task_ids(stages: list[Stage]) -> dict[str, str]:
@@ -126,15 +160,25 @@ def task_ids(stages: list[Stage]) -> dict[str, str]:
     return {s.name: f"{'inputs' if s.kind == 'input' else 'stages'}.{s.name}" for s in stages}
 
 
-def build_dag(circuit: LoadedCircuit, config: Config) -> DAG:
-    """The DAG of one circuit: plan >> stages (by their delta dependencies) >> quality_check >> commit."""
+def _docs(circuit: LoadedCircuit, ids: dict[str, str], sub: Submission, config: Config) -> str:
+    spec = circuit.compiled.spec
+    shown = ids if spec.orchestration.tasks == "per_stage" else {s.name: "stages" for s in circuit.stages}
+    svg = circuit_svg(circuit.compiled.incremental, circuit.stages, shown, f"Incremental circuit of {spec.name}")
+    image = docs.publish_svg(circuit.name, svg)
+    return docs.dag_doc(circuit.path, circuit.compiled, circuit.stages, ids, sub.describe(config), image)
+
+
+def build_dag(circuit: LoadedCircuit, config: Config, views: dict[str, list[str]] | None = None,
+              with_docs: bool = True) -> DAG:
+    """The DAG of one circuit (``views``: every circuit's views, to check asset references)."""
     spec, sub = circuit.compiled.spec, submission_for(config)
+    per_step = spec.orchestration.tasks == "per_step"
     ids = task_ids(circuit.stages)
     dag = DAG(
-        dag_id=circuit.name, schedule=spec.schedule, start_date=START_DATE, catchup=False,
-        max_active_runs=1, tags=list(TAGS), auto_register=False,
+        dag_id=circuit.name, schedule=assets.schedule_of(config, spec, circuit.path, views),
+        start_date=START_DATE, catchup=False, max_active_runs=1, tags=list(TAGS), auto_register=False,
         description=(spec.description or f"DBSP circuit {circuit.name}")[:200],
-        doc_md=docs.dag_doc(circuit.path, circuit.compiled, circuit.stages, ids, sub.describe(config)),
+        doc_md=_docs(circuit, ids, sub, config) if with_docs else None,
         params={"mode": Param("incremental", type="string", enum=list(tasks.MODES), title="mode",
                               description="incremental: apply the new input changes; full_refresh: "
                                           "rebuild all state from the retained input files (also "
@@ -142,7 +186,20 @@ def build_dag(circuit: LoadedCircuit, config: Config) -> DAG:
         default_args={"owner": "dbsp", "retries": RETRIES, "retry_delay": retry_delay()},
     )
     plan = _make_task(dag, sub, circuit, "plan", "plan",
-                      doc="Freezes this run's timestep (last committed + 1) and its input files.")
+                      doc="Freezes this run's timestep (last committed + 1) and its input files; "
+                          "skips the rest of the run when no input has a new file.")
+    check = _make_task(dag, sub, circuit, "quality_check", "check",
+                       doc="Great Expectations and the Z-set checks on the staged view deltas.")
+    commit = _make_task(dag, sub, circuit, "commit", "commit",
+                        outlets=[assets.view_asset(config, circuit.name, v) for v in spec.outputs],
+                        doc="Publishes the manifest (the only step that makes the timestep visible) "
+                            "and updates the view Assets.")
+    if per_step or not circuit.stages:
+        step = _make_task(dag, sub, circuit, "stages", "stages",
+                          doc="Every operator stage of the timestep, in order: " + ", ".join(
+                              f"`{s.name}`" for s in circuit.stages))
+        plan >> step >> check >> commit
+        return dag
     groups: dict[str, TaskGroup] = {}
     made: dict[str, Any] = {}
     for s in circuit.stages:
@@ -152,10 +209,6 @@ def build_dag(circuit: LoadedCircuit, config: Config) -> DAG:
             groups[group_id] = TaskGroup(group_id, dag=dag, tooltip=tip)
         made[s.name] = _make_task(dag, sub, circuit, s.name, "stage", s.name, groups[group_id],
                                   doc="Operators: " + ", ".join(f"`{n}`" for n in s.nodes))
-    check = _make_task(dag, sub, circuit, "quality_check", "check",
-                       doc="Great Expectations and the Z-set checks on the staged view deltas.")
-    commit = _make_task(dag, sub, circuit, "commit", "commit",
-                        doc="Publishes the manifest: the only step that makes the timestep visible.")
     feeding = {u for s in circuit.stages for u in s.upstream}
     for s in circuit.stages:
         for up in s.upstream:
@@ -164,8 +217,6 @@ def build_dag(circuit: LoadedCircuit, config: Config) -> DAG:
             plan >> made[s.name]
         if s.name not in feeding:
             made[s.name] >> check
-    if not circuit.stages:
-        plan >> check
     check >> commit
     return dag
 
@@ -200,11 +251,15 @@ def invalid_circuits_dag(folder: str, problems: list[Problem]) -> DAG:
 def _build(folder: str | None, config: Config | None) -> tuple[dict[str, DAG], list[Problem], str]:
     config = config or load_config()
     folder = folder or circuits_dir(config)
-    found = discover(folder, config.allowed_input_roots)
+    task_dag = get_parsing_context().dag_id  # set in a task's own process: build just its DAG
+    found = discover(folder, config.allowed_input_roots, only=task_dag)
+    views = None if task_dag else {c.name: list(c.compiled.spec.outputs) for c in found.circuits}
     dags: dict[str, DAG] = {}
     for circuit in found.circuits:
+        if task_dag and circuit.name != task_dag:
+            continue
         try:
-            dag = build_dag(circuit, config)
+            dag = build_dag(circuit, config, views, with_docs=not task_dag)
             dag.validate()  # here, so that a DAG Airflow would refuse is reported like a broken circuit
         except Exception as exc:  # noqa: BLE001 - e.g. a cron string Airflow rejects
             found.problems += _failure(circuit.path, "cannot build the DAG", exc)

@@ -1,26 +1,51 @@
 """The DAG's ``doc_md``: what a person on the Airflow UI needs to read one circuit's runs.
 
-It shows the circuit as written (YAML), what actually runs each timestep (the ``dbsp explain``
-table of the incremental circuit), which task computes which operators, and a Mermaid diagram.
-Airflow 3.3's UI renders Markdown but not Mermaid: the diagram stays readable as text and
-renders when pasted into GitHub or mermaid.live; ``dbsp draw`` gives PNG/SVG.
+Airflow 3.3 shows it behind the book icon of the DAG page, as Markdown without raw HTML and
+without ``data:`` URLs. So the incremental circuit is drawn as an SVG when the DAG is parsed
+(``svg.py``), written once under ``$AIRFLOW_HOME/dbsp/docs/<dag>-<hash>.svg``, and shown as an
+image served by the dbsp plugin (``/dbsp/docs/...``, same origin as the UI, behind its login).
+Tables are kept narrow (the modal is ~800 px wide): tasks, the state each operator keeps,
+then the YAML.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 from typing import Mapping, Sequence
 
 from spark_jobs.ir.compile import CompiledCircuit
-from spark_jobs.ir.explain import explain_text, insert_only_nodes, symbol
-from spark_jobs.ir.graph import Circuit, state_of
+from spark_jobs.ir.explain import state_role, symbol
+from spark_jobs.ir.graph import state_of
 
-TIMESTEP_TEXT = (
-    "One DAG run is one DBSP timestep. `plan` freezes the timestep number (last committed + 1) "
-    "and the input files of this run; each stage task computes the changes of its operators "
-    "into a staging area; `quality_check` runs the circuit's Great Expectations (and the built-in "
-    "Z-set checks) on the staged view deltas; `commit` publishes the manifest, the only step that "
-    "makes anything visible. Every task is idempotent for its run id, so retries and re-runs "
-    "never apply a timestep twice; a failed `fail` expectation leaves the state at the previous "
-    "timestep.")
+DOCS_URL = "/dbsp/docs"  # served by spark_jobs/orchestration/plugin.py
+DOCS_DIR_ENV = "DBSP_DOCS_DIR"
+
+
+def docs_dir() -> str:
+    """Where parse-time SVGs go: $DBSP_DOCS_DIR, else $AIRFLOW_HOME/dbsp/docs."""
+    home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
+    return os.environ.get(DOCS_DIR_ENV) or os.path.join(home, "dbsp", "docs")
+
+
+def svg_file_name(dag_id: str, svg: str) -> str:
+    return f"{dag_id}-{hashlib.sha1(svg.encode()).hexdigest()[:12]}.svg"
+
+
+def publish_svg(dag_id: str, svg: str) -> str:
+    """Write the SVG once (content-addressed name, atomic rename); returns its URL path."""
+    name = svg_file_name(dag_id, svg)
+    folder = docs_dir()
+    path = os.path.join(folder, name)
+    if not os.path.exists(path):
+        try:
+            os.makedirs(folder, exist_ok=True)
+            tmp = os.path.join(folder, f".{name}.{os.getpid()}")
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(svg)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only home: the image is missing, the rest of the docs stands
+    return f"{DOCS_URL}/{name}"
 
 
 def _fence(lang: str, body: str) -> str:
@@ -31,65 +56,71 @@ def _fence(lang: str, body: str) -> str:
     return f"{fence}{lang}\n{body.rstrip()}\n{fence}"
 
 
-def _label(text: str) -> str:
-    return '"' + text.replace('"', "#quot;") + '"'
+def _timestep_text(per_step: bool) -> str:
+    middle = ("`stages` runs every operator stage in one task (each stage's Spark jobs are tagged "
+              "with its name)" if per_step else
+              "each `inputs.<name>` / `stages.<node>` task computes the changes of its operators")
+    return (
+        "One DAG run is one DBSP timestep. `plan` freezes the timestep number (last committed + 1) "
+        "and the input files of this run, and skips the rest of the run when no input has a new "
+        f"file; {middle} into a staging area; `quality_check` runs the circuit's Great Expectations "
+        "(and the built-in Z-set checks) on the staged view deltas; `commit` publishes the "
+        "manifest, the only step that makes anything visible, and updates the view Assets. "
+        "Retries never apply a timestep twice; a failed `fail` expectation leaves the state at the "
+        "previous timestep. The run's note shows the timestep and the rows each view gained and lost.")
 
 
-def mermaid(circuit: Circuit, stages: Sequence, task_ids: Mapping[str, str]) -> str:
-    """The incremental circuit as a Mermaid flowchart, one subgraph per Airflow task."""
-    ids = {node.id: f"n{i}" for i, node in enumerate(circuit)}
-    lines = ["flowchart LR", "  classDef stateful stroke-width:3px;"]
-    for k, s in enumerate(stages):
-        lines.append(f"  subgraph t{k}[{_label(task_ids.get(s.name, s.name))}]")
-        for nid in s.nodes:
-            node = circuit[nid]
-            # integrators and delays are named after what they do already: I(x), z(I(x))
-            text = nid if node.op in ("integrate", "delay") else f"{symbol(node.op)} {nid}"
-            suffix = ":::stateful" if state_of(circuit, node) else ""
-            lines.append(f"    {ids[nid]}[{_label(text)}]{suffix}")
-        lines.append("  end")
-    for node in circuit:
-        for i in node.inputs:
-            lines.append(f"  {ids[i]} --> {ids[node.id]}")
-    for k, (view, nid) in enumerate(circuit.outputs.items()):
-        lines.append(f"  v{k}([{_label('view ' + view)}])")
-        lines.append(f"  {ids[nid]} --> v{k}")
-    return "\n".join(lines)
-
-
-def task_table(stages: Sequence, task_ids: Mapping[str, str]) -> str:
+def task_table(stages: Sequence, task_ids: Mapping[str, str], per_step: bool) -> str:
     """Which operators of the incremental circuit each task computes."""
-    rows = ["| task | operators (incremental circuit) | waits for |", "|---|---|---|"]
-    rows.append("| `plan` | freezes timestep and input files | - |")
-    for s in stages:
-        ops = ", ".join(f"`{n}`" for n in s.nodes)
-        ups = ", ".join(f"`{task_ids.get(u, u)}`" for u in s.upstream) or "`plan`"
-        rows.append(f"| `{task_ids.get(s.name, s.name)}` | {ops} | {ups} |")
-    rows.append("| `quality_check` | Great Expectations + Z-set checks on the staged view deltas | all stages |")
-    rows.append("| `commit` | publishes the manifest (atomic) | `quality_check` |")
+    rows = ["| task | computes |", "|---|---|", "| `plan` | timestep and input files |"]
+    if per_step:
+        rows.append("| `stages` | " + "; ".join(f"**{s.name}**: " + ", ".join(f"`{n}`" for n in s.nodes)
+                                                 for s in stages) + " |")
+    else:
+        for s in stages:
+            ups = ", ".join(f"`{task_ids.get(u, u)}`" for u in s.upstream) or "`plan`"
+            ops = ", ".join(f"`{n}`" for n in s.nodes)
+            rows.append(f"| `{task_ids.get(s.name, s.name)}` | {ops} (after {ups}) |")
+    rows.append("| `quality_check` | expectations + Z-set checks |")
+    rows.append("| `commit` | manifest (atomic), view Assets |")
     return "\n".join(rows)
 
 
+def state_table(compiled: CompiledCircuit) -> str:
+    circuit = compiled.incremental
+    rows = ["| operator | op | state kept between timesteps |", "|---|---|---|"]
+    for node in circuit:
+        if state_of(circuit, node):
+            rows.append(f"| `{node.id}` | {symbol(node.op)} | {state_role(circuit, node)} |")
+    return "\n".join(rows) if len(rows) > 2 else "No operator keeps state: every operator is linear."
+
+
 def dag_doc(path: str, compiled: CompiledCircuit, stages: Sequence, task_ids: Mapping[str, str],
-            submission: str) -> str:
+            submission: str, image_url: str | None = None) -> str:
     """Markdown for ``DAG.doc_md``."""
     spec = compiled.spec
+    per_step = spec.orchestration.tasks == "per_step"
+    schedule = spec.schedule or "none"
+    if spec.schedule_assets:
+        schedule = f"{schedule}; assets: " + ", ".join(f"`{a}`" for a in spec.schedule_assets)
     parts = [f"# Circuit `{spec.name}`"]
     if spec.description:
         parts.append(spec.description)
+    parts.append("## Incremental circuit")
+    if image_url:  # first, so it shows when the docs open; a click opens it full size
+        parts.append(f"[![incremental circuit of {spec.name}]({image_url})]({image_url})")
     parts += [
-        TIMESTEP_TEXT,
-        "**Trigger with** `mode` = `incremental` (default) or `full_refresh` (rebuild all state "
-        "from the retained input files, also after editing the circuit; the committed view deltas "
-        "are new view - old view).",
-        f"**Circuit file:** `{path}`  \n**Schedule:** `{spec.schedule or 'none (manual or triggered)'}`"
-        f"  \n**Spark:** {submission}  \n**Fingerprint:** `{compiled.fingerprint}`",
-        "## Tasks", task_table(stages, task_ids),
-        "## Incremental circuit (`dbsp explain`)",
-        _fence("text", explain_text(compiled.incremental, f"Incremental circuit of {spec.name}",
-                                    insert_only_nodes(compiled.optimized))),
-        "## Diagram (Mermaid; bold = keeps state)",
-        _fence("mermaid", mermaid(compiled.incremental, stages, task_ids)),
-        "## Circuit YAML", _fence("yaml", spec.text),
+        "Boxes are operators of the incremental circuit, coloured by the task that computes them; "
+        "a thick border keeps state. `dbsp explain` prints the same circuit as text.",
+        "## A run",
+        _timestep_text(per_step),
+        "**Trigger → Run Parameters:** `mode` = `incremental` (default) or `full_refresh` (rebuild "
+        "all state from the retained input files, also after editing the circuit; the committed view "
+        "deltas are new view − old view).",
+        f"- **Circuit file:** `{path}`\n- **Schedule:** {schedule}\n- **Tasks:** `{spec.orchestration.tasks}`"
+        f"\n- **Spark:** {submission}\n- **Fingerprint:** `{compiled.fingerprint}`",
     ]
+    parts += ["## Tasks", task_table(stages, task_ids, per_step),
+              "## State", state_table(compiled),
+              "## Circuit YAML", _fence("yaml", spec.text)]
     return "\n\n".join(parts) + "\n"

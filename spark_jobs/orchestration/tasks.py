@@ -1,21 +1,31 @@
-"""What a DAG's tasks run: one step of one timestep (plan, a stage, the quality check, commit).
+"""What a DAG's tasks run: one step of one timestep (plan, a stage, all stages, check, commit).
 
 Runs inside the Airflow task process. The runtime (and so pyspark) is imported inside the
 callable, never at module level, because the factory imports this module on every DAG parse.
 Every step is idempotent for a run id, so Airflow retries are safe; errors that a retry cannot
 fix (a failed `fail` expectation, refused input files, a changed circuit) fail the task at once.
+
+Each callable returns a small JSON summary (XCom) with ``timing``: seconds spent importing the
+runtime, opening the circuit (compile; Spark session), and in the step's own work; the rest of
+the task's duration is Airflow's (process, DAG parse, API calls). The benchmark reads it.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
-from typing import Any
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from spark_jobs.orchestration import logs
 
 log = logging.getLogger(__name__)
 
-STEPS = ("plan", "stage", "check", "commit")
+STEPS = ("plan", "stage", "stages", "check", "commit")
 MODES = ("incremental", "full_refresh")  # = spark_jobs.runtime.timestep.MODES (not imported: pyspark)
+PLAN_XCOM_KEY = "dbsp_plan"  # the plan of a run the plan task skips (else: its return value)
 
 # Fault injection for tests and drills: with DBSP_ALLOW_FAILPOINTS=1 in the workers' environment,
 # a run triggered with conf {"dbsp_failpoint": {"task": "stages.x", "point": "mid_step",
@@ -23,6 +33,10 @@ MODES = ("incremental", "full_refresh")  # = spark_jobs.runtime.timestep.MODES (
 # process on those tries only, so the retry shows what a crashed attempt leaves behind.
 ALLOW_FAILPOINTS_ENV = "DBSP_ALLOW_FAILPOINTS"
 FAILPOINT_CONF_KEY = "dbsp_failpoint"
+# A local Spark driver started by a task logs to stdout (INFO in the task log) at WARN and above,
+# not to stderr, which Airflow logs at ERROR: config/log4j2-tasks.properties.
+LOG4J_TASKS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                           "config", "log4j2-tasks.properties")
 
 
 def _not_retryable() -> tuple[type[BaseException], ...]:
@@ -55,16 +69,70 @@ def arm_failpoint(context: dict[str, Any]) -> str | None:
     return str(wanted["point"])
 
 
+def quiet_jvm_startup() -> None:
+    """Send a local Spark driver's log4j output to stdout at WARN (before the JVM starts)."""
+    if os.path.exists(LOG4J_TASKS) and "PYSPARK_SUBMIT_ARGS" not in os.environ:
+        os.environ["PYSPARK_SUBMIT_ARGS"] = (f'--driver-java-options "-Dlog4j2.configurationFile=file:{LOG4J_TASKS}" '
+                                             "pyspark-shell")
+
+
+@contextmanager
+def jvm_stderr_logged() -> Iterator[None]:
+    """A JVM started in the body writes its stderr into this process's log at INFO level.
+
+    Airflow logs whatever a task writes to stderr at ERROR; a local Spark driver writes its
+    start-up lines there (the JVM's own warnings, which no log4j setting reaches). The JVM
+    inherits this process's stderr when it starts, so for that moment stderr is a pipe that a
+    thread copies into the log, for as long as the JVM lives."""
+    read, write = os.pipe()
+    saved = os.dup(2)
+    os.dup2(write, 2)
+    os.close(write)
+
+    def copy() -> None:
+        with os.fdopen(read, errors="replace") as lines:
+            for line in lines:
+                if line.strip():
+                    log.info("spark: %s", line.rstrip())
+
+    threading.Thread(target=copy, name="jvm-stderr", daemon=True).start()
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def open_spark(rt) -> None:
+    """Start the circuit's Spark session (a Connect channel, or a local/cluster driver whose
+    JVM logs to stdout and whose stderr is logged at INFO)."""
+    if rt.config.spark.mode == "connect":
+        rt.spark  # noqa: B018
+        return
+    quiet_jvm_startup()
+    with jvm_stderr_logged():
+        rt.spark  # noqa: B018
+
+
 def execute(step: str, circuit: str, run_id: str, stage: str | None = None, mode: str = "incremental",
             config: str | None = None) -> dict:
-    """Run one step of the timestep ``run_id`` against the runtime contract."""
+    """Run one step of the timestep ``run_id`` against the runtime contract; adds ``timing``."""
+    t0 = time.perf_counter()
     from spark_jobs.config import load_config
     from spark_jobs.runtime import timestep
     from spark_jobs.runtime.circuit import open_circuit
 
     if step not in STEPS:
         raise ValueError(f"unknown step {step!r}; expected one of {STEPS}")
-    return timestep.run_task(open_circuit(circuit, load_config(config)), step, run_id, stage, mode)
+    t1 = time.perf_counter()
+    rt = open_circuit(circuit, load_config(config))
+    if step != "plan":
+        open_spark(rt)  # the session (JVM or Connect channel) is opening cost, not work
+    t2 = time.perf_counter()
+    summary = timestep.run_task(rt, step, run_id, stage, mode)
+    t3 = time.perf_counter()
+    summary["timing"] = {"imports": round(t1 - t0, 3), "open": round(t2 - t1, 3), "work": round(t3 - t2, 3)}
+    return summary
 
 
 def give_up(circuit: str, run_id: str, config: str | None, exc: BaseException) -> None:
@@ -93,8 +161,46 @@ def compact(summary: dict) -> dict:
     return out
 
 
+def _log_lines(lines: list[str]) -> None:
+    for line in lines:
+        log.info("%s", line)
+
+
+def _downstream(context: dict[str, Any]) -> list[str]:
+    task = context.get("task")
+    return sorted(task.get_flat_relative_ids(upstream=False)) if task is not None else []
+
+
+def _on_plan(summary: dict, result: dict, context: dict[str, Any]) -> None:
+    """Log the plan; skip the rest of the run when it is empty (unless empty steps commit)."""
+    from airflow.sdk.exceptions import DownstreamTasksSkipped
+
+    if isinstance(summary.get("inputs"), dict):
+        _log_lines(logs.plan_lines(summary))
+    if summary.get("empty") and not context.get("commit_empty"):
+        log.info("no input has new files: the rest of this run is skipped and nothing is committed "
+                 "(set orchestration.commit_empty: true to commit empty timesteps)")
+        ti = context.get("ti")
+        if ti is not None:  # a skipping task returns nothing: the run's note needs the plan
+            ti.xcom_push(key=PLAN_XCOM_KEY, value=result)
+        raise DownstreamTasksSkipped(tasks=_downstream(context))
+
+
+def _on_commit(summary: dict, context: dict[str, Any]) -> None:
+    """Log what the timestep changed and attach it to the view assets' events."""
+    from spark_jobs.orchestration.assets import commit_extra
+
+    _log_lines(logs.commit_lines(summary))
+    task, events = context.get("task"), context.get("outlet_events")
+    if task is None or events is None:
+        return
+    for asset in task.outlets:
+        view = asset.name.split(".", 1)[-1]
+        events[asset].extra = commit_extra(summary, view)
+
+
 def run_step(step: str, circuit: str, stage: str | None = None, config: str | None = None,
-             **context: Any) -> dict:
+             commit_empty: bool = False, **context: Any) -> dict:
     """PythonOperator callable: one step in this process (Spark local, Connect or cluster driver)."""
     from airflow.sdk.exceptions import AirflowFailException
 
@@ -106,11 +212,26 @@ def run_step(step: str, circuit: str, stage: str | None = None, config: str | No
     try:
         summary = execute(step, circuit, run_id, stage, mode, config)
     except _not_retryable() as exc:
-        log.error("dbsp %s failed (not retried: retrying cannot fix this):\n%s", what, exc)
+        for line in str(exc).splitlines():
+            log.error("%s", line)
+        log.error("dbsp %s failed; not retried: retrying cannot fix this (%s)", what, type(exc).__name__)
         give_up(circuit, run_id, config, exc)
         raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
     result = compact(summary)
-    log.info("dbsp %s summary:\n%s", what, json.dumps(result, indent=1, sort_keys=True))
+    if step == "plan":
+        _on_plan(summary, result, {**context, "commit_empty": commit_empty})
+    elif step == "stage":
+        _log_lines(logs.stage_lines(summary))
+    elif step == "stages":
+        for one in summary.get("stages", []):
+            _log_lines(logs.stage_lines(one))
+    elif step == "check":
+        _log_lines(str(summary.get("summary") or summary.get("skipped") or "").splitlines())
+        log.info("quality report: %s", summary.get("report"))
+    elif step == "commit":
+        _on_commit(summary, context)
+    timing = result.get("timing") or {}
+    log.info("dbsp %s: %s", what, ", ".join(f"{k} {v:.2f} s" for k, v in timing.items()))
     return result
 
 

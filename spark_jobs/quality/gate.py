@@ -73,15 +73,22 @@ def run_gate(spark: "SparkSession", timestep: int, *,
              set_views: set[str] | frozenset[str],
              view_expectations: Mapping[str, Sequence[Expectation]],
              input_deltas: Mapping[str, "DataFrame"],
-             input_expectations: Mapping[str, Sequence[Expectation]]) -> GateReport:
+             input_expectations: Mapping[str, Sequence[Expectation]],
+             local: Mapping[str, "pa.Table"] | None = None) -> GateReport:
     """Check one timestep: declared expectations on the inputs' and views' inserted rows, and the
     built-in Z-set checks on every view delta. Raises ``ExpectationConfigError`` (before touching
     data) if a declaration cannot be built; otherwise returns the report and never raises.
 
     A view or input with expectations but no entry in the deltas had no change: its expectations
     hold trivially. Deltas that are not cached are cached for the duration of their checks.
+    ``local`` maps targets (``view:<v>``, ``input:<i>``) to the same changes held on the driver
+    as Arrow tables (a DAG run's staged changes): their expectations run on pandas (no Spark job)
+    where they mean the same as on Spark (``expectations.pandas_equivalent``).
     """
-    return _gate(timestep, _SparkSide(spark, timestep, view_previous), set_views=set_views,
+    declared = {**{f"input:{n}": list(e) for n, e in input_expectations.items()},
+                **{f"view:{n}": list(e) for n, e in view_expectations.items()}}
+    side = _SparkSide(spark, timestep, view_previous, local or {}, declared)
+    return _gate(timestep, side, set_views=set_views,
                  view_deltas=view_deltas, view_expectations=view_expectations,
                  input_deltas=input_deltas, input_expectations=input_expectations)
 
@@ -106,15 +113,43 @@ def run_gate_tables(timestep: int, *, view_deltas: Mapping[str, "pa.Table"],
                  input_deltas=input_deltas, input_expectations=input_expectations)
 
 
+def _inserted_table(delta: "pa.Table") -> "pa.Table":
+    """The rows an Arrow change inserts (weight > 0), without the weight."""
+    import pyarrow.compute as pc
+
+    if WEIGHT not in delta.column_names:
+        return delta
+    return delta.filter(pc.greater(delta.column(WEIGHT), 0)).drop_columns([WEIGHT])
+
+
+def _pandas_frame(rows: "pa.Table", declared: Sequence[Expectation]) -> Any:
+    """``rows`` as pandas for GE when every declared expectation means there what it means on
+    Spark; else None."""
+    import pyarrow as pa
+
+    numeric = {f.name for f in rows.schema if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)}
+    strings = {f.name for f in rows.schema if pa.types.is_string(f.type)}
+    return rows.to_pandas() if ge.pandas_equivalent(declared, numeric, strings) else None
+
+
 class _SparkSide:
     """How the gate reads a step's DataFrames: jobs named in the Spark UI, deltas cached for
     their checks, the built-in checks by one Spark aggregate."""
 
-    def __init__(self, spark: "SparkSession", timestep: int, previous: Mapping[str, "DataFrame | None"]) -> None:
+    def __init__(self, spark: "SparkSession", timestep: int, previous: Mapping[str, "DataFrame | None"],
+                 local: Mapping[str, "pa.Table"], declared: Mapping[str, Sequence[Expectation]]) -> None:
         self.spark, self.timestep, self.previous = spark, timestep, previous
+        self.local, self.declared = local, declared
 
     def inserted(self, target: str, delta: Any, wanted: bool) -> tuple[Any, int | None]:
-        """The inserted rows (for GE) and their count, if known without a job."""
+        """The inserted rows (for GE) and their count, if known without a job: pandas from the
+        driver's copy of the change when there is one and GE means the same there."""
+        table = self.local.get(target)
+        if table is not None:
+            rows = _inserted_table(table)
+            frame = _pandas_frame(rows, self.declared.get(target, ()))
+            if frame is not None:
+                return frame, rows.num_rows
         return inserted_rows(delta), None
 
     @contextmanager
@@ -128,7 +163,7 @@ class _SparkSide:
         try:
             with _job_description(self.spark, f"quality t={self.timestep} {target}"):
                 yield (check_view_delta(name, delta, self.previous.get(name), is_set=is_set, target=target),
-                       inserted_rows(delta))
+                       self.inserted(target, delta, wanted)[0])
         finally:
             if own_cache:
                 delta.unpersist()
@@ -147,17 +182,11 @@ class _TableSide:
 
     def inserted(self, target: str, delta: Any, wanted: bool) -> tuple[Any, int | None]:
         """The inserted rows as a frame for GE (pandas when it means the same as on Spark)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        rows = delta.filter(pc.greater(delta.column(WEIGHT), 0)).drop_columns([WEIGHT])
+        rows = _inserted_table(delta)
         if not wanted:
             return None, rows.num_rows
-        numeric = {f.name for f in rows.schema if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)}
-        strings = {f.name for f in rows.schema if pa.types.is_string(f.type)}
-        if ge.pandas_equivalent(self.declared.get(target, ()), numeric, strings):
-            return rows.to_pandas(), rows.num_rows
-        return self.frame(rows), rows.num_rows
+        frame = _pandas_frame(rows, self.declared.get(target, ()))
+        return (frame if frame is not None else self.frame(rows)), rows.num_rows
 
     @contextmanager
     def view(self, name: str, delta: Any, is_set: bool, target: str,

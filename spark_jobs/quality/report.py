@@ -136,13 +136,16 @@ class GateReport:
 class QualityGateFailed(Exception):
     """Raised by ``enforce`` when a ``fail`` check did not hold; the step must not commit."""
 
-    def __init__(self, report: GateReport):
+    def __init__(self, report: GateReport, context: str = ""):
         self.report = report
+        self.context = context  # e.g. the input files behind the failing rows (DAG check task)
         lines = [f"quality gate failed at timestep {report.timestep}: "
                  f"{len(report.failed)} failing check(s)"]
         for r in report.failed:
             extra = r.short_details()
             lines.append(f"  FAIL {r.target} {r.label}" + (f": {extra}" if extra else ""))
+        if context:
+            lines.append(context)
         super().__init__("\n".join(lines))
 
 

@@ -28,9 +28,28 @@ def find_circuit_file(ref: str, config: Config) -> str:
 
 
 def compile_file(path: str, allowed_roots: Sequence[str] = ()) -> CompiledCircuit:
-    """Load, validate and compile; ``allowed_roots``: the profile's ``inputs.allowed_roots``."""
-    spec = load_circuit(path, allowed_roots)
-    return compile_spec(spec, output_columns(spec))
+    """Load, validate and compile; ``allowed_roots``: the profile's ``inputs.allowed_roots``.
+
+    Remembered per process for the file as it is (its path, size, mtime and text): an Airflow
+    task process parses the DAG file, which compiles the circuit, then runs the task, which
+    opens it again."""
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read()
+    except OSError:
+        text = b""
+    key = (os.path.abspath(path), tuple(allowed_roots), text)
+    found = _COMPILED.get(key)
+    if found is None:
+        spec = load_circuit(path, allowed_roots)
+        found = compile_spec(spec, output_columns(spec))
+        if len(_COMPILED) >= 16:
+            _COMPILED.pop(next(iter(_COMPILED)))  # the oldest
+        _COMPILED[key] = found
+    return found
+
+
+_COMPILED: dict[tuple, CompiledCircuit] = {}
 
 
 def state_root(config: Config, circuit_name: str) -> str:
@@ -76,8 +95,9 @@ class CircuitRuntime:
 
     @cached_property
     def committed(self):
-        """The same store for reading what is committed with pyarrow (``state.arrow_read``):
-        manifests, views, deltas. No Spark: commands that only read (and ``dbsp gc``) start no JVM."""
+        """The same store without a Spark session: manifests, files and staging, and what is
+        committed read with pyarrow (``state.arrow_read``). Commands that only read, ``dbsp gc``
+        and a DAG's plan task start no JVM and no Spark Connect session."""
         return self._store(None)
 
     def _store(self, spark):

@@ -171,6 +171,19 @@ class StepClock:
             self.record(name, totals)
 
 
+def committed_late(manifest, inputs: Mapping[str, InputSpec]) -> dict[str, LateRows]:
+    """Per timed input, the late rows a committed timestep dropped and its watermark after it, as
+    its manifest records them (the watermark before is not recorded: ``before`` is ``after``)."""
+    out = {}
+    for name, spec in inputs.items():
+        raw = ((manifest.inputs or {}).get(name) or {}).get(META_KEY) if spec.time is not None else None
+        if raw:
+            mark = Watermark.from_meta(raw)
+            out[name] = LateRows(name, spec.time.column, mark, mark, int(raw.get("late_inserted") or 0),
+                                 int(raw.get("late_deleted") or 0), raw.get("max_event_us"))
+    return out
+
+
 def describe(late: LateRows) -> str:
     """The step summary's note on an input's late rows and watermark."""
     mark = iso(late.after.watermark_us) or "none yet"
@@ -179,4 +192,5 @@ def describe(late: LateRows) -> str:
     return f"{late.rows} late row(s) dropped ({late.inserted} inserts, {late.deleted} deletes); watermark {mark}"
 
 
-__all__ = ["LateRows", "META_KEY", "StepClock", "Watermark", "committed_watermark", "describe", "iso", "micros"]
+__all__ = ["LateRows", "META_KEY", "StepClock", "Watermark", "committed_late", "committed_watermark", "describe",
+           "iso", "micros"]

@@ -19,7 +19,7 @@ from spark_jobs.state.space import StorageFull, no_space_left
 @contextmanager
 def step_failures(rt: CircuitRuntime) -> Iterator[None]:
     """Run one step (or one task of a DAG run) with its refusals and full disks made readable."""
-    before = rt.store.last_committed()
+    before = rt.committed.last_committed()
     try:
         with refusals_from_spark():
             yield
@@ -29,8 +29,8 @@ def step_failures(rt: CircuitRuntime) -> Iterator[None]:
         path = no_space_left(exc)
         if path is None:
             raise
-        now = rt.store.last_committed()
+        now = rt.committed.last_committed()
         committed = (f"nothing was committed: {rt.name} is still at timestep {now}" if now == before else
                      f"timestep {now} was committed before the write failed")
-        raise StorageFull(f"no space left on the device while writing {path or rt.store.root}; {committed}. "
+        raise StorageFull(f"no space left on the device while writing {path or rt.committed.root}; {committed}. "
                           f"Free some space (or move the data root) and run the step again.") from None

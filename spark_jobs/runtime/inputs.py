@@ -125,6 +125,37 @@ def retained_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest,
     return out
 
 
+@dataclass
+class ChosenInputs:
+    """The files one timestep reads (``files``), and for an incremental one every input's scan."""
+
+    files: dict[str, list[InputFile]]
+    scans: dict[str, InputScan]
+
+    def notes(self) -> list[str]:
+        """What the scans noticed (a data root moved, records migrated), for the step's notes."""
+        return [n for scan in self.scans.values() for n in scan.notes]
+
+    def records(self) -> dict[str, list[dict]]:
+        """The consumed records of inputs whose records must be rewritten (migrated from manifest
+        format 1, or times refreshed after a copy): input -> records, for ``txn.set_consumed``."""
+        return {name: scan.consumed.records() for name, scan in self.scans.items() if scan.consumed.changed}
+
+
+def choose_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest, allowed_roots: Sequence[str] = (),
+                  *, full_refresh: bool = False, pruned: dict[str, dict] | None = None) -> ChosenInputs:
+    """The input files of the next timestep, as `dbsp step` and a DAG run's plan choose them:
+    every retained file (full refresh; ``pruned``: what retention removed, from
+    ``retention.json``, which refuses it with ``CannotRebuild``), or the pending ones; an
+    incremental step is refused (``InputRefused``) if a consumed file's content changed under
+    its name."""
+    if full_refresh:
+        return ChosenInputs(retained_inputs(spec_inputs, data_root, manifest, allowed_roots, pruned=pruned), {})
+    scans = scan_inputs(spec_inputs, data_root, manifest, allowed_roots)
+    refuse_changed(scans)
+    return ChosenInputs({name: scan.pending for name, scan in scans.items()}, scans)
+
+
 class InputState(Protocol):
     """Committed traces, as a step reads them (``step.StoreReader``; nothing for a full refresh)."""
 

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 
 def quality_dir(rt: CircuitRuntime) -> str:
-    return rt.store.fs.join(rt.store.root, "quality")
+    """Where the timesteps' quality reports go (a path only: no Spark session is started)."""
+    return rt.committed.fs.join(rt.committed.root, "quality")
 
 
 def set_views(rt: CircuitRuntime) -> set[str]:
@@ -34,16 +35,19 @@ def late_check(late: LateRows) -> CheckResult:
 
 def check_timestep(rt: CircuitRuntime, timestep: int, view_deltas: dict[str, "DataFrame"],
                    input_deltas: dict[str, "DataFrame"], view_previous: dict[str, "DataFrame | None"] | None = None,
-                   late: "Sequence[LateRows]" = ()) -> GateReport:
+                   late: "Sequence[LateRows]" = (), local: "dict[str, pa.Table] | None" = None) -> GateReport:
     """Check the view deltas (and declared input expectations); keep the report (with a line per
-    timed input on its late rows); raise ``QualityGateFailed`` when a `fail` check does not hold."""
+    timed input on its late rows); raise ``QualityGateFailed`` when a `fail` check does not hold.
+    ``local``: the same changes held on the driver (Arrow tables by ``view:``/``input:`` target)
+    for GE's pandas engine."""
     spec = rt.compiled.spec
     previous = view_previous if view_previous is not None else {v: rt.store.read_view(v) for v in view_deltas}
     report = run_gate(rt.spark, timestep, view_deltas=view_deltas, view_previous=previous,
                       set_views=set_views(rt),
                       view_expectations={v: list(o.expectations) for v, o in spec.outputs.items()},
                       input_deltas=input_deltas,
-                      input_expectations={n: list(i.expectations) for n, i in spec.inputs.items()})
+                      input_expectations={n: list(i.expectations) for n, i in spec.inputs.items()},
+                      local=local)
     report.results.extend(late_check(x) for x in late)
     write_report(report, quality_dir(rt))
     enforce(report)

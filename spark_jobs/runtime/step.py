@@ -23,6 +23,7 @@ from spark_jobs.executor.local import collect_local
 from spark_jobs.executor.session import step_conf
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.policy import ExecutionPolicy
 from spark_jobs.runtime import inprocess
 from spark_jobs.executor.sources.lateness import change_totals, on_time
 from spark_jobs.executor.sources.reading import refuse_late
@@ -36,10 +37,10 @@ from spark_jobs.runtime.errors import input_errors
 from spark_jobs.runtime.state_bounds import bound_state
 from spark_jobs.runtime.event_time import StepClock, describe as describe_late, iso
 from spark_jobs.runtime.failures import step_failures
+from spark_jobs.runtime.feeds import publish_feeds
 from spark_jobs.runtime.step_types import InputReport, StepReport, StoreReader
 from spark_jobs.state.arrow_fs import is_local
-from spark_jobs.runtime.inputs import (keep_consumed_records, pending_inputs as _pending, read_input,
-                                       refuse_changed, retained_inputs, scan_inputs)
+from spark_jobs.runtime.inputs import choose_inputs, keep_consumed_records, pending_inputs as _pending, read_input
 from spark_jobs.runtime.quality_gate import check_timestep, quality_dir
 from spark_jobs.runtime.refresh import EmptyState
 from spark_jobs.runtime.retention import after_commit
@@ -49,8 +50,8 @@ from spark_jobs.state.retention import Removed
 
 Progress = Callable[[str], None]
 log = logging.getLogger(__name__)
-__all__ = ["InputReport", "StepReport", "StoreReader", "choose_engine", "pending_inputs",
-           "run_step"]
+__all__ = ["InputReport", "StepReport", "StoreReader", "choose_engine", "count_inputs", "ins_del",
+           "pending_inputs", "record_commit", "run_step"]
 
 
 def pending_inputs(rt: CircuitRuntime) -> dict[str, list[InputFile]]:
@@ -73,7 +74,32 @@ def count_all_changes(spark, deltas: dict[str, DataFrame], local_rows: int, max_
     return {name: r[0].asDict() for name, r in rows.items()}, local
 
 
-def _ins_del(row: dict | None) -> tuple[int, int]:
+def count_inputs(spark, clock: StepClock, deltas: dict[str, DataFrame], files: dict[str, list[InputFile]],
+                 policy: ExecutionPolicy) -> tuple[dict[str, dict], dict[str, DataFrame] | None]:
+    """``count_all_changes`` of the inputs' changes under ``policy``'s thresholds, with event time:
+    the late rows of a timed input are counted, then left out of ``deltas`` (in place), and
+    ``clock`` records what each change saw; a late row of an input with ``on_late: refuse``
+    refuses the step (``InputRefused``, its files named). `dbsp step` on Spark and a DAG run's
+    input stages both come here."""
+    totals: dict[str, DataFrame] = {}  # timed inputs: kept, late, largest event time
+    for name, df in list(deltas.items()):
+        if clock.timed(name):
+            column, mark = clock.column(name), clock.watermark(name)
+            totals[name] = change_totals(df, column, mark)
+            deltas[name] = on_time(df, column, mark)
+    with step_conf(spark, True):  # a global count has nothing for AQE to adapt
+        counts, local = count_all_changes(spark, deltas, policy.local_change_rows, policy.collect_extra_rows,
+                                          totals=totals)
+    for name, row in counts.items():
+        clock.record(name, row)
+    if clock.refused():
+        raise InputRefused.combine([refuse_late(spark, clock.inputs[n], files[n], clock.watermark(n), iso)
+                                    for n in clock.refused()])
+    return counts, local
+
+
+def ins_del(row: dict | None) -> tuple[int, int]:
+    """(rows inserted, rows deleted) of a change's totals (``count_all_changes``)."""
     return (int(row.get("ins") or 0), int(row.get("del") or 0)) if row else (0, 0)
 
 
@@ -81,16 +107,12 @@ def _chosen_inputs(rt: CircuitRuntime, full_refresh: bool, say: Progress
                    ) -> tuple[dict[str, list[InputFile]], dict[str, InputScan]]:
     """The files this step reads, and (incremental) each input's scan; a consumed file whose
     content changed refuses the step."""
-    spec_inputs, root, manifest = rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest()
-    allowed = rt.config.allowed_input_roots
-    if full_refresh:
-        return retained_inputs(spec_inputs, root, manifest, allowed, pruned=Removed.read(rt.store).inputs), {}
-    scans = scan_inputs(spec_inputs, root, manifest, allowed)
-    refuse_changed(scans)
-    for scan in scans.values():
-        for note in scan.notes:
-            say(note)
-    return {name: scan.pending for name, scan in scans.items()}, scans
+    chosen = choose_inputs(rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest(),
+                           rt.config.allowed_input_roots, full_refresh=full_refresh,
+                           pruned=Removed.read(rt.store).inputs if full_refresh else None)
+    for note in chosen.notes():
+        say(note)
+    return chosen.files, chosen.scans
 
 
 def choose_engine(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full_refresh: bool = False
@@ -127,13 +149,21 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None, *, full_refre
 
 def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files: dict) -> StepReport:
     report = _commit_step(rt, say, full_refresh, read_files)
-    mark_committed(quality_dir(rt), report.timestep)
+    record_commit(rt, rt.store.manifest())
     say(f"timestep {report.timestep}: publishing views")
     report.published = publish_views(rt, progress=say)  # a failed view: committed, the next run repairs
     note = after_commit(rt)  # after publishing: retention keeps the deltas a table has not caught up with
     if note:
         report.notes.append(note)
     return report
+
+
+def record_commit(rt: CircuitRuntime, manifest) -> None:
+    """What follows a commit on either engine, in `dbsp step` and a DAG run's commit task (also
+    on a retried commit, which may have crashed before it): the quality report says its timestep
+    committed; the change files of ``feed: true`` views are written."""
+    mark_committed(quality_dir(rt), manifest.timestep)
+    publish_feeds(rt, manifest)
 
 
 def _commit_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files: dict) -> StepReport:
@@ -171,7 +201,6 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], scans
         keep_consumed_records(txn, scans)
         say(f"timestep {t}: reading inputs" + (" (full refresh: every retained file)" if full_refresh else ""))
         clock = StepClock(spec.inputs, txn.previous, fresh=full_refresh)
-        totals: dict[str, DataFrame] = {}  # timed inputs: kept, late, largest event time
         deltas: dict[str, DataFrame] = {}
         reports: list[InputReport] = []
         refused: list[InputRefused] = []
@@ -190,9 +219,6 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], scans
                     delta = delta.cache()
                     cached.append(delta)
                     own_traces[name] = change.trace  # gets the on-time rows: the input as the circuit saw it
-                if clock.timed(name):  # late rows are counted, then left out
-                    totals[name] = change_totals(delta, clock.column(name), clock.watermark(name))
-                    delta = on_time(delta, clock.column(name), clock.watermark(name))
                 deltas[name] = delta
                 txn.consume(name, [f.record() for f in pending[name]])
                 count_unknown_keys(txn, name, change.unknown_keys, restart=full_refresh and inp.kind == "cdc")
@@ -200,20 +226,13 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], scans
         if refused:
             raise InputRefused.combine(refused)
         policy = rt.config.policy
-        with step_conf(rt.spark, True):  # a global count has nothing for AQE to adapt
-            counts, local = count_all_changes(rt.spark, deltas, policy.local_change_rows, policy.collect_extra_rows,
-                                              totals=totals)
-        for name, row in counts.items():
-            clock.record(name, row)
-        if clock.refused():
-            raise InputRefused.combine([refuse_late(rt.spark, spec.inputs[n], pending[n], clock.watermark(n), iso)
-                                        for n in clock.refused()])
+        counts, local = count_inputs(rt.spark, clock, deltas, pending, policy)  # late rows counted, then left out
         clock.commit(txn)
         bound_state(txn, rt.compiled.incremental, clock)
         if local is not None:
             deltas = local
         # late rows are out of the deltas already: the bag check judges what the circuit sees
-        quarantined = check_deltas(rt, t, deltas, {n: _ins_del(r)[1] for n, r in counts.items()}, pending, state)
+        quarantined = check_deltas(rt, t, deltas, {n: ins_del(r)[1] for n, r in counts.items()}, pending, state)
         if quarantined:
             txn.set_meta("quarantined", {q.input: q.to_dict() for q in quarantined})
             notes += [q.note() for q in quarantined]
@@ -223,10 +242,10 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], scans
                     deltas[name] = df.cache()
                     cached.append(deltas[name])
         for report in reports:
-            report.inserted, report.deleted = _ins_del(counts.get(report.name))
+            report.inserted, report.deleted = ins_del(counts.get(report.name))
             if report.name in clock.seen:
                 report.late = describe_late(clock.seen[report.name])
-        small = not full_refresh and policy.small_change(sum(sum(_ins_del(row)) for row in counts.values()))
+        small = not full_refresh and policy.small_change(sum(sum(ins_del(row)) for row in counts.values()))
         say(f"timestep {t}: evaluating {len(rt.compiled.incremental.nodes)} operators")
         schemas = {name: spark_schema(inp) for name, inp in spec.inputs.items()}
         with step_conf(rt.spark, small):

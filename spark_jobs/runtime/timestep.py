@@ -1,97 +1,76 @@
-"""One timestep as separate, retryable tasks (the Airflow DAG run): plan, stages, check, commit.
+"""One timestep as the tasks of a DAG run: plan, the operator stages, the quality check, commit.
 
-Each task may run in its own process and may be retried; every function here is idempotent for a
-given ``run_id``. Nothing is visible to readers before ``commit`` writes the manifest:
+Each task runs in its own process (Airflow), so anything a later task needs is staged durably
+under ``<state root>/staging/<run>/`` and listed in a JSON journal written last:
 
-- ``plan`` freezes the timestep number (last committed + 1) and the input files of this run in
-  ``staging/<run>/plan.json``. A retry of the same run reuses the plan; a new run replaces any
-  plan left by a run that never committed.
-- ``run_stage`` evaluates one stage's operators. Deltas that later stages read are written to
-  ``staging/<run>/values/``; state updates and view deltas to ``staging/<run>/stages/<stage>/``;
-  a journal (``journal/<stage>.json``, written last) says the stage is done. A retried stage
-  whose journal exists does nothing; one without a journal starts over.
-- ``check`` runs the quality gate on the staged view deltas (``QualityGateFailed`` stops the run).
-- ``commit`` moves every staged update into the state store in one transaction and publishes the
-  manifest (its meta records the run id, so a retried commit is a no-op).
+- ``plan`` freezes the timestep number (last committed + 1) and the input files of the run. It
+  needs no Spark session (manifests and listings only), so an empty run costs no Spark at all;
+  it reports ``empty`` when no input has a new file (the DAG then skips the rest of the run).
+- ``run_stage`` evaluates one stage (``stages.py``) into staging: the deltas other stages read,
+  its state updates and view deltas. One Spark job per stage brings its small results to the
+  driver as Arrow; pyarrow writes them (``staging.py``); the next task reads them back as local
+  relations (no job). Input files are read once, by their input stage; nothing is re-planned.
+- ``run_stages`` (``orchestration.tasks: per_step``) runs every stage in one process, in order,
+  each under a Spark job group/tag named after the stage; values stay in memory between stages.
+- ``check`` runs the quality gate on the staged view deltas and input changes (no input file is
+  read again).
+- ``commit`` moves the staged updates into the state store in one transaction and publishes the
+  manifest (its meta records the run id, so a retried commit is a no-op); then it writes the
+  change files of views with ``feed: true``.
 
-``mode="full_refresh"`` recomputes everything from the retained input files with empty state,
-under the circuit as it is now (also after an edit: see ``refresh.py``); the view deltas it
-commits are new view - old view, so readers of deltas stay consistent.
+Every task is idempotent for its run id (a finished stage is not redone, a half-done one starts
+over). ``mode="full_refresh"`` recomputes everything from the retained input files with empty
+state, under the circuit as it is now (also after an edit: see ``refresh.py``); the view deltas
+it commits are new view - old view, so readers of deltas stay consistent.
+
+What a run checks and records is what ``dbsp step`` does, through the same functions: input
+files recorded by name, size and fingerprint, and a consumed file that changed refused
+(``inputs.choose_inputs``); unreadable files refused (``errors.input_errors``); deletes of rows
+never inserted refused or quarantined (``bag.check_deltas``, in the input's stage); a full
+refresh's traces, view deltas and notes (``refresh.py``); late rows of timed inputs counted,
+then left out or refused (``step.count_inputs``, in the input's stage, whose journal carries what
+the watermark saw to the check's report line and the commit's manifest: ``event_time.py``);
+retention after the commit (``retention.after_commit``), and a full refresh after it removed
+consumed change files refused by the plan (``choose_inputs(pruned=...)``).
 
 The run holds the circuit's lease (``writer.py``) from ``plan`` to ``commit``, owned by its run id:
 every task renews it and heartbeats while it works, so no ``dbsp step`` (or other DAG) writes the
 state meanwhile; ``plan`` may take over the lease of an earlier run of this DAG (Airflow starts a
-run only after the previous one ended), and ``commit`` releases it.
+run only after the previous one ended), and ``commit`` releases it, as does a ``plan`` whose run
+is skipped as empty.
 """
 from __future__ import annotations
 
-import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
-from pyspark.sql import DataFrame
-
-from spark_jobs.executor import zset
-from spark_jobs.executor.evaluate import evaluate_step, trace_kind
-from spark_jobs.executor.session import step_conf
-from spark_jobs.executor.sources import InputFile, spark_schema
-from spark_jobs.executor.sources.lateness import change_totals, on_time
-from spark_jobs.executor.sources.reading import refuse_late
-from spark_jobs.runtime import refresh
-from spark_jobs.runtime.bag import check_deltas
 from spark_jobs.runtime.circuit import CircuitRuntime
-from spark_jobs.publish import publish_views
-from spark_jobs.quality import mark_committed
-from spark_jobs.runtime.errors import input_errors
 from spark_jobs.runtime.state_bounds import bound_state
-from spark_jobs.runtime.event_time import StepClock, iso
 from spark_jobs.runtime.failures import step_failures
-from spark_jobs.runtime.inputs import input_trace, read_input, refuse_changed, retained_inputs, scan_inputs
-from spark_jobs.runtime.quality_gate import check_timestep, quality_dir
-from spark_jobs.runtime.retention import after_commit
+from spark_jobs.runtime import refresh
+from spark_jobs.runtime.inputs import choose_inputs
+from spark_jobs.runtime.stage_run import RunValues, evaluate_stage
+from spark_jobs.runtime.staging import journal_path, read_json, run_dir, staging_root, write_json
+from spark_jobs.runtime.stages import Stage, stage_graph
 from spark_jobs.runtime.writer import run_lease
-from spark_jobs.runtime.stages import Stage, is_state_backed, stage_graph, staged_values
-from spark_jobs.runtime.step import StoreReader, count_unknown_keys
-from spark_jobs.state.failpoints import failpoint
 from spark_jobs.state.retention import Removed
-from spark_jobs.state.layout import safe_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from spark_jobs.runtime.event_time import StepClock
 
 MODES = ("incremental", "full_refresh")
-STEPS = ("plan", "stage", "check", "commit")
-
-
-# ---- staging layout ------------------------------------------------------------------------
-# Staging lives under the state root, on the store's file system (local, hdfs://, s3a://, ...).
-def staging_root(rt: CircuitRuntime) -> str:
-    return rt.store.fs.join(rt.store.root, "staging")
-
-
-def run_dir(rt: CircuitRuntime, run_id: str) -> str:
-    return rt.store.fs.join(staging_root(rt), safe_name(run_id))
-
-
-def _write_json(rt: CircuitRuntime, path: str, data: dict) -> None:
-    """Write JSON atomically: a reader sees the old file or the whole new one."""
-    rt.store.fs.publish_text(path, json.dumps(data, indent=1, default=str), tmp_prefix=".tmp-")
-
-
-def _read_json(rt: CircuitRuntime, path: str) -> dict | None:
-    fs = rt.store.fs
-    return json.loads(fs.read_text(path)) if fs.exists(path) else None
-
-
-def _write_parquet(rt: CircuitRuntime, df: DataFrame, path: str) -> None:
-    df.write.mode("overwrite").parquet(rt.store.fs.spark_uri(path))
-
-
-def _read_parquet(rt: CircuitRuntime, path: str) -> DataFrame:
-    return rt.spark.read.parquet(rt.store.fs.spark_uri(path))
+# a DAG run's stages are Spark jobs in their tasks (the in-process engine is `dbsp step`'s)
+DAG_ENGINE_REASON = "a DAG run computes its stages on Spark, one task per stage or per run"
+STEPS = ("plan", "stage", "stages", "check", "commit")
 
 
 def _committed_by(rt: CircuitRuntime, run_id: str) -> int | None:
     """The timestep this run committed, if it did (retained manifests only)."""
-    for t in reversed(rt.store.timesteps()):
-        m = rt.store.manifest(t)
+    store = rt.committed
+    for t in reversed(store.timesteps()):
+        m = store.manifest(t)
         if m is not None and (m.meta or {}).get("run_id") == run_id:
             return t
     return None
@@ -99,68 +78,94 @@ def _committed_by(rt: CircuitRuntime, run_id: str) -> int | None:
 
 # ---- plan ------------------------------------------------------------------------------------
 def plan(rt: CircuitRuntime, run_id: str, *, mode: str = "incremental") -> dict:
-    """Take the run's lease and freeze its timestep and input files (idempotent per run id)."""
+    """Take the run's lease and freeze its timestep and input files (idempotent per run id; no
+    Spark on a local state root).
+
+    ``empty`` is True when the run has nothing to do: incremental, and no input has a new file.
+    Unless the circuit sets ``orchestration.commit_empty``, nothing is staged for such a run.
+    """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
-    with run_lease(rt, run_id, take_over_runs=True):
-        return _plan(rt, run_id, mode)
+    with run_lease(rt, run_id, take_over_runs=True) as lease:
+        data = _plan(rt, run_id, mode)
+        if is_skipped(rt, data):
+            lease.release()  # no task of this run follows
+        return data
+
+
+def is_skipped(rt: CircuitRuntime, p: dict) -> bool:
+    """Is the rest of this run skipped (an empty run of a circuit that does not commit empty steps)?"""
+    return bool(p.get("empty")) and not rt.compiled.spec.orchestration.commit_empty
 
 
 def _plan(rt: CircuitRuntime, run_id: str, mode: str) -> dict:
+    store = rt.committed
     if mode != "full_refresh":  # a refresh rebuilds state of another definition on purpose
-        rt.store.check_fingerprint()
+        store.check_fingerprint()
     done = _committed_by(rt, run_id)
     if done is not None:
-        return {"run_id": run_id, "timestep": done, "already_committed": True}
-    t = rt.store.last_committed() + 1
-    path = rt.store.fs.join(run_dir(rt, run_id), "plan.json")
-    existing = _read_json(rt, path)
+        return {"run_id": run_id, "timestep": done, "mode": mode, "already_committed": True, "empty": False}
+    t = store.last_committed() + 1
+    path = store.fs.join(run_dir(rt, run_id), "plan.json")
+    existing = read_json(rt, path)
     if existing and existing["timestep"] == t and existing["mode"] == mode:
         return existing
-    if rt.store.fs.exists(staging_root(rt)):
-        rt.store.fs.remove_tree(staging_root(rt))  # leftovers of runs that never committed (we hold the lease)
-    rt.store.recover()
-    manifest = rt.store.manifest()
-    spec_inputs = rt.compiled.spec.inputs
-    records: dict[str, list[dict]] = {}
-    notes: list[str] = []
-    roots = rt.config.allowed_input_roots
-    if mode == "full_refresh":
-        chosen = retained_inputs(spec_inputs, rt.config.data_root, manifest, roots, pruned=Removed.read(rt.store).inputs)
-    else:
-        scans = scan_inputs(spec_inputs, rt.config.data_root, manifest, roots)
-        refuse_changed(scans)
-        chosen = {name: scan.pending for name, scan in scans.items()}
-        records = {name: scan.consumed.records() for name, scan in scans.items() if scan.consumed.changed}
-        notes = [n for scan in scans.values() for n in scan.notes]
-    data = {"run_id": run_id, "timestep": t, "mode": mode, "created_at": time.time(),
-            "inputs": {name: [f.as_dict() for f in files] for name, files in chosen.items()},
-            "consumed_records": records, "notes": notes}
-    _write_json(rt, path, data)
+    from spark_jobs.runtime.inprocess import change_rows
+
+    full = mode == "full_refresh"  # refused (CannotRebuild) once retention removed consumed change files
+    chosen = choose_inputs(rt.compiled.spec.inputs, rt.config.data_root, store.manifest(),
+                           rt.config.allowed_input_roots, full_refresh=full,
+                           pruned=Removed.read(store).inputs if full else None)
+    empty = mode == "incremental" and not any(chosen.files.values())
+    data = {"run_id": run_id, "timestep": t, "mode": mode, "created_at": time.time(), "empty": empty,
+            "inputs": {name: [f.as_dict() for f in files] for name, files in chosen.files.items()},
+            "consumed_records": chosen.records(), "notes": chosen.notes(),
+            "change_rows": None if full else change_rows(chosen.files)}
+    if is_skipped(rt, data):
+        return data  # the DAG skips the rest of the run: nothing to stage, nothing to clean
+    if store.fs.exists(staging_root(rt)):
+        store.fs.remove_tree(staging_root(rt))  # leftovers of runs that never committed (we hold the lease)
+    store.recover()
+    write_json(rt, path, data)
     return data
 
 
 def load_plan(rt: CircuitRuntime, run_id: str) -> dict:
-    data = _read_json(rt, rt.store.fs.join(run_dir(rt, run_id), "plan.json"))
+    data = read_json(rt, rt.committed.fs.join(run_dir(rt, run_id), "plan.json"))
     if data is None:
         raise RuntimeError(f"run {run_id!r} of {rt.name} has no plan: run the plan task first")
     return data
 
 
-# ---- stages ----------------------------------------------------------------------------------
-def _stage(rt: CircuitRuntime, name: str) -> Stage:
-    for stage in stage_graph(rt.compiled):
+def _stage(rt: CircuitRuntime, name: str) -> tuple[Stage, list[Stage]]:
+    stages = stage_graph(rt.compiled)
+    for stage in stages:
         if stage.name == name:
-            return stage
+            return stage, stages
     raise KeyError(f"{rt.name} has no stage {name!r}")
 
 
-def _journal_path(rt: CircuitRuntime, run_id: str, stage: str) -> str:
-    return rt.store.fs.join(run_dir(rt, run_id), "journal", f"{stage}.json")
+def _done(rt: CircuitRuntime, run_id: str, stage: str) -> dict | None:
+    j = read_json(rt, journal_path(rt, run_id, stage))
+    return None if j is None else dict(j["summary"], note="already done by an earlier attempt")
 
 
-def _value_dir(rt: CircuitRuntime, run_id: str, node_id: str) -> str:
-    return rt.store.fs.join(run_dir(rt, run_id), "values", safe_name(node_id))
+# A change file whose rows the plan cannot read from a footer (CSV) counts as its size over this
+# many bytes per row (~10-50 in Parquet or CSV).
+BYTES_PER_ROW = 40
+
+
+def is_small(rt: CircuitRuntime, p: dict) -> bool:
+    """Do this run's tasks run with the small-change Spark settings (no AQE, 2 shuffle partitions,
+    broadcasts of the deltas), as ``dbsp step`` does for a change of at most
+    ``execution.small_change_rows`` rows? The plan counted the rows in the Parquet footers
+    (``inprocess.change_rows``, no data read); else it guesses them from the files' sizes."""
+    if p["mode"] == "full_refresh":
+        return False
+    rows = p.get("change_rows")
+    if rows is None:
+        rows = sum(int(f.get("size") or 0) for files in p["inputs"].values() for f in files) // BYTES_PER_ROW
+    return rt.config.policy.small_change(rows)
 
 
 def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
@@ -170,122 +175,52 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
 
 
 def _run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
-    started = time.time()
     p = load_plan(rt, run_id)
     if p.get("already_committed"):
         return {"stage": stage_name, "skipped": "timestep already committed by this run"}
-    journal_path = _journal_path(rt, run_id, stage_name)
-    done = _read_json(rt, journal_path)
+    done = _done(rt, run_id, stage_name)
     if done is not None:
-        return dict(done["summary"], note="already done by an earlier attempt")
-    stage = _stage(rt, stage_name)
-    spark, circuit, store = rt.spark, rt.compiled.incremental, rt.store
-    full = p["mode"] == "full_refresh"
-    state = refresh.EmptyState() if full else StoreReader(store)
-    fs = store.fs
-    stage_dir = fs.join(run_dir(rt, run_id), "stages", stage_name)
-    if fs.exists(stage_dir):
-        fs.remove_tree(stage_dir)  # a killed earlier attempt
-    journal: dict[str, Any] = {"updates": [], "outputs": {}, "consumed": {}, "inputs": {}, "event_time": {}}
-    clock = StepClock(rt.compiled.spec.inputs, store.manifest(), fresh=full)
-    summary: dict[str, Any] = {"stage": stage_name, "timestep": p["timestep"], "nodes": list(stage.nodes)}
+        return done
+    stage, stages = _stage(rt, stage_name)
+    from spark_jobs.executor.session import step_conf
 
-    # inputs of an input stage: read (and validate) the planned files
-    inputs: dict[str, DataFrame] = {}
-    cached: list[DataFrame] = []
-    planned: dict[str, list[InputFile]] = {}
-    deleted: dict[str, int] = {}
-    for node_id in stage.nodes:
-        node = circuit[node_id]
-        if node.op != "input":
-            continue
-        name = node.param("name") or node_id
-        spec = rt.compiled.spec.inputs[name]
-        files = planned[name] = [InputFile.from_dict(f) for f in p["inputs"].get(name, [])]
-        with input_errors({name: files}):
-            change = read_input(spark, spec, files, state, rt.config.policy)
-            if change.delta is None:
-                summary.setdefault("inputs", {})[name] = "no new files: no changes"
-                continue
-            delta = change.delta.cache()
-            cached.append(delta)
-            column, mark = clock.column(name), clock.watermark(name)
-            totals = change_totals(delta, column, mark).first().asDict()  # one job: counts, late rows
-            ins, dels = int(totals["ins"] or 0), int(totals["del"] or 0)
-            late = clock.record(name, totals)
-            if name in clock.refused():
-                raise refuse_late(spark, spec, files, mark, iso)
-            if column is not None:
-                delta = on_time(delta, column, mark)
-            inputs[name] = delta
-        deleted[name] = dels
-        summary.setdefault("inputs", {})[name] = {"files": len(files), "inserted": ins, "deleted": dels,
-                                                  **({"unknown_keys": change.unknown_keys} if change.unknown_keys else {})}
-        if late is not None:
-            summary["inputs"][name].update(late_rows=late.rows, watermark=iso(late.after.watermark_us))
-        journal["inputs"][name] = {"inserted": ins, "deleted": dels, "unknown_keys": change.unknown_keys}
-        journal["consumed"][name] = [f.record() for f in files]
-        if change.trace is not None:  # the input's own trace (snapshot, keyed rows) gets the delta
-            trace_id, sort_by = change.trace
-            path = fs.join(stage_dir, "state", safe_name(trace_id))
-            _write_parquet(rt, delta, path)
-            journal["updates"].append({"trace": trace_id, "op": "replace" if full else "append",
-                                       "kind": "zset", "keys": [], "sort_by": list(sort_by), "path": path})
-    with input_errors(planned):
-        quarantined = check_deltas(rt, p["timestep"], inputs, deleted, planned, state)
-    if quarantined:
-        journal["quarantined"] = {q.input: q.to_dict() for q in quarantined}
-        summary["quarantined"] = [q.note() for q in quarantined]
+    run = RunValues(rt, run_id, p)
+    run.load_journals(stages)
+    with step_conf(rt.spark, is_small(rt, p)):
+        return evaluate_stage(run, stage)
 
-    def external(node_id: str) -> DataFrame:
-        """Values produced outside this stage: committed state, or another stage's staged delta."""
-        node = circuit[node_id]
-        if is_state_backed(circuit, node_id):
-            if node.op == "delay":
-                prev = state.read(node.inputs[0])
-                return prev if prev is not None else zset.empty_like(external(node.inputs[0]))
-            prev, delta = state.read(node_id), external(node.inputs[0])
-            return delta if prev is None else zset.plus(prev, delta)
-        return _read_parquet(rt, _value_dir(rt, run_id, node_id))
 
-    schemas = {name: spark_schema(inp) for name, inp in rt.compiled.spec.inputs.items()}
-    result = evaluate_step(circuit, inputs, state, first_step=full or p["timestep"] == 1,
-                           input_schemas=schemas, spark=spark, only=set(stage.nodes), external=external,
-                           policy=rt.config.policy)
-    needed = staged_values(rt.compiled)
-    for node_id in stage.nodes:
-        if node_id in needed:
-            _write_parquet(rt, result.values[node_id], _value_dir(rt, run_id, node_id))
-    for node_id, update in result.updates.items():
-        path = fs.join(stage_dir, "state", safe_name(node_id))
-        _write_parquet(rt, update.df, path)
-        failpoint("after_state_write")
-        kind = trace_kind(circuit, node_id)
-        op = "replace" if full or update.kind == "replace" else "append"
-        journal["updates"].append({"trace": node_id, "op": op, "kind": kind, "keys": list(update.keys),
-                                   "sort_by": list(update.sort_by), "path": path})
-    failpoint("mid_step")
-    for view, df in result.outputs.items():
-        if full:  # the change of the view = new view - old view (where comparable)
-            df = refresh.view_delta(store, view, df)
-        path = fs.join(stage_dir, "outputs", safe_name(view))
-        _write_parquet(rt, df, path)
-        journal["outputs"][view] = path
-    for df in cached:
-        df.unpersist()
-    journal["event_time"] = clock.journal()
-    summary["seconds"] = round(time.time() - started, 2)
-    summary["state_updates"] = [u["trace"] for u in journal["updates"]]
-    summary["views"] = sorted(journal["outputs"])
-    journal["summary"] = summary
-    _write_json(rt, journal_path, journal)
-    return summary
+def run_stages(rt: CircuitRuntime, run_id: str) -> dict:
+    """Every stage of this run in this process, in order (``orchestration.tasks: per_step``).
+
+    The values a stage hands to the next stay in memory as Arrow tables; they are staged all the
+    same, so that a retry after a crash resumes at the first unfinished stage."""
+    with run_lease(rt, run_id):
+        return _run_stages(rt, run_id)
+
+
+def _run_stages(rt: CircuitRuntime, run_id: str) -> dict:
+    started = time.perf_counter()
+    p = load_plan(rt, run_id)
+    if p.get("already_committed"):
+        return {"skipped": "timestep already committed by this run"}
+    stages = stage_graph(rt.compiled)
+    run = RunValues(rt, run_id, p)
+    run.load_journals(stages)
+    from spark_jobs.executor.session import step_conf
+
+    summaries = []
+    with step_conf(rt.spark, is_small(rt, p)):
+        for stage in stages:
+            summaries.append(_done(rt, run_id, stage.name) or evaluate_stage(run, stage))
+    return {"timestep": p["timestep"], "mode": p["mode"], "stages": summaries,
+            "seconds": round(time.perf_counter() - started, 3)}
 
 
 def _journals(rt: CircuitRuntime, run_id: str) -> dict[str, dict]:
     out = {}
     for stage in stage_graph(rt.compiled):
-        j = _read_json(rt, _journal_path(rt, run_id, stage.name))
+        j = read_json(rt, journal_path(rt, run_id, stage.name))
         if j is None:
             raise RuntimeError(f"stage {stage.name!r} of run {run_id!r} has not finished; cannot go on")
         out[stage.name] = j
@@ -293,45 +228,100 @@ def _journals(rt: CircuitRuntime, run_id: str) -> dict[str, dict]:
 
 
 # ---- check and commit --------------------------------------------------------------------------
+def _read(rt: CircuitRuntime, data: dict) -> "DataFrame":
+    from spark_jobs.runtime import staging
+
+    st = staging.Staged.from_dict(data)
+    return staging.read_staged(rt.spark, st, rt.committed.fs.spark_uri(st.path))
+
+
 def check(rt: CircuitRuntime, run_id: str) -> dict:
-    """Quality gate on the staged view deltas; raises ``QualityGateFailed`` on a `fail` check."""
+    """Quality gate on the staged view deltas and input changes (no input file is read again);
+    raises ``QualityGateFailed`` on a `fail` check, naming the input files behind it."""
     with run_lease(rt, run_id):
         return _check(rt, run_id)
 
 
 def _check(rt: CircuitRuntime, run_id: str) -> dict:
+    from spark_jobs.quality import QualityGateFailed
+    from spark_jobs.runtime.culprits import explain_failure
+    from spark_jobs.runtime.quality_gate import check_timestep
+
     p = load_plan(rt, run_id)
     if p.get("already_committed"):
         return {"skipped": "timestep already committed by this run"}
+    from spark_jobs.runtime import staging
+
+    started = time.perf_counter()
     journals = _journals(rt, run_id)
-    spark = rt.spark
-    views = {v: _read_parquet(rt, path) for j in journals.values() for v, path in j["outputs"].items()}
-    inputs: dict[str, DataFrame] = {}
-    checked = {n for n, i in rt.compiled.spec.inputs.items() if i.expectations}
-    clock = StepClock(rt.compiled.spec.inputs, rt.store.manifest(), fresh=p["mode"] == "full_refresh")
+    staged_views = {v: st for j in journals.values() for v, st in j["outputs"].items()}
+    values = {nid: st for j in journals.values() for nid, st in j.get("values", {}).items()}
+    circuit = rt.compiled.incremental
+    staged_inputs = {}
+    for node in circuit:
+        name = node.param("name") or node.id
+        if node.op == "input" and rt.compiled.spec.inputs[name].expectations and node.id in values:
+            staged_inputs[name] = values[node.id]
+    local = {}  # changes staged as Arrow: GE checks them with pandas, no Spark job
+    for prefix, found in (("view", staged_views), ("input", staged_inputs)):
+        for name, st in found.items():
+            if st["form"] == staging.ARROW:
+                local[f"{prefix}:{name}"] = staging.read_table(st["path"])
+    views = {v: _read(rt, st) for v, st in staged_views.items()}
+    inputs = {n: _read(rt, st) for n, st in staged_inputs.items()}
+    from spark_jobs.executor.session import step_conf
+
+    read = time.perf_counter()
+    try:
+        with step_conf(rt.spark, is_small(rt, p)):
+            previous = None
+            if p["mode"] == "full_refresh":  # the deltas were taken against comparable old views only
+                previous = {v: refresh.old_view(rt.store, v, df) for v, df in views.items()}
+            late = _clock(rt, p, journals).report()  # a line per timed input, as in `dbsp step`
+            report = check_timestep(rt, p["timestep"], views, inputs, previous, late=late, local=local)
+    except QualityGateFailed as exc:
+        raise QualityGateFailed(exc.report, explain_failure(rt, p, exc.report)) from None
+    return {"timestep": p["timestep"], "summary": report.summary(), "failed": len(report.failed),
+            "warnings": len(report.warnings), "report": quality_report_path(rt, p["timestep"]),
+            "phases": _phases(started, read=read, checks=time.perf_counter())}
+
+
+def _clock(rt: CircuitRuntime, p: dict, journals: dict[str, dict], manifest=None) -> "StepClock":
+    """The timed inputs' late rows and watermarks of this run, as its input stages saw them
+    (their journals), against the watermarks committed before it (``manifest``, default the last)."""
+    from spark_jobs.runtime.event_time import StepClock
+
+    clock = StepClock(rt.compiled.spec.inputs, manifest if manifest is not None else rt.committed.manifest(),
+                      fresh=p["mode"] == "full_refresh")
     for j in journals.values():
         clock.from_journal(j.get("event_time") or {})
-        for name in checked & set(j["inputs"]):
-            files = [InputFile.from_dict(f) for f in p["inputs"].get(name, [])]
-            spec = rt.compiled.spec.inputs[name]
-            own = input_trace(spec)
-            if own is None:
-                delta = read_input(spark, spec, files, refresh.EmptyState()).delta
-                inputs[name] = on_time(delta, clock.column(name), clock.watermark(name)) if clock.timed(name) else delta
-            else:  # the change was staged (late rows left out) as the update of the input's own trace
-                staged = [u["path"] for u in j["updates"] if u["trace"] == own[0]]
-                inputs[name] = _read_parquet(rt, staged[0])
-    previous = None
-    if p["mode"] == "full_refresh":  # the views' deltas were taken against comparable old views only
-        previous = {v: refresh.old_view(rt.store, v, df) for v, df in views.items()}
-    report = check_timestep(rt, p["timestep"], views, inputs, previous, late=clock.report())
-    return {"timestep": p["timestep"], "summary": report.summary(), "failed": len(report.failed),
-            "warnings": len(report.warnings)}
+    return clock
 
 
-def _change_rows(journals: dict[str, dict]) -> int:
-    """Input rows (inserted + deleted) the stages of this run read."""
-    return sum(c["inserted"] + c["deleted"] for j in journals.values() for c in j["inputs"].values())
+def _phases(started: float, **ends: float) -> dict[str, float]:
+    """Seconds per phase of a task's work, from the phases' end times in order (for the benchmark)."""
+    out, last = {}, started
+    for name, end in ends.items():
+        out[name], last = round(end - last, 3), end
+    return out
+
+
+def quality_report_path(rt: CircuitRuntime, timestep: int) -> str:
+    from spark_jobs.quality.report import report_name
+    from spark_jobs.runtime.quality_gate import quality_dir
+
+    return rt.committed.fs.join(quality_dir(rt), report_name(timestep))
+
+
+def _change_rows(journals: dict[str, dict]) -> int | None:
+    """Input rows (inserted + deleted) the stages of this run read; None if some were not counted."""
+    total = 0
+    for j in journals.values():
+        for c in j["inputs"].values():
+            if c.get("inserted") is None:
+                return None
+            total += c["inserted"] + c["deleted"]
+    return total
 
 
 def commit(rt: CircuitRuntime, run_id: str) -> dict:
@@ -342,10 +332,18 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
 
 
 def _commit(rt: CircuitRuntime, run_id: str) -> dict:
+    from spark_jobs.executor.session import step_conf
+    from spark_jobs.publish import publish_views
+    from spark_jobs.runtime.step import count_unknown_keys, record_commit
+
     done = _committed_by(rt, run_id)
-    if done is not None:  # a retry: the commit is durable; publishing may not have happened
-        return {"timestep": done, "note": "already committed by an earlier attempt",
-                "published": publish_views(rt).raise_if_failed().summary()}
+    if done is not None:  # a retry: the commit is durable; the report's mark, feeds, tables and retention may not be
+        manifest = rt.committed.manifest(done)
+        record_commit(rt, manifest)
+        published = publish_views(rt).raise_if_failed().summary()
+        return dict(commit_summary(rt, manifest), note="already committed by an earlier attempt",
+                    published=published, **_retention(rt))
+    started = time.perf_counter()
     p = load_plan(rt, run_id)
     journals = _journals(rt, run_id)
     full = p["mode"] == "full_refresh"
@@ -360,14 +358,15 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
             txn.set_consumed(name, records)
         appends, outputs, quarantined = [], {}, {}
         for j in journals.values():
-            for view, path in j["outputs"].items():
-                outputs[view] = _read_parquet(rt, path)
+            for view, st in j["outputs"].items():
+                outputs[view] = _read(rt, st)
             quarantined.update(j.get("quarantined") or {})
+            notes += j["summary"].get("notes") or []
         if full:
             notes += refresh.start(txn, rt.store, {v: df.schema for v, df in outputs.items()})
         for j in journals.values():
             for u in j["updates"]:
-                df, keys, sort_by = _read_parquet(rt, u["path"]), tuple(u["keys"]), tuple(u.get("sort_by", ()))
+                df, keys, sort_by = _read(rt, u["staged"]), tuple(u["keys"]), tuple(u.get("sort_by", ()))
                 if u["op"] == "replace":
                     txn.replace(u["trace"], df, kind=u["kind"], keys=keys, sort_by=sort_by)
                 else:
@@ -376,29 +375,60 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
                 txn.consume(name, files)
             for name, counts in j["inputs"].items():
                 restart = full and rt.compiled.spec.inputs[name].kind == "cdc"
-                count_unknown_keys(txn, name, int(counts.get("unknown_keys", 0)), restart=restart)
-        clock = StepClock(rt.compiled.spec.inputs, txn.previous, fresh=full)
-        for j in journals.values():
-            clock.from_journal(j.get("event_time") or {})
-        clock.commit(txn)
-        bound_state(txn, rt.compiled.incremental, clock)
-        small = not full and rt.config.policy.small_change(_change_rows(journals))
+                count_unknown_keys(txn, name, int(counts.get("unknown_keys") or 0), restart=restart)
+        clock = _clock(rt, p, journals, txn.previous)
+        clock.commit(txn)  # every timed input's watermark, late rows
+        bound_state(txn, rt.compiled.incremental, clock)  # closed windows' state dropped (ir/bounds.py)
+        rows = _change_rows(journals)
+        read = time.perf_counter()
+        small = not full and rows is not None and rt.config.policy.small_change(rows)
         with step_conf(rt.spark, small):
             txn.write_deltas(appends, outputs, batched=small)
             txn.set_meta("run_id", run_id)
             txn.set_meta("mode", p["mode"])
+            txn.set_meta("engine", "spark")  # as `dbsp step` records its engine
+            txn.set_meta("engine_reason", DAG_ENGINE_REASON)
             if quarantined:
                 txn.set_meta("quarantined", quarantined)
             manifest = txn.commit()
-    mark_committed(quality_dir(rt), manifest.timestep)
-    rt.store.fs.remove_tree(run_dir(rt, run_id))
-    published = publish_views(rt)  # after the commit point: a crash here is repaired by the next run
-    out = {"timestep": manifest.timestep, "notes": notes,
-           "views": {v: {"inserted": o.rows_inserted, "deleted": o.rows_deleted}
-                     for v, o in (manifest.outputs or {}).items()},
-           "published": published.raise_if_failed().summary()}
-    note = after_commit(rt)  # after publishing: retention keeps the deltas a table has not caught up with
-    return {**out, "retention": note} if note else out
+    written = time.perf_counter()
+    record_commit(rt, manifest)
+    rt.committed.fs.remove_tree(run_dir(rt, run_id))
+    feeds = time.perf_counter()
+    # after the commit point: a crash here is repaired by the next run
+    published = publish_views(rt).raise_if_failed().summary()
+    published_at = time.perf_counter()
+    kept = _retention(rt)  # after publishing: retention keeps the deltas a table has not caught up with
+    summary = commit_summary(rt, manifest)
+    notes += [f"input {name}: {text}" for name, text in summary.get("late", {}).items()  # as `dbsp step` notes them
+              if summary["late_rows"][name]]
+    return dict(summary, notes=notes + list(kept.values()), published=published, **kept,
+                phases=_phases(started, read=read, write=written, feeds=feeds, publish=published_at,
+                               retention=time.perf_counter()))
+
+
+def _retention(rt: CircuitRuntime) -> dict[str, str]:
+    """Retention after a commit, as `dbsp step` applies it (``retention.after_commit``):
+    ``{"retention": note}`` when something was removed."""
+    from spark_jobs.runtime.retention import after_commit
+
+    note = after_commit(rt)
+    return {"retention": note} if note else {}
+
+
+def commit_summary(rt: CircuitRuntime, manifest) -> dict:
+    """What a committed timestep changed: rows inserted/deleted per view; per timed input, its
+    late rows dropped and watermark (``late``, worded as `dbsp step` says them)."""
+    from spark_jobs.runtime.event_time import committed_late, describe
+
+    meta = manifest.meta or {}
+    late = committed_late(manifest, rt.compiled.spec.inputs)
+    return {"timestep": manifest.timestep, "mode": meta.get("mode", "incremental"),
+            "views": {v: {"inserted": o.rows_inserted, "deleted": o.rows_deleted}
+                      for v, o in (manifest.outputs or {}).items()},
+            **({"late_rows": {n: x.rows for n, x in late.items()},
+                "late": {n: describe(x) for n, x in late.items()}} if late else {}),
+            "quality_report": quality_report_path(rt, manifest.timestep)}
 
 
 def run_task(rt: CircuitRuntime, step: str, run_id: str, stage: str | None = None,
@@ -416,6 +446,8 @@ def _run_task(rt: CircuitRuntime, step: str, run_id: str, stage: str | None, mod
         if not stage:
             raise ValueError("step 'stage' needs a stage name")
         return run_stage(rt, run_id, stage)
+    if step == "stages":
+        return run_stages(rt, run_id)
     if step == "check":
         return check(rt, run_id)
     if step == "commit":

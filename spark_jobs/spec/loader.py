@@ -21,8 +21,8 @@ import yaml
 from . import yaml_limits
 from .errors import CircuitError, Problem
 from .expressions import ExpressionError, parse_aggregate
-from .model import (DEFAULT_CDC_OPS, CdcOptions, CircuitSpec, Column, Expectation, InputSpec, NodeSpec,
-                    OutputSpec, PublishSpec, Source, RANKS, TopKSpec)
+from .model import (DEFAULT_CDC_OPS, DEFAULT_ORCHESTRATION_TASKS, ON_INPUTS, RANKS, CdcOptions, CircuitSpec, Column,
+                    Expectation, InputSpec, NodeSpec, Orchestration, OutputSpec, PublishSpec, Source, TopKSpec)
 from .sql import parse_query
 from .time import event_time_of, window_of, within_of
 from .validate import schema_problems, semantic_problems
@@ -367,8 +367,35 @@ def build_outputs(raw: Any, doc: Document) -> dict[str, OutputSpec]:
         body = body if isinstance(body, dict) else {}
         out[v] = OutputSpec(v, build_expectations(body.get("expectations"), ("outputs", v, "expectations"), doc),
                             doc.line(("outputs", v)), key=_strs(body.get("key")),
-                            publish=build_publish(body.get("publish"), doc.line(("outputs", v, "publish"))))
+                            publish=build_publish(body.get("publish"), doc.line(("outputs", v, "publish"))),
+                            feed=body.get("feed") is True)
     return out
+
+
+def build_schedule(raw: Any, inputs: dict[str, Any]) -> tuple[str | None, tuple[str, ...]]:
+    """``schedule`` as (cron or preset, asset references): a string, ``none``, ``on_inputs``
+    (every input's folder), or ``{cron: ..., assets: [...]}``. Wrong types are left to the schema."""
+    if isinstance(raw, str):
+        text = raw.strip()
+        if text.lower() == "none":
+            return None, ()
+        if text == ON_INPUTS:
+            return None, tuple(inputs)
+        return raw, ()
+    if isinstance(raw, dict):
+        cron = raw.get("cron")
+        assets = raw.get("assets")
+        refs = tuple(a for a in assets if isinstance(a, str)) if isinstance(assets, list) else ()
+        return (cron if isinstance(cron, str) and cron.strip().lower() != "none" else None), refs
+    return None, ()
+
+
+def build_orchestration(raw: Any, doc: Document) -> Orchestration:
+    if not isinstance(raw, dict):
+        return Orchestration()
+    tasks = raw.get("tasks", DEFAULT_ORCHESTRATION_TASKS)
+    return Orchestration(tasks=tasks if isinstance(tasks, str) else DEFAULT_ORCHESTRATION_TASKS,
+                         commit_empty=raw.get("commit_empty") is True, line=doc.line(("orchestration",)))
 
 
 def build_spec(doc: Document, broken: frozenset[str] = frozenset()) -> tuple[CircuitSpec, list[Problem]]:
@@ -377,9 +404,7 @@ def build_spec(doc: Document, broken: frozenset[str] = frozenset()) -> tuple[Cir
     problems: list[Problem] = []
     inputs = data.get("inputs") if isinstance(data.get("inputs"), dict) else {}
     nodes = data.get("nodes") if isinstance(data.get("nodes"), dict) else {}
-    schedule = data.get("schedule")
-    if isinstance(schedule, str) and schedule.strip().lower() == "none":
-        schedule = None
+    schedule, schedule_assets = build_schedule(data.get("schedule"), inputs)
     settings = data.get("settings")
     built = {k: build_node(k, v, ("nodes", k), doc, broken, problems) for k, v in nodes.items()}
     known = {n.lower(): n for n in list(inputs) + list(nodes)}
@@ -390,9 +415,10 @@ def build_spec(doc: Document, broken: frozenset[str] = frozenset()) -> tuple[Cir
         inputs={k: build_input(k, v, doc) for k, v in inputs.items()},
         nodes=built,
         outputs=build_outputs(data.get("outputs"), doc),
-        schedule=schedule if isinstance(schedule, str) else None,
+        schedule=schedule,
         description=data.get("description") if isinstance(data.get("description"), str) else "",
-        text=doc.text, settings=dict(settings) if isinstance(settings, dict) else {})
+        text=doc.text, settings=dict(settings) if isinstance(settings, dict) else {},
+        schedule_assets=schedule_assets, orchestration=build_orchestration(data.get("orchestration"), doc))
     return spec, problems
 
 

@@ -30,6 +30,10 @@ DEFAULT_CDC_OPS = {"c": "insert", "r": "upsert", "u": "update", "d": "delete"}  
 UNKNOWN_KEY_POLICIES = ("refuse", "ignore", "count")
 AGGREGATE_FUNCS = ("count", "sum", "avg", "min", "max")
 POLICIES = ("fail", "warn")
+# `orchestration.tasks`: how a DAG run is cut into Airflow tasks (see spark_jobs/orchestration).
+ORCHESTRATION_TASKS = ("per_step", "per_stage")
+DEFAULT_ORCHESTRATION_TASKS = "per_step"  # chosen by measurement: bench/results/airflow.md
+ON_INPUTS = "on_inputs"  # `schedule: on_inputs` = a run whenever files land in any input folder
 
 
 @dataclass(frozen=True)
@@ -231,8 +235,18 @@ class OutputSpec:
     name: str  # a node or input name
     expectations: tuple[Expectation, ...] = ()
     line: int = 0
+    feed: bool = False  # also write each timestep's change as a change file under feeds/ (chaining)
     key: tuple[str, ...] = ()  # the view's key: its published table is maintained by MERGE on it
     publish: PublishSpec = field(default_factory=PublishSpec)
+
+
+@dataclass(frozen=True)
+class Orchestration:
+    """The optional ``orchestration:`` block: how the circuit's DAG runs a timestep."""
+
+    tasks: str = DEFAULT_ORCHESTRATION_TASKS  # "per_step" | "per_stage"
+    commit_empty: bool = False  # commit a timestep when no input has new files (else: skipped)
+    line: int = 0
 
 
 @dataclass(frozen=True)
@@ -242,10 +256,14 @@ class CircuitSpec:
     inputs: dict[str, InputSpec]
     nodes: dict[str, NodeSpec]  # in file order
     outputs: dict[str, OutputSpec]
-    schedule: str | None = None
+    schedule: str | None = None  # cron string or preset; None = no time-based runs
     description: str = ""
     text: str = ""  # the YAML as written (for fingerprints and DAG docs)
     settings: dict[str, Any] = field(default_factory=dict)  # optional `settings:` block (e.g. max_iterations)
+    # Airflow assets that start a run: input names of this circuit (files landing in their
+    # folder) or ``<circuit>.<view>`` (another circuit's view, updated by its commit)
+    schedule_assets: tuple[str, ...] = ()
+    orchestration: Orchestration = field(default_factory=Orchestration)
 
 
 def dependency_order(nodes: dict[str, NodeSpec]) -> list[str]:

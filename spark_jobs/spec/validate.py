@@ -279,16 +279,37 @@ def _scopes(nodes: dict[str, NodeSpec], prefix: str, visible: frozenset[str],
 
 
 def _schedule(spec: CircuitSpec, doc: "Document") -> list[Problem]:
+    return _cron(spec, doc) + _schedule_assets(spec, doc)
+
+
+def _cron(spec: CircuitSpec, doc: "Document") -> list[Problem]:
     s = spec.schedule
     if s is None or s in SCHEDULE_PRESETS:
         return []
     fields = s.split()
     if not s.startswith("@") and len(fields) == 5 and all(_CRON_FIELD.match(f) for f in fields):
         return []
-    return [Problem(spec.path, doc.line(("schedule",)), None,
+    where = ("schedule", "cron") if isinstance(doc.get(("schedule",)), dict) else ("schedule",)
+    return [Problem(spec.path, doc.line(where), None,
                     f"schedule '{s}' is neither a cron string (5 fields: minute hour day-of-month month "
-                    f"day-of-week) nor a preset ({listing(SCHEDULE_PRESETS)}) nor none"
-                    f"{did_you_mean(s, SCHEDULE_PRESETS) if s.startswith('@') else ''}")]
+                    f"day-of-week) nor a preset ({listing(SCHEDULE_PRESETS)}) nor on_inputs nor none"
+                    f"{did_you_mean(s, SCHEDULE_PRESETS + ('on_inputs',))}")]
+
+
+def _schedule_assets(spec: CircuitSpec, doc: "Document") -> list[Problem]:
+    """Asset references: an input of this circuit, or ``<circuit>.<view>`` of another circuit
+    (whether that view exists is checked when the DAGs are built: it needs the other file)."""
+    problems = []
+    for i, ref in enumerate(spec.schedule_assets):
+        line = doc.line(("schedule", "assets", i)) if isinstance(doc.get(("schedule",)), dict) else doc.line(("schedule",))
+        circuit, dot, _view = ref.partition(".")
+        if dot and circuit == spec.name:
+            problems.append(Problem(spec.path, line, None, f"schedule asset '{ref}' is a view of this circuit: "
+                                    f"a circuit cannot be scheduled on its own views (each run would start the next)"))
+        elif not dot and ref not in spec.inputs:
+            problems.append(Problem(spec.path, line, None, f"schedule asset '{ref}' is not an input of this circuit "
+                                    f"({listing(spec.inputs)}) nor '<circuit>.<view>'{did_you_mean(ref, spec.inputs)}"))
+    return problems
 
 
 def _sources(spec: CircuitSpec, doc: "Document", allowed_roots: Sequence[str]) -> list[Problem]:

@@ -1,0 +1,356 @@
+"""One operator stage of a DAG run, evaluated and staged: what a stage task (or, for every
+stage in turn, the ``stages`` task of ``per_step``) does between the plan and the check.
+
+A stage reads its inputs (an input stage: the planned files, once), evaluates its incremental
+operators one at a time (so each gets its planning seconds), then brings everything later
+tasks need (the deltas other stages read, its state updates and view deltas) to the driver in
+one Spark job, stages them (``staging.py``) and writes its journal last. The journal's summary
+is the table the task logs: operators, rows in and out, state rows read and written, seconds.
+Its Spark jobs run under a job group (classic session) or job tag (Spark Connect) named after
+the stage.
+"""
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator
+
+from spark_jobs.runtime.circuit import CircuitRuntime
+from spark_jobs.runtime.inputs import input_trace
+from spark_jobs.runtime.staging import journal_path, read_json, run_dir, write_json
+from spark_jobs.runtime.stages import Stage, is_state_backed, staged_values
+from spark_jobs.state.failpoints import failpoint
+from spark_jobs.state.layout import safe_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from spark_jobs.runtime.event_time import StepClock
+
+
+@dataclass
+class RunValues:
+    """What the stages of one run share in one process: the plan, committed state, values."""
+
+    rt: CircuitRuntime
+    run_id: str
+    plan: dict
+    tables: dict[str, Any] = field(default_factory=dict)  # node id -> Arrow table computed here
+    frames: dict[str, "DataFrame"] = field(default_factory=dict)  # node id -> DataFrame read here
+    staged: dict[str, dict] = field(default_factory=dict)  # node id -> Staged (as dict), all stages
+
+    @property
+    def full(self) -> bool:
+        return self.plan["mode"] == "full_refresh"
+
+    def __post_init__(self) -> None:
+        from spark_jobs.runtime.refresh import EmptyState
+        from spark_jobs.runtime.step_types import StoreReader
+
+        self.state = EmptyState() if self.full else StoreReader(self.rt.store)
+        self.needed = staged_values(self.rt.compiled) | self._inputs_kept()
+
+    def _inputs_kept(self) -> set[str]:
+        """Input nodes whose change is staged even if no stage reads it: the quality gate checks
+        it, or the commit appends it to the input's own trace (snapshots, cdc keyed rows)."""
+        circuit = self.rt.compiled.incremental
+        names = {n for n, i in self.rt.compiled.spec.inputs.items() if i.expectations or input_trace(i)}
+        return {node.id for node in circuit if node.op == "input" and (node.param("name") or node.id) in names}
+
+    def stage_dir(self, stage: str) -> str:
+        fs = self.rt.committed.fs
+        return fs.join(run_dir(self.rt, self.run_id), "stages", stage)
+
+    def value(self, node_id: str) -> "DataFrame":
+        """A value another stage produced: in memory (this process) or staged (an earlier task)."""
+        from spark_jobs.runtime import staging
+
+        if node_id not in self.frames:
+            if node_id in self.tables:
+                data = self.staged[node_id]
+                self.frames[node_id] = staging.to_frame(self.rt.spark, self.tables[node_id], data["schema"])
+            else:
+                st = staging.Staged.from_dict(self.staged[node_id])
+                self.frames[node_id] = staging.read_staged(self.rt.spark, st, self.rt.committed.fs.spark_uri(st.path))
+        return self.frames[node_id]
+
+    def load_journals(self, stages: list[Stage]) -> None:
+        """Learn where earlier tasks staged their values."""
+        for stage in stages:
+            j = read_json(self.rt, journal_path(self.rt, self.run_id, stage.name))
+            if j is not None:
+                self.staged.update(j.get("values", {}))
+
+
+@contextmanager
+def stage_jobs(spark, circuit: str, stage: str) -> Iterator[None]:
+    """Submit the stage's Spark jobs under a name the Spark UI shows: a job group and description
+    on a classic session; a job tag on Spark Connect (which sets its own group per request)."""
+    from spark_jobs.executor.local import is_connect
+
+    tag = f"dbsp-{circuit}-{stage}".replace(",", "_")
+    if is_connect(spark):
+        spark.addTag(tag)
+        try:
+            yield
+        finally:
+            spark.removeTag(tag)
+        return
+    sc = spark.sparkContext
+    sc.setJobGroup(tag, f"dbsp {circuit}: stage {stage}")
+    try:
+        yield
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+
+
+def _trace_rows(manifest, trace_id: str) -> int:
+    entry = manifest.traces.get(trace_id) if manifest is not None else None
+    return entry.rows if entry is not None else 0
+
+
+def _state_trace(circuit, node_id: str) -> str | None:
+    """The trace a state-backed value reads: the integrator's id (a delay reads its input's)."""
+    if not is_state_backed(circuit, node_id):
+        return None
+    node = circuit[node_id]
+    return node.inputs[0] if node.op == "delay" else node_id
+
+
+COUNT_ENV = "DBSP_COUNT_OPERATORS"
+
+
+def count_all() -> bool:
+    """Count the rows of the operators inside a stage too (``$DBSP_COUNT_OPERATORS=1``)?
+
+    Off by default: a count is one more aggregate per operator in the stage's job, which runs
+    that operator's subplan again (measured: the join stage of the README example took 2-4 s
+    instead of 0.6 s with its three join terms counted). Without it, the table shows the rows of
+    what the stage hands on (the deltas other stages read, state updates, view deltas) and of
+    its inputs; an operator whose rows flow straight into the next one in the same job shows "-".
+    """
+    return os.environ.get(COUNT_ENV) == "1"
+
+
+def operator_rows(run: RunValues, stage: Stage, rows: dict[str, int], written: dict[str, int | None],
+                  seconds: dict[str, float]) -> list[dict]:
+    """The stage's table: per operator, rows in and out (``rows``: deltas counted in this stage;
+    others were staged by earlier stages), state rows read (the committed traces it looks up)
+    and written (``written``: its state update), and the seconds its evaluation took."""
+    from spark_jobs.ir.explain import symbol
+
+    circuit = run.rt.compiled.incremental
+    manifest = None if run.full else run.rt.committed.manifest()
+
+    def rows_of(node_id: str) -> int | None:
+        return rows[node_id] if node_id in rows else (run.staged.get(node_id) or {}).get("rows")
+
+    out = []
+    for node_id in stage.nodes:
+        node = circuit[node_id]
+        ins = [rows_of(i) for i in node.inputs if not is_state_backed(circuit, i)]
+        looked_up = [t for t in (_state_trace(circuit, i) for i in node.inputs) if t]
+        if node_id in written and node.op != "integrate":
+            looked_up.append(node_id)  # an operator that looks its own state up (totals, H)
+        out.append({
+            "operator": node_id, "op": symbol(node.op),
+            "rows_in": None if not ins or any(r is None for r in ins) else sum(ins),  # type: ignore[arg-type]
+            "rows_out": None if is_state_backed(circuit, node_id) else rows_of(node_id),
+            "state_read": sum(_trace_rows(manifest, t) for t in looked_up) if looked_up else None,
+            "state_written": written.get(node_id),
+            "seconds": round(seconds.get(node_id, 0.0), 3)})
+    return out
+
+
+def check_inputs(run: RunValues, inputs: dict[str, "DataFrame"], files: dict[str, list], clock: "StepClock") -> list:
+    """What ``dbsp step`` does with the changes this stage read, through the same functions:
+    the late rows of a timed input counted, then left out (``step.count_inputs``; ``clock``
+    records them, and a late row under ``on_late: refuse`` refuses the run), then the bag check
+    (``bag.check_deltas``): a delete of a row never inserted refuses the run (``InputRefused``,
+    file and row named) or is quarantined. ``inputs`` is corrected in place. As in ``dbsp
+    step``, the changes are counted first (one job, which also brings small changes to the
+    driver for the lookups) and an input without deletes is not looked up; inputs neither check
+    covers are not counted."""
+    from spark_jobs.ir.incrementalize import bag_integrals
+    from spark_jobs.runtime.bag import check_deltas
+    from spark_jobs.runtime.step import count_inputs, ins_del
+
+    bagged = bag_integrals(run.rt.compiled.incremental)
+    counted = {n: df for n, df in inputs.items() if n in bagged or clock.timed(n)}
+    if not counted:
+        return []
+    counts, local = count_inputs(run.rt.spark, clock, counted, files, run.rt.config.policy)
+    inputs.update(local or counted)  # late rows left out
+    return check_deltas(run.rt, run.plan["timestep"], inputs, {n: ins_del(r)[1] for n, r in counts.items()},
+                        files, run.state)
+
+
+def evaluate_stage(run: RunValues, stage: Stage) -> dict:
+    """Evaluate one stage of the run and stage its results durably; returns its journal."""
+    from spark_jobs.executor import zset
+    from spark_jobs.executor.evaluate import evaluate_step, trace_kind
+    from spark_jobs.executor.sources import InputFile, spark_schema
+    from spark_jobs.runtime import refresh, staging
+    from spark_jobs.runtime.errors import input_errors
+    from spark_jobs.runtime.event_time import StepClock, describe
+    from spark_jobs.runtime.inputs import read_input
+
+    rt, p = run.rt, run.plan
+    spark, circuit, store, fs = rt.spark, rt.compiled.incremental, rt.store, rt.committed.fs
+    started = time.perf_counter()
+    stage_dir = run.stage_dir(stage.name)
+    if fs.exists(stage_dir):
+        fs.remove_tree(stage_dir)  # a killed earlier attempt
+    journal: dict[str, Any] = {"updates": [], "outputs": {}, "consumed": {}, "inputs": {}, "values": {},
+                               "event_time": {}}
+    seconds: dict[str, float] = {}
+    values: dict[str, DataFrame] = {}
+    updates: dict[str, Any] = {}
+    outputs: dict[str, DataFrame] = {}
+    foreign: dict[str, DataFrame] = {}
+
+    def outside(node_id: str) -> "DataFrame":
+        """Values produced outside this stage: committed state, or another stage's delta."""
+        if node_id in values:
+            return values[node_id]
+        node = circuit[node_id]
+        if is_state_backed(circuit, node_id):
+            if node.op == "delay":
+                prev = run.state.read(node.inputs[0])
+                return prev if prev is not None else zset.empty_like(outside(node.inputs[0]))
+            prev, delta = run.state.read(node_id), outside(node.inputs[0])
+            return delta if prev is None else zset.plus(prev, delta)
+        if node_id in run.staged or node_id in run.tables:
+            return run.value(node_id)
+        if node.op == "input":  # every input another stage reads is staged
+            raise RuntimeError(f"input {node_id!r} of run {run.run_id!r} was not staged by its stage")
+        if node_id not in foreign:  # inside another stage and not staged (e.g. reached by
+            # narrowing walking upstream): planned again from what is staged, lazily
+            foreign[node_id] = evaluate_step(circuit, {}, run.state, first_step=run.full or p["timestep"] == 1,
+                                             input_schemas=schemas, spark=spark, only={node_id},
+                                             external=outside, policy=rt.config.policy).values[node_id]
+        return foreign[node_id]
+
+    schemas = {name: spark_schema(inp) for name, inp in rt.compiled.spec.inputs.items()}
+    planned = {name: [InputFile.from_dict(f) for f in p["inputs"].get(name, [])]
+               for name in (circuit[n].param("name") or n for n in stage.nodes if circuit[n].op == "input")}
+    notes: list[str] = []
+    clock = StepClock(rt.compiled.spec.inputs, rt.committed.manifest(), fresh=run.full)  # timed inputs' watermarks
+    # a Spark error reading one of the planned files (in any job of the stage) refuses it by name
+    with input_errors(planned), stage_jobs(spark, rt.name, stage.name):
+        inputs: dict[str, DataFrame] = {}
+        for node_id in stage.nodes:  # an input stage reads (and checks) the planned files, once
+            node = circuit[node_id]
+            if node.op != "input":
+                continue
+            t0 = time.perf_counter()
+            name = node.param("name") or node_id
+            files = planned[name]
+            change = read_input(spark, rt.compiled.spec.inputs[name], files, run.state, rt.config.policy)
+            if change.delta is not None:
+                inputs[name] = change.delta
+                journal["consumed"][name] = [f.record() for f in files]
+                journal["inputs"][name] = {"files": [f.path for f in files], "unknown_keys": change.unknown_keys}
+            seconds[node_id] = time.perf_counter() - t0
+        quarantined = check_inputs(run, inputs, planned, clock)
+        journal["event_time"] = clock.journal()  # for the check (report lines) and the commit (watermarks)
+        for name, late in clock.seen.items():
+            journal["inputs"][name].update(late_rows=late.rows, late=describe(late))  # as `dbsp step` says it
+        if quarantined:
+            journal["quarantined"] = {q.input: q.to_dict() for q in quarantined}
+            notes += [q.note() for q in quarantined]
+        for node_id in stage.nodes:  # one node at a time: planning seconds per operator
+            t0 = time.perf_counter()
+            result = evaluate_step(circuit, inputs, run.state, first_step=run.full or p["timestep"] == 1,
+                                   input_schemas=schemas, spark=spark, only={node_id}, external=outside,
+                                   policy=rt.config.policy)
+            values.update(result.values)
+            updates.update(result.updates)
+            outputs.update(result.outputs)
+            seconds[node_id] = seconds.get(node_id, 0.0) + time.perf_counter() - t0
+        for view, df in list(outputs.items()):
+            if run.full:  # the change of the view = new view - old view (where comparable)
+                outputs[view] = refresh.view_delta(store, view, df)
+
+        # everything later tasks need, plus the row count of every other delta, in one job
+        frames: dict[str, DataFrame] = {}
+        keys: dict[str, str] = {}  # journal key -> frame key (one DataFrame is staged once)
+
+        def want(key: str, df: "DataFrame") -> None:
+            for fk, seen in frames.items():
+                if seen is df:
+                    keys[key] = fk
+                    return
+            frames[key] = df
+            keys[key] = key
+
+        for node_id in stage.nodes:
+            if node_id in run.needed:
+                want(f"value/{node_id}", values[node_id])
+        for node_id, update in updates.items():
+            want(f"state/{node_id}", update.df)
+        for view, df in outputs.items():
+            want(f"output/{view}", df)
+        held = {n: fk for n in stage.nodes for fk, df in frames.items() if values.get(n) is df}
+        counted = {n: values[n] for n in stage.nodes  # (the integral I(x) is state plus delta: not counted)
+                   if n in values and n not in held and not is_state_backed(circuit, n)} if count_all() else {}
+        t0 = time.perf_counter()
+        tables, counts = staging.collect_tables(spark, frames, rt.config.policy.local_change_rows, counted,
+                                                rt.config.policy.collect_extra_rows)
+        written: dict[str, staging.Staged] = {}
+        for key, df in frames.items():
+            path = fs.join(stage_dir, *[safe_name(part) for part in key.split("/", 1)])
+            if tables is not None:
+                written[key] = staging.write_table(tables[key], path + ".parquet", df.schema.json())
+            else:
+                written[key] = staging.write_frame(df, path, fs.spark_uri(path))
+        spark_seconds = time.perf_counter() - t0
+    failpoint("after_state_write")
+
+    staged = {key: written[fk] for key, fk in keys.items()}
+    for node_id in stage.nodes:
+        if f"value/{node_id}" in staged:
+            journal["values"][node_id] = staged[f"value/{node_id}"].to_dict()
+            run.staged[node_id] = journal["values"][node_id]
+            if tables is not None:
+                run.tables[node_id] = tables[keys[f"value/{node_id}"]]
+    for node_id, update in updates.items():
+        op = "replace" if run.full or update.kind == "replace" else "append"
+        journal["updates"].append({"trace": node_id, "op": op, "kind": trace_kind(circuit, node_id),
+                                   "keys": list(update.keys), "sort_by": list(update.sort_by),
+                                   "staged": staged[f"state/{node_id}"].to_dict()})
+    for view in outputs:
+        journal["outputs"][view] = staged[f"output/{view}"].to_dict()
+    for node_id in stage.nodes:  # input changes: rows inserted and deleted (the input's own trace too)
+        node = circuit[node_id]
+        name = node.param("name") or node_id
+        if node.op == "input" and name in journal["inputs"]:
+            st = staged.get(f"value/{node_id}")
+            journal["inputs"][name].update(inserted=st.inserted if st else None,
+                                           deleted=st.deleted if st else None)
+            own = input_trace(rt.compiled.spec.inputs[name])
+            if own is not None:  # snapshot, cdc keyed rows: the change is appended to that trace
+                if st is None:
+                    raise RuntimeError(f"the change of input {name!r} was not staged (run {run.run_id!r})")
+                trace_id, sort_by = own
+                journal["updates"].append({"trace": trace_id, "op": "replace" if run.full else "append",
+                                           "kind": "zset", "keys": [], "sort_by": list(sort_by),
+                                           "staged": st.to_dict()})
+    failpoint("mid_step")
+
+    counts.update({n: written[fk].rows for n, fk in held.items() if written[fk].rows is not None})
+    operators = operator_rows(run, stage, counts, {n: staged[f"state/{n}"].rows for n in updates}, seconds)
+    summary = {"stage": stage.name, "timestep": p["timestep"], "mode": p["mode"],
+               "staged_as": "arrow" if tables is not None else "spark", "operators": operators,
+               "inputs": journal["inputs"], "views": {v: {"inserted": staged[f"output/{v}"].inserted,
+                                                          "deleted": staged[f"output/{v}"].deleted}
+                                                      for v in outputs},
+               **({"notes": notes} if notes else {}),
+               "spark_seconds": round(spark_seconds, 3),
+               "seconds": round(time.perf_counter() - started, 3)}
+    journal["summary"] = summary
+    write_json(rt, journal_path(rt, run.run_id, stage.name), journal)
+    return summary
