@@ -5,7 +5,7 @@ view). At every step of the first 12 and every 3rd after, each view equals a fro
 evaluation over the rows that were not late; late rows are counted exactly at every step; the
 state of the windowed aggregates, the top-k and the windowed join stays within a constant factor
 of one window's worth, and the stream join keeps no state of the bids. Steps run in-process on
-Arrow, steps 50 and 100 on Spark (both engines read the state the other wrote).
+Arrow, step 60 on Spark (both engines read the state the other wrote).
 """
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def _check_views(run: NexmarkRun, t: int) -> None:
 def test_nexmark_examples_over_a_long_stream(spark, tmp_path):
     path = tmp_path / "nexmark_all.yaml"
     path.write_text(combined_circuit([str(ROOT / "circuits" / f"{name}.yaml") for name in EXAMPLES]))
-    run = NexmarkRun(tmp_path, str(path), _generator(), spark_every=50)
+    run = NexmarkRun(tmp_path, str(path), _generator(), spark_every=60)
     for t in range(1, STEPS + 1):
         run.step()
         if t <= 12 or t % 3 == 0:

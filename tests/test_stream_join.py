@@ -140,5 +140,5 @@ def test_random_steps_equal_the_oracle_in_process(spark, tmp_path):
 
 
 def test_random_steps_equal_the_oracle_on_spark_and_arrow_alternating(spark, tmp_path):
-    """Spark every other step (5 Spark steps: CI time), Arrow in between, one shared state."""
-    _assert_no_stream_state(_run(spark, tmp_path, ["spark", "arrow"] * 5, seed=11))
+    """Spark every other step (3 Spark steps: CI time), Arrow in between, one shared state."""
+    _assert_no_stream_state(_run(spark, tmp_path, ["spark", "arrow"] * 3, seed=11))
