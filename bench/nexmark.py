@@ -1,7 +1,7 @@
 """Benchmark: Nexmark events per second through a windowed circuit's step, and its state over time
 (not a test).
 
-    flock /tmp/dbsp-bench.lock python -m bench.nexmark          # 150 steps of 2,000 events
+    flock /tmp/dbsp-bench.lock python -m bench.nexmark          # 120 steps of 1,000 events
     python -m bench.nexmark --smoke                             # 8 steps of 60 events, in-process
 
 The generator (``spark_jobs/examples/nexmark.py``) writes one batch per timestep: one minute of
@@ -114,8 +114,8 @@ def plot(results: dict[str, list[dict]], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--events", type=int, default=2000, help="events per batch (one minute of event time)")
+    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--events", type=int, default=1000, help="events per batch (one minute of event time)")
     parser.add_argument("--engine", default="auto", help="the execution policy's engine: auto, arrow or spark")
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--out", default=str(PROJECT_ROOT / "bench" / "results"))
