@@ -142,3 +142,31 @@ def test_random_steps_equal_the_oracle_in_process(spark, tmp_path):
 def test_random_steps_equal_the_oracle_on_spark_and_arrow_alternating(spark, tmp_path):
     """Spark every other step (3 Spark steps: CI time), Arrow in between, one shared state."""
     _assert_no_stream_state(_run(spark, tmp_path, ["spark", "arrow"] * 3, seed=11))
+
+
+def test_a_windowed_aggregate_over_a_stream_join_is_bounded_by_the_stream():
+    """The stream's time passes through the join (a change holds only the step's arrivals), so a
+    window over it closes with the stream's watermark; the relation's columns bound nothing."""
+    from spark_jobs.ir.bounds import state_bounds
+
+    compiled = _compiled("""\
+name: windowed
+inputs:
+  bids:
+    schema: {auction: long, price: long, ts: timestamp}
+    source: {kind: append_only, path: inbox/bids, format: parquet}
+    time: {column: ts, lateness: "5 minutes"}
+  auctions:
+    schema: {id: long, category: long, opened: timestamp}
+    source: {kind: changes, path: inbox/auctions, format: parquet}
+nodes:
+  j: {op: join, left: bids, right: auctions, left_on: [auction], right_on: [id], stream: left}
+  per_cat: {op: aggregate, input: j, group_by: [category], window: {column: ts, size: "10 minutes"},
+            aggregates: {hi: "max(price)", n: "count(*)"}}
+  by_opened: {op: aggregate, input: j, group_by: [category], window: {column: opened, size: "10 minutes"},
+              aggregates: {n: "count(*)"}}
+outputs: [per_cat, by_opened]
+""")
+    bounds = state_bounds(compiled.incremental)
+    assert bounds["per_cat"].describe() == "drops rows with window_end <= watermark(bids)"
+    assert "by_opened" not in bounds and "I(auctions)" not in bounds  # the relation's time bounds nothing

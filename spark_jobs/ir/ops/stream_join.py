@@ -20,15 +20,21 @@ reads z⁻¹(I r) narrows the relation's state to the keys of the step's arrival
 added and consolidated (``executor/kernels/stream_join.py``): Δs⋈Δr alone is negative where a
 matched relation row is deleted in the step its stream row arrives.
 
+Bounds (``ir/bounds.py``): an output column taken from the stream side keeps the stream's floor,
+so a windowed aggregate over a stream join drops closed windows; the relation's integral drops
+rows whose key is below the stream's floor of the matching key (a join on a window column).
+
 Evaluated on its own in one step (a query over whole inputs, a full refresh), every stream row
 arrives at once: it is then the plain join with the relation as it is now.
 """
 from __future__ import annotations
 
+from spark_jobs.ir.bounds import Floor, Floors, Forget
 from spark_jobs.ir.builder import Builder
 from spark_jobs.ir.graph import Circuit, Node, make_node
 from spark_jobs.ir.operator import (ENGINES, INPUTS, LINEAR, NONLINEAR, Operator, builtin_kernels, is_insert_only,
-                                    register)
+                                    operator, register)
+from spark_jobs.ir.ops.linear import plus_floor
 from spark_jobs.ir.optimize import is_positive
 
 KERNELS = "spark_jobs.executor.kernels.stream_join"  # the sum's kernel (the terms run the join kernels)
@@ -70,6 +76,23 @@ def _uses(circuit: Circuit, node: Node, position: int) -> str:
     return f"relation side of stream join {node.origin!r}: joined with each arriving stream row"
 
 
+def _floor(circuit: Circuit, node: Node, column: str, floors: Floors) -> Floor | None:
+    """A column taken as is from the stream side keeps that side's floor (a change holds only the
+    step's arrivals); the relation's columns have none (an old relation row joins a new event)."""
+    s = stream_position(node)
+    source = next((src for src, name in node.param("left_out" if s == 0 else "right_out") or () if name == column),
+                  None)
+    return floors.of(node.inputs[s], source) if source is not None else None
+
+
+def _forgets(circuit: Circuit, node: Node, position: int | None, floors: Floors) -> Forget | None:
+    """Relation rows whose key is below the stream's floor of the matching key (a window
+    column) can meet no future arrival: a join's rule (the stream side keeps no integral)."""
+    if position is None or position == stream_position(node):
+        return None
+    return operator("join").forgets(circuit, node, position, floors)  # type: ignore[misc]
+
+
 def stateless_side(circuit: Circuit, node: Node) -> str:
     """``explain``'s state column of a term: the stream side keeps nothing."""
     stream = node.inputs[stream_position(node)]
@@ -93,9 +116,10 @@ STREAM_JOIN = register(Operator(
 STREAM_JOIN_TERM = register(Operator(
     "stream_join_term", arity=2, linearity=NONLINEAR, symbol="⋈ₛ(Δs)", positive=INPUTS, form_of="stream_join",
     summary="a term of the stream join: this step's arrivals joined with Δr or z⁻¹(I r)",
-    lookup=_lookup, uses=_uses, explain_state=stateless_side, kernels=builtin_kernels("join")))
+    lookup=_lookup, uses=_uses, explain_state=stateless_side, floor=_floor, forgets=_forgets,
+    kernels=builtin_kernels("join")))
 
 STREAM_JOIN_SUM = register(Operator(
     "stream_join_sum", arity=2, linearity=LINEAR, symbol="+ (consolidated)", positive=INPUTS, consolidated=True,
     form_of="stream_join", summary="the stream join's two terms added and consolidated: Δs⋈I(r), never negative",
-    delta_form=_delta_form, kernels={engine: f"{KERNELS}:consolidated_sum" for engine in ENGINES}))
+    delta_form=_delta_form, floor=plus_floor, kernels={engine: f"{KERNELS}:consolidated_sum" for engine in ENGINES}))
