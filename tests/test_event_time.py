@@ -279,3 +279,29 @@ def test_dag_tasks_drop_late_rows_and_carry_the_watermark(spark, tmp_path, tasks
     assert os.listdir(f"{inbox}/clicks") == ["b2.parquet"] and not os.listdir(f"{inbox}/users")
     with pytest.raises(CannotRebuild, match="input 'clicks': 1 consumed change file"):
         run_task(rt, "plan", "refresh", mode="full_refresh")
+
+
+@pytest.mark.parametrize("engine", ["spark", "arrow"])
+def test_a_null_event_time_is_refused_on_both_engines(spark, tmp_path, engine):
+    """A row without an event time can be neither judged late nor placed in a window: the file
+    that holds one is refused by either engine's reader, named with the reason, nothing committed
+    (never dropped silently once there is a watermark)."""
+    from spark_jobs.executor.sources import InputRefused
+    from spark_jobs.runtime.circuit import open_circuit
+    from spark_jobs.runtime.step import run_step
+    from tests.event_streams import step_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text(CIRCUIT % {"on_late": ""})
+    rt = open_circuit(str(path), step_config(tmp_path / "data", engine))
+    inbox = str(tmp_path / "data" / "inbox")
+    _write(f"{inbox}/users", "u.parquet", [(1, "ann")], USER)
+    _write(f"{inbox}/clicks", "b1.parquet", [(1, T0 + timedelta(minutes=30), "a", 1)], CLICK)
+    assert run_step(rt).engine == engine
+    _write(f"{inbox}/clicks", "b2.parquet", [(1, None, "x", 1), (1, T0 + timedelta(minutes=40), "b", 1)], CLICK)
+    with pytest.raises(InputRefused) as err:
+        run_step(rt)
+    (bad, reason), = err.value.problems
+    assert bad.endswith("b2.parquet")
+    assert "column ts is the event-time column (time.column) and may not be null but has 1 null value(s)" in reason
+    assert rt.store.last_committed() == 1

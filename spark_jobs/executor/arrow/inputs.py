@@ -9,7 +9,7 @@ step run on Spark (``unsupported``).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -61,7 +61,7 @@ def read_changes(spec: InputSpec, files: Sequence[InputFile]) -> tuple[pa.Table,
     0 dropped, not consolidated) and the bytes read; ``InputRefused`` naming every bad file."""
     target = schema(spec)
     declared = declared_types(spec)
-    not_null = [c.name for c in spec.columns if not c.nullable]
+    not_null = spec.not_null
     problems: list[tuple[str, str]] = []
     tables, read = [], 0
     for f in files:
@@ -84,7 +84,7 @@ def read_changes(spec: InputSpec, files: Sequence[InputFile]) -> tuple[pa.Table,
         with loc.fs.open_input_file(loc.inner) as fh:
             raw = pq.read_table(fh, columns=[c for c in [*declared, WEIGHT] if c in found])
         read += f.size
-        reasons = _row_problems(raw, not_null, spec.kind == "append_only")
+        reasons = _row_problems(raw, {c: spec.null_reason(c) for c in not_null}, spec.kind == "append_only")
         if reasons:
             problems.extend((f.path, r) for r in reasons)
             continue
@@ -97,14 +97,14 @@ def read_changes(spec: InputSpec, files: Sequence[InputFile]) -> tuple[pa.Table,
     return table.filter(pc.not_equal(table.column(WEIGHT), 0)), read
 
 
-def _row_problems(raw: pa.Table, not_null: Sequence[str], inserts_only: bool = False) -> list[str]:
+def _row_problems(raw: pa.Table, not_null: Mapping[str, str], inserts_only: bool = False) -> list[str]:
     """The row checks Spark's reader applies: declared non-null columns, and the weight (no
     negative one in an append_only source)."""
     reasons = []
-    for c in not_null:
+    for c, why in not_null.items():
         n = raw.column(c).null_count
         if n:
-            reasons.append(f"column {c} is declared not nullable but has {n} null value(s)")
+            reasons.append(f"column {c} {why} but has {n} null value(s)")
     if WEIGHT in raw.column_names and raw.column(WEIGHT).null_count:
         reasons.append(f"column _weight has {raw.column(WEIGHT).null_count} null value(s); "
                        "leave the column out for +1")

@@ -1,7 +1,7 @@
 """Late rows of an input's change, on Arrow: the in-process counterpart of
 ``executor/sources/lateness.py``, with the same rule (a row is late when its event time, in µs
-since the epoch, is below the watermark committed before this step) and the same NULL handling
-(once there is a watermark, a row with a NULL time is neither kept nor counted late)."""
+since the epoch, is below the watermark committed before this step). Event times are never NULL here: both readers refuse a
+file with a NULL in an input's event-time column (``InputSpec.not_null``)."""
 from __future__ import annotations
 
 from typing import Any
@@ -30,7 +30,7 @@ def change_totals(table: pa.Table, column: str, watermark_us: int | None) -> dic
 
 
 def on_time(table: pa.Table, column: str, watermark_us: int | None) -> pa.Table:
-    """The change without its late rows (nor, once there is a watermark, NULL times)."""
+    """The change without its late rows."""
     if watermark_us is None:
         return table
     return table.filter(pc.greater_equal(event_micros(table.column(column)), watermark_us))

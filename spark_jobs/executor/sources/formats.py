@@ -144,8 +144,8 @@ def plan_parquet(spark: SparkSession, files: Sequence[InputFile], d: Declared) -
         reasons = list(footer.problems) + column_problems(found, d.types, d.allow_weight)
         must_hold = list(d.not_null) + ([WEIGHT] if d.allow_weight and WEIGHT in found else [])
         counts = {c: footer.null_counts.get(c) for c in must_hold}
-        reasons += [f"column {c} is declared not nullable but has {n} null value(s)" if c != WEIGHT
-                    else _WEIGHT_NULL.describe(n, None) for c, n in counts.items() if n]
+        reasons += [_null_check(c, *([d.null_reasons[c]] if c in d.null_reasons else [])).describe(n, None)
+                    if c != WEIGHT else _WEIGHT_NULL.describe(n, None) for c, n in counts.items() if n]
         weights = footer.weight_range if d.allow_weight and WEIGHT in found else (0, 0)
         reasons += weight_range_problems(weights)
         if reasons:
