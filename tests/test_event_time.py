@@ -110,25 +110,6 @@ def test_validation_messages():
 
 
 
-@pytest.mark.parametrize("node, key, line", [
-    ('per_user: {op: aggregate, input: named, group_by: [name], aggregates: {n: "count(*)"},\n'
-     '              window: {column: ts, size: "1 hour"}}', "window", 14),
-    ("named: {op: join, left: clicks, right: users, on: [user_id],\n"
-     '           within: {left: ts, right: ts, range: "5 minutes"}}', "within", 13),
-    ("named: {op: join, left: clicks, right: users, on: [user_id],\n           stream: left}", "stream", 13),
-])
-def test_windows_and_bounded_joins_are_refused_not_ignored(node, key, line):
-    """The spec reads window/within/stream, the engine cannot compute them yet: accepting them
-    would compute the unwindowed view. Refused, naming file, node and line."""
-    text = CIRCUIT % {"on_late": ""}
-    target = "per_user:" if key == "window" else "named:"
-    lines = ["  " + node if ln.strip().startswith(target) else ln for ln in text.split("\n")]
-    with pytest.raises(CircuitError) as err:
-        load_circuit_text("\n".join(lines), "c.yaml")
-    name = target[:-1]
-    assert f"c.yaml:{line}: node '{name}': " in str(err.value)
-    assert f"('{key}') are not supported yet" in str(err.value)
-
 def _write(folder: str, name: str, rows: list[tuple], schema: pa.Schema) -> None:
     os.makedirs(folder, exist_ok=True)
     cols = list(zip(*rows)) if rows else [[] for _ in schema]
@@ -298,3 +279,29 @@ def test_dag_tasks_drop_late_rows_and_carry_the_watermark(spark, tmp_path, tasks
     assert os.listdir(f"{inbox}/clicks") == ["b2.parquet"] and not os.listdir(f"{inbox}/users")
     with pytest.raises(CannotRebuild, match="input 'clicks': 1 consumed change file"):
         run_task(rt, "plan", "refresh", mode="full_refresh")
+
+
+@pytest.mark.parametrize("engine", ["spark", "arrow"])
+def test_a_null_event_time_is_refused_on_both_engines(spark, tmp_path, engine):
+    """A row without an event time can be neither judged late nor placed in a window: the file
+    that holds one is refused by either engine's reader, named with the reason, nothing committed
+    (never dropped silently once there is a watermark)."""
+    from spark_jobs.executor.sources import InputRefused
+    from spark_jobs.runtime.circuit import open_circuit
+    from spark_jobs.runtime.step import run_step
+    from tests.event_streams import step_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text(CIRCUIT % {"on_late": ""})
+    rt = open_circuit(str(path), step_config(tmp_path / "data", engine))
+    inbox = str(tmp_path / "data" / "inbox")
+    _write(f"{inbox}/users", "u.parquet", [(1, "ann")], USER)
+    _write(f"{inbox}/clicks", "b1.parquet", [(1, T0 + timedelta(minutes=30), "a", 1)], CLICK)
+    assert run_step(rt).engine == engine
+    _write(f"{inbox}/clicks", "b2.parquet", [(1, None, "x", 1), (1, T0 + timedelta(minutes=40), "b", 1)], CLICK)
+    with pytest.raises(InputRefused) as err:
+        run_step(rt)
+    (bad, reason), = err.value.problems
+    assert bad.endswith("b2.parquet")
+    assert "column ts is the event-time column (time.column) and may not be null but has 1 null value(s)" in reason
+    assert rt.store.last_committed() == 1

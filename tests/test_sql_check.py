@@ -36,7 +36,7 @@ WHERE_LINE, SELECT_LINE, AGG_LINE = 7, 13, 14
 HOSTILE = [
     ("lag(v) over (partition by k order by v) > 0", "OVER (...) makes a window function"),
     ("row_number() over (order by v) = 1", "use an 'aggregate' node"),
-    ("sum(v) over (partition by k) > 0", "windows over time are not built yet"),
+    ("sum(v) over (partition by k) > 0", "and its 'window' for windows over time"),
     ("rand() < 0.5", "'rand' is nondeterministic"),
     ("uuid() = s", "'uuid' is nondeterministic"),
     ("shuffle(split(s, ','))[0] = 'a'", "'shuffle' is nondeterministic"),
@@ -61,7 +61,7 @@ HOSTILE = [
     ("s = '${env:HOME}'", "Spark's variable substitution"),
     ("s = ${system:user.name}", "Spark's variable substitution"),
     ("v > 0 --\r or (SELECT 1) = 1", "comments are not allowed"),
-    ("window(ts, '1 hour').start is not null", "windows over time are not built yet"),
+    ("window(ts, '1 hour').start is not null", "use an 'aggregate' node with window: {column: ts"),
     ("size(explode(split(s, ','))) > 0", "is a generator"),
     ("raise_error('stop') is null", "raises an error on purpose"),
     ("max(v) > 1", "aggregate function 'max' in a row expression"),

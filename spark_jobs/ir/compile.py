@@ -59,7 +59,8 @@ def _state_format(op: str) -> int:
 # Params that bound or tune the work, or document it, without changing what the state means
 # (an input's ``append_only`` changes state only through the operators it selects, whose names
 # are in the fingerprint: circuits whose state it does not change keep their fingerprint).
-_NOT_MEANING = frozenset({"max_iterations", "sql", "append_only"})
+# An input's ``time`` column and lateness bound state (``ir/bounds.py``) without changing what it means.
+_NOT_MEANING = frozenset({"max_iterations", "sql", "append_only", "time", "lateness_us"})
 
 
 def _meaning(params: tuple) -> tuple:

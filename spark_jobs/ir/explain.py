@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from spark_jobs.ir.bounds import state_bounds
 from spark_jobs.ir.graph import Circuit, Node, state_of
 from spark_jobs.ir.operator import is_insert_only, operator
 
@@ -20,7 +21,8 @@ def state_role(circuit: Circuit, node: Node) -> str | None:
     """What the state of ``node`` is for, in the user's terms."""
     kind = state_of(circuit, node)
     if kind is None:
-        return None
+        why = operator(node.op).explain_state
+        return why(circuit, node) if why is not None else None
     role = operator(node.op).state.role  # type: ignore[union-attr]
     return role(circuit, node) if role is not None else f"{kind} of {node.origin!r}"
 
@@ -46,8 +48,11 @@ def explain_text(circuit: Circuit, title: str = "", insert_only: Sequence[str] =
     stateful = [n for n in circuit if state_of(circuit, n)]
     lines.append("")
     lines.append(f"State kept between timesteps: {len(stateful)} operator(s)")
+    bounds = state_bounds(circuit)
     for n in stateful:
         lines.append(f"  {n.id}: {state_role(circuit, n)}")
+        if n.id in bounds:  # rows no future on-time row can change: dropped at compaction
+            lines.append(f"    bounded by the watermark: {bounds[n.id].describe()}")
     lines.append("Views: " + ", ".join(f"{v} <- {nid}" for v, nid in circuit.outputs.items()))
     if insert_only:
         lines.append("Insert-only (append_only inputs, no delete reaches them): " + ", ".join(insert_only))

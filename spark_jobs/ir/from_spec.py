@@ -13,6 +13,7 @@ from spark_jobs.ir.graph import Circuit, Node, make_node
 from spark_jobs.ir.scope import DEFAULT_MAX_ITERATIONS, build_scope
 from spark_jobs.spec.columns import body_columns, join_layout
 from spark_jobs.spec.model import CircuitSpec, NodeSpec, dependency_order
+from spark_jobs.spec.time import WINDOW_COLUMNS
 from spark_jobs.spec.sql.node import bind_node
 
 
@@ -32,6 +33,8 @@ def build_query_circuit(spec: CircuitSpec, columns: dict[str, tuple[str, ...]]) 
         # append_only: since its reader refuses deletes, the IR derives insert-only streams from it
         kind = inp.source.kind if inp.source is not None else None
         params = {"bag": True} if kind == "changes" else {"append_only": True} if kind == "append_only" else {}
+        if inp.time is not None:  # its watermark bounds state (ir/bounds.py)
+            params.update(time=inp.time.column, lateness_us=inp.time.lateness_us)
         circuit.add(make_node(name, "input", out=columns[name], name=name, **params))
     for node in (spec.nodes[name] for name in dependency_order(spec.nodes)):
         limit = int(spec.settings.get("max_iterations", DEFAULT_MAX_ITERATIONS))
@@ -42,11 +45,9 @@ def build_query_circuit(spec: CircuitSpec, columns: dict[str, tuple[str, ...]]) 
             lower_sql(circuit, node.name, bind_node(node.sql, columns.get, list(columns)), limit)
             continue
         translate = _TRANSLATIONS.get(node.op)
-        pending = [f for f in ("window", "within", "stream") if getattr(node, f, None) is not None]
-        if translate is None or pending:
-            what = f"'{pending[0]}'" if pending else f"op {node.op!r}"
+        if translate is None:
             raise UnsupportedOperator(
-                f"{spec.path}:{node.line}: node {node.name!r}: {what} cannot be compiled yet")
+                f"{spec.path}:{node.line}: node {node.name!r}: op {node.op!r} cannot be compiled yet")
         translate(circuit, node, columns)
     circuit.outputs = {view: view for view in spec.outputs}
     return circuit
@@ -74,9 +75,17 @@ def _distinct(c: Circuit, n: NodeSpec, cols: dict) -> Node:
 
 
 def _aggregate(c: Circuit, n: NodeSpec, cols: dict) -> Node:
+    """GROUP BY; with a ``window``, a window assignment first, then the groups (window_start,
+    window_end, group_by...) (``ir/ops/window.py``)."""
     aggs = tuple((a.name, a.func, a.arg, a.distinct) for a in n.aggregates)
-    return c.add(make_node(n.name, "aggregate", [n.input], cols[n.name], is_set=True,
-                           group_by=n.group_by, aggs=aggs))
+    source, groups = n.input, tuple(n.group_by)
+    if n.window is not None:
+        windowed = make_node(f"{n.name}.window", "window_assign", [n.input], WINDOW_COLUMNS + c[n.input].columns,
+                             origin=n.name, column=n.window.column, size_us=n.window.size_us,
+                             slide_us=n.window.slide_us)
+        source, groups = c.add(windowed).id, WINDOW_COLUMNS + groups
+    return c.add(make_node(n.name, "aggregate", [source], cols[n.name], is_set=True,
+                           group_by=groups, aggs=aggs))
 
 
 def _topk(c: Circuit, n: NodeSpec, cols: dict) -> Node:
@@ -134,9 +143,14 @@ def _join(c: Circuit, n: NodeSpec, cols: dict) -> Node:
     # inside a recursive body n.right may be a renamed reference: clashes are named as written
     layout = join_layout(left.columns, right.columns, n.extra.get("right_name", n.right), n.on, n.left_on,
                          n.right_on)
+    if n.op == "join" and n.stream in ("left", "right"):  # joined once on arrival (ir/ops/stream_join.py)
+        return c.add(make_node(n.name, "stream_join", [n.left, n.right], cols[n.name], stream=n.stream,
+                               left_keys=lkeys, right_keys=rkeys, null_safe=False,
+                               left_out=layout.left_out, right_out=layout.right_out))
+    within = {"within": (n.within.left, n.within.right, n.within.range_us)} if n.within is not None else {}
     return c.add(make_node(n.name, "join", [n.left, n.right], cols[n.name], is_set=left.is_set and right.is_set,
                            left_keys=lkeys, right_keys=rkeys, null_safe=False,
-                           left_out=layout.left_out, right_out=layout.right_out))
+                           left_out=layout.left_out, right_out=layout.right_out, **within))
 
 
 def _antijoin(c: Circuit, n: NodeSpec, cols: dict) -> Node:

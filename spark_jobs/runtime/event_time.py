@@ -141,6 +141,15 @@ class StepClock:
         """Inputs with late rows whose policy is to refuse the step."""
         return [n for n, late in self.seen.items() if late.rows and self.inputs[n].time.on_late == "refuse"]
 
+    def after(self, name: str) -> Watermark:
+        """The watermark of ``name`` this step commits (as it was, for an input without a change)."""
+        late = self.seen.get(name)
+        return late.after if late is not None else self.before(name)
+
+    def marks(self) -> dict[str, int | None]:
+        """Every timed input's committed watermark after this step (µs; None: none yet)."""
+        return {n: self.after(n).watermark_us for n, spec in self.inputs.items() if spec.time is not None}
+
     def commit(self, txn) -> None:
         """Record every timed input's watermark in the manifest (also for inputs without a
         change this step: the watermark is carried as it was)."""
@@ -148,7 +157,7 @@ class StepClock:
             if spec.time is None:
                 continue
             late = self.seen.get(name)
-            mark = late.after if late is not None else self.before(name)
+            mark = self.after(name)
             txn.set_input_meta(name, META_KEY, mark.to_meta(late.inserted if late else 0,
                                                             late.deleted if late else 0))
 

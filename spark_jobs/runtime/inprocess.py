@@ -9,6 +9,11 @@ first, the manifest last, atomically, in the layout Spark writes, so the next st
 either engine. A step the Arrow kernels cannot serve raises ``NotLocal`` before anything is
 written, and the caller runs it on Spark.
 
+Event time is the Spark path's too: each timed input's late rows are counted and left out
+(``executor/arrow/lateness.py``, the same rule), the watermarks are committed in the manifest,
+and a step with late rows under ``on_late: refuse`` runs on Spark, which refuses it naming the
+files. An append_only input's reader refuses a delete as Spark's does.
+
 Trust checks are the Spark path's: consumed files are recorded by name, size and fingerprint
 (``InputFile.record``), and the bag check of `changes` inputs runs on the change tables
 (``bag.check_tables``, pyarrow lookups in the input's integral). A step that fails the bag check
@@ -20,6 +25,7 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from spark_jobs.executor.arrow import inputs as arrow_inputs
+from spark_jobs.executor.arrow import lateness as arrow_late
 from spark_jobs.executor.evaluate import evaluate_step, trace_kind
 from spark_jobs.executor.kernels import NotLocal
 from spark_jobs.executor.kernels.arrow import ArrowEngine
@@ -27,6 +33,8 @@ from spark_jobs.executor.sources import InputFile, InputRefused
 from spark_jobs.executor.sources.discovery import InputScan
 from spark_jobs.ir.operator import operator
 from spark_jobs.runtime.bag import check_tables
+from spark_jobs.runtime.event_time import StepClock, describe as describe_late
+from spark_jobs.runtime.state_bounds import bound_state
 from spark_jobs.runtime.inputs import keep_consumed_records
 from spark_jobs.runtime.quality_gate import check_timestep_tables
 from spark_jobs.state.arrow_trace import weight_totals
@@ -40,9 +48,6 @@ if TYPE_CHECKING:
 
 def unsupported(rt: "CircuitRuntime", pending: dict[str, list[InputFile]]) -> str | None:
     """Why this step cannot run in-process at all (None: it may try)."""
-    for name, spec in rt.compiled.spec.inputs.items():  # every step of such a circuit carries the watermarks
-        if spec.time is not None:
-            return f"input {name!r} has event time (watermark, late rows): its steps run on Spark"
     for name, files in pending.items():
         if files:
             why = arrow_inputs.unsupported(rt.compiled.spec.inputs[name])
@@ -52,6 +57,24 @@ def unsupported(rt: "CircuitRuntime", pending: dict[str, list[InputFile]]) -> st
         if operator(node.op).kernel("arrow") is None:
             return f"operator {node.op!r} (node {node.id!r}) has no Arrow kernel"
     return None
+
+
+def _late_rows(spec, txn, tables: dict, reports: list[InputReport]) -> StepClock:
+    """Drop and count the late rows of the timed inputs' changes (as the Spark step does); a
+    step whose policy refuses late rows runs on Spark, which names the files (``NotLocal``)."""
+    clock = StepClock(spec.inputs, txn.previous)
+    for report in reports:
+        name = report.name
+        if name not in tables or not clock.timed(name):
+            continue
+        column, mark = clock.column(name), clock.watermark(name)
+        late = clock.record(name, arrow_late.change_totals(tables[name], column, mark))
+        tables[name] = arrow_late.on_time(tables[name], column, mark)
+        report.inserted, report.deleted = weight_totals(tables[name])
+        report.late = describe_late(late)
+    if clock.refused():
+        raise NotLocal("late rows under on_late: refuse (the refusal names their files)")
+    return clock
 
 
 def change_rows(pending: dict[str, list[InputFile]]) -> int | None:
@@ -93,6 +116,7 @@ def run_in_process(rt: "CircuitRuntime", pending: dict[str, list[InputFile]], sc
             txn.consume(name, [f.record() for f in pending[name]])
         if refused:
             raise InputRefused.combine(refused)
+        clock = _late_rows(spec, txn, tables, reports)
         state = StoreReader(store)
         check_tables(rt, tables, {r.name: r.deleted for r in reports}, state)
         say(f"timestep {t}: evaluating {len(rt.compiled.incremental.nodes)} operators (Arrow)")
@@ -101,7 +125,7 @@ def run_in_process(rt: "CircuitRuntime", pending: dict[str, list[InputFile]], sc
         result = evaluate_step(rt.compiled.incremental, tables, state, first_step=t == 1,
                                input_schemas=schemas, engine=engine)
         say(f"timestep {t}: checking view deltas")
-        gate = check_timestep_tables(rt, t, result.outputs, tables, state.trace_files)
+        gate = check_timestep_tables(rt, t, result.outputs, tables, state.trace_files, late=clock.report())
         say(f"timestep {t}: writing state")
         for node_id, update in result.updates.items():
             kind = trace_kind(rt.compiled.incremental, node_id)
@@ -109,6 +133,8 @@ def run_in_process(rt: "CircuitRuntime", pending: dict[str, list[InputFile]], sc
             write(node_id, update.df, kind=kind, keys=update.keys, sort_by=update.sort_by)
         for view, table in result.outputs.items():
             txn.write_output_table(view, table)
+        clock.commit(txn)
+        bound_state(txn, rt.compiled.incremental, clock)
         read += state.bytes_read()
         txn.set_meta("engine", "arrow")
         txn.set_meta("engine_reason", reason)

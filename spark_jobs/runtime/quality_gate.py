@@ -55,7 +55,8 @@ def check_timestep(rt: CircuitRuntime, timestep: int, view_deltas: dict[str, "Da
 
 
 def check_timestep_tables(rt: CircuitRuntime, timestep: int, view_deltas: dict[str, "pa.Table"],
-                          input_deltas: dict[str, "pa.Table"], files_of: Callable[[str], Any]) -> GateReport:
+                          input_deltas: dict[str, "pa.Table"], files_of: Callable[[str], Any],
+                          late: "Sequence[LateRows]" = ()) -> GateReport:
     """``check_timestep`` for an in-process step (Arrow tables). The previous view is looked up
     in its trace's Parquet row groups by the delta's tuples (``files_of(trace)``, the step's
     reader of trace files); Spark starts only if a declared expectation that pandas cannot check
@@ -83,6 +84,7 @@ def check_timestep_tables(rt: CircuitRuntime, timestep: int, view_deltas: dict[s
                              input_deltas=input_deltas,
                              input_expectations={n: list(i.expectations) for n, i in spec.inputs.items()},
                              frame=frame)
+    report.results.extend(late_check(x) for x in late)
     write_report(report, quality_dir(rt))
     enforce(report)
     return report

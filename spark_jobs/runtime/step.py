@@ -34,6 +34,7 @@ from spark_jobs.quality import mark_committed
 from spark_jobs.runtime import refresh
 from spark_jobs.runtime.bag import check_deltas
 from spark_jobs.runtime.errors import input_errors
+from spark_jobs.runtime.state_bounds import bound_state
 from spark_jobs.runtime.event_time import StepClock, describe as describe_late, iso
 from spark_jobs.runtime.failures import step_failures
 from spark_jobs.runtime.feeds import publish_feeds
@@ -227,6 +228,7 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], scans
         policy = rt.config.policy
         counts, local = count_inputs(rt.spark, clock, deltas, pending, policy)  # late rows counted, then left out
         clock.commit(txn)
+        bound_state(txn, rt.compiled.incremental, clock)
         if local is not None:
             deltas = local
         # late rows are out of the deltas already: the bag check judges what the circuit sees

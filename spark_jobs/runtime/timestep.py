@@ -333,6 +333,7 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
 def _commit(rt: CircuitRuntime, run_id: str) -> dict:
     from spark_jobs.executor.session import step_conf
     from spark_jobs.publish import publish_views
+    from spark_jobs.runtime.state_bounds import bound_state
     from spark_jobs.runtime.step import count_unknown_keys, record_commit
 
     done = _committed_by(rt, run_id)
@@ -375,7 +376,9 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
             for name, counts in j["inputs"].items():
                 restart = full and rt.compiled.spec.inputs[name].kind == "cdc"
                 count_unknown_keys(txn, name, int(counts.get("unknown_keys") or 0), restart=restart)
-        _clock(rt, p, journals, txn.previous).commit(txn)  # every timed input's watermark, late rows
+        clock = _clock(rt, p, journals, txn.previous)
+        clock.commit(txn)  # every timed input's watermark, late rows
+        bound_state(txn, rt.compiled.incremental, clock)  # state no later row can reach: dropped
         rows = _change_rows(journals)
         read = time.perf_counter()
         small = not full and rows is not None and rt.config.policy.small_change(rows)

@@ -110,6 +110,24 @@ class InputSpec:
     def kind(self) -> str:
         return self.source.kind if self.source is not None else ""
 
+    @property
+    def not_null(self) -> tuple[str, ...]:
+        """Columns whose values may not be null: the declared non-nullable ones and the event-time
+        column (a row without a time cannot be judged late or placed in a window). Both readers
+        (Spark and in-process Arrow) refuse a file with a null in one of them."""
+        cols = [c.name for c in self.columns if not c.nullable]
+        if self.time is not None and self.time.column not in cols:
+            cols.append(self.time.column)
+        return tuple(cols)
+
+    def null_reason(self, column: str) -> str:
+        """Why ``column`` may not be null, for the refusal of a file that has a null in it."""
+        if self.time is not None and column == self.time.column:
+            declared = next((c for c in self.columns if c.name == column), None)
+            if declared is None or declared.nullable:
+                return "is the event-time column (time.column) and may not be null"
+        return "is declared not nullable"
+
 
 @dataclass(frozen=True)
 class TopKSpec:

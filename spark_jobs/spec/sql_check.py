@@ -40,8 +40,8 @@ MAX_EXPRESSION_CHARS = 10_000
 SUBQUERY = ("a subquery (SELECT ...) reads other tables and files: an expression sees only the row of "
             "its node's input; combine relations with join, antijoin or union nodes")
 OVER = ("OVER (...) makes a window function: it compares a row with other rows, which a row "
-        "expression cannot see; use an 'aggregate' node for per-group results (windows over time "
-        "are not built yet)")
+        "expression cannot see; use an 'aggregate' node for per-group results (and its 'window' for "
+        "windows over time)")
 QUALIFIED = ("a qualified function name (db.function) names a catalog function or UDF: only Spark's "
              "built-in functions are allowed")
 PARAMETER = "parameter markers (?, :name, @name) are not allowed: write the value itself"

@@ -97,9 +97,10 @@ CLOCK = ("reads the clock: each change is computed once, at the time it arrives,
          "equal the query over the whole input; no operator for views over the current time exists "
          "yet (compare with a literal, e.g. ts >= timestamp '2024-01-01')")
 WINDOW = ("is a window function: it compares a row with other rows, which a row expression cannot "
-          "see; use an 'aggregate' node for per-group results (windows over time are not built yet)")
-TIME_WINDOW = ("is a time window: windows over time are not built yet; to bucket by time, compute the "
-               "bucket in a select (e.g. date_trunc('hour', ts)) and group by it in an 'aggregate' node")
+          "see; use an 'aggregate' node for per-group results (and its 'window' for windows over time)")
+TIME_WINDOW = ("is a time window, which neither an expression nor a SQL node supports (GROUP BY window(...) "
+               "is not built yet); use an 'aggregate' node with window: {column: ts, size: \"1 hour\"} "
+               "(and slide: for sliding windows)")
 GENERATOR = ("is a generator (one row in, many rows out), not a row expression: a select computes one "
              "row per row")
 RAISES = "raises an error on purpose: to stop bad data, use an expectation with policy fail"

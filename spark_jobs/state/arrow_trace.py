@@ -96,6 +96,19 @@ def weight_totals(table: pa.Table) -> tuple[int, int]:
     return int(ins), -int(dels)
 
 
+def drop_below(table: pa.Table, below: Sequence[tuple[str, int]]) -> pa.Table:
+    """``trace.drop_below`` on a table: rows whose every ``column`` is below its µs are dropped."""
+    if not below or table.num_rows == 0:
+        return table
+    dead = None
+    for column, us in below:
+        values = table.column(column)
+        micros = pc.cast(pc.cast(values, pa.timestamp("us", tz=values.type.tz)), pa.int64())
+        term = pc.fill_null(pc.less(micros, int(us)), False)
+        dead = term if dead is None else pc.and_(dead, term)
+    return table.filter(pc.invert(dead))
+
+
 def consolidate(table: pa.Table, kind: str, keys: Sequence[str] = ()) -> pa.Table:
     """The value a trace denotes, one row per tuple (zset) or per key (sum), zeros dropped; the
     counterpart of ``trace.consolidate`` (column types and order preserved)."""

@@ -43,6 +43,9 @@ class TraceEntry:
     files: dict[str, FileStat] = field(default_factory=dict)
     schema: str | None = None  # Spark schema JSON of the latest write: reads skip inference
     sort_by: tuple[str, ...] = ()
+    # a bounded trace (``Transaction.bound``): (column, below_us) pairs its last compaction
+    # applied: rows below all of them were dropped
+    dropped_below: tuple[tuple[str, int], ...] = ()
 
     @property
     def dirs(self) -> list[str]:
@@ -76,6 +79,7 @@ class TraceEntry:
             "bytes": self.bytes,
             "files": {d: self.files[d].to_dict() for d in self.dirs if d in self.files},
             "schema": self.schema,
+            **({"dropped_below": [[c, us] for c, us in self.dropped_below]} if self.dropped_below else {}),
         }
 
     @classmethod
@@ -89,6 +93,7 @@ class TraceEntry:
                    for d, s in (raw.get("files") or {}).items()},
             schema=raw.get("schema"),
             sort_by=tuple(raw.get("sort_by") or ()),
+            dropped_below=tuple((str(c), int(us)) for c, us in raw.get("dropped_below") or ()),
         )
 
 

@@ -25,7 +25,7 @@ from spark_jobs.state.lease import Lease
 from spark_jobs.state.lookup import TraceFiles
 from spark_jobs.state.manifest import FileStat, Manifest, OutputEntry, TraceEntry
 from spark_jobs.state.retention import Removed, expired_manifests, parse_time
-from spark_jobs.state.trace import (consolidate, delta_merge, dir_stats, needs_compaction, read_dirs,
+from spark_jobs.state.trace import (consolidate, delta_merge, dir_stats, drop_below, needs_compaction, read_dirs,
                                     slot_dir, slots_compatible, validate_columns, weight_totals,
                                     write_dir, write_slots)
 
@@ -406,6 +406,7 @@ class Transaction:
         self._meta: dict[str, Any] = {}
         self._written: list[str] = []  # root-relative dirs this transaction created
         self._touched: set[str] = set()
+        self._bounds: dict[str, tuple[tuple[tuple[str, int], ...], int]] = {}
         self._state = "open"  # open -> published -> committed | aborted
         # an in-process step: compactions and merges up to ``inprocess_rewrite_rows`` rows are done
         # with pyarrow (the bigger ones, rare, start Spark)
@@ -734,6 +735,25 @@ class Transaction:
         """The trace as this transaction has it so far (its own writes included)."""
         return self.store._read_entry(self._traces.get(trace_id))
 
+    def bound(self, trace_id: str, below: Sequence[tuple[str, int]], every_us: int = 0) -> None:
+        """Rows of ``trace_id`` whose every ``column`` is below its ``us`` (µs since the epoch)
+        are dead: no later timestep can read them (a state bound, ``ir/bounds.py``). Every
+        rewrite of the trace drops them, and the trace is compacted when its bound has moved
+        ``every_us`` (at least 1 µs) past the one its last compaction applied, so dropped rows
+        leave the state even when its deltas are small."""
+        self._check_open()
+        self._bounds[trace_id] = (tuple((c, int(us)) for c, us in below), int(every_us))
+
+    def _bound_moved(self, trace_id: str, entry: TraceEntry) -> bool:
+        """Is a compaction due to drop the rows the trace's bound has passed?"""
+        below, every = self._bounds[trace_id]
+        if not entry.dirs:
+            return False
+        old = dict(entry.dropped_below)
+        if set(old) != {c for c, _ in below}:
+            return True
+        return any(us - old[c] >= max(every, 1) for c, us in below)
+
     # ---- commit ----------------------------------------------------------------------------
     def _rewrite(self, r: "_Rewrite") -> None:
         """Write ``r``'s directories as one consolidated directory (same value, fewer files)."""
@@ -751,7 +771,7 @@ class Transaction:
             return False
         try:
             table = arrow_trace.read_dirs(s.fs, [s.layout.abs(d) for d in r.dirs], arrow_schema(r.entry.schema))
-            value = arrow_trace.consolidate(table, r.entry.kind, r.entry.keys)
+            value = arrow_trace.drop_below(arrow_trace.consolidate(table, r.entry.kind, r.entry.keys), r.below)
         except pa.ArrowException:  # a type pyarrow cannot group by: Spark rewrites it
             return False
         rel = s.layout.new_trace_dir(r.trace_id, self.timestep)
@@ -780,13 +800,15 @@ class Transaction:
         """Per trace this step appended to: a compaction into a new base when its deltas outweigh
         ``compact_fraction`` of the base, else a merge of one full tier of its deltas, if any."""
         out = []
-        for tid in sorted(self._touched):
+        policy = self.store.policy
+        moved = {tid for tid in self._bounds if tid in self._traces and self._bound_moved(tid, self._traces[tid])}
+        for tid in sorted(self._touched | moved):
             entry = self._traces[tid]
-            policy = self.store.policy
-            if needs_compaction(entry, policy.compact_fraction):
-                out.append(_Rewrite(tid, entry, entry.dirs, True, policy.sort_min_rows))
+            below = self._bounds.get(tid, ((), 0))[0]
+            if tid in moved or needs_compaction(entry, policy.compact_fraction):
+                out.append(_Rewrite(tid, entry, entry.dirs, True, policy.sort_min_rows, below))
             elif dirs := delta_merge(entry, policy.delta_fanout):
-                out.append(_Rewrite(tid, entry, dirs, False, policy.sort_min_rows))
+                out.append(_Rewrite(tid, entry, dirs, False, policy.sort_min_rows, below))
         return out
 
     def _next_timeline(self, now: datetime, committed_at: str) -> list[tuple[int, str]]:
@@ -867,6 +889,7 @@ class _Rewrite:
     dirs: list[str]
     whole: bool
     sort_min_rows: int  # a compaction writes a sorted base from this many rows (StatePolicy)
+    below: tuple[tuple[str, int], ...] = ()  # the trace's bound: rows below it are dropped
 
     @property
     def rows(self) -> int:
@@ -882,7 +905,7 @@ class _Rewrite:
     def value(self, store: StateStore) -> "DataFrame":
         df = store._read_rels(self.dirs, self.entry.schema)
         assert df is not None, f"trace {self.trace_id!r}: nothing to rewrite"
-        return consolidate(df, self.entry.kind, self.entry.keys)
+        return drop_below(consolidate(df, self.entry.kind, self.entry.keys), self.below)
 
     def apply(self, rel: str, stat: FileStat | None, timestep: int) -> None:
         """Point the entry at ``rel`` (None/0 rows: the rewritten value was empty) instead of ``dirs``."""
@@ -892,6 +915,8 @@ class _Rewrite:
             e.files.pop(d, None)
         if self.whole:
             e.base, e.deltas = ([rel] if kept else []), []
+            if self.below:
+                e.dropped_below = self.below
         else:
             e.deltas = [(t, d) for t, d in e.deltas if d not in gone] + ([(timestep, rel)] if kept else [])
         if kept:

@@ -201,6 +201,17 @@ def consolidate(df: "DataFrame", kind: str, keys: Sequence[str] = ()) -> "DataFr
     return out.select(*[_col(c) for c in df.columns])
 
 
+def drop_below(df: "DataFrame", below: Sequence[tuple[str, int]]) -> "DataFrame":
+    """``df`` without the rows whose every ``column`` is below its ``us`` (µs since the epoch: a
+    state bound, ``Transaction.bound``); a NULL time keeps its row."""
+    if not below:
+        return df
+    from pyspark.sql import functions as F
+
+    dead = reduce(lambda a, b: a & b, [F.unix_micros(_col(c).cast("timestamp")) < F.lit(int(us)) for c, us in below])
+    return df.where(F.coalesce(~dead, F.lit(True)))
+
+
 def delta_merge(entry: TraceEntry, fanout: int) -> list[str]:
     """The delta directories to merge into one (empty: none due): the smallest size tier that
     holds ``fanout`` deltas (``StatePolicy.delta_fanout``; tier = floor(log_fanout(rows))).

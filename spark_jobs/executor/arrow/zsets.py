@@ -71,14 +71,16 @@ def _private(table: pa.Table, prefix: str, needed: Sequence[str], weight: str) -
 
 
 def join(left: pa.Table, right: pa.Table, left_keys: Sequence[str], right_keys: Sequence[str], null_safe: bool,
-         left_out: Sequence[tuple[str, str]], right_out: Sequence[tuple[str, str]]) -> pa.Table:
+         left_out: Sequence[tuple[str, str]], right_out: Sequence[tuple[str, str]],
+         within: Sequence | None = None) -> pa.Table:
     """``operators.join.join`` on tables: inner equi-join (``=``: NULL matches nothing; with
     ``null_safe``, ``<=>``), no keys = Cartesian product; output ``left_out`` then ``right_out``
-    columns and the product of the weights."""
+    columns and the product of the weights; ``within``: an interval join (as ``operators.join``)."""
     if len(left_keys) != len(right_keys):
         raise ValueError(f"join needs as many left keys as right keys: {left_keys} vs {right_keys}")
-    lhs, ln = _private(left, "__l", [*left_keys, *(s for s, _ in left_out)], "__lw")
-    rhs, rn = _private(right, "__r", [*right_keys, *(s for s, _ in right_out)], "__rw")
+    lt, rt = ((within[0],), (within[1],)) if within else ((), ())
+    lhs, ln = _private(left, "__l", [*left_keys, *lt, *(s for s, _ in left_out)], "__lw")
+    rhs, rn = _private(right, "__r", [*right_keys, *rt, *(s for s, _ in right_out)], "__rw")
     out_names = [o for _, o in left_out] + [o for _, o in right_out] + [WEIGHT]
     fields = [lhs.schema.field(ln[s]).with_name(o) for s, o in left_out] + \
              [rhs.schema.field(rn[s]).with_name(o) for s, o in right_out] + [pa.field(WEIGHT, pa.int64())]
@@ -94,11 +96,20 @@ def join(left: pa.Table, right: pa.Table, left_keys: Sequence[str], right_keys: 
         if null_safe:  # <=>: Arrow's join matches no NULL, so NULL-ness becomes a key of its own
             lhs, rhs, lk, rk = _null_safe_keys(lhs, rhs, lk, rk)
         joined = lhs.join(rhs, keys=lk, right_keys=rk, join_type="inner", coalesce_keys=False, use_threads=False)
+    if within and joined.num_rows:
+        micros = [_micros(joined.column(names[c])) for names, c in ((ln, within[0]), (rn, within[1]))]
+        joined = joined.filter(pc.fill_null(pc.less_equal(pc.abs(pc.subtract(micros[0], micros[1])),
+                                                          int(within[2])), False))
     if joined.num_rows == 0:
         return pa.schema(fields).empty_table()
     cols = [joined.column(ln[s]) for s, _ in left_out] + [joined.column(rn[s]) for s, _ in right_out]
     out = pa.table(cols + [pc.multiply(joined.column("__lw"), joined.column("__rw"))], names=out_names)
     return out.cast(pa.schema(fields))
+
+
+def _micros(values: "pa.ChunkedArray") -> "pa.ChunkedArray":
+    """A timestamp column as microseconds since the epoch (int64)."""
+    return pc.cast(pc.cast(values, pa.timestamp("us", tz=values.type.tz)), pa.int64())
 
 
 def _null_safe_keys(lhs: pa.Table, rhs: pa.Table, lk: list[str], rk: list[str]

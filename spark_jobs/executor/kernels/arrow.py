@@ -179,7 +179,8 @@ def join(s: "Step", node: Node) -> pa.Table:
         left = _side(left, lk, right, rk, null_safe)
     elif isinstance(right, Integral):
         right = _side(right, rk, left, lk, null_safe)
-    return zsets.join(left, right, lk, rk, null_safe, node.param("left_out", ()), node.param("right_out", ()))
+    return zsets.join(left, right, lk, rk, null_safe, node.param("left_out", ()), node.param("right_out", ()),
+                      within=node.param("within"))
 
 
 def _side(state: Integral, keys: Sequence[str], probe: pa.Table, probe_keys: Sequence[str],

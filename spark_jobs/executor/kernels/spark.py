@@ -154,7 +154,8 @@ def join(s: "Step", node: Node) -> DataFrame:
                 broadcast = None
     return jn.join(left, right, node.param("left_keys", ()), node.param("right_keys", ()),
                    bool(node.param("null_safe", False)), node.param("left_out", ()), node.param("right_out", ()),
-                   broadcast=broadcast, in_list_max=_engine(s).policy.narrow.in_list_max)
+                   broadcast=broadcast, in_list_max=_engine(s).policy.narrow.in_list_max,
+                   within=node.param("within"))
 
 
 def _narrow_join_side(s: "Step", node: Node, pos: int) -> DataFrame | None:

@@ -74,7 +74,7 @@ def _declared(spec: InputSpec) -> Declared:
         required[cdc.sequence] = "is the sequence column"
     not_null = tuple(dict.fromkeys(base.not_null + tuple(required)))
     return Declared({**base.types, cdc.op: StringType()}, not_null, False, base.options,
-                    null_reasons=required, one_of={cdc.op: tuple(cdc.ops)})
+                    null_reasons={**base.null_reasons, **required}, one_of={cdc.op: tuple(cdc.ops)})
 
 
 # ---- the Debezium envelope: values in `after` (and `before`) ---------------------------------

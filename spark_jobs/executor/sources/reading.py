@@ -25,11 +25,9 @@ def declared(spec: InputSpec, allow_weight: bool) -> Declared:
     """What ``spec``'s files must hold (an append_only source: no deletes); an event-time column
     may not be null (a row without a time cannot be judged late or placed in a window)."""
     options = spec.source.options if spec.source is not None else {}
-    not_null = [c.name for c in spec.columns if not c.nullable]
-    if spec.time is not None and spec.time.column not in not_null:
-        not_null.append(spec.time.column)
-    return Declared(declared_types(spec), tuple(not_null), allow_weight, dict(options or {}),
-                    inserts_only=spec.kind == "append_only")
+    reasons = {c: spec.null_reason(c) for c in spec.not_null}
+    return Declared(declared_types(spec), spec.not_null, allow_weight, dict(options or {}),
+                    inserts_only=spec.kind == "append_only", null_reasons=reasons)
 
 
 def checked_groups(spark: SparkSession, spec: InputSpec, files: Sequence[InputFile], d: Declared,

@@ -16,6 +16,7 @@ with func one of count, sum, avg, min, max. Without group_by there is one row, e
 """
 from __future__ import annotations
 
+from spark_jobs.ir.bounds import Floor, Floors, Forget, group_forget
 from spark_jobs.ir.builder import Builder
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.ir.operator import ALWAYS, NONLINEAR, Operator, State, builtin_kernels, is_insert_only, register
@@ -56,6 +57,17 @@ def _groups_of_integral(node: Node, position: int) -> tuple[str, ...] | None:
     return tuple(node.param("group_by") or ()) if position == 1 else None
 
 
+def group_floor(circuit: Circuit, node: Node, column: str, floors: Floors) -> Floor | None:
+    """Only the groups a change touches change: a group column keeps its floor in the input."""
+    return floors.of(node.inputs[0], column) if column in group_keys(circuit, node) else None
+
+
+def group_forgets(circuit: Circuit, node: Node, position: int | None, floors: Floors) -> Forget | None:
+    """Its own state and its integrated input are looked up by group: a group below its floor
+    (a closed window) is never touched again."""
+    return group_forget(circuit, node, group_keys(circuit, node), floors)
+
+
 AGGREGATE = register(Operator(
     "aggregate", arity=1, linearity=NONLINEAR, symbol="agg", positive=ALWAYS, consolidated=True,
     summary="GROUP BY with count/sum/avg/min/max (SQL semantics)", incremental=rule_aggregate,
@@ -69,7 +81,7 @@ AGGREGATE_LINEAR = register(Operator(
     # and decimals; issue 19): state of format 1 is refused with the reset hint, not misread
     state=State("per-group running totals (exact sums and counts)", kind="sum", keys=group_keys, format=2),
     delta_form=lambda c, n: "per-group running totals from the change (state: the totals of the touched groups)",
-    kernels=builtin_kernels("aggregate_linear")))
+    floor=group_floor, forgets=group_forgets, kernels=builtin_kernels("aggregate_linear")))
 
 AGGREGATE_TOUCHED = register(Operator(
     "aggregate_touched", arity=2, linearity=NONLINEAR, symbol="agg(touched)", consolidated=True,
@@ -79,7 +91,7 @@ AGGREGATE_TOUCHED = register(Operator(
     lookup=_groups_of_integral, uses=lambda c, n, p: f"integrated input of aggregate {n.origin!r}",
     delta_form=lambda c, n: (f"recomputes only the groups in the change from {n.inputs[1]}, keeps its previous "
                              f"output per group"),
-    kernels=builtin_kernels("aggregate_touched")))
+    floor=group_floor, forgets=group_forgets, kernels=builtin_kernels("aggregate_touched")))
 
 AGGREGATE_INSERT_ONLY = register(Operator(
     "aggregate_insert_only", arity=1, linearity=NONLINEAR, symbol="agg(insert-only)", consolidated=True,
@@ -90,4 +102,4 @@ AGGREGATE_INSERT_ONLY = register(Operator(
                 keys=group_keys),
     delta_form=lambda c, n: ("new extremum = extremum(old, change's), totals plus the change's "
                              "(state: one row per touched group)"),
-    kernels=builtin_kernels("aggregate_insert_only")))
+    floor=group_floor, forgets=group_forgets, kernels=builtin_kernels("aggregate_insert_only")))

@@ -2,15 +2,24 @@
 
 Params: left_keys, right_keys (column tuples; empty = Cartesian product); null_safe (True for
 set operations: NULL matches NULL; False for SQL equi-joins); left_out / right_out:
-((source column, output name), ...) of the columns kept, left's then right's.
+((source column, output name), ...) of the columns kept, left's then right's; ``within``
+(an interval join): (left time column, right time column, range in µs): a pair matches only
+when the two times differ by at most the range (and the keys, if any, are equal).
+
+State bound (``ir/bounds.py``): a row of one side's integral that no future row of the other
+side can match is dropped at compaction: with ``within``, a left row whose time is below the
+floor of the right's time minus the range (and symmetrically); with an equi-key whose other side
+has a floor (a window column), a row whose key is below it.
 
 Inside a recursive body a join becomes ``join_nested`` (inputs Δa, Δb and their per-iteration
 traces): the bilinear rule in two time dimensions, four terms (``executor/kernels/nested.py``).
 """
 from __future__ import annotations
 
+from spark_jobs.ir.bounds import Floors, Forget
 from spark_jobs.ir.builder import Builder, BodyBuilder
 from spark_jobs.ir.graph import Circuit, Node, make_node
+from spark_jobs.spec.time import format_duration
 from spark_jobs.ir.operator import BILINEAR, INPUTS, Operator, builtin_kernels, register
 
 
@@ -37,6 +46,30 @@ def join_keys(node: Node, position: int) -> tuple[str, ...]:
     return tuple(node.param("left_keys" if position == 0 else "right_keys") or ())
 
 
+def _forgets(circuit: Circuit, node: Node, position: int | None, floors: Floors) -> Forget | None:
+    """Rows of the integral at ``position`` that no future change of the other side can match."""
+    if position is None:
+        return None
+    other = node.inputs[1 - position]
+    within = node.param("within")
+    if within:
+        mine, theirs, range_us = within[position], within[1 - position], int(within[2])
+        floor = floors.of(other, theirs)
+        if floor is not None:
+            return Forget(mine, floor.shifted(-range_us, max(floor.grain_us, range_us)))
+    for mine, theirs in zip(join_keys(node, position), join_keys(node, 1 - position)):
+        floor = floors.of(other, theirs)
+        if floor is not None:
+            return Forget(mine, floor)
+    return None
+
+
+def describe_within(node: Node) -> str:
+    """``|l.ts - r.ts| <= 5 minutes``: an interval join's condition (explain)."""
+    left, right, range_us = node.param("within")
+    return f"|{left} - {right}| <= {format_duration(int(range_us))}"
+
+
 def delta_form(circuit: Circuit, terms: Node) -> str:
     """``explain``: the plus of a join's terms, and the integrals they read."""
     delays = [j for t in terms.inputs for j in circuit[t].inputs if circuit[j].op == "delay"]
@@ -53,7 +86,7 @@ JOIN = register(Operator(
     "join", arity=2, linearity=BILINEAR, symbol="⋈", positive=INPUTS, insert_only=INPUTS,
     distinct_moves=frozenset({"delay", "once"}),
     summary="inner equi-join (or product); weights multiply", incremental=rule_bilinear, nested=nested_join,
-    lookup=join_keys, uses=_side, delta_form=delta_form, kernels=builtin_kernels("join")))
+    lookup=join_keys, uses=_side, delta_form=delta_form, forgets=_forgets, kernels=builtin_kernels("join")))
 # insert_only=INPUTS: over insert-only inputs all three terms of the rule are products of
 # non-negative Z-sets (a change, or the integral of non-negative changes), so the change is too
 

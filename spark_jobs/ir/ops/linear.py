@@ -8,6 +8,7 @@ Params: ``input``: name (the input relation), bag (a `changes` input: integrated
 """
 from __future__ import annotations
 
+from spark_jobs.ir.bounds import Floor, Floors, combine, own_time_floor, plain_column
 from spark_jobs.ir.builder import Builder, BodyBuilder
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.ir.operator import ALWAYS, INPUTS, LINEAR, Operator, builtin_kernels, operator, register
@@ -54,30 +55,51 @@ def append_only_input(circuit: Circuit, node: Node) -> bool:
     return node.param("append_only") is True
 
 
+def input_floor(circuit: Circuit, node: Node, column: str, floors: Floors) -> Floor | None:
+    """A timed input's time column: its rows from now on are at or above its watermark (which
+    moves about one lateness between compactions of the state it bounds)."""
+    return own_time_floor(node) if node.param("time") == column else None
+
+
+def same_floor(circuit: Circuit, node: Node, column: str, floors: Floors) -> Floor | None:
+    """Rows of the input, unchanged (filter, negate): the input's floor."""
+    return floors.of(node.inputs[0], column)
+
+
+def map_floor(circuit: Circuit, node: Node, column: str, floors: Floors) -> Floor | None:
+    """A selected plain column keeps the floor of the column it names; a computed one has none."""
+    source = plain_column(dict(node.param("columns") or ()).get(column))
+    return floors.of(node.inputs[0], source) if source is not None else None
+
+
+def plus_floor(circuit: Circuit, node: Node, column: str, floors: Floors) -> Floor | None:
+    return combine([floors.of(i, column) for i in node.inputs])
+
+
 INPUT = register(Operator(
     "input", arity=0, linearity=LINEAR, symbol="in", positive=ALWAYS, insert_only=append_only_input,
     summary="the change of an input relation (its value in the query circuit)",
-    incremental=rule_input, delta_form=same_on_the_change, kernels=builtin_kernels("input")))
+    incremental=rule_input, delta_form=same_on_the_change, floor=input_floor, kernels=builtin_kernels("input")))
 
 MAP = register(Operator(
     "map", arity=1, linearity=LINEAR, symbol="map", positive=INPUTS, insert_only=INPUTS,
     distinct_moves=frozenset({"once"}),
     summary="computed columns, weights unchanged (select)", incremental=rule_linear, nested=nested_as_is,
-    note=AS_IS, delta_form=same_on_the_change, kernels=builtin_kernels("map", loop="linear")))
+    note=AS_IS, delta_form=same_on_the_change, floor=map_floor, kernels=builtin_kernels("map", loop="linear")))
 
 FILTER = register(Operator(
     "filter", arity=1, linearity=LINEAR, symbol="σ", positive=INPUTS, insert_only=INPUTS,
     distinct_moves=frozenset({"delay", "once"}),
     summary="rows whose predicate is true", incremental=rule_linear, nested=nested_as_is, note=AS_IS,
-    delta_form=same_on_the_change, kernels=builtin_kernels("filter", loop="linear")))
+    delta_form=same_on_the_change, floor=same_floor, kernels=builtin_kernels("filter", loop="linear")))
 
 PLUS = register(Operator(
     "plus", arity=None, linearity=LINEAR, symbol="+", positive=INPUTS, insert_only=INPUTS,
     distinct_moves=frozenset({"once"}),
     summary="Z-set addition (UNION ALL)", incremental=rule_linear, nested=nested_as_is, note=AS_IS,
-    delta_form=plus_form, kernels=builtin_kernels("plus", loop="plus")))
+    delta_form=plus_form, floor=plus_floor, kernels=builtin_kernels("plus", loop="plus")))
 
 NEGATE = register(Operator(
     "negate", arity=1, linearity=LINEAR, symbol="−", summary="every weight negated",
-    incremental=rule_linear, nested=nested_as_is, note=AS_IS, delta_form=same_on_the_change,
+    incremental=rule_linear, nested=nested_as_is, note=AS_IS, delta_form=same_on_the_change, floor=same_floor,
     kernels=builtin_kernels("negate", loop="linear")))

@@ -7,6 +7,7 @@ nothing of its own: z⁻¹(I x) is the integrator's committed state (``delayed_i
 """
 from __future__ import annotations
 
+from spark_jobs.ir.bounds import readers
 from spark_jobs.ir.builder import Builder
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.ir.operator import (INPUTS, STREAM, Operator, State, builtin_kernels, delayed_integral_source,
@@ -20,9 +21,7 @@ def rule_stream_invariant(b: Builder, node: Node, deltas: list[str]) -> str:
 
 def _readers(circuit: Circuit, node: Node) -> list[tuple[Node, int]]:
     """Who reads the integral ``node`` (directly, or as z⁻¹ of it), with the input position."""
-    sources = {node.id} | {r.id for r in circuit.consumers(node.id) if delayed_integral_source(circuit, r.id)}
-    return [(reader, pos) for reader in circuit for pos, source in enumerate(reader.inputs)
-            if source in sources and reader.id not in sources]
+    return readers(circuit, node.id)
 
 
 def integral_keys(circuit: Circuit, node: Node) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from spark_jobs.ir.bounds import Floor, Floors, Forget, group_forget
 from spark_jobs.ir.builder import Builder
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.ir.operator import ALWAYS, NONLINEAR, Operator, register
@@ -51,6 +52,16 @@ def _partition(node: Node) -> tuple[str, ...]:
 def _lookup(node: Node, position: int) -> tuple[str, ...] | None:
     """``topk_touched`` looks its integral (input 1) up by the partition columns."""
     return _partition(node) if position == 1 else None
+
+
+def _floor(circuit: Circuit, node: Node, column: str, floors: Floors) -> Floor | None:
+    """Only the touched groups change: a partition column keeps its floor in the change."""
+    return floors.of(node.inputs[0], column) if column in _partition(node) else None
+
+
+def _forgets(circuit: Circuit, node: Node, position: int | None, floors: Floors) -> Forget | None:
+    """The integral is looked up by partition: a partition below its floor is never read again."""
+    return group_forget(circuit, node, _partition(node), floors) if position == 1 else None
 
 
 def describe(node: Node) -> str:
@@ -87,4 +98,5 @@ TOPK_TOUCHED = register(Operator(
     "topk_touched", arity=2, linearity=NONLINEAR, symbol="top-k(touched)", consolidated=True, form_of="topk",
     summary="top-k of the groups the delta touches, before and after it, from z⁻¹(I x): new − old",
     lookup=_lookup, uses=lambda c, n, p: f"top-k {n.origin!r}: rows of the touched groups", delta_form=_delta_form,
+    floor=_floor, forgets=_forgets,
     kernels={"spark": f"{KERNELS}:spark_topk_touched", "arrow": f"{KERNELS}:arrow_topk_touched"}))

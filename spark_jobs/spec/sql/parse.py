@@ -21,6 +21,24 @@ _STATEMENTS = {exp.Insert: "INSERT", exp.Delete: "DELETE", exp.Update: "UPDATE",
                exp.Use: "USE", exp.Describe: "DESCRIBE", exp.Alter: "ALTER"}
 
 
+TIME_WINDOW = ("window(...) over time is not supported in SQL nodes yet: use an 'aggregate' node with "
+               "window: {column: ts, size: \"1 hour\"} (and slide: for sliding windows); it gives window_start "
+               "and window_end, which Spark SQL calls window.start and window.end")
+
+
+def _time_window_call(text: str) -> Position | None:
+    """Where ``text`` calls ``window(`` (Spark's time window, which the parser takes for a WINDOW
+    clause and reports as a syntax error), from its tokens; None when it does not."""
+    try:
+        tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(text)
+    except (TokenError, ValueError):
+        return None
+    for tok, nxt in zip(tokens, tokens[1:]):
+        if tok.text.lower() == "window" and nxt.text == "(":
+            return Position(tok.line, max(1, tok.col - len(tok.text) + 1))
+    return None
+
+
 @dataclass(frozen=True)
 class ParsedQuery:
     """A query as parsed: its tree, and the circuit relations it reads (in order of use)."""
@@ -41,6 +59,9 @@ def parse_query(text: str) -> ParsedQuery:
         what = first.get("description") or str(exc)
         near = first.get("highlight")
         width = len(near) if isinstance(near, str) else 0
+        window = _time_window_call(text)
+        if window is not None:
+            return ParsedQuery(text, None, error=SqlError(TIME_WINDOW, window))
         return ParsedQuery(text, None, error=SqlError(f"syntax error: {_plain(what)}"
                                                       + (f" near '{near}'" if near else ""),
                                                       Position(line, max(1, col - width + 1))))
