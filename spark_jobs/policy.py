@@ -65,6 +65,20 @@ class RecursionPolicy:
 
 
 @dataclass(frozen=True)
+class BagCheckPolicy:
+    """How the bag check looks a step's deletions up in an input's integral (``executor/bag_check.py``)."""
+
+    # the tuples a step's deletes take below their previous weight are looked up on the driver
+    # (pyarrow) when there are at most this many; more: one Spark semi-join
+    max_tuples: int = 200_000
+    # a driver lookup that would decode more integral rows than ``narrow.max_decoded_rows`` streams
+    # the row groups that can hold those tuples, keeping only the matches: up to this many rows
+    # (local profiles only: a cluster's driver does not read the whole state)...
+    driver_scan_rows: int = 250_000_000
+    max_found_rows: int = 2_000_000  # ...and finding at most this many (else Spark)
+
+
+@dataclass(frozen=True)
 class ArrowPolicy:
     """When a whole step runs in-process on Arrow (``engine: auto``)."""
 
@@ -89,6 +103,7 @@ class ExecutionPolicy:
     narrow: NarrowPolicy = field(default_factory=NarrowPolicy)
     recursion: RecursionPolicy = field(default_factory=RecursionPolicy)
     arrow: ArrowPolicy = field(default_factory=ArrowPolicy)
+    bag_check: BagCheckPolicy = field(default_factory=BagCheckPolicy)
     state: StatePolicy = field(default_factory=StatePolicy)
 
     def __post_init__(self) -> None:
@@ -144,7 +159,7 @@ def _section(cls: type, raw: Any, where: str) -> Any:
     for name, value in raw.items():
         default = getattr(cls(), name)
         key = f"{where}.{name}"
-        if isinstance(default, (StatePolicy, NarrowPolicy, RecursionPolicy, ArrowPolicy)):
+        if isinstance(default, (StatePolicy, NarrowPolicy, RecursionPolicy, ArrowPolicy, BagCheckPolicy)):
             values[name] = _section(type(default), value, key)
         elif isinstance(default, bool):
             if not isinstance(value, bool):

@@ -62,3 +62,26 @@ def test_a_few_keys_in_a_sorted_file_decode_only_their_row_groups(tmp_path):
     assert trace.decoded_rows() <= 300  # 1-3 groups of 100, not 5000 rows
     trace.lookup("k", [42], (None, None), "_iter")  # the same groups again: read once per TraceFiles
     assert trace.decoded_rows() <= 300
+
+
+def test_a_streamed_match_finds_what_a_lookup_finds_and_keeps_nothing_decoded(tmp_path):
+    """``matching`` (the bag check's lookup of many keys) is exact on the same files, NULL keys
+    included, caches no row group, and stops at its bound on found rows."""
+    import pytest
+
+    from spark_jobs.state.lookup import TooMany
+
+    a, b, c = _rows(3000, 5), _rows(500, 6), _rows(200, 7)
+    files = [_write(tmp_path / "sorted.parquet", sorted(a, key=lambda r: (r[0] is not None, r[0] or 0)),
+                    row_group_size=100),
+             _write(tmp_path / "unsorted.parquet", b),
+             _write(tmp_path / "nostats.parquet", c, write_statistics=False)]
+    trace = TraceFiles(LocalFileSystem(), files, SCHEMA)
+    everything = a + b + c
+    for keys in [{3, 250, 499}, {7, None}, {None}, set(), {-5, 10_000}, set(range(0, 500, 3))]:
+        got = trace.matching("k", list(keys), max_found=10_000)
+        assert _got(got) == _expected(everything, keys, None, None), keys
+        assert got.schema == SCHEMA
+    assert trace.decoded_rows() == 0 and trace.bytes_read > 0
+    with pytest.raises(TooMany):
+        trace.matching("k", list(range(500)), max_found=100)

@@ -16,11 +16,17 @@ the circuit could do neither before other operators had consumed the delta. The 
 an ordinary integrator of the IR, so its state is shared, compacted and committed like any other.
 
 Cost: nothing for a step of inserts only (the caller knows from its counts, no lookup at all).
-Otherwise only the tuples whose net change is negative are looked up: on the driver with pyarrow
-when the change is held there (``state/lookup.py`` reads only the Parquet row groups whose
-statistics admit their first column's values; no Spark job), else in one Spark job (a semi-join of
-those tuples with the integral). An in-process (Arrow) step checks its tables with the same
-driver-side code (``negative_tuples``); the sizes come from the execution policy.
+Otherwise only the tuples whose net change is negative are looked up, on the driver with pyarrow
+(``state/lookup.py``: only the Parquet row groups whose statistics admit their first column's
+values; the integral is kept sorted on its columns, so those groups are narrow). A change held on
+the driver costs no Spark job; a larger one costs one (its net negative tuples, collected). When
+those tuples are spread over most of a large integral (100k random deletes at SF10), the row
+groups are streamed and only the matches kept (``TraceFiles.matching``): pyarrow reads them several
+times faster than a Spark semi-join scans and hashes every row, and the semi-join's plan (a
+broadcast of the tuples, a union, a ``limit`` that scales up partition by partition) cost five or
+six jobs per input. The Spark semi-join stays for what the driver should not do: more tuples than
+``execution.bag_check.max_tuples``, a lookup beyond ``driver_scan_rows``, or a cluster profile.
+An in-process (Arrow) step checks its tables with the same driver-side code (``negative_tuples``).
 """
 from __future__ import annotations
 
@@ -31,15 +37,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
 from spark_jobs.executor import zset
 from spark_jobs.executor.arrow.zsets import consolidate
 from spark_jobs.executor.kernels import NotLocal
 from spark_jobs.executor.kernels.spark import to_arrow
+from spark_jobs.executor.session import step_conf, temporary_conf
 from spark_jobs.executor.zset import WEIGHT, col
-from spark_jobs.policy import ExecutionPolicy, NarrowPolicy
-from spark_jobs.state.lookup import TraceFiles
+from spark_jobs.policy import BagCheckPolicy, ExecutionPolicy, NarrowPolicy
+from spark_jobs.state.lookup import TooMany, TraceFiles
 
 MAX_EXAMPLES = 5
 MAX_COLLECTED = 1_000  # violating tuples brought to the driver by the Spark path (the rest are counted)
@@ -77,15 +85,18 @@ class Negatives:
 
 
 def find_negatives(spark: SparkSession, delta: DataFrame, integral: DataFrame | None,
-                   files: TraceFiles | None, policy: ExecutionPolicy) -> Negatives | None:
+                   files: TraceFiles | None, policy: ExecutionPolicy, *, deleted: int = 0,
+                   driver_scan: bool = False) -> Negatives | None:
     """The tuples of ``delta`` whose integrated weight would go below zero, or None.
 
     ``integral`` is the input's integral before this step (None: empty) and ``files`` its
     Parquet files for driver-side lookups (None: not available). Call it only for a delta that
-    has deletions. ``policy``: how large a change and a lookup the driver takes.
+    has deletions; ``deleted`` is how many rows it deletes (bounds what a delta not held on the
+    driver brings there). ``policy``: how large a change and a lookup the driver takes;
+    ``driver_scan``: the driver may stream a large integral (a local profile).
     """
     try:
-        return _on_driver(spark, delta, integral, files, policy)
+        return _on_driver(spark, delta, integral, files, policy, deleted, driver_scan)
     except NotLocal:
         return _on_spark(delta, integral)
 
@@ -121,13 +132,14 @@ def _lookup_column(table: pa.Table, cols: list[str]) -> str | None:
     return None
 
 
-def negative_tuples(table: pa.Table, files: TraceFiles | None, policy: NarrowPolicy) -> pa.Table | None:
+def negative_tuples(table: pa.Table, files: TraceFiles | None, policy: NarrowPolicy,
+                    scan: BagCheckPolicy | None = None) -> pa.Table | None:
     """The tuples of the change ``table`` whose integrated weight would go below zero, on the
     driver: the input's columns, ``__before`` and ``__change``; None if there are none.
 
     ``files`` are the integral's trace files (None: the integral is empty). ``NotLocal`` if the
-    lookup would be too big for the driver (``policy.max_keys`` / ``max_decoded_rows``) or has no
-    column to look up by.
+    lookup would be too big for the driver (``policy.max_keys`` / ``max_decoded_rows``, or with
+    ``scan`` its streaming bounds) or has no column to look up by.
     """
     net = consolidate(_as_spark_groups(table))
     neg = net.filter(pc.less(net.column(WEIGHT), 0))
@@ -136,13 +148,7 @@ def negative_tuples(table: pa.Table, files: TraceFiles | None, policy: NarrowPol
     cols = [c for c in neg.column_names if c != WEIGHT]
     parts = [_tagged(neg, cols, before=False)]
     if files is not None:
-        key = _lookup_column(neg, cols)
-        if key is None or key not in files.schema.names:
-            raise NotLocal("the integral has no column to look up on the driver")
-        keys = pc.unique(neg.column(key)).to_pylist()
-        if len(keys) > policy.max_keys or files.admitted_rows(key, keys) > policy.max_decoded_rows:
-            raise NotLocal("the lookup is too big for the driver")
-        found = files.lookup(key, keys).select(cols + [WEIGHT])
+        found = _integral_rows(neg, cols, files, policy, scan).select(cols + [WEIGHT])
         found = _as_spark_groups(found.cast(pa.schema([neg.schema.field(c) for c in cols] + [found.schema.field(WEIGHT)])))
         parts.append(_tagged(found, cols, before=True))
     total = pa.concat_tables(parts, promote_options="permissive")
@@ -152,12 +158,46 @@ def negative_tuples(table: pa.Table, files: TraceFiles | None, policy: NarrowPol
     return bad.rename_columns(cols + [BEFORE, CHANGE]) if bad.num_rows else None
 
 
+def _integral_rows(neg: pa.Table, cols: list[str], files: TraceFiles, policy: NarrowPolicy,
+                   scan: BagCheckPolicy | None) -> pa.Table:
+    """The integral's rows that share ``neg``'s first comparable column value (a superset of its
+    tuples): looked up (decoded row groups kept) when that stays within the narrowing bounds, else
+    streamed within ``scan``'s bounds; ``NotLocal`` beyond them."""
+    key = _lookup_column(neg, cols)
+    if key is None or key not in files.schema.names:
+        raise NotLocal("the integral has no column to look up on the driver")
+    keys = pc.unique(neg.column(key)).to_pylist()
+    decoded = files.admitted_rows(key, keys)
+    if len(keys) <= policy.max_keys and decoded <= policy.max_decoded_rows:
+        return files.lookup(key, keys)
+    if scan is None or len(keys) > scan.max_tuples or decoded > scan.driver_scan_rows:
+        raise NotLocal("the lookup is too big for the driver")
+    try:
+        return files.matching(key, keys, scan.max_found_rows)
+    except TooMany as exc:
+        raise NotLocal(f"the lookup is too big for the driver: {exc}") from None
+
+
+def _change_on_driver(delta: DataFrame, policy: ExecutionPolicy, deleted: int) -> pa.Table:
+    """The change as a pyarrow table: all of it when it is held on the driver (no job), else its
+    net negative tuples, collected by one Spark job when the step deletes at most
+    ``bag_check.max_tuples`` rows (there cannot be more such tuples than deleted rows)."""
+    if zset.is_local(delta):
+        return to_arrow(delta, policy.local_change_rows)
+    if deleted <= 0 or deleted > policy.bag_check.max_tuples:
+        raise NotLocal("the change's deletions are not bounded for the driver")
+    negatives = zset.consolidate(delta).where(col(WEIGHT) < 0)
+    with step_conf(delta.sparkSession, True):  # a bounded aggregation: one job, no adaptive stages
+        table = negatives.toArrow()
+    return table.cast(to_arrow_schema(negatives.schema, timezone="UTC"))
+
+
 def _on_driver(spark: SparkSession, delta: DataFrame, integral: DataFrame | None,
-               files: TraceFiles | None, policy: ExecutionPolicy) -> Negatives | None:
+               files: TraceFiles | None, policy: ExecutionPolicy, deleted: int, driver_scan: bool) -> Negatives | None:
     if integral is not None and files is None:
         raise NotLocal("the integral has no files to look up on the driver")
-    bad = negative_tuples(to_arrow(delta, policy.local_change_rows), files if integral is not None else None,
-                          policy.narrow)
+    bad = negative_tuples(_change_on_driver(delta, policy, deleted), files if integral is not None else None,
+                          policy.narrow, policy.bag_check if driver_scan else None)
     if bad is None:
         return None
     cols = bad.column_names[:-2]
@@ -168,18 +208,26 @@ def _on_driver(spark: SparkSession, delta: DataFrame, integral: DataFrame | None
 
 
 def _on_spark(delta: DataFrame, integral: DataFrame | None) -> Negatives | None:
-    """The same on Spark: one job, which brings at most ``MAX_COLLECTED`` violating tuples back."""
+    """The same on Spark: a semi-join of the integral with the delta's deleting rows, summed with
+    the delta per tuple; at most ``MAX_COLLECTED`` violating tuples come back.
+
+    The integral is restricted by the rows of negative weight as they are (a superset of the
+    tuples whose net change is negative: such a tuple has one), and the net change is summed
+    from the whole delta in the same aggregation, so the delta is not consolidated twice; and the
+    ``limit`` reads every partition at once (Spark otherwise tries 1, then 4, 16... partitions, a
+    job each, when fewer rows than the limit exist, the usual case)."""
     cols = zset.data_columns(delta)
-    neg = zset.consolidate(delta).where(col(WEIGHT) < 0)
     zero = F.lit(0).cast("long")
-    parts = neg.select(*[col(c) for c in cols], zero.alias(BEFORE), col(WEIGHT).alias(CHANGE))
+    parts = delta.select(*[col(c) for c in cols], zero.alias(BEFORE), col(WEIGHT).cast("long").alias(CHANGE))
     if integral is not None:
-        looked = zset.restrict(integral.select(*[col(c) for c in cols], col(WEIGHT)), neg, cols, cols)
+        deleting = delta.where(col(WEIGHT) < 0)
+        looked = zset.restrict(integral.select(*[col(c) for c in cols], col(WEIGHT)), deleting, cols, cols)
         parts = parts.unionByName(looked.select(*[col(c) for c in cols], col(WEIGHT).cast("long").alias(BEFORE),
                                                 zero.alias(CHANGE)))
     sums = parts.groupBy(*[col(c) for c in cols]).agg(F.sum(BEFORE).alias(BEFORE), F.sum(CHANGE).alias(CHANGE))
     bad = sums.where((F.col(CHANGE) < 0) & (F.col(BEFORE) + F.col(CHANGE) < 0))
-    rows = bad.limit(MAX_COLLECTED + 1).collect()
+    with temporary_conf(delta.sparkSession, {"spark.sql.limit.initialNumPartitions": str(2 ** 20)}):
+        rows = bad.limit(MAX_COLLECTED + 1).collect()
     if not rows:
         return None
     examples = [{**{k: r[k] for k in cols}, "before": r[BEFORE], "change": r[CHANGE]} for r in rows[:MAX_EXAMPLES]]

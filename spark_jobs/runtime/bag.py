@@ -25,7 +25,7 @@ from spark_jobs.executor.sources.checks import FILE_COL, own_path
 from spark_jobs.executor.sources.reading import read_changes_located
 from spark_jobs.ir.incrementalize import bag_integrals
 from spark_jobs.spec.model import WEIGHT
-from spark_jobs.state.arrow_fs import normalize, uri_join
+from spark_jobs.state.arrow_fs import is_local, normalize, uri_join
 from spark_jobs.state.fs import filesystem_for
 
 ON_NEGATIVE = ("refuse", "quarantine")
@@ -70,11 +70,14 @@ def check_deltas(rt, timestep: int, deltas: dict[str, DataFrame], deleted: Mappi
     refused: list[InputRefused] = []
     quarantined: list[Quarantined] = []
     trace_files = getattr(state, "trace_files", None)
+    # the driver may stream a large integral only where the state is on this machine's disk
+    driver_scan = rt.config.spark.mode == "local" and is_local(rt.store.root)
     for name, integral_id in bag_integrals(rt.compiled.incremental).items():
         if name not in deltas or not deleted.get(name):
             continue
         found = find_negatives(spark, deltas[name], state.read(integral_id),
-                               trace_files(integral_id) if trace_files is not None else None, rt.config.policy)
+                               trace_files(integral_id) if trace_files is not None else None, rt.config.policy,
+                               deleted=int(deleted[name]), driver_scan=driver_scan)
         if found is None:
             continue
         spec = rt.compiled.spec.inputs[name]
@@ -100,7 +103,8 @@ def check_tables(rt, tables: Mapping[str, Any], deleted: Mapping[str, int], stat
     for name, integral_id in bag_integrals(rt.compiled.incremental).items():
         if name not in tables or not deleted.get(name):
             continue
-        if negative_tuples(tables[name], state.trace_files(integral_id), rt.config.policy.narrow) is not None:
+        policy = rt.config.policy
+        if negative_tuples(tables[name], state.trace_files(integral_id), policy.narrow, policy.bag_check) is not None:
             raise NotLocal(f"input {name} deletes rows it does not hold (the bag check refuses or quarantines "
                            f"them on Spark, naming the files)")
 
