@@ -32,8 +32,10 @@ from __future__ import annotations
 from typing import Sequence
 
 from spark_jobs.ir.graph import Circuit, Node, make_node
+from spark_jobs.ir.ops.window import add_window_assign
 from spark_jobs.ir.scope import DEFAULT_MAX_ITERATIONS, delta0, feedback_id, finish_scope
 from spark_jobs.spec.sql import plan as P
+from spark_jobs.spec.time import WindowSpec
 
 ONE = "__one"  # the column of a one-row flag relation
 
@@ -167,6 +169,13 @@ class Lowering:
 
     def _distinct(self, rel: P.Distinct, node_id: str | None) -> str:
         return self.add("distinct", [self.lower(rel.input)], rel.columns, rel.sql, node_id, is_set=True)
+
+    def _windowassign(self, rel: P.WindowAssign, node_id: str | None) -> str:
+        if node_id is None:
+            self.count += 1
+            node_id = self.c.fresh_id(f"{self.name}.window{self.count}")
+        window = WindowSpec(rel.column, rel.size_us, rel.slide_us)
+        return add_window_assign(self.c, node_id, self.lower(rel.input), window, origin=self.name, sql=rel.sql)
 
     def _aggregate(self, rel: P.Aggregate, node_id: str | None) -> str:
         return self.add("aggregate", [self.lower(rel.input)], rel.columns, rel.sql, node_id, is_set=True,

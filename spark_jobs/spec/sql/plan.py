@@ -102,6 +102,18 @@ class NotIn(Rel):
 
 
 @dataclass(eq=False)
+class WindowAssign(Rel):
+    """Spark's ``window(column, size[, slide])`` in GROUP BY: each row once per time window
+    holding its ``column``; output ``window_start``, ``window_end``, then ``input``'s columns
+    (the IR's ``window_assign``, the operator a YAML ``aggregate.window`` becomes)."""
+
+    input: Rel
+    column: str
+    size_us: int
+    slide_us: int
+
+
+@dataclass(eq=False)
 class Aggregate(Rel):
     """GROUP BY ``group_by`` (columns of ``input``) computing ``aggs``: (out, func, arg column or
     None for count(*), distinct). Without ``group_by`` exactly one row, as SQL."""
