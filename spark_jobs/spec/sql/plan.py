@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import Position
+
 Cols = tuple[str, ...]
 Pairs = tuple[tuple[str, str], ...]
 
@@ -111,6 +113,7 @@ class WindowAssign(Rel):
     column: str
     size_us: int
     slide_us: int
+    at: Position | None = None  # where the call is in the query (messages)
 
 
 @dataclass(eq=False)
@@ -174,7 +177,7 @@ class TopK(Rel):
 
 def inputs_of(rel: Rel) -> tuple[Rel, ...]:
     """The relations a plan node reads, in order."""
-    if isinstance(rel, (Map, Filter, Aggregate, Distinct, TopK)):
+    if isinstance(rel, (Map, Filter, WindowAssign, Aggregate, Distinct, TopK)):
         return (rel.input,)
     if isinstance(rel, (Join, Semi, NotIn, SetOp)):
         return (rel.left, rel.right)

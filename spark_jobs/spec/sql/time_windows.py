@@ -21,7 +21,7 @@ from sqlglot import exp
 from spark_jobs.spec.time import MAX_WINDOWS_PER_ROW, WINDOW_COLUMNS, DurationError, format_duration, parse_duration
 
 from . import plan as P
-from .errors import SqlError, describe
+from .errors import SqlError, describe, position_of
 from .parse import TIME_WINDOW_FUNCTION
 from .scope import Field
 
@@ -101,7 +101,7 @@ def group_by_window(binder: "Binder", rel: "Relation", group_items: list[exp.Exp
                 raise SqlError("selecting the whole window struct is not supported: select window.start and "
                                "window.end (for example window.start AS window_start)", col)
     text = f"{spelled(call)} ({format_duration(size)} windows every {format_duration(slide)} on {source})"
-    plan = P.WindowAssign(WINDOW_COLUMNS + rel.plan.columns, text, rel.plan, source, size, slide)
+    plan = P.WindowAssign(WINDOW_COLUMNS + rel.plan.columns, text, rel.plan, source, size, slide, position_of(column))
     fields = [Field(STRUCT, name, column, unqualified=False) for name, column in FIELDS] + list(rel.fields)
     keys = [exp.column(name, table=STRUCT) for name, _ in FIELDS]
     at = group_items.index(call)
