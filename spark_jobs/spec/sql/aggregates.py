@@ -17,7 +17,7 @@ from . import plan as P
 from .errors import SqlError, describe
 from .exprs import AGGREGATES, aggregates_of, check_row_expression, column_sql, function_name, is_literal_int, walk
 from .scope import Field, Scope, fresh
-from .time_windows import group_by_window, spelled
+from .time_windows import STRUCT, group_by_window, spelled
 
 if TYPE_CHECKING:
     from .binder import Binder, Relation
@@ -66,7 +66,7 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
         canon = binder.canonical(e, scope)
         if canon in keys:
             continue
-        base = scope.resolve(e).name if isinstance(e, exp.Column) else _alias_for(e, items) or f"group{len(keys)}"
+        base = _key_name(scope.resolve(e)) if isinstance(e, exp.Column) else _alias_for(e, items) or f"group{len(keys)}"
         name = fresh(base, taken)
         taken.add(name)
         keys[canon] = name
@@ -181,6 +181,12 @@ def _aggregate_call(call: exp.AggFunc, text: str | None = None) -> tuple[str, bo
     if arg is None:
         raise SqlError(f"{func}() needs an argument", call)
     return func, distinct, arg
+
+
+def _key_name(f: Field) -> str:
+    """A group key column's name: the column's own, or window_start / window_end for a time
+    window's (as a YAML windowed aggregate names them: explain and state bounds read alike)."""
+    return f.column if f.qualifier == STRUCT else f.name
 
 
 def _alias_for(node: exp.Expression, items: list[exp.Expression]) -> str | None:
