@@ -202,21 +202,23 @@ def test_insert_only_aggregates_equal_duckdb_at_every_step_on_spark_and_alternat
 
 # ---- soundness: the promise is enforced where the rows come in, and checked again by the kernel ----
 
-def test_a_delete_in_an_append_only_input_is_refused_and_nothing_is_committed(spark, tmp_path):
-    """What makes the O(groups) state sound: a file that deletes is refused by the reader before
-    anything runs; the step commits nothing, the aggregate's state and view stay as they were."""
+@pytest.mark.parametrize("engine", ["arrow", "spark"])
+def test_a_delete_in_an_append_only_input_is_refused_and_nothing_is_committed(spark, tmp_path, engine):
+    """What makes the O(groups) state sound: a file that deletes is refused by the reader (of
+    either engine) before anything runs; the step commits nothing, the aggregate's state and view
+    stay as they were."""
     from spark_jobs.executor.sources import InputRefused
     from spark_jobs.runtime.step import run_step
 
     path = tmp_path / "c.yaml"
     path.write_text(CIRCUIT.replace("  jg:", "  # jg:").replace("outputs: [g, all, jg]", "outputs: [g]"))
-    rt = open_circuit(str(path), config(tmp_path))
+    rt = open_circuit(str(path), config(tmp_path, engine=engine))
     inbox = tmp_path / "inbox" / "a"
     os.makedirs(inbox)
     rows = {"k": pa.array([1, 1], pa.int64()), "v": [2.0, 5.0], "s": ["x", "y"],
             "d": pa.array([None, None], pa.date32()), "m": pa.array([None, None], pa.decimal128(10, 2))}
     pq.write_table(pa.table(rows), inbox / "t1.parquet")
-    run_step(rt)
+    assert run_step(rt).engine == engine
     before = rt.store.manifest()
     assert output_delta(rt, "g")[0] == Counter({(1, 2, 2, 7.0, 3.5, 2.0, 5.0, "y", None, None): 1})
     pq.write_table(pa.table({**rows, "_weight": pa.array([1, -1], pa.int64())}), inbox / "t2.parquet")

@@ -76,3 +76,20 @@ def test_smoke_tables_and_plot(smoke: Path) -> None:
     png = (smoke / "step_vs_recompute.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert not (smoke / "work").exists() or not any((smoke / "work").iterdir())  # data cleaned up
+
+
+def test_nexmark_bench_smoke(tmp_path: Path) -> None:
+    """`python -m bench.nexmark --smoke` (in this process, in-process steps): results, plot, table."""
+    from bench import nexmark
+
+    nexmark.main(["--smoke", "--out", str(tmp_path)])
+    results = json.loads((tmp_path / "nexmark-smoke.json").read_text())
+    assert set(results["runs"]) == set(nexmark.CIRCUITS)
+    for circuit, rows in results["runs"].items():
+        assert len(rows) == 8 and all(r["engine"] == "arrow" and r["state_rows"] > 0 for r in rows), circuit
+        assert sum(r["events"] for r in rows) == rows[-1]["events_total"] > 0
+        summary = results["summary"][circuit]
+        assert _positive(summary["events_per_s_median"]) and _positive(summary["step_median_s"])
+    md = (tmp_path / "nexmark-smoke.md").read_text()
+    assert "| circuit | engines | step median s |" in md and "State rows per step, nexmark_hot_items" in md
+    assert (tmp_path / "nexmark-smoke.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

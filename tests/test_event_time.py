@@ -110,21 +110,6 @@ def test_validation_messages():
 
 
 
-@pytest.mark.parametrize("node, key, line", [
-    ("named: {op: join, left: clicks, right: users, on: [user_id],\n           stream: left}", "stream", 13),
-])
-def test_windows_and_bounded_joins_are_refused_not_ignored(node, key, line):
-    """The spec reads window/within/stream, the engine cannot compute them yet: accepting them
-    would compute the unwindowed view. Refused, naming file, node and line."""
-    text = CIRCUIT % {"on_late": ""}
-    target = "per_user:" if key == "window" else "named:"
-    lines = ["  " + node if ln.strip().startswith(target) else ln for ln in text.split("\n")]
-    with pytest.raises(CircuitError) as err:
-        load_circuit_text("\n".join(lines), "c.yaml")
-    name = target[:-1]
-    assert f"c.yaml:{line}: node '{name}': " in str(err.value)
-    assert f"('{key}') are not supported yet" in str(err.value)
-
 def _write(folder: str, name: str, rows: list[tuple], schema: pa.Schema) -> None:
     os.makedirs(folder, exist_ok=True)
     cols = list(zip(*rows)) if rows else [[] for _ in schema]

@@ -21,7 +21,8 @@ def state_role(circuit: Circuit, node: Node) -> str | None:
     """What the state of ``node`` is for, in the user's terms."""
     kind = state_of(circuit, node)
     if kind is None:
-        return None
+        why = operator(node.op).explain_state
+        return why(circuit, node) if why is not None else None
     role = operator(node.op).state.role  # type: ignore[union-attr]
     return role(circuit, node) if role is not None else f"{kind} of {node.origin!r}"
 

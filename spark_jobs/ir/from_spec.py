@@ -46,11 +46,9 @@ def build_query_circuit(spec: CircuitSpec, columns: dict[str, tuple[str, ...]]) 
             lower_sql(circuit, node.name, bind_node(node.sql, columns.get, list(columns)), limit)
             continue
         translate = _TRANSLATIONS.get(node.op)
-        pending = [f for f in ("stream",) if getattr(node, f, None) is not None]
-        if translate is None or pending:
-            what = f"'{pending[0]}'" if pending else f"op {node.op!r}"
+        if translate is None:
             raise UnsupportedOperator(
-                f"{spec.path}:{node.line}: node {node.name!r}: {what} cannot be compiled yet")
+                f"{spec.path}:{node.line}: node {node.name!r}: op {node.op!r} cannot be compiled yet")
         translate(circuit, node, columns)
     circuit.outputs = {view: view for view in spec.outputs}
     return circuit
@@ -144,6 +142,10 @@ def _join(c: Circuit, n: NodeSpec, cols: dict) -> Node:
     # inside a recursive body n.right may be a renamed reference: clashes are named as written
     layout = join_layout(left.columns, right.columns, n.extra.get("right_name", n.right), n.on, n.left_on,
                          n.right_on)
+    if n.op == "join" and n.stream in ("left", "right"):  # joined once on arrival (ir/ops/stream_join.py)
+        return c.add(make_node(n.name, "stream_join", [n.left, n.right], cols[n.name], stream=n.stream,
+                               left_keys=lkeys, right_keys=rkeys, null_safe=False,
+                               left_out=layout.left_out, right_out=layout.right_out))
     within = {"within": (n.within.left, n.within.right, n.within.range_us)} if n.within is not None else {}
     return c.add(make_node(n.name, "join", [n.left, n.right], cols[n.name], is_set=left.is_set and right.is_set,
                            left_keys=lkeys, right_keys=rkeys, null_safe=False,

@@ -86,7 +86,9 @@ class Operator:
     sorted on them); ``uses(circuit, node, position)``: what it reads that input for, in the
     user's terms (``explain``). ``summary`` and ``note`` feed ``explain`` (the note for a node
     inside a recursive body); ``delta_form(circuit, node)`` says, for a node of Q^Δ, what it does
-    with a change and what state it reads (``explain``'s account of a lowered SQL node).
+    with a change and what state it reads (``explain``'s account of a lowered SQL node);
+    ``explain_state(circuit, node)``: for a node that keeps no state on purpose, what ``explain``
+    says instead (a stream join's terms: the stream side is not kept).
     ``floor(circuit, node, column, floors)``: a lower bound of ``column`` in the node's future
     changes, from the inputs' watermarks (``ir/bounds.py``); ``forgets(circuit, node, position,
     floors)``: which rows of the integral it reads at ``position`` (None: of its own state) no
@@ -110,6 +112,7 @@ class Operator:
     lookup: Callable[["Node", int], "tuple[str, ...] | None"] | None = None
     uses: Callable[["Circuit", "Node", int], str] | None = None
     delta_form: Callable[["Circuit", "Node"], str] | None = None  # explain: what it does with a change
+    explain_state: Callable[["Circuit", "Node"], str] | None = None
     kernels: Mapping[str, KernelRef] = field(default_factory=dict)
     in_body_only: bool = False  # delta0 / feedback / the 2-D forms: only inside a scope's body
     form_of: str = ""  # an operator of Q^Δ only: the query operator whose rule produces it (it has no rule)

@@ -9,6 +9,11 @@ first, the manifest last, atomically, in the layout Spark writes, so the next st
 either engine. A step the Arrow kernels cannot serve raises ``NotLocal`` before anything is
 written, and the caller runs it on Spark.
 
+Event time is the Spark path's too: each timed input's late rows are counted and left out
+(``executor/arrow/lateness.py``, the same rule), the watermarks are committed in the manifest,
+and a step with late rows under ``on_late: refuse`` runs on Spark, which refuses it naming the
+files. An append_only input's reader refuses a delete as Spark's does.
+
 Trust checks are the Spark path's: consumed files are recorded by name, size and fingerprint
 (``InputFile.record``), and the bag check of `changes` inputs runs on the change tables
 (``bag.check_tables``, pyarrow lookups in the input's integral). A step that fails the bag check

@@ -73,18 +73,8 @@ def _not_timestamp(col: Column) -> str | None:
     return f"'{col.name}' has type {col.type}; event time needs a timestamp column ({listing(TIMESTAMP_TYPES)})"
 
 
-# fields the spec reads but the engine cannot compute yet: refused, never accepted and ignored
-# (ignoring a window would compute the unwindowed aggregate: a silently wrong view)
-NOT_SUPPORTED_YET = {
-    "stream": "stream joins ('stream') are not supported yet",
-}
-
-
 def _node(spec: CircuitSpec, doc: "Document", name: str, node: NodeSpec, res: Resolution) -> list[Problem]:
-    problems = [Problem(spec.path, node.line_of(key), name,
-                        f"{message}: this version cannot compute them; remove '{key}' (and compute the "
-                        f"window or time bound in a select/filter) until a release that supports it")
-                for key, message in NOT_SUPPORTED_YET.items() if key in node.field_lines]
+    problems: list[Problem] = []
     path = ("nodes", name)
     for key in ("window", "within"):
         for field, message in time_field_problems(key, doc.get(path + (key,))):

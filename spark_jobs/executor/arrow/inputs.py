@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.executor.sources.discovery import file_format, locate
-from spark_jobs.executor.sources.formats import MAX_WEIGHT, WEIGHT_RANGE, weight_range_problems
+from spark_jobs.executor.sources.formats import MAX_WEIGHT, WEIGHT_DELETE, WEIGHT_RANGE, weight_range_problems
 from spark_jobs.executor.sources.schema_check import UnreadableFile, column_problems, read_parquet_footer
 from spark_jobs.executor.sources.spark_types import declared_types
 from spark_jobs.spec.model import WEIGHT, InputSpec
@@ -31,9 +31,7 @@ def unsupported(spec: InputSpec) -> str | None:
         return f"input {spec.name!r} has no source"
     if source.kind == "cdc":  # records folded into changes by key, against the input's keyed trace
         return f"input {spec.name!r} is a cdc source: its records are applied by key on Spark"
-    if source.kind == "append_only":  # the no-deletes check is the Spark reader's
-        return f"input {spec.name!r} is an append_only source: read and checked by Spark"
-    if source.kind != "changes" or source.format != "parquet":
+    if source.kind not in ("changes", "append_only") or source.format != "parquet":
         return f"input {spec.name!r} is a {source.kind} source in {source.format}: read by Spark"
     if source.options:
         return f"input {spec.name!r} sets reader options: read by Spark"
@@ -86,7 +84,7 @@ def read_changes(spec: InputSpec, files: Sequence[InputFile]) -> tuple[pa.Table,
         with loc.fs.open_input_file(loc.inner) as fh:
             raw = pq.read_table(fh, columns=[c for c in [*declared, WEIGHT] if c in found])
         read += f.size
-        reasons = _row_problems(raw, not_null)
+        reasons = _row_problems(raw, not_null, spec.kind == "append_only")
         if reasons:
             problems.extend((f.path, r) for r in reasons)
             continue
@@ -99,8 +97,9 @@ def read_changes(spec: InputSpec, files: Sequence[InputFile]) -> tuple[pa.Table,
     return table.filter(pc.not_equal(table.column(WEIGHT), 0)), read
 
 
-def _row_problems(raw: pa.Table, not_null: Sequence[str]) -> list[str]:
-    """The row checks Spark's reader applies: declared non-null columns, and the weight."""
+def _row_problems(raw: pa.Table, not_null: Sequence[str], inserts_only: bool = False) -> list[str]:
+    """The row checks Spark's reader applies: declared non-null columns, and the weight (no
+    negative one in an append_only source)."""
     reasons = []
     for c in not_null:
         n = raw.column(c).null_count
@@ -114,6 +113,9 @@ def _row_problems(raw: pa.Table, not_null: Sequence[str]) -> list[str]:
         out = pc.filter(w, pc.or_(pc.greater(w, MAX_WEIGHT), pc.less(w, -MAX_WEIGHT)))
         if len(out):
             reasons.append(WEIGHT_RANGE.describe(len(out), out[0].as_py()))
+        deletes = pc.filter(w, pc.less(w, 0)) if inserts_only else []
+        if len(deletes):
+            reasons.append(WEIGHT_DELETE.describe(len(deletes), deletes[0].as_py()))
     return reasons
 
 

@@ -97,7 +97,7 @@ def _out_of_range(weight: Column) -> Column:
     return (weight > F.lit(MAX_WEIGHT)) | (weight < F.lit(-MAX_WEIGHT))
 
 
-_WEIGHT_DELETE = Check("weight:delete", lambda n, x: f"{n} row(s) delete (negative _weight, e.g. {x}) "
+WEIGHT_DELETE = Check("weight:delete", lambda n, x: f"{n} row(s) delete (negative _weight, e.g. {x}) "
                                                     "but the source is append_only: it only inserts")
 
 
@@ -110,7 +110,7 @@ def shared_checks(d: Declared) -> list[Check]:
     checks = [_null_check(c, *([d.null_reasons[c]] if c in d.null_reasons else [])) for c in d.not_null]
     checks += [_one_of_check(c, values) for c, values in d.one_of.items()]
     checks += [_WEIGHT_NULL, _WEIGHT_INT, WEIGHT_RANGE] if d.allow_weight else []
-    return checks + ([_WEIGHT_DELETE] if d.inserts_only else [])
+    return checks + ([WEIGHT_DELETE] if d.inserts_only else [])
 
 
 def value_checks(d: Declared, typed: Mapping[str, Column]) -> dict[str, tuple[Column, Column | None]]:
@@ -121,7 +121,7 @@ def value_checks(d: Declared, typed: Mapping[str, Column]) -> dict[str, tuple[Co
 
 def _delete_check(d: Declared, weight: Column) -> dict[str, tuple[Column, Column | None]]:
     """The append_only check on a group's weight column (nothing for other sources)."""
-    return {_WEIGHT_DELETE.key: (weight < 0, weight)} if d.inserts_only else {}
+    return {WEIGHT_DELETE.key: (weight < 0, weight)} if d.inserts_only else {}
 
 
 # ---- Parquet -----------------------------------------------------------------------------------
