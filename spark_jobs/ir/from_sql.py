@@ -21,6 +21,8 @@ timestep touches only the keys in its change:
 - **top-k** (``row_number()``/``rank()``/``dense_rank()`` filtered by ``<= k``, ``ORDER BY ... LIMIT
   k``): one ``topk`` operator (``ir/ops/topk.py``), whose incremental form reads only the groups in
   the change.
+- **GROUP BY window(ts, size[, slide])**: ``window_assign`` (``ir/ops/window.py``) under the
+  aggregate, added by the same helper as a YAML ``aggregate.window``.
 - **WITH RECURSIVE**: a ``scope`` whose body is ``distinct(base + step(z⁻¹ r))``, the same
   nested incremental circuit a YAML ``recursive`` node becomes; what does not depend on the
   recursion is hoisted out of the loop.
