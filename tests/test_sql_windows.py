@@ -136,6 +136,7 @@ HEAD = CIRCUIT.split("nodes:")[0] + "nodes:\n  v:\n    op: sql\n    query: |\n  
     ("window(ts, '1 hour'), window(ts, '2 hours')", "one time window per query", 44),
     ("window(ts, '1 hour', '1 second')", "each row would be counted in 3600 windows", 43),
     ("window(ts)", "expected window(time column, size) or window(time column, size, slide)", 22),
+    ("window(ts, '1 hour') AS w", "a GROUP BY item cannot be named", 43),
 ])
 def test_malformed_sql_windows_are_refused_with_file_node_and_line(group_by, says, col):
     with pytest.raises(CircuitError) as err:

@@ -39,6 +39,14 @@ def mask_time_windows(text: str) -> str:
     return out
 
 
+def _after_time_window(text: str, line: int, col: int) -> bool:
+    """Whether ``window(...)`` ends just before column ``col`` (0-based) of ``line``."""
+    lines = text.splitlines()
+    before = lines[line - 1][:col].rstrip() if 0 < line <= len(lines) else ""
+    masked = mask_time_windows(before)
+    return before.endswith(")") and TIME_WINDOW_FUNCTION in masked and "(" in masked.rsplit(TIME_WINDOW_FUNCTION, 1)[1]
+
+
 @dataclass(frozen=True)
 class ParsedQuery:
     """A query as parsed: its tree, and the circuit relations it reads (in order of use)."""
@@ -59,6 +67,10 @@ def parse_query(text: str) -> ParsedQuery:
         what = first.get("description") or str(exc)
         near = first.get("highlight")
         width = len(near) if isinstance(near, str) else 0
+        if isinstance(near, str) and near.upper() == "AS" and _after_time_window(text, line, col - width):
+            what = ("a GROUP BY item cannot be named (Spark SQL refuses GROUP BY window(...) AS w too): write "
+                    "GROUP BY window(...) and select window.start / window.end")
+            return ParsedQuery(text, None, error=SqlError(what, Position(line, max(1, col - width + 1))))
         return ParsedQuery(text, None, error=SqlError(f"syntax error: {_plain(what)}"
                                                       + (f" near '{near}'" if near else ""),
                                                       Position(line, max(1, col - width + 1))))
