@@ -10,6 +10,7 @@ from typing import Callable
 
 from spark_jobs.ir.from_sql import lower_sql
 from spark_jobs.ir.graph import Circuit, Node, make_node
+from spark_jobs.ir.ops.window import add_window_assign
 from spark_jobs.ir.scope import DEFAULT_MAX_ITERATIONS, build_scope
 from spark_jobs.spec.columns import body_columns, join_layout
 from spark_jobs.spec.model import CircuitSpec, NodeSpec, dependency_order
@@ -80,10 +81,8 @@ def _aggregate(c: Circuit, n: NodeSpec, cols: dict) -> Node:
     aggs = tuple((a.name, a.func, a.arg, a.distinct) for a in n.aggregates)
     source, groups = n.input, tuple(n.group_by)
     if n.window is not None:
-        windowed = make_node(f"{n.name}.window", "window_assign", [n.input], WINDOW_COLUMNS + c[n.input].columns,
-                             origin=n.name, column=n.window.column, size_us=n.window.size_us,
-                             slide_us=n.window.slide_us)
-        source, groups = c.add(windowed).id, WINDOW_COLUMNS + groups
+        source = add_window_assign(c, f"{n.name}.window", n.input, n.window, origin=n.name)
+        groups = WINDOW_COLUMNS + groups
     return c.add(make_node(n.name, "aggregate", [source], cols[n.name], is_set=True,
                            group_by=groups, aggs=aggs))
 

@@ -21,6 +21,8 @@ timestep touches only the keys in its change:
 - **top-k** (``row_number()``/``rank()``/``dense_rank()`` filtered by ``<= k``, ``ORDER BY ... LIMIT
   k``): one ``topk`` operator (``ir/ops/topk.py``), whose incremental form reads only the groups in
   the change.
+- **GROUP BY window(ts, size[, slide])**: ``window_assign`` (``ir/ops/window.py``) under the
+  aggregate, added by the same helper as a YAML ``aggregate.window``.
 - **WITH RECURSIVE**: a ``scope`` whose body is ``distinct(base + step(z⁻¹ r))``, the same
   nested incremental circuit a YAML ``recursive`` node becomes; what does not depend on the
   recursion is hoisted out of the loop.
@@ -32,8 +34,10 @@ from __future__ import annotations
 from typing import Sequence
 
 from spark_jobs.ir.graph import Circuit, Node, make_node
+from spark_jobs.ir.ops.window import add_window_assign
 from spark_jobs.ir.scope import DEFAULT_MAX_ITERATIONS, delta0, feedback_id, finish_scope
 from spark_jobs.spec.sql import plan as P
+from spark_jobs.spec.time import WindowSpec
 
 ONE = "__one"  # the column of a one-row flag relation
 
@@ -167,6 +171,13 @@ class Lowering:
 
     def _distinct(self, rel: P.Distinct, node_id: str | None) -> str:
         return self.add("distinct", [self.lower(rel.input)], rel.columns, rel.sql, node_id, is_set=True)
+
+    def _windowassign(self, rel: P.WindowAssign, node_id: str | None) -> str:
+        if node_id is None:
+            self.count += 1
+            node_id = self.c.fresh_id(f"{self.name}.window{self.count}")
+        window = WindowSpec(rel.column, rel.size_us, rel.slide_us)
+        return add_window_assign(self.c, node_id, self.lower(rel.input), window, origin=self.name, sql=rel.sql)
 
     def _aggregate(self, rel: P.Aggregate, node_id: str | None) -> str:
         return self.add("aggregate", [self.lower(rel.input)], rel.columns, rel.sql, node_id, is_set=True,

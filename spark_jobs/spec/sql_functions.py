@@ -98,9 +98,9 @@ CLOCK = ("reads the clock: each change is computed once, at the time it arrives,
          "yet (compare with a literal, e.g. ts >= timestamp '2024-01-01')")
 WINDOW = ("is a window function: it compares a row with other rows, which a row expression cannot "
           "see; use an 'aggregate' node for per-group results (and its 'window' for windows over time)")
-TIME_WINDOW = ("is a time window, which neither an expression nor a SQL node supports (GROUP BY window(...) "
-               "is not built yet); use an 'aggregate' node with window: {column: ts, size: \"1 hour\"} "
-               "(and slide: for sliding windows)")
+TIME_WINDOW = ("is a time window, which an expression cannot compute; use an 'aggregate' node with window: "
+               "{column: ts, size: \"1 hour\"} (and slide: for sliding windows), or an sql node's GROUP BY "
+               "window(ts, '1 hour')")
 GENERATOR = ("is a generator (one row in, many rows out), not a row expression: a select computes one "
              "row per row")
 RAISES = "raises an error on purpose: to stop bad data, use an expectation with policy fail"

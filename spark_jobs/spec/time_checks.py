@@ -89,6 +89,8 @@ def _node(spec: CircuitSpec, doc: "Document", name: str, node: NodeSpec, res: Re
     if node.window is not None:
         if (why := _traced_type(spec, node.input, node.window.column)):
             problems.append(Problem(spec.path, node.line_of("window.column"), name, f"window column {why}"))
+    if node.op == "sql":
+        problems += _sql_window_columns(spec, name, node, res)
     if node.within is not None and node.op == "join":
         for side, column in (("left", node.within.left), ("right", node.within.right)):
             if (why := _traced_type(spec, getattr(node, side), column)):
@@ -121,6 +123,60 @@ def origin_column(spec: CircuitSpec, ref: str | None, column: str) -> tuple[str,
             if not column.replace("_", "").isalnum():
                 return None
         ref = node.input or (node.inputs[0] if node.inputs else None)
+    return None
+
+
+def _sql_window_columns(spec: CircuitSpec, name: str, node: NodeSpec, res: Resolution) -> list[Problem]:
+    """``GROUP BY window(ts, ...)`` in an sql node: ``ts`` must be a timestamp, when it traces back
+    to an input column (as ``aggregate.window.column`` must)."""
+    from .sql import SqlError, plan as P
+    from .sql.node import bind_node, where
+
+    try:
+        rel = bind_node(node.sql, res.columns.get, tuple(res.columns))
+    except SqlError:
+        return []  # the query's own problem is reported by the column checks
+    problems, stack, seen = [], [rel], set()
+    while stack:
+        r = stack.pop()
+        if id(r) in seen:
+            continue
+        seen.add(id(r))
+        stack.extend(P.inputs_of(r))
+        if isinstance(r, P.WindowAssign):
+            found = _plan_origin(spec, r.input, r.column)
+            if found is not None and (why := _not_timestamp(found[1])):
+                key, prefix = where(SqlError("", r.at))
+                problems.append(Problem(spec.path, node.line_of(key), name, f"{prefix}the time of window(...): {why}"))
+    return problems
+
+
+def _plan_origin(spec: CircuitSpec, rel: object, column: str) -> tuple[str, Column] | None:
+    """The input column a SQL plan's ``column`` is, unchanged (through filters, plain-column
+    projections and joins); None when it is computed."""
+    from .sql import plan as P
+
+    for _ in range(1000):
+        if isinstance(rel, (P.Filter, P.Distinct)):
+            rel = rel.input
+        elif isinstance(rel, P.Map):
+            expr = dict(rel.exprs).get(column, "")
+            inner = expr[1:-1]
+            if not (len(expr) > 2 and expr[0] == expr[-1] == "`" and "`" not in inner.replace("``", "")):
+                return None
+            rel, column = rel.input, inner.replace("``", "`")
+        elif isinstance(rel, P.Join):
+            left, right = dict((o, s) for s, o in rel.left_out), dict((o, s) for s, o in rel.right_out)
+            if column in left:
+                rel, column = rel.left, left[column]
+            elif column in right:
+                rel, column = rel.right, right[column]
+            else:
+                return None
+        elif isinstance(rel, P.Table):
+            return origin_column(spec, rel.name, column)
+        else:
+            return None
     return None
 
 

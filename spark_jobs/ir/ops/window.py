@@ -18,7 +18,7 @@ size: an aggregate grouped by window drops a window's state once the watermark p
 from __future__ import annotations
 
 from spark_jobs.ir.bounds import Floor, Floors
-from spark_jobs.ir.graph import Circuit, Node
+from spark_jobs.ir.graph import Circuit, Node, make_node
 from spark_jobs.ir.operator import INPUTS, LINEAR, Operator, register
 from spark_jobs.ir.ops.linear import rule_linear, same_on_the_change
 from spark_jobs.spec.time import WINDOW_COLUMNS, WindowSpec
@@ -45,3 +45,12 @@ WINDOW = register(Operator(
     summary="each row once per time window [start, end) holding its time (Spark's window())",
     incremental=rule_linear, delta_form=same_on_the_change, floor=_floor,
     kernels={"spark": f"{KERNELS}:spark_window", "arrow": f"{KERNELS}:arrow_window"}))
+
+
+def add_window_assign(circuit: Circuit, node_id: str, source: str, window: WindowSpec, origin: str,
+                      **params: object) -> str:
+    """Add the window assignment of ``source`` (the one lowering of a YAML ``aggregate.window``
+    and of SQL's ``GROUP BY window(...)``); its id. ``params``: extra ones (a SQL node's ``sql``)."""
+    node = make_node(node_id, "window_assign", [source], WINDOW_COLUMNS + circuit[source].columns, origin=origin,
+                     column=window.column, size_us=window.size_us, slide_us=window.slide_us, **params)
+    return circuit.add(node).id

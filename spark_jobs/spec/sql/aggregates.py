@@ -17,6 +17,7 @@ from . import plan as P
 from .errors import SqlError, describe
 from .exprs import AGGREGATES, aggregates_of, check_row_expression, column_sql, function_name, is_literal_int, walk
 from .scope import Field, Scope, fresh
+from .time_windows import STRUCT, group_by_window, spelled
 
 if TYPE_CHECKING:
     from .binder import Binder, Relation
@@ -43,6 +44,9 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
             if isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)):
                 raise SqlError(f"GROUP BY {type(g).__name__.upper().replace('SETS', ' SETS')} is not supported: "
                                f"write one query per grouping and UNION ALL them", g)
+    group_text = "GROUP BY " + ", ".join(spelled(g, 30) for g in group_items) if group_items else "(one group)"
+    rel, group_items = group_by_window(binder, rel, group_items, items)
+    scope = rel.scope
     aliases = {unalias(i)[1].lower(): unalias(i)[0] for i in items if unalias(i)[1]}
     taken: set[str] = set()
     pre: list[tuple[str, str]] = []  # pre-projection (name, expr)
@@ -62,7 +66,7 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
         canon = binder.canonical(e, scope)
         if canon in keys:
             continue
-        base = scope.resolve(e).name if isinstance(e, exp.Column) else _alias_for(e, items) or f"group{len(keys)}"
+        base = _key_name(scope.resolve(e)) if isinstance(e, exp.Column) else _alias_for(e, items) or f"group{len(keys)}"
         name = fresh(base, taken)
         taken.add(name)
         keys[canon] = name
@@ -100,7 +104,6 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
             agg_rows.append((out, func, column_sql(col) if col else None, distinct))
 
     key_cols = tuple(keys.values())
-    group_text = "GROUP BY " + ", ".join(describe(g, 30) for g in group_items) if group_items else "(one group)"
     pre_plan = P.Map(tuple(n for n, _ in pre), "(group keys and aggregate arguments)", rel.plan, tuple(pre))
     if agg_rows:
         agg_text = group_text + ": " + ", ".join(f"{f}({'DISTINCT ' if d else ''}{a or '*'})"
@@ -178,6 +181,12 @@ def _aggregate_call(call: exp.AggFunc, text: str | None = None) -> tuple[str, bo
     if arg is None:
         raise SqlError(f"{func}() needs an argument", call)
     return func, distinct, arg
+
+
+def _key_name(f: Field) -> str:
+    """A group key column's name: the column's own, or window_start / window_end for a time
+    window's (as a YAML windowed aggregate names them: explain and state bounds read alike)."""
+    return f.column if f.qualifier == STRUCT else f.name
 
 
 def _alias_for(node: exp.Expression, items: list[exp.Expression]) -> str | None:

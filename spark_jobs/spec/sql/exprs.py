@@ -13,6 +13,7 @@ from sqlglot import exp
 
 from .. import sql_check
 from .errors import SqlError, describe
+from .parse import TIME_WINDOW_FUNCTION
 
 DIALECT = "spark"
 
@@ -56,6 +57,10 @@ def check_row_expression(node: exp.Expression, where: str, text: str | None = No
             raise SqlError(f"window function '{describe(sub)}' in {where}: window functions are supported "
                            f"only as top-k (ROW_NUMBER/RANK/DENSE_RANK OVER (...) filtered by <= k in an "
                            f"enclosing query), which is not supported yet", sub)
+        if isinstance(sub, exp.Anonymous) and str(sub.name).lower() == TIME_WINDOW_FUNCTION:
+            raise SqlError(f"window(...) over time in {where}: a time window is supported only as a GROUP BY "
+                           f"item (GROUP BY window(ts, '1 hour'), user_id), whose window.start and window.end "
+                           f"the SELECT list reads", sub)
     if text is None:
         return
     check = _RowCheck(text, skip)

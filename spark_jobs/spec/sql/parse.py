@@ -21,22 +21,30 @@ _STATEMENTS = {exp.Insert: "INSERT", exp.Delete: "DELETE", exp.Update: "UPDATE",
                exp.Use: "USE", exp.Describe: "DESCRIBE", exp.Alter: "ALTER"}
 
 
-TIME_WINDOW = ("window(...) over time is not supported in SQL nodes yet: use an 'aggregate' node with "
-               "window: {column: ts, size: \"1 hour\"} (and slide: for sliding windows); it gives window_start "
-               "and window_end, which Spark SQL calls window.start and window.end")
+TIME_WINDOW_FUNCTION = "__wndw"  # what a time window ``window(`` is read as: the same length, so positions hold
 
 
-def _time_window_call(text: str) -> Position | None:
-    """Where ``text`` calls ``window(`` (Spark's time window, which the parser takes for a WINDOW
-    clause and reports as a syntax error), from its tokens; None when it does not."""
+def mask_time_windows(text: str) -> str:
+    """``text`` with each call ``window(`` (Spark's time window, which the parser would take for a
+    WINDOW clause) renamed to ``TIME_WINDOW_FUNCTION(``, found from its tokens (never inside a
+    string or a comment); every other character, and so every position, unchanged."""
     try:
         tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(text)
     except (TokenError, ValueError):
-        return None
+        return text
+    out = text
     for tok, nxt in zip(tokens, tokens[1:]):
-        if tok.text.lower() == "window" and nxt.text == "(":
-            return Position(tok.line, max(1, tok.col - len(tok.text) + 1))
-    return None
+        if tok.text.lower() == "window" and nxt.text == "(" and tok.end - tok.start + 1 == len(TIME_WINDOW_FUNCTION):
+            out = out[:tok.start] + TIME_WINDOW_FUNCTION + out[tok.end + 1:]
+    return out
+
+
+def _after_time_window(text: str, line: int, col: int) -> bool:
+    """Whether ``window(...)`` ends just before column ``col`` (0-based) of ``line``."""
+    lines = text.splitlines()
+    before = lines[line - 1][:col].rstrip() if 0 < line <= len(lines) else ""
+    masked = mask_time_windows(before)
+    return before.endswith(")") and TIME_WINDOW_FUNCTION in masked and "(" in masked.rsplit(TIME_WINDOW_FUNCTION, 1)[1]
 
 
 @dataclass(frozen=True)
@@ -52,16 +60,17 @@ class ParsedQuery:
 def parse_query(text: str) -> ParsedQuery:
     """Parse ``text`` as exactly one SELECT-style query; syntax problems become ``error``."""
     try:
-        trees = [t for t in sqlglot.parse(text, read=DIALECT) if t is not None]
+        trees = [t for t in sqlglot.parse(mask_time_windows(text), read=DIALECT) if t is not None]
     except ParseError as exc:
         first = exc.errors[0] if exc.errors else {}
         line, col = first.get("line") or 1, first.get("col") or 1
         what = first.get("description") or str(exc)
         near = first.get("highlight")
         width = len(near) if isinstance(near, str) else 0
-        window = _time_window_call(text)
-        if window is not None:
-            return ParsedQuery(text, None, error=SqlError(TIME_WINDOW, window))
+        if isinstance(near, str) and near.upper() == "AS" and _after_time_window(text, line, col - width):
+            what = ("a GROUP BY item cannot be named (Spark SQL refuses GROUP BY window(...) AS w too): write "
+                    "GROUP BY window(...) and select window.start / window.end")
+            return ParsedQuery(text, None, error=SqlError(what, Position(line, max(1, col - width + 1))))
         return ParsedQuery(text, None, error=SqlError(f"syntax error: {_plain(what)}"
                                                       + (f" near '{near}'" if near else ""),
                                                       Position(line, max(1, col - width + 1))))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import Position
+
 Cols = tuple[str, ...]
 Pairs = tuple[tuple[str, str], ...]
 
@@ -102,6 +104,19 @@ class NotIn(Rel):
 
 
 @dataclass(eq=False)
+class WindowAssign(Rel):
+    """Spark's ``window(column, size[, slide])`` in GROUP BY: each row once per time window
+    holding its ``column``; output ``window_start``, ``window_end``, then ``input``'s columns
+    (the IR's ``window_assign``, the operator a YAML ``aggregate.window`` becomes)."""
+
+    input: Rel
+    column: str
+    size_us: int
+    slide_us: int
+    at: Position | None = None  # where the call is in the query (messages)
+
+
+@dataclass(eq=False)
 class Aggregate(Rel):
     """GROUP BY ``group_by`` (columns of ``input``) computing ``aggs``: (out, func, arg column or
     None for count(*), distinct). Without ``group_by`` exactly one row, as SQL."""
@@ -162,7 +177,7 @@ class TopK(Rel):
 
 def inputs_of(rel: Rel) -> tuple[Rel, ...]:
     """The relations a plan node reads, in order."""
-    if isinstance(rel, (Map, Filter, Aggregate, Distinct, TopK)):
+    if isinstance(rel, (Map, Filter, WindowAssign, Aggregate, Distinct, TopK)):
         return (rel.input,)
     if isinstance(rel, (Join, Semi, NotIn, SetOp)):
         return (rel.left, rel.right)
