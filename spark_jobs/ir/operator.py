@@ -154,15 +154,22 @@ def unregister(name: str) -> None:
 
 
 def _load() -> None:
-    """Import every module of ``spark_jobs.ir.ops`` once: each registers its operators."""
+    """Import every module of ``spark_jobs.ir.ops`` once: each registers its operators. Marked
+    loaded first (an operator module may ask for another operator while it loads); if an import
+    fails the mark is taken back, so the next call raises that import's error again instead of
+    answering "unknown IR op" from a half-filled registry."""
     global _LOADED
     if _LOADED:
         return
     _LOADED = True
     from spark_jobs.ir import ops
 
-    for info in pkgutil.iter_modules(ops.__path__):
-        importlib.import_module(f"{ops.__name__}.{info.name}")
+    try:
+        for info in pkgutil.iter_modules(ops.__path__):
+            importlib.import_module(f"{ops.__name__}.{info.name}")
+    except BaseException:
+        _LOADED = False
+        raise
 
 
 def operator(name: str) -> Operator:
