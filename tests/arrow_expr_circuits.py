@@ -92,8 +92,14 @@ def _schema_of(node: NodeSpec, schemas: dict[str, pa.Schema], output: str | None
                              node.right_on)
         return pa.schema([(out, first.field(src).type) for src, out in layout.left_out] +
                          [(out, right.field(src).type) for src, out in layout.right_out])
+    if node.op == "topk":  # the input's rows, and the rank (Spark's int) when it is emitted
+        topk = node.extra.get("topk")
+        rank = topk.rank_column if topk is not None else None
+        return pa.schema(list(first) + ([pa.field(rank, pa.int32())] if rank else []))
     if node.op == "aggregate":
-        fields = [(g, first.field(g).type) for g in node.group_by]
+        window = [(c, first.field(node.window.column).type) for c in ("window_start", "window_end")] \
+            if node.window is not None else []
+        fields = window + [(g, first.field(g).type) for g in node.group_by]
         for agg in node.aggregates:
             arg = compile_expression(agg.arg, first).arrow_type if agg.arg else None
             fields.append((agg.name, _aggregate_type(agg.func, arg)))
