@@ -24,7 +24,10 @@ def spark():
     # overhead, so one partition everywhere and no adaptive re-planning (AQE splits a query into a
     # job per shuffle stage), and no automatic broadcasts (each is a job of its own; explicit
     # broadcast hints still apply). Results are the same; production keeps the profile's settings.
-    config.spark.conf.update({"spark.default.parallelism": "1", "spark.sql.shuffle.partitions": "1",
+    # One session serves the whole suite (900+ tests): 2g of driver heap ran out late in a CI run
+    # (a broadcast in the recursion tests), so the test session gets more; the machine has 24 GiB.
+    config.spark.conf.update({"spark.driver.memory": "4g",
+                              "spark.default.parallelism": "1", "spark.sql.shuffle.partitions": "1",
                               "spark.sql.adaptive.enabled": "false",
                               "spark.sql.autoBroadcastJoinThreshold": "-1"})
     return get_spark(config)
