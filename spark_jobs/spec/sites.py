@@ -63,13 +63,8 @@ def sql_sites(label: str, node: NodeSpec, lookup: Callable[[str], tuple[str, ...
         rel = bind_node(node.sql, lookup, known)
     except SqlError:
         return
-    line, seen, stack, texts = node.line_of("query"), set(), [rel], []
-    while stack:
-        r = stack.pop()
-        if id(r) in seen:
-            continue
-        seen.add(id(r))
-        stack.extend(P.inputs_of(r))
+    line, texts = node.line_of("query"), []
+    for r in P.walk(rel):
         if isinstance(r, P.Map):
             texts += [e for _, e in r.exprs if not _is_column(e)]
         elif isinstance(r, P.Filter):

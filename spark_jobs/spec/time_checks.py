@@ -136,13 +136,8 @@ def _sql_window_columns(spec: CircuitSpec, name: str, node: NodeSpec, res: Resol
         rel = bind_node(node.sql, res.columns.get, tuple(res.columns))
     except SqlError:
         return []  # the query's own problem is reported by the column checks
-    problems, stack, seen = [], [rel], set()
-    while stack:
-        r = stack.pop()
-        if id(r) in seen:
-            continue
-        seen.add(id(r))
-        stack.extend(P.inputs_of(r))
+    problems = []
+    for r in P.walk(rel):
         if isinstance(r, P.WindowAssign):
             found = _plan_origin(spec, r.input, r.column)
             if found is not None and (why := _not_timestamp(found[1])):

@@ -10,6 +10,7 @@ Nodes are compared by identity: a CTE read twice is one plan object, lowered onc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 from .errors import Position
 
@@ -184,3 +185,18 @@ def inputs_of(rel: Rel) -> tuple[Rel, ...]:
     if isinstance(rel, Recursive):
         return (rel.base, rel.step)
     return ()
+
+
+def walk(rel: Rel) -> Iterator[Rel]:
+    """Every plan node under ``rel`` (``rel`` included), each once even where the plan shares a
+    node (a CTE read twice): the one traversal the plan's checks share."""
+    seen: set[int] = set()
+    stack = [rel]
+    while stack:
+        r = stack.pop()
+        if id(r) in seen:
+            continue
+        seen.add(id(r))
+        stack.extend(inputs_of(r))
+        yield r
+

@@ -74,14 +74,7 @@ def _monotone(rel: P.Rel, loop: P.Loop, at: exp.Expression, name: str) -> None:
                        f"projections, UNION and DISTINCT may (negation and aggregation only of relations "
                        f"that do not read '{name}')", at)
 
-    seen: set[int] = set()
-    stack = [rel]
-    while stack:
-        r = stack.pop()
-        if id(r) in seen:
-            continue
-        seen.add(id(r))
-        stack.extend(P.inputs_of(r))
+    for r in P.walk(rel):
         if isinstance(r, P.Aggregate) and variant(r.input):
             refuse("an aggregate (GROUP BY) of a relation that")
         if isinstance(r, P.TopK) and variant(r.input):
