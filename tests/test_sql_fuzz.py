@@ -88,16 +88,27 @@ def run_seed(tmp_path, seed: int, steps: int, spark_every: int = SPARK_EVERY, ar
         stream = SqlStream(root, circuit_text(case.tables, accepted), in_process=True, oracle=oracle)
         rng = random.Random(seed)
         rels = {n: RandomRelation(list(cols), case.domains[n], rng) for n, cols in case.tables.items()}
-        for t in range(1, steps + 1):
-            stream.use_engine("spark" if spark_every and t % spark_every == 0 else "arrow")
-            inserts, deletes = (0, 0) if t % 5 == 3 else (6, 1) if t < 3 else (3, 3)
-            stream.step({n: rel.change(inserts, deletes) for n, rel in rels.items()})
-        stats["fallbacks"] = sorted(set(stream.fallbacks))
+        try:
+            for t in range(1, steps + 1):
+                stream.use_engine("spark" if spark_every and t % spark_every == 0 else "arrow")
+                inserts, deletes = (0, 0) if t % 5 == 3 else (6, 1) if t < 3 else (3, 3)
+                stream.step({n: rel.change(inserts, deletes) for n, rel in rels.items()})
+        except Exception as e:
+            stats["failure"] = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            stats["fallbacks"] = sorted(set(stream.fallbacks))
+            _log(stats)
+    else:
+        _log(stats)
+    return stats
+
+
+def _log(stats: dict) -> None:
     log = os.environ.get("DBSP_SQLFUZZ_LOG")
     if log:
         with open(log, "a") as f:
             f.write(json.dumps(stats) + "\n")
-    return stats
 
 
 @pytest.mark.parametrize("seed", _seeds())

@@ -28,6 +28,17 @@ def test_spark_receives_the_authors_text_with_columns_replaced():
     assert dict(cols) == {"k": "`k`", "d": "to_date(`s`, 'yyyy-MM-dd')", "r": "regexp_extract(`s`, '(a)(b)', 1)"}
 
 
+def test_boolean_and_null_literals_and_a_cast_in_a_conjunct_reach_spark_whole():
+    """Found by tests/test_sql_fuzz.py: sqlglot keeps no position of TRUE/FALSE/NULL, so a query
+    selecting one was refused; and the text of ``x = CAST(2.0 AS DOUBLE)`` beside another
+    conjunct lost its last ')' (sqlglot parses the cut text to the same tree), so Spark refused it."""
+    c = _one("SELECT k, true AS t, NULL AS n, NOT false AS nf FROM a WHERE (x IN (0, 1) AND k = CAST(2.0 AS DOUBLE))")
+    (cols,) = [n.param("columns") for n in c.query if n.id == "q"]
+    assert dict(cols) == {"k": "`k`", "t": "TRUE", "n": "NULL", "nf": "NOT FALSE"}
+    filters = {n.param("where") for n in c.query if n.op == "filter"}
+    assert filters == {"(`x` IN (0, 1)) AND (`k` = CAST(2.0 AS DOUBLE))"}, filters
+
+
 def test_join_conditions_become_keys_and_pushed_filters():
     c = _one("SELECT a.k, y FROM a, b WHERE a.k = b.k AND b.y > 2 AND a.x < b.y AND s = 'p'")
     joins = [n for n in c.query if n.op == "join"]

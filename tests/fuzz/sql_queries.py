@@ -289,10 +289,10 @@ def topk(ctx: Ctx, rel: Rel) -> Rel:
     fe, fo = from_item(ctx, rel, "s")
     cols = [(f"s.{c}", t) for c, t in rel.cols]
     names = [n for n, _ in rel.cols]
-    if rng.random() < 0.3:
-        keys = _order(rng, cols)
+    if rng.random() < 0.3:  # ORDER BY names output columns (the engine does not resolve s.x there)
+        keys = _order(rng, list(rel.cols))
         tail = f" ORDER BY {', '.join(keys)} LIMIT {k}"
-        otail = f" ORDER BY {', '.join(_tie_break(_explicit(keys), [f's.{n}' for n in names]))} LIMIT {k}"
+        otail = f" ORDER BY {', '.join(_tie_break(_explicit(keys), names))} LIMIT {k}"
         sel = f"SELECT {', '.join(f's.{n} AS {n}' for n in names)} FROM "
         return Rel(sel + fe + tail, sel + fo + otail, list(rel.cols))
     part = [c for c, _ in rng.sample(cols, rng.choice([0, 1, 1, 2]) if len(cols) > 1 else 0)]
