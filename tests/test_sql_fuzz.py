@@ -20,7 +20,7 @@ import pytest
 
 from spark_jobs.runtime.circuit import compile_file
 from spark_jobs.spec.errors import CircuitError
-from tests.fuzz.sql_queries import circuit_text, random_case
+from tests.fuzz.sql_queries import circuit_text, domain, random_case
 from tests.sql_streams import SqlStream, to_duckdb
 from tests.streams import RandomRelation
 
@@ -82,26 +82,31 @@ def run_seed(tmp_path, seed: int, steps: int, spark_every: int = SPARK_EVERY, ar
             continue
         accepted[f"q{i}"], oracle[f"q{i}"] = engine_q, oracle_q
     stats["compared"] = len(accepted)
-    if accepted:
-        root = tmp_path / "run"
-        root.mkdir()
-        stream = SqlStream(root, circuit_text(case.tables, accepted), in_process=True, oracle=oracle)
-        rng = random.Random(seed)
-        rels = {n: RandomRelation(list(cols), case.domains[n], rng) for n, cols in case.tables.items()}
-        try:
-            for t in range(1, steps + 1):
-                stream.use_engine("spark" if spark_every and t % spark_every == 0 else "arrow")
-                inserts, deletes = (0, 0) if t % 5 == 3 else (6, 1) if t < 3 else (3, 3)
-                stream.step({n: rel.change(inserts, deletes) for n, rel in rels.items()})
-        except Exception as e:
-            stats["failure"] = f"{type(e).__name__}: {e}"
-            raise
-        finally:
-            stats["fallbacks"] = sorted(set(stream.fallbacks))
-            _log(stats)
-    else:
+    try:
+        if accepted:
+            stats["fallbacks"] = run_queries(tmp_path / "run", case.tables, accepted, oracle, seed, steps, spark_every)
+    except Exception as e:
+        stats["failure"] = f"{type(e).__name__}: {e}"
+        raise
+    finally:
         _log(stats)
     return stats
+
+
+def run_queries(root, tables: dict[str, dict[str, str]], queries: dict[str, str], oracle: dict[str, str],
+                seed: int, steps: int, spark_every: int = 0) -> list[str]:
+    """``queries`` as nodes of one circuit over a random stream of ``steps`` timesteps (every
+    ``spark_every``-th on Spark, the others on Arrow when they can), compared with DuckDB after
+    each; returns why steps meant for Arrow ran on Spark."""
+    root.mkdir()
+    stream = SqlStream(root, circuit_text(tables, queries), in_process=True, oracle=oracle)
+    rng = random.Random(seed)
+    rels = {n: RandomRelation(list(cols), {c: domain(t) for c, t in cols.items()}, rng) for n, cols in tables.items()}
+    for t in range(1, steps + 1):
+        stream.use_engine("spark" if spark_every and t % spark_every == 0 else "arrow")
+        inserts, deletes = (0, 0) if t % 5 == 3 else (6, 1) if t < 3 else (3, 3)
+        stream.step({n: rel.change(inserts, deletes) for n, rel in rels.items()})
+    return sorted(set(stream.fallbacks))
 
 
 def _log(stats: dict) -> None:

@@ -39,6 +39,15 @@ def test_boolean_and_null_literals_and_a_cast_in_a_conjunct_reach_spark_whole():
     assert filters == {"(`x` IN (0, 1)) AND (`k` = CAST(2.0 AS DOUBLE))"}, filters
 
 
+def test_a_self_outer_join_filters_its_preserved_side_by_the_inputs_names():
+    """Found by tests/test_sql_fuzz.py: in ``a l RIGHT JOIN a r ON l.k = r.k AND r.s >= 'x'`` the
+    condition on r filters r before the join, where r's columns are not yet renamed apart from
+    l's (``s``, not ``r_s``): Spark failed on the unknown column at the first step."""
+    c = _one("SELECT l.x, r.k AS rk FROM a AS l RIGHT JOIN a AS r ON l.k = r.k AND r.s >= 'x' AND r.x > 1")
+    filters = {n.param("where") for n in c.query if n.op == "filter"}
+    assert filters == {"(`s` >= 'x') AND (`x` > 1)"}, filters
+
+
 def test_join_conditions_become_keys_and_pushed_filters():
     c = _one("SELECT a.k, y FROM a, b WHERE a.k = b.k AND b.y > 2 AND a.x < b.y AND s = 'p'")
     joins = [n for n in c.query if n.op == "join"]

@@ -354,10 +354,9 @@ def query(rng: random.Random, tables: dict[str, list[tuple[str, str]]], arrow_on
 class Case:
     tables: dict[str, dict[str, str]]  # input -> column -> type
     queries: list[tuple[str, str]]  # (engine, oracle)
-    domains: dict[str, dict[str, Callable[[random.Random], Any]]]
 
 
-def _domain(t: str) -> Callable[[random.Random], Any]:
+def domain(t: str) -> Callable[[random.Random], Any]:
     pool = _POOLS[t]
     return lambda r: None if r.random() < 0.25 else r.choice(pool)
 
@@ -376,8 +375,7 @@ def random_case(seed: int, n_queries: int = 5, arrow_only: bool = False) -> Case
         tables[name] = cols
     listed = {n: list(c.items()) for n, c in tables.items()}
     queries = [query(rng, listed, arrow_only) for _ in range(n_queries)]
-    domains = {n: {c: _domain(t) for c, t in cols.items()} for n, cols in tables.items()}
-    return Case(tables, queries, domains)
+    return Case(tables, queries)
 
 
 def circuit_text(tables: dict[str, dict[str, str]], queries: dict[str, str]) -> str:

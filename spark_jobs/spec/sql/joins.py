@@ -134,14 +134,14 @@ def outer_join(binder: "Binder", left: "Relation", right: "Relation", join: exp.
     right_out, rfields = _renamed_right(left, right)
     out_scope = Scope(left.fields + rfields)
 
-    def bound(parts: list[exp.Expression]) -> str | None:
-        return and_all([binder.bind_expr(p, out_scope, "an ON condition") for p in parts])
+    def bound(parts: list[exp.Expression], scope: Scope = out_scope) -> str | None:
+        return and_all([binder.bind_expr(p, scope, "an ON condition") for p in parts])
 
     mixed_refs = tuple(dict.fromkeys(out_scope.resolve(c).column for p in split.mixed for c in columns_of(p)))
     columns = left.plan.columns + tuple(o for _, o in right_out)
     plan = P.Join(columns, _join_text(f"{side.upper()} OUTER", right, conds), side, left.plan, right.plan, lkeys,
                   rkeys, tuple((c, c) for c in left.plan.columns), right_out, bound(split.left_only),
-                  bound(split.right_only), bound(split.mixed), mixed_refs)
+                  bound(split.right_only, right.scope), bound(split.mixed), mixed_refs)
     rel = Relation(plan, left.fields + rfields)
     if using:
         rel = merge_using(rel, [(lf, rf) for lf, rf, _ in pairs_using], side)
