@@ -64,7 +64,7 @@ class Ctx:
     """The state of drawing one query: its CTEs and fresh names."""
 
     rng: random.Random
-    arrow_only: bool = False  # no avg, EXCEPT ALL or INTERSECT ALL (they run on Spark only)
+    arrow_only: bool = False  # no avg, sums of decimals or doubles, EXCEPT ALL or INTERSECT ALL (Spark only)
     ctes: list[tuple[str, str, str]] = field(default_factory=list)  # (name, engine, oracle)
     n: int = 0
 
@@ -204,8 +204,8 @@ def _aggregate(rng: random.Random, cols: list[tuple[str, str]], arrow_only: bool
     if f in ("count", "count_distinct"):
         c, _ = rng.choice(cols)
         return (f"count(DISTINCT {c})" if f == "count_distinct" else f"count({c})"), "long"
-    if f in ("sum", "avg"):
-        t = rng.choice(NUMERIC)
+    if f in ("sum", "avg"):  # Arrow keeps no exact running totals of decimals and doubles
+        t = rng.choice(("long", "int") if arrow_only else NUMERIC)
         e = expr(rng, cols, t, 1)
         return f"{f}({e})", "double" if f == "avg" else t
     t = rng.choice(ORDERED)
