@@ -135,3 +135,21 @@ def test_random_sql_views_equal_duckdb_in_process(spark, tmp_path, seed):
 @pytest.mark.parametrize("seed", _seeds("DBSP_SQLFUZZ_SPARK_SEEDS", SPARK_SEEDS))
 def test_random_sql_views_equal_duckdb_on_spark_and_arrow(spark, tmp_path, seed):
     _run(tmp_path, seed, SPARK_STEPS, spark_every=2, arrow_only=False)
+
+
+# ---- what the fuzzer found, as streams (each failed or was refused before its fix) -----------------
+
+FOUND = {
+    # a self-join's ON condition on its preserved side read the renamed columns (r_a0) of the input
+    "self_right_join": "SELECT l.a0 AS c0, r.ak AS c1 FROM a AS l RIGHT JOIN a AS r ON l.ak = r.ak AND r.a0 >= 'x'",
+    # an outer join / anti-join matching one column twice had a key set with that column twice
+    "key_twice_outer": "SELECT l.a0 AS c0, r.bk AS c1 FROM a AS l FULL JOIN b AS r ON l.ak = r.bk AND l.ak = r.b0",
+    "key_twice_anti": "SELECT * FROM a WHERE NOT EXISTS (SELECT 1 FROM b WHERE b.bk = a.ak AND b.b0 = a.ak)",
+    # TRUE / NULL have no position in sqlglot's tree; a CAST beside a conjunct lost its ')'
+    "literals": "SELECT ak, true AS t, NULL AS n FROM a WHERE (ak IN (0, 1) OR a0 = CAST('x' AS STRING))",
+}
+
+
+def test_what_the_fuzzer_found_equals_duckdb(spark, tmp_path):
+    tables = {"a": {"ak": "long", "a0": "string"}, "b": {"bk": "long", "b0": "long"}}
+    run_queries(tmp_path / "run", tables, FOUND, dict(FOUND), seed=3, steps=6)

@@ -48,6 +48,25 @@ def test_a_self_outer_join_filters_its_preserved_side_by_the_inputs_names():
     assert filters == {"(`s` >= 'x') AND (`x` > 1)"}, filters
 
 
+def test_an_outer_or_semi_join_matching_one_column_twice_keys_it_once():
+    """Found by tests/test_sql_fuzz.py: ``l.k = r.k AND l.k = r.y`` made key columns (k, k), and
+    the key set of an outer join (or semi-join) holding a column twice failed at the first step
+    ('Field "k" exists 2 times'). The repeated equality is kept as a condition beyond the keys."""
+    import pytest
+
+    from spark_jobs.spec import CircuitError
+
+    for query in ("SELECT l.x, r.y FROM a AS l RIGHT JOIN b AS r ON l.k = r.k AND l.k = r.y",
+                  "SELECT * FROM a WHERE NOT EXISTS (SELECT 1 FROM b WHERE b.k = a.k AND b.k = a.x)"):
+        c = _one(query)
+        for n in c.query:
+            for keys in ("left_keys", "right_keys", "keys"):
+                value = n.param(keys) if n.op in ("join", "semijoin", "distinct", "keyset") else None
+                assert not value or len(set(value)) == len(value), (query, n.op, value)
+    with pytest.raises(CircuitError, match="matched against two columns"):
+        _one("SELECT * FROM a WHERE (k, k) IN (SELECT k, y FROM b)")
+
+
 def test_join_conditions_become_keys_and_pushed_filters():
     c = _one("SELECT a.k, y FROM a, b WHERE a.k = b.k AND b.y > 2 AND a.x < b.y AND s = 'p'")
     joins = [n for n in c.query if n.op == "join"]
