@@ -29,7 +29,7 @@ from tests.fuzz.sql_queries import circuit_text, domain, random_case
 from tests.sql_streams import SqlStream, to_duckdb
 from tests.streams import RandomRelation
 
-ARROW_SEEDS = [0, 1, 2]  # ARROW_STEPS each
+ARROW_SEEDS = [0, 1, 2, 3, 5, 129, 136]  # ARROW_STEPS each; 129, 136: outer joins matching a column twice
 SPARK_SEEDS = [0]  # SPARK_STEPS each
 ARROW_STEPS, SPARK_STEPS = 8, 4
 

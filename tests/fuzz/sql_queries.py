@@ -221,7 +221,7 @@ def aggregate(ctx: Ctx, rel: Rel) -> Rel:
     for _ in range(rng.choice([0, 1, 1, 2])):
         c, t = rng.choice(cols)
         e = c if rng.random() < 0.7 else expr(rng, cols, t, 1)
-        if e not in [g for g, _ in groups]:
+        if e not in [g for g, _ in groups] and not e.lstrip("-").isdigit():  # GROUP BY 3 is an ordinal
             groups.append((e, t))
     items = [(e, f"k{i}", t) for i, (e, t) in enumerate(groups)]
     # Arrow recomputes a touched group when it has a min or max, and has no exact sums to do it with
