@@ -85,3 +85,28 @@ def test_a_streamed_match_finds_what_a_lookup_finds_and_keeps_nothing_decoded(tm
     assert trace.decoded_rows() == 0 and trace.bytes_read > 0
     with pytest.raises(TooMany):
         trace.matching("k", list(range(500)), max_found=100)
+
+
+def test_a_streamed_match_in_small_batches_decodes_only_groups_holding_a_key(tmp_path):
+    """In batches of a few groups: where statistics admit every group (an unsorted file) but few
+    hold a probed key, the key column is read first and only the groups holding a key are
+    decoded; where most groups hit (dense probes), reading the key column first stops. Exact
+    either way."""
+    rng = random.Random(9)
+    keys = list(range(5000))
+    rng.shuffle(keys)
+    rows = [(k, f"v{k % 7}" * 20, k % 6, 1) for k in keys]
+    path = _write(tmp_path / "t.parquet", rows, row_group_size=100)
+    meta = pq.ParquetFile(path).metadata
+
+    def chunk_bytes(g: int, columns: range) -> int:
+        return sum(meta.row_group(g).column(c).total_compressed_size for c in columns)
+
+    holding = [g for g in range(meta.num_row_groups) if {17, 4321} & set(keys[g * 100:(g + 1) * 100])]
+    key_pass = sum(chunk_bytes(g, range(1)) for g in range(meta.num_row_groups))
+    for probe, sparse in [({17, 4321}, True), (set(range(0, 5000, 2)) | {None}, False)]:
+        trace = TraceFiles(LocalFileSystem(), [path], SCHEMA)
+        got = trace.matching("k", list(probe), max_found=10_000, batch_rows=250)
+        assert _got(got) == _expected(rows, probe, None, None)
+        if sparse:  # the key column of all 50 groups, then only the groups holding 17 or 4321, whole
+            assert trace.bytes_read == key_pass + sum(chunk_bytes(g, range(meta.num_columns)) for g in holding)
