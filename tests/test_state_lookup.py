@@ -110,3 +110,29 @@ def test_a_streamed_match_in_small_batches_decodes_only_groups_holding_a_key(tmp
         assert _got(got) == _expected(rows, probe, None, None)
         if sparse:  # the key column of all 50 groups, then only the groups holding 17 or 4321, whole
             assert trace.bytes_read == key_pass + sum(chunk_bytes(g, range(meta.num_columns)) for g in holding)
+
+
+def test_key_sets_answer_as_is_in_does_for_every_key_type_and_null():
+    """``KeySet.member`` (a binary search in one sorted array for many integer or date keys, else
+    ``is_in``) says True exactly where ``is_in`` does, NULL matching only a probed NULL."""
+    import datetime
+
+    import pyarrow.compute as pc
+
+    from spark_jobs.state.lookup import KeySet
+
+    rng = random.Random(11)
+    days = [datetime.date(2020, 1, 1) + datetime.timedelta(days=d) for d in range(40)]
+    for dtype, pool in [(pa.int64(), list(range(-50, 50))), (pa.int32(), list(range(30))),
+                        (pa.date32(), days), (pa.string(), [f"s{i}" for i in range(30)])]:
+        for want_null in (False, True):
+            probe = rng.sample(pool, 12)
+            keys = pa.chunked_array([pa.array([None if rng.random() < 0.1 else rng.choice(pool) for _ in range(200)],
+                                              dtype) for _ in range(3)])
+            want = pc.fill_null(pc.is_in(keys, value_set=pa.array(probe + ([None] if want_null else []), dtype),
+                                         skip_nulls=not want_null), False)
+            for sorted_from in (0, 1_000):  # the sorted array, and is_in
+                got = KeySet(sorted(probe), want_null, dtype, sorted_from=sorted_from).member(keys)
+                assert got.to_pylist() == want.to_pylist(), (dtype, want_null, sorted_from)
+            assert KeySet([], want_null, dtype, sorted_from=0).member(keys).to_pylist() == \
+                (pc.is_null(keys).to_pylist() if want_null else [False] * len(keys))
