@@ -100,15 +100,17 @@ def _comparable(value: Any) -> Any:
 
 
 def run_both(tmp_path, circuit_text: str, inputs: dict[str, tuple[dict[str, str], Domain]], steps: int,
-             seed: int, sizes: Callable[[int], tuple[int, int]] = lambda t: (8, 3)) -> list[str]:
+             seed: int, sizes: Callable[[int], tuple[int, int]] = lambda t: (8, 3),
+             **arrow_policy: dict[str, Any]) -> list[str]:
     """Run ``circuit_text`` for ``steps`` timesteps of random changes on Spark, on Arrow and on
     both alternately; assert the same view deltas and types after every step. Returns the
-    engines the alternating run used, step by step."""
+    engines the alternating run used, step by step. ``arrow_policy``: sections of the policy the
+    Arrow and alternating runs use (``config``'s keywords, e.g. ``arrow={...}``)."""
     path = tmp_path / "circuit.yaml"
     path.write_text(circuit_text)
     roots = {kind: str(tmp_path / kind) for kind in ("spark", "arrow", "mixed")}
     spark_rt = open_circuit(str(path), config(roots["spark"], engine="spark"))
-    arrow_rt = open_circuit(str(path), config(roots["arrow"], engine="arrow"))
+    arrow_rt = open_circuit(str(path), config(roots["arrow"], engine="arrow", **arrow_policy))
     rng = random.Random(seed)
     bags = {name: Bag(cols, domain, rng) for name, (cols, domain) in inputs.items()}
     views = list(spark_rt.compiled.spec.outputs)
@@ -120,7 +122,7 @@ def run_both(tmp_path, circuit_text: str, inputs: dict[str, tuple[dict[str, str]
                 for root in roots.values():
                     write_change(root, name, t, bag.columns, change)
         engine = "arrow" if t % 2 else "spark"
-        mixed_rt = open_circuit(str(path), config(roots["mixed"], engine=engine))
+        mixed_rt = open_circuit(str(path), config(roots["mixed"], engine=engine, **arrow_policy))
         reports = {"spark": run_step(spark_rt), "arrow": run_step(arrow_rt), "mixed": run_step(mixed_rt)}
         assert reports["spark"].engine == "spark"
         assert reports["arrow"].engine == "arrow", reports["arrow"].engine_reason

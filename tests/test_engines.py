@@ -43,6 +43,25 @@ def test_every_linear_join_distinct_and_stream_operator_agrees_on_both_engines(s
     assert engines == ["arrow", "spark", "arrow", "spark"]
 
 
+def test_streamed_lookups_agree_on_both_engines(spark, tmp_path, monkeypatch):
+    """Every keyed lookup of the Arrow kernels streamed (``execution.arrow.max_lookup_rows: 0``:
+    the path of a large change, ``TraceFiles.matching``) over sorted state: joins, antijoins,
+    distinct, set operations and aggregates' touched groups give Spark's deltas at every step.
+    (Integrals and delays as views, and products, read whole traces: other tests.)"""
+    circuit = ALL_OPS.replace("  p:      {op: product, left: a_keys, right: b_keys}\n", "") \
+                     .replace("j, j2, p, anti, dist, ia, za, dd", "j, j2, anti, dist, g") \
+                     .replace("  ia:", "  g:      {op: aggregate, input: a, group_by: [k], aggregates: {c: \"count(*)\", lo: \"min(s)\"}}\n  ia:")
+    from spark_jobs.state.lookup import TraceFiles
+
+    streamed = []
+    matching = TraceFiles.matching
+    monkeypatch.setattr(TraceFiles, "matching", lambda self, *a, **k: streamed.append(a[0]) or matching(self, *a, **k))
+    engines = run_both(tmp_path, circuit, {"a": A, "b": B}, steps=4, seed=5,
+                       arrow={"max_lookup_rows": 0}, state={"sort_min_rows": 0})
+    assert engines == ["arrow", "spark", "arrow", "spark"]
+    assert len(streamed) >= 20, streamed  # the lookups of 6 arrow steps (the bag check's too)
+
+
 EDGES = ({"src": "long", "dst": "long"}, {"src": lambda r: r.choice([0, 1, 2, 3, 4, 5, None]),
                                           "dst": lambda r: r.choice([0, 1, 2, 3, 4, 5])})
 
