@@ -31,7 +31,7 @@ from tests.streams import RandomRelation
 
 ARROW_SEEDS = [0, 1, 2, 3, 5, 129, 136]  # ARROW_STEPS each; 129, 136: outer joins matching a column twice
 SPARK_SEEDS = [0]  # SPARK_STEPS each
-ARROW_STEPS, SPARK_STEPS = 8, 4
+ARROW_STEPS, SPARK_STEPS = 8, 3
 
 
 def _seeds(variable: str, default: list[int]) -> list[int]:
