@@ -118,7 +118,12 @@ def read_yaml(text: str, file: str) -> Document:
         doc.problems.append(Problem(file, 1, None, yaml_limits.size_problem(len(text.encode("utf-8")))))
         doc.ok = False
         return doc
-    loader = _CircuitYamlLoader(text)
+    try:
+        loader = _CircuitYamlLoader(text)  # the reader checks the characters here: it may raise too
+    except yaml.reader.ReaderError as exc:
+        doc.problems.append(_character_problem(text, file, exc))
+        doc.ok = False
+        return doc
     try:
         root = loader.get_single_node()
         if root is not None and (why := yaml_limits.expansion_problem(root)):
@@ -140,12 +145,23 @@ def read_yaml(text: str, file: str) -> Document:
         doc.problems.append(Problem(file, mark.line + 1 if mark else 1, None,
                                     f"YAML syntax error: {what}"))
         doc.ok = False
+    except yaml.reader.ReaderError as exc:
+        doc.problems.append(_character_problem(text, file, exc))
+        doc.ok = False
     except yaml.YAMLError as exc:
         doc.problems.append(Problem(file, 1, None, f"YAML error: {exc}"))
         doc.ok = False
     finally:
         loader.dispose()
     return doc
+
+
+def _character_problem(text: str, file: str, exc: yaml.reader.ReaderError) -> Problem:
+    """A character YAML does not allow in a file (NUL, a control character): its line and code."""
+    line = text.count("\n", 0, max(exc.position, 0)) + 1
+    code = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "\0")
+    return Problem(file, line, None, f"the file contains the control character U+{code:04X}, which YAML does not "
+                                     f"allow: expected printable text (tabs and line breaks are fine)")
 
 
 def _walk(node: yaml.Node, path: YamlPath, doc: Document, seen: set[int]) -> None:
