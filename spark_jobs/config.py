@@ -12,14 +12,12 @@ from typing import Any
 import yaml
 
 from spark_jobs.policy import ExecutionPolicy, policy_from_profile
-from spark_jobs.spec.paths import ALLOWED_ROOTS_KEY
+from spark_jobs.spec.paths import ALLOWED_ROOTS_KEY, STATE_DIR, VIEWS_DIR
 from spark_jobs.spec.time import RetentionSettings, retention_settings
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = PROJECT_ROOT / "config" / "local.yaml"
-STATE_DIR = "_dbsp"  # default state root under the data root: <data_root>/_dbsp/<circuit>/...
 REMOTE_ENV = "DBSP_SPARK_REMOTE"  # overrides spark.remote (e.g. a Connect server on another port)
-VIEWS_DIR = "views"  # default root of published tables: <data_root>/views/<circuit>/<view>
 
 
 @dataclass(frozen=True)
