@@ -289,6 +289,7 @@ def topk_spec(raw: dict, lines: dict[str, int], problem: Callable[[str, str], No
             desc = (m.group(2) or "").upper() == "DESC"
             order.append((m.group(1), desc, (not desc) if m.group(3) is None else m.group(3).upper() == "FIRST"))
     k = raw.get("k")
+    k = int(k) if isinstance(k, float) and k.is_integer() else k  # the schema's integer admits 2.0
     rank = raw.get("rank")
     rank_column = raw.get("rank_column")
     return TopKSpec(_strs(raw.get("partition_by")), tuple(order), k if isinstance(k, int) else 1,
