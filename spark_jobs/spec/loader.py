@@ -473,8 +473,13 @@ def _read(path: str | Path) -> tuple[str | None, list[Problem]]:
         return yaml_limits.read_text(path), []
     except yaml_limits.FileTooLarge as exc:
         return None, [Problem(str(path), 1, None, str(exc))]
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, [Problem(str(path), 0, None, f"cannot read circuit file: {exc}")]
+    except UnicodeDecodeError as exc:
+        line = exc.object[:exc.start].count(b"\n") + 1
+        return None, [Problem(str(path), line, None, f"the file is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} is "
+                                                     f"not valid UTF-8 there): save it as UTF-8")]
+    except OSError as exc:
+        what = "a directory, not a file" if isinstance(exc, IsADirectoryError) else exc.strerror or str(exc)
+        return None, [Problem(str(path), 1, None, f"cannot read circuit file: {what} (expected a YAML file)")]
 
 
 def load_circuit(path: str | Path, allowed_roots: Sequence[str] = ()) -> CircuitSpec:
