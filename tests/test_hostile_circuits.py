@@ -138,3 +138,49 @@ def test_a_malformed_profile_is_an_error_naming_the_file_not_a_traceback(tmp_pat
         done = _dbsp(tmp_path, "explain", str(examples()[0]), "--config", str(tmp_path / profile))
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
         assert expected in done.stderr, done.stderr
+
+
+# ---- regressions found by the harness (each also in the sampled mutations above) ------------
+
+def _highest_bid() -> str:
+    return (PROJECT_ROOT / "circuits" / "nexmark_highest_bid.yaml").read_text()
+
+
+@pytest.mark.parametrize("old, new, fragment", [
+    ("k: 1", "k: 2147483648", "1 to 2147483647"),
+    ('lateness: "5 minutes"', 'lateness: "36501 days"', "longer than 36,500 days"),
+    ('size: "10 minutes"', 'size: "99999999999999999999 days"', "longer than 36,500 days"),
+])
+def test_numbers_out_of_range_are_refused(old, new, fragment):
+    from spark_jobs.spec.loader import check_text
+
+    text = _highest_bid()
+    assert old in text
+    _, problems = check_text(text.replace(old, new), "c.yaml")
+    assert any(fragment in p.message and p.node for p in problems), problems
+
+
+def test_an_integral_float_k_is_kept():
+    from spark_jobs.spec.loader import check_text
+
+    spec, problems = check_text(_highest_bid().replace("k: 1", "k: 3.0"), "c.yaml")
+    assert not problems and spec.nodes["highest_bid"].extra["topk"].k == 3
+
+
+def test_max_iterations_is_bounded():
+    from spark_jobs.spec.loader import check_text
+
+    text = (PROJECT_ROOT / "circuits" / "transitive_closure.yaml").read_text()
+    old = next(line for line in text.splitlines() if "max_iterations:" in line)
+    _, problems = check_text(text.replace(old, "  max_iterations: 1000001"), "c.yaml")
+    line = text[:text.index(old)].count("\n") + 1
+    assert [p.line for p in problems if "at most 1000000" in p.message] == [line], problems
+
+
+def test_a_file_that_is_not_utf8_names_the_line_of_the_bad_byte(tmp_path):
+    from spark_jobs.spec.loader import validate_file
+
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"name: x\ninputs:\n  # caf\xe9\n")
+    (problem,) = validate_file(path)
+    assert problem.line == 3 and "not UTF-8" in problem.message
