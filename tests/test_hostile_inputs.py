@@ -129,3 +129,21 @@ def test_bad_input_files_are_refused_together_and_the_next_good_step_commits(spa
     rt = open_circuit(str(circuit), cfg)
     run_step(rt)
     assert rt.store.last_committed() == 2
+
+
+def test_an_expression_spark_refuses_after_validation_ends_in_one_line_naming_the_node(spark, tmp_path, capsys):
+    """`s.x` on a string column passes validation (it does not know every column's type) and
+    Spark's analyser refuses it: one line naming the node, exit code 1, nothing committed."""
+    from spark_jobs.cli.main import main
+
+    circuit = tmp_path / "fa.yaml"
+    circuit.write_text(CIRCUIT.replace('aggregates: {n: "count(*)", sv: "sum(v)"}}',
+                                       'aggregates: {n: "count(*)", sv: "sum(v)"}}\n  odd: {op: filter, input: t, '
+                                       'where: "s.x = 1"}').replace("outputs: [total, seen]", "outputs: [odd]"))
+    _good(tmp_path, 1)
+    assert main(["step", str(circuit), "--data-root", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: node 'odd': Spark cannot evaluate an expression of the circuit: "
+                              "[INVALID_EXTRACT_BASE_FIELD_TYPE]"), err[-1]
+    assert not any("Traceback" in line for line in err)
+    assert not (tmp_path / "_dbsp" / "hostile_inbox" / "manifests").exists()

@@ -128,10 +128,11 @@ def _user_errors(args: argparse.Namespace | None = None, opened: dict | None = N
     except Exception as exc:  # a value that broke Spark's arithmetic: one line, not a Java trace
         if "pyspark" not in sys.modules:  # no Spark ran: not a data error
             raise
-        from spark_jobs.runtime.errors import data_error
+        from spark_jobs.runtime.errors import analysis_error, data_error
 
         rt = (opened or {}).get("rt")
-        message = data_error(exc, circuit_expressions(rt.compiled.spec) if rt is not None else {})
+        expressions = circuit_expressions(rt.compiled.spec) if rt is not None else {}
+        message = data_error(exc, expressions) or analysis_error(exc, expressions)
         if message is None:
             raise
         raise UserError(message) from None
