@@ -144,6 +144,8 @@ CASES = [
      ["inside '_dbsp/'", "state"]),
     ("path with a scheme", edit("path: inbox/orders", "path: 'hdfs:/etc'"), 6, "orders", ["outside the data root"]),
     ("path with a NUL", edit("path: inbox/orders", 'path: "inbox/\\0x"'), 6, "orders", ["control character"]),
+    ("publish path with a NUL", edit("  by_region:\n    expectations", '  by_region:\n    publish: {path: "a\\0b"}\n    expectations'),
+     17, "by_region", ["control character"]),
     ("jsonl reader option", edit("format: parquet", "format: jsonl, options: {basePath: /}"), 6, "orders",
      ["reader option 'basePath' is not accepted for format json"]),
     ("recursive output", edit("outputs: [paths]", "outputs: [path]", RECURSIVE), 11, "closure",
