@@ -280,7 +280,7 @@ HOSTILE_EXPRESSIONS = [
     "uuid() = 'x'", "current_timestamp() > 0", "assert_true(false)", "raise_error('x')",
     "aes_decrypt(unbase64('x'), 'k')", "transform(array(1), x -> reflect('a', 'b'))", "from_protobuf(x, 'm', '/etc/p')",
     "", " ", "1 = ", "(" * 31 + "1 = no_such_col" + ")" * 31,
-    "(" * 2000 + "1" + ")" * 2000, "x" * 20_000, "a.b.c.d", "`_weight` > 0", "_weight > 0", "__dbsp_t > 0",
+    "(" * 2000 + "1" + ")" * 2000, "x" * 20_000, "no_such_col.b.c.d", "`_weight` > 0", "_weight > 0", "__dbsp_t > 0",
     "count(*) over ()", "?", ":p", "'a' 'b' = 'ab'", "\x00", "1 = 1\n;\nSELECT 1",
 ]
 HOSTILE_QUERIES = [
