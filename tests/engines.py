@@ -26,7 +26,7 @@ from tests.policies import config
 Domain = dict[str, Callable[[random.Random], Any]]
 
 ARROW_TYPES = {"long": pa.int64(), "int": pa.int32(), "string": pa.string(), "date": pa.date32(),
-               "double": pa.float64(), "boolean": pa.bool_()}
+               "double": pa.float64(), "boolean": pa.bool_(), "timestamp": pa.timestamp("us", tz="UTC")}
 
 
 def arrow_type(declared: str) -> pa.DataType:
@@ -44,6 +44,10 @@ def maybe(rng: random.Random, values: list, nulls: float = 0.15) -> Any:
 KEYS = lambda r: maybe(r, [0, 1, 2, 3, 4])  # noqa: E731
 STRINGS = lambda r: maybe(r, ["x", "y", "Y", "é", ""])  # noqa: E731
 DATES = lambda r: maybe(r, [datetime.date(2024, 1, 1), datetime.date(1999, 12, 31), datetime.date(2024, 2, 29)])  # noqa: E731
+_UTC = datetime.timezone.utc
+TIMES = lambda r: maybe(r, [datetime.datetime(2024, 1, 1, tzinfo=_UTC),  # noqa: E731
+                            datetime.datetime(1999, 12, 31, 23, 59, 59, 123456, tzinfo=_UTC),
+                            datetime.datetime(2024, 2, 29, 12, 0, 0, 1, tzinfo=_UTC)])
 MONEY = lambda r: maybe(r, [decimal.Decimal("1.50"), decimal.Decimal("-2.25"), decimal.Decimal("0.00")])  # noqa: E731
 
 
@@ -100,15 +104,17 @@ def _comparable(value: Any) -> Any:
 
 
 def run_both(tmp_path, circuit_text: str, inputs: dict[str, tuple[dict[str, str], Domain]], steps: int,
-             seed: int, sizes: Callable[[int], tuple[int, int]] = lambda t: (8, 3)) -> list[str]:
+             seed: int, sizes: Callable[[int], tuple[int, int]] = lambda t: (8, 3),
+             **arrow_policy: dict[str, Any]) -> list[str]:
     """Run ``circuit_text`` for ``steps`` timesteps of random changes on Spark, on Arrow and on
     both alternately; assert the same view deltas and types after every step. Returns the
-    engines the alternating run used, step by step."""
+    engines the alternating run used, step by step. ``arrow_policy``: sections of the policy the
+    Arrow and alternating runs use (``config``'s keywords, e.g. ``arrow={...}``)."""
     path = tmp_path / "circuit.yaml"
     path.write_text(circuit_text)
     roots = {kind: str(tmp_path / kind) for kind in ("spark", "arrow", "mixed")}
     spark_rt = open_circuit(str(path), config(roots["spark"], engine="spark"))
-    arrow_rt = open_circuit(str(path), config(roots["arrow"], engine="arrow"))
+    arrow_rt = open_circuit(str(path), config(roots["arrow"], engine="arrow", **arrow_policy))
     rng = random.Random(seed)
     bags = {name: Bag(cols, domain, rng) for name, (cols, domain) in inputs.items()}
     views = list(spark_rt.compiled.spec.outputs)
@@ -120,7 +126,7 @@ def run_both(tmp_path, circuit_text: str, inputs: dict[str, tuple[dict[str, str]
                 for root in roots.values():
                     write_change(root, name, t, bag.columns, change)
         engine = "arrow" if t % 2 else "spark"
-        mixed_rt = open_circuit(str(path), config(roots["mixed"], engine=engine))
+        mixed_rt = open_circuit(str(path), config(roots["mixed"], engine=engine, **arrow_policy))
         reports = {"spark": run_step(spark_rt), "arrow": run_step(arrow_rt), "mixed": run_step(mixed_rt)}
         assert reports["spark"].engine == "spark"
         assert reports["arrow"].engine == "arrow", reports["arrow"].engine_reason

@@ -79,6 +79,27 @@ def test_a_small_step_runs_in_process_and_starts_no_jvm(tmp_path):
     assert jvm == "jvm False"
 
 
+def test_dbsp_step_in_process_starts_no_jvm(tmp_path):
+    """`dbsp step` on a small change answers without starting Java: run with a JAVA_HOME that does
+    not exist (any JVM start would fail the command), it commits in-process. (The CLI used to
+    start Spark only to set its log level: 4 s of every command.)"""
+    import os
+
+    (tmp_path / "c.yaml").write_text(CIRCUIT.replace("  odd:  {op: filter, input: b, where: \"md5(cast(n AS string)) <> ''\"}\n", "")
+                                     .replace("outputs: [j, d, odd]", "outputs: [j, d]"))
+    root, path = str(tmp_path), str(tmp_path / "c.yaml")
+    write_change(root, "a", 1, A, Counter({(1, "x"): 1, (2, "y"): 2}))
+    write_change(root, "b", 1, B, Counter({(1, 10): 1, (2, 20): 1}))
+    assert run_step(open_circuit(path, config(root, engine="arrow"))).engine == "arrow"
+    write_change(root, "a", 2, A, Counter({(2, "y"): -1}))
+    env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java")}
+    out = subprocess.run([sys.executable, "-m", "spark_jobs.cli.main", "step", path, "--data-root", root],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "committed timestep 2" in out.stdout and "engine: in-process (Arrow)" in out.stdout, out.stdout
+    assert output_delta(open_circuit(path, config(root)), "j")[0] == Counter({(2, "y", 20): -1})
+
+
 def test_what_the_arrow_kernels_do_not_cover_runs_on_spark_and_says_why(spark, tmp_path):
     (tmp_path / "c.yaml").write_text(CIRCUIT)
     rt = open_circuit(str(tmp_path / "c.yaml"), config(tmp_path, engine="arrow"))
@@ -92,9 +113,11 @@ def test_what_the_arrow_kernels_do_not_cover_runs_on_spark_and_says_why(spark, t
     assert output_delta(rt, "odd")[0] == Counter({(1, 10): 2})
 
 
-def test_a_lookup_past_its_bound_hands_the_step_to_spark(spark, tmp_path):
-    """``execution.arrow.max_lookup_rows`` bounds the trace rows an in-process step decodes: past
-    it the step stops before writing anything and runs on Spark, with the same result."""
+def test_a_lookup_past_its_bounds_streams_then_hands_the_step_to_spark(spark, tmp_path):
+    """``execution.arrow.max_lookup_rows`` bounds the trace rows an in-process step decodes and
+    keeps: past it a lookup streams the row groups and keeps only its matches (same result, still
+    in-process); past ``max_scan_rows`` the step stops before writing anything and runs on
+    Spark, with the same result."""
     text = CIRCUIT.replace("  odd:  {op: filter, input: b, where: \"md5(cast(n AS string)) <> ''\"}\n", "") \
                   .replace("outputs: [j, d, odd]", "outputs: [j, d]")
     (tmp_path / "c.yaml").write_text(text)
@@ -102,10 +125,16 @@ def test_a_lookup_past_its_bound_hands_the_step_to_spark(spark, tmp_path):
     write_change(str(tmp_path), "b", 1, B, Counter({(k, k): 1 for k in range(20)}))
     assert run_step(open_circuit(str(tmp_path / "c.yaml"), config(tmp_path, engine="arrow"))).engine == "arrow"
     write_change(str(tmp_path), "b", 2, B, Counter({(5, 50): 1}))
-    rt = open_circuit(str(tmp_path / "c.yaml"), config(tmp_path, engine="arrow", arrow={"max_lookup_rows": 3}))
+    rt = open_circuit(str(tmp_path / "c.yaml"), config(tmp_path, engine="arrow", arrow={"max_lookup_rows": 0}))
     report = run_step(rt)
-    assert report.engine == "spark" and "execution.arrow.max_lookup_rows" in report.engine_reason
+    assert report.engine == "arrow"
     assert output_delta(rt, "j")[0] == Counter({(5, "x", 50): 1})
+    write_change(str(tmp_path), "b", 3, B, Counter({(6, 60): 1}))
+    rt = open_circuit(str(tmp_path / "c.yaml"), config(tmp_path, engine="arrow",
+                                                       arrow={"max_lookup_rows": 0, "max_scan_rows": 3}))
+    report = run_step(rt)
+    assert report.engine == "spark" and "execution.arrow.max_scan_rows" in report.engine_reason
+    assert output_delta(rt, "j")[0] == Counter({(6, "x", 60): 1})
 
 
 def test_cdc_inputs_with_files_run_on_spark_and_say_why():

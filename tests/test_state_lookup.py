@@ -85,3 +85,54 @@ def test_a_streamed_match_finds_what_a_lookup_finds_and_keeps_nothing_decoded(tm
     assert trace.decoded_rows() == 0 and trace.bytes_read > 0
     with pytest.raises(TooMany):
         trace.matching("k", list(range(500)), max_found=100)
+
+
+def test_a_streamed_match_in_small_batches_decodes_only_groups_holding_a_key(tmp_path):
+    """In batches of a few groups: where statistics admit every group (an unsorted file) but few
+    hold a probed key, the key column is read first and only the groups holding a key are
+    decoded; where most groups hit (dense probes), reading the key column first stops. Exact
+    either way."""
+    rng = random.Random(9)
+    keys = list(range(5000))
+    rng.shuffle(keys)
+    rows = [(k, f"v{k % 7}" * 20, k % 6, 1) for k in keys]
+    path = _write(tmp_path / "t.parquet", rows, row_group_size=100)
+    meta = pq.ParquetFile(path).metadata
+
+    def chunk_bytes(g: int, columns: range) -> int:
+        return sum(meta.row_group(g).column(c).total_compressed_size for c in columns)
+
+    holding = [g for g in range(meta.num_row_groups) if {17, 4321} & set(keys[g * 100:(g + 1) * 100])]
+    key_pass = sum(chunk_bytes(g, range(1)) for g in range(meta.num_row_groups))
+    for probe, sparse in [({17, 4321}, True), (set(range(0, 5000, 2)) | {None}, False)]:
+        trace = TraceFiles(LocalFileSystem(), [path], SCHEMA)
+        got = trace.matching("k", list(probe), max_found=10_000, batch_rows=250)
+        assert _got(got) == _expected(rows, probe, None, None)
+        if sparse:  # the key column of all 50 groups, then only the groups holding 17 or 4321, whole
+            assert trace.bytes_read == key_pass + sum(chunk_bytes(g, range(meta.num_columns)) for g in holding)
+
+
+def test_key_sets_answer_as_is_in_does_for_every_key_type_and_null():
+    """``KeySet.member`` (a binary search in one sorted array for many integer or date keys, else
+    ``is_in``) says True exactly where ``is_in`` does, NULL matching only a probed NULL."""
+    import datetime
+
+    import pyarrow.compute as pc
+
+    from spark_jobs.state.lookup import KeySet
+
+    rng = random.Random(11)
+    days = [datetime.date(2020, 1, 1) + datetime.timedelta(days=d) for d in range(40)]
+    for dtype, pool in [(pa.int64(), list(range(-50, 50))), (pa.int32(), list(range(30))),
+                        (pa.date32(), days), (pa.string(), [f"s{i}" for i in range(30)])]:
+        for want_null in (False, True):
+            probe = rng.sample(pool, 12)
+            keys = pa.chunked_array([pa.array([None if rng.random() < 0.1 else rng.choice(pool) for _ in range(200)],
+                                              dtype) for _ in range(3)])
+            want = pc.fill_null(pc.is_in(keys, value_set=pa.array(probe + ([None] if want_null else []), dtype),
+                                         skip_nulls=not want_null), False)
+            for sorted_from in (0, 1_000):  # the sorted array, and is_in
+                got = KeySet(sorted(probe), want_null, dtype, sorted_from=sorted_from).member(keys)
+                assert got.to_pylist() == want.to_pylist(), (dtype, want_null, sorted_from)
+            assert KeySet([], want_null, dtype, sorted_from=0).member(keys).to_pylist() == \
+                (pc.is_null(keys).to_pylist() if want_null else [False] * len(keys))

@@ -1,8 +1,8 @@
 """Where one engine step spends its time: wall time and Spark jobs per phase of ``run_step``.
 
 The phases are the functions ``run_step`` calls, on either engine (input discovery, the choice
-of engine, input read, the input change counts, evaluation or planning, the quality gate, state
-writes, view-delta writes, the commit). For one
+of engine, input read, the input change counts, the bag check, evaluation or planning, the
+quality gate, state writes, view-delta writes, the commit). For one
 profiled step they are wrapped with timers that also note which Spark jobs of the step's job
 group ran inside them; everything is restored afterwards, and no engine code is edited. Spark
 runs lazily, so a phase is charged for the work its first action forces: the gate's check of a
@@ -29,6 +29,7 @@ PHASES: list[tuple[str, Any, str]] = [
     ("discover input files", step_module, "pending_inputs"),
     ("choose the engine (footers)", step_module, "choose_engine"),
     ("read + validate inputs", arrow_inputs, "read_changes"),
+    ("bag check (deletes vs input integrals)", inprocess, "check_tables"),
     ("evaluate circuit (in-process)", inprocess, "evaluate_step"),
     ("quality gate", inprocess, "check_timestep_tables"),
     ("write state traces", Transaction, "append_table"),
@@ -36,6 +37,7 @@ PHASES: list[tuple[str, Any, str]] = [
     ("write view deltas", Transaction, "write_output_table"),
     ("read + validate inputs", step_module, "read_input"),
     ("count input changes", step_module, "count_all_changes"),
+    ("bag check (deletes vs input integrals)", step_module, "check_deltas"),
     ("plan circuit (lazy)", step_module, "evaluate_step"),
     ("compute view deltas (to the driver)", step_module, "collect_local"),
     ("quality gate", step_module, "check_timestep"),

@@ -147,8 +147,7 @@ def _quiet_spark(rt, verbose: bool) -> None:
 
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
-    if rt.config.spark.mode != "connect":
-        rt.spark.sparkContext.setLogLevel("FATAL")
+    rt.quiet_spark("FATAL")  # applied if and when a step starts Spark
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -58,6 +58,18 @@ def quarantine_path(rt, timestep: int, input_name: str) -> str:
     return uri_join(normalize(rt.config.data_root), QUARANTINE_DIR, rt.name, f"t{timestep:012d}", input_name)
 
 
+def checked_inputs(rt, deleted: Mapping[str, int]) -> list[str]:
+    """The inputs whose step the bag check looks up: `changes` inputs that delete something."""
+    return [name for name in bag_integrals(rt.compiled.incremental) if deleted.get(name)]
+
+
+def announce(rt, timestep: int, deleted: Mapping[str, int], say) -> None:
+    """Say that the bag check starts: a large change's check reads much of the input integrals."""
+    names = checked_inputs(rt, deleted)
+    if names:
+        say(f"timestep {timestep}: checking the deletes of {', '.join(names)} against what the input holds")
+
+
 def check_deltas(rt, timestep: int, deltas: dict[str, DataFrame], deleted: Mapping[str, int],
                  files: Mapping[str, Sequence[InputFile]], state) -> list[Quarantined]:
     """Check every `changes` input's delta that deletes something against its integral in

@@ -64,6 +64,7 @@ class CircuitRuntime:
     compiled: CompiledCircuit
     path: str
     lease: Any = None  # the writer's lease while this process holds it (runtime/writer.py)
+    spark_log_level: str | None = None  # set on the session when (if) a step starts it (the CLI's)
 
     def attach_lease(self, lease) -> None:
         """Hold ``lease`` (None: none): the store checks it before cleaning up or committing."""
@@ -84,8 +85,17 @@ class CircuitRuntime:
         from spark_jobs.executor.spark_parse_check import check_circuit
 
         spark = get_spark(self.config)
+        if self.spark_log_level and self.config.spark.mode != "connect":
+            spark.sparkContext.setLogLevel(self.spark_log_level)
         check_circuit(spark, self.compiled.spec)
         return spark
+
+    def quiet_spark(self, level: str = "FATAL") -> None:
+        """Spark's log level, set when the session starts: a step that runs in-process must not
+        start a JVM (4 s of `dbsp step`) only to set its log level."""
+        self.spark_log_level = level
+        if "spark" in self.__dict__ and self.config.spark.mode != "connect":
+            self.__dict__["spark"].sparkContext.setLogLevel(level)
 
     @cached_property
     def store(self):

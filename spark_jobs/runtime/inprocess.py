@@ -32,7 +32,7 @@ from spark_jobs.executor.kernels.arrow import ArrowEngine
 from spark_jobs.executor.sources import InputFile, InputRefused
 from spark_jobs.executor.sources.discovery import InputScan
 from spark_jobs.ir.operator import operator
-from spark_jobs.runtime.bag import check_tables
+from spark_jobs.runtime.bag import announce, check_tables
 from spark_jobs.runtime.event_time import StepClock, describe as describe_late
 from spark_jobs.runtime.state_bounds import bound_state
 from spark_jobs.runtime.inputs import keep_consumed_records
@@ -118,7 +118,9 @@ def run_in_process(rt: "CircuitRuntime", pending: dict[str, list[InputFile]], sc
             raise InputRefused.combine(refused)
         clock = _late_rows(spec, txn, tables, reports)
         state = StoreReader(store)
-        check_tables(rt, tables, {r.name: r.deleted for r in reports}, state)
+        deleted = {r.name: r.deleted for r in reports}
+        announce(rt, t, deleted, say)
+        check_tables(rt, tables, deleted, state)
         say(f"timestep {t}: evaluating {len(rt.compiled.incremental.nodes)} operators (Arrow)")
         engine = ArrowEngine(policy, rt.config.session_timezone)
         schemas = {name: arrow_inputs.schema(inp) for name, inp in spec.inputs.items()}

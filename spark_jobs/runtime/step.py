@@ -32,7 +32,7 @@ from spark_jobs.executor.sources.discovery import InputScan
 from spark_jobs.publish import publish_views
 from spark_jobs.quality import mark_committed
 from spark_jobs.runtime import refresh
-from spark_jobs.runtime.bag import check_deltas
+from spark_jobs.runtime.bag import announce, check_deltas
 from spark_jobs.runtime.errors import input_errors
 from spark_jobs.runtime.state_bounds import bound_state
 from spark_jobs.runtime.event_time import StepClock, describe as describe_late, iso
@@ -232,7 +232,9 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], scans
         if local is not None:
             deltas = local
         # late rows are out of the deltas already: the bag check judges what the circuit sees
-        quarantined = check_deltas(rt, t, deltas, {n: ins_del(r)[1] for n, r in counts.items()}, pending, state)
+        deleted = {n: ins_del(r)[1] for n, r in counts.items()}
+        announce(rt, t, deleted, say)
+        quarantined = check_deltas(rt, t, deltas, deleted, pending, state)
         if quarantined:
             txn.set_meta("quarantined", {q.input: q.to_dict() for q in quarantined})
             notes += [q.note() for q in quarantined]

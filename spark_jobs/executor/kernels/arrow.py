@@ -24,7 +24,7 @@ from spark_jobs.ir.graph import Node
 from spark_jobs.ir.operator import delayed_integral_source
 from spark_jobs.policy import ExecutionPolicy
 from spark_jobs.spec.model import WEIGHT
-from spark_jobs.state.lookup import TraceFiles
+from spark_jobs.state.lookup import TooMany, TraceFiles
 
 if TYPE_CHECKING:
     from spark_jobs.executor.evaluate import Step
@@ -76,7 +76,8 @@ class ArrowEngine:
     timezone: str = "UTC"  # Spark's session time zone (the profile's spark.sql.session.timeZone)
     name: str = "arrow"
     files_of: Callable[[str], "TraceFiles | None"] | None = None
-    decoded: int = 0  # trace rows decoded by this step's lookups
+    decoded: int = 0  # trace rows decoded (and kept) by this step's lookups
+    scanned: int = 0  # trace rows decoded by its streamed lookups (nothing kept but the matches)
     _files: dict[str, "TraceFiles | None"] = field(default_factory=dict)
 
     def begin(self, step: "Step") -> None:
@@ -91,8 +92,26 @@ class ArrowEngine:
         return self._files[trace_id]
 
     def lookup(self, trace: TraceFiles, column: str, values: Sequence[Any]) -> pa.Table:
-        self.charge(trace.admitted_rows(column, list(values)), f"a lookup of {len(values)} key(s)")
-        return trace.lookup(column, list(values))
+        """The rows of ``trace`` whose ``column`` is one of ``values``. Decoded row groups are
+        kept for later lookups of the step while they fit ``arrow.max_lookup_rows``; a lookup
+        past that streams its row groups and keeps only the matches (a 100k-row change probes
+        keys all over a large sorted trace: holding every group it touches would cost memory
+        and time for no reuse), within ``arrow.max_scan_rows`` and ``arrow.max_found_rows``."""
+        values = list(values)
+        rows = trace.admitted_rows(column, values)
+        arrow = self.policy.arrow
+        if self.decoded + rows <= arrow.max_lookup_rows:
+            self.decoded += rows
+            return trace.lookup(column, values)
+        self.scanned += rows
+        if self.scanned > arrow.max_scan_rows:
+            raise NotLocal(f"a lookup of {len(values)} key(s) streams {rows} trace rows: {self.scanned} this step "
+                           f"(> execution.arrow.max_scan_rows = {arrow.max_scan_rows})")
+        try:
+            return trace.matching(column, values, arrow.max_found_rows)
+        except TooMany as exc:
+            raise NotLocal(f"a lookup of {len(values)} key(s): {exc} "
+                           f"(execution.arrow.max_found_rows = {arrow.max_found_rows})") from None
 
     def charge(self, rows: int, what: str) -> None:
         """Count trace rows about to be decoded; NotLocal past ``arrow.max_lookup_rows``."""
