@@ -9,17 +9,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from spark_jobs.policy import ExecutionPolicy, policy_from_profile
-from spark_jobs.spec.paths import ALLOWED_ROOTS_KEY
+from spark_jobs.spec.loader import read_yaml
+from spark_jobs.spec.paths import ALLOWED_ROOTS_KEY, STATE_DIR, VIEWS_DIR
 from spark_jobs.spec.time import RetentionSettings, retention_settings
+from spark_jobs.spec.yaml_limits import read_text
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = PROJECT_ROOT / "config" / "local.yaml"
-STATE_DIR = "_dbsp"  # default state root under the data root: <data_root>/_dbsp/<circuit>/...
 REMOTE_ENV = "DBSP_SPARK_REMOTE"  # overrides spark.remote (e.g. a Connect server on another port)
-VIEWS_DIR = "views"  # default root of published tables: <data_root>/views/<circuit>/<view>
 
 
 @dataclass(frozen=True)
@@ -103,8 +101,47 @@ def load_config(path: str | os.PathLike[str] | None = None, data_root: str | Non
     chosen = str(path or os.environ.get("DBSP_CONFIG") or DEFAULT_CONFIG)
     if not chosen.endswith((".yaml", ".yml")) and os.sep not in chosen:
         chosen = str(PROJECT_ROOT / "config" / f"{chosen}.yaml")
-    with open(chosen, encoding="utf-8") as fh:
-        raw = yaml.safe_load(fh) or {}
+    raw = read_profile(chosen)
+    try:
+        return _config(raw, chosen, data_root)
+    except (ValueError, TypeError, AttributeError) as exc:  # a value of the wrong shape deeper down
+        raise ProfileError(f"{chosen}: {exc}") from None
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used: the message names the file (and line) and what was expected."""
+
+
+_SECTIONS = ("spark", "state", "views", "inputs", "execution")  # the profile keys that hold mappings
+
+
+def read_profile(path: str) -> dict[str, Any]:
+    """A profile's settings, read as safely as a circuit (bounded size, nesting and aliases, no
+    tags); a missing file stays a ``FileNotFoundError``, anything else is a ``ProfileError``."""
+    try:
+        text = read_text(path)
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ProfileError(f"cannot read the profile {path}: {exc}") from None
+    doc = read_yaml(text, path)
+    if doc.problems:
+        raise ProfileError("; ".join(str(p) for p in doc.problems))
+    raw = doc.data if doc.data is not None else {}
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{path}:1: a profile is a mapping of settings (data_root, spark, state, ...); "
+                           f"got a {type(raw).__name__}")
+    for key in _SECTIONS:
+        if raw.get(key) is not None and not isinstance(raw[key], dict):
+            raise ProfileError(f"{path}:{doc.line((key,))}: '{key}' must be a mapping; got {raw[key]!r}")
+    conf = (raw.get("spark") or {}).get("conf")
+    if conf is not None and not isinstance(conf, dict):
+        raise ProfileError(f"{path}:{doc.line(('spark', 'conf'))}: 'spark.conf' must be a mapping of Spark "
+                           f"settings; got {conf!r}")
+    return raw
+
+
+def _config(raw: dict[str, Any], chosen: str, data_root: str | None) -> Config:
     spark_raw = raw.get("spark") or {}
     spark = SparkSettings(
         mode=str(spark_raw.get("mode", "local")),

@@ -26,7 +26,7 @@ from tests.policies import config
 Domain = dict[str, Callable[[random.Random], Any]]
 
 ARROW_TYPES = {"long": pa.int64(), "int": pa.int32(), "string": pa.string(), "date": pa.date32(),
-               "double": pa.float64(), "boolean": pa.bool_()}
+               "double": pa.float64(), "boolean": pa.bool_(), "timestamp": pa.timestamp("us", tz="UTC")}
 
 
 def arrow_type(declared: str) -> pa.DataType:
@@ -44,6 +44,10 @@ def maybe(rng: random.Random, values: list, nulls: float = 0.15) -> Any:
 KEYS = lambda r: maybe(r, [0, 1, 2, 3, 4])  # noqa: E731
 STRINGS = lambda r: maybe(r, ["x", "y", "Y", "é", ""])  # noqa: E731
 DATES = lambda r: maybe(r, [datetime.date(2024, 1, 1), datetime.date(1999, 12, 31), datetime.date(2024, 2, 29)])  # noqa: E731
+_UTC = datetime.timezone.utc
+TIMES = lambda r: maybe(r, [datetime.datetime(2024, 1, 1, tzinfo=_UTC),  # noqa: E731
+                            datetime.datetime(1999, 12, 31, 23, 59, 59, 123456, tzinfo=_UTC),
+                            datetime.datetime(2024, 2, 29, 12, 0, 0, 1, tzinfo=_UTC)])
 MONEY = lambda r: maybe(r, [decimal.Decimal("1.50"), decimal.Decimal("-2.25"), decimal.Decimal("0.00")])  # noqa: E731
 
 

@@ -186,6 +186,20 @@ def test_every_broken_circuit_is_reported_in_the_one_error(circuits_env, tmp_pat
     assert "circuit name 'paper_example' is already used by" in message
 
 
+def test_a_circuit_file_named_like_a_jinja_template_is_an_import_error(circuits_env, tmp_path):
+    """Airflow renders task arguments as templates, the circuit's path among them: a file named
+    "{{ ... }}.yaml" never becomes a DAG (its path would be rendered, e.g. into a secret)."""
+    shutil.copy(ROOT / "circuits" / "paper_example.yaml", tmp_path / "good.yaml")
+    text = (ROOT / "circuits" / "paper_example.yaml").read_text().replace("name: paper_example", "name: other")
+    for name in ("{{ conn.x.password }}.yaml", "{% if 1 %}x{% endif %}.yaml", "{# c #}.yaml"):
+        (tmp_path / name).write_text(text)
+    circuits_env(tmp_path)
+    bag = dagbag()
+    assert set(bag.dags) == {"paper_example"}
+    message = bag.import_errors[ERRORS.name]
+    assert "3 circuit file(s)" in message and message.count("Jinja template marker") == 3
+
+
 def test_spark_submit_profile_makes_spark_submit_tasks(circuits_env, tmp_path, monkeypatch):
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator

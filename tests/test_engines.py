@@ -5,7 +5,7 @@ strings (``tests/engines.py``)."""
 from __future__ import annotations
 
 from spark_jobs.config import PROJECT_ROOT
-from tests.engines import DATES, KEYS, MONEY, STRINGS, maybe, run_both, run_kernels
+from tests.engines import DATES, KEYS, MONEY, STRINGS, TIMES, maybe, run_both, run_kernels
 
 ALL_OPS = """\
 name: engines_all
@@ -60,6 +60,41 @@ def test_streamed_lookups_agree_on_both_engines(spark, tmp_path, monkeypatch):
                        arrow={"max_lookup_rows": 0}, state={"sort_min_rows": 0})
     assert engines == ["arrow", "spark", "arrow", "spark"]
     assert len(streamed) >= 20, streamed  # the lookups of 6 arrow steps (the bag check's too)
+
+
+FEED = """\
+name: engines_feed
+inputs:
+  e:
+    schema: {k: long, ts: timestamp, d: date, m: "decimal(10,2)", s: string}
+    source: {kind: changes, path: inbox/e, format: parquet}
+nodes:
+  f: {op: filter, input: e, where: "k IS NOT NULL"}
+  g: {op: aggregate, input: e, group_by: [s], aggregates: {first: "min(ts)", n: "count(*)"}}
+outputs:
+  f: {feed: true}
+  g: {feed: true}
+"""
+
+
+def test_view_deltas_and_feeds_have_one_schema_whichever_engine_wrote_them(spark, tmp_path):
+    """A reader of a view's delta or feed files (pandas, DuckDB, another circuit) sees the same
+    column types at every timestep, whether Spark or Arrow ran it: timestamps are INT64
+    microseconds adjusted to UTC from both (Spark's default, INT96, reads back as naive
+    nanoseconds). Values equal at every step (``run_both``)."""
+    import glob
+
+    import pyarrow.parquet as pq
+
+    E = ({"k": "long", "ts": "timestamp", "d": "date", "m": "decimal(10,2)", "s": "string"},
+         {"k": KEYS, "ts": TIMES, "d": DATES, "m": MONEY, "s": STRINGS})
+    run_both(tmp_path, FEED, {"e": E}, steps=4, seed=8)
+    for view in ("f", "g"):
+        files = glob.glob(str(tmp_path / "*" / "feeds" / "engines_feed" / view / "*.parquet"))
+        assert len(files) >= 8, files  # Spark, Arrow and alternating roots
+        schemas = {str(pq.read_schema(f).remove_metadata()) for f in files}
+        assert len(schemas) == 1, (view, schemas)
+        assert "timestamp[us, tz=UTC]" in schemas.pop()
 
 
 EDGES = ({"src": "long", "dst": "long"}, {"src": lambda r: r.choice([0, 1, 2, 3, 4, 5, None]),

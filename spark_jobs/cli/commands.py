@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from spark_jobs.cli import render
-from spark_jobs.config import Config, load_config
+from spark_jobs.config import Config, ProfileError, load_config
 from spark_jobs.ir.explain import explain_text, insert_only_nodes, sql_lowering_text, to_dot
 from spark_jobs.runtime.circuit import compile_file, find_circuit_file, open_circuit
 from spark_jobs.spec import CircuitError, validate_file
@@ -106,7 +106,7 @@ def _user_errors(args: argparse.Namespace | None = None, opened: dict | None = N
         raise UserError(str(exc), exit_code=LEASE_EXIT_CODE) from None
     except _loaded("spark_jobs.state.lease", "LeaseLost") as exc:
         raise UserError(f"{exc}; this run stopped before committing (nothing of it is visible)") from None
-    except (CircuitError, FileNotFoundError) as exc:
+    except (CircuitError, ProfileError, FileNotFoundError) as exc:
         raise UserError(str(exc)) from None
     except _loaded("spark_jobs.state.store", "FingerprintMismatch") as exc:
         raise UserError(exc.describe(reset_command(args)) if args is not None else str(exc)) from None
@@ -128,10 +128,11 @@ def _user_errors(args: argparse.Namespace | None = None, opened: dict | None = N
     except Exception as exc:  # a value that broke Spark's arithmetic: one line, not a Java trace
         if "pyspark" not in sys.modules:  # no Spark ran: not a data error
             raise
-        from spark_jobs.runtime.errors import data_error
+        from spark_jobs.runtime.errors import analysis_error, data_error
 
         rt = (opened or {}).get("rt")
-        message = data_error(exc, circuit_expressions(rt.compiled.spec) if rt is not None else {})
+        expressions = circuit_expressions(rt.compiled.spec) if rt is not None else {}
+        message = data_error(exc, expressions) or analysis_error(exc, expressions)
         if message is None:
             raise
         raise UserError(message) from None

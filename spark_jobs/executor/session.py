@@ -13,6 +13,11 @@ _LOOPBACK = {"SPARK_LOCAL_IP": "127.0.0.1"}
 # site of every API call in the JVM (about five Py4J round trips per call, ~4,000 per W1 step:
 # seconds of driver time); errors still name the failing operator without it.
 ENGINE_CONF = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
+# Runtime SQL settings every session gets (a Spark Connect client too). Timestamps are written as
+# Parquet's INT64 microseconds adjusted to UTC, as pyarrow writes them, not Spark's default INT96
+# (read back by pyarrow as naive nanoseconds): view deltas, feed files and state written by either
+# engine then have the same column types for any reader.
+RUNTIME_CONF = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
 # Static settings, fixed when the JVM's SQL context starts (a Spark Connect client cannot set
 # them; scripts/spark_connect.sh and docker/spark-service.sh pass them to the server). Spark keeps
 # at most 100 generated classes by default; one W1 step generates ~120 (whole-stage code and
@@ -70,7 +75,7 @@ def get_spark(settings: SparkSettings | Config | None = None):
         builder = builder.master(settings.master)
     # a Spark Connect client cannot set static settings: the server's launch sets them
     # (scripts/spark_connect.sh)
-    engine = {} if settings.mode == "connect" else {**ENGINE_CONF, **ENGINE_STATIC_CONF}
+    engine = dict(RUNTIME_CONF) if settings.mode == "connect" else {**RUNTIME_CONF, **ENGINE_CONF, **ENGINE_STATIC_CONF}
     for k, v in {**engine, **settings.conf}.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()

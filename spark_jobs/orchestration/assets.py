@@ -16,11 +16,10 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable
 
-from spark_jobs.config import Config
+from spark_jobs.config import VIEWS_DIR, Config
 from spark_jobs.spec import CircuitSpec
 from spark_jobs.state.arrow_fs import is_local, strip_file_scheme, uri_join
 
-VIEWS_DIR = "views"  # published views: <data_root>/views/<circuit>/<view>
 POLL_ENV = "DBSP_WATCH_POLL_SECONDS"
 DEFAULT_POLL_SECONDS = 3.0
 

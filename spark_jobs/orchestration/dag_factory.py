@@ -65,6 +65,11 @@ class LoadedCircuit:
         return self.compiled.spec.name
 
 
+# Airflow renders a task's arguments (op_kwargs, application_args) as Jinja templates; the circuit
+# file's path is one of them, so a file named "{{ conn.x.password }}.yaml" would be rendered
+JINJA_MARKERS = ("{{", "{%", "{#")
+
+
 @dataclass
 class Discovery:
     circuits: list[LoadedCircuit] = field(default_factory=list)
@@ -101,6 +106,11 @@ def discover(folder: str, allowed_roots: Sequence[str] = (), only: str | None = 
         mine = [f for f in files if os.path.splitext(os.path.basename(f))[0] == only]
         files = mine or files
     for path in files:
+        if any(marker in path for marker in JINJA_MARKERS):
+            found.problems.append(Problem(path, 1, None, (
+                "the circuit's file path holds a Jinja template marker ({{, {% or {#): Airflow renders task "
+                "arguments as templates, so it would not reach the task as written; rename the file")))
+            continue
         try:
             compiled = compile_file(path, allowed_roots)
             loaded = LoadedCircuit(path, compiled, stage_graph(compiled))

@@ -7,6 +7,9 @@ Two kinds reach Spark although the input checks ran before it:
 - a value that breaks an operator's arithmetic (an overflow in a sum, a cast or a division in an
   expression): ``data_error`` turns it into one line naming the error and, when Spark's message
   quotes the failing expression, the circuit node that holds it (exit 1).
+
+And one kind the circuit causes although validation passed it: an expression Spark's analyser
+refuses (``analysis_error``, exit 1), e.g. a field of a column that is not a struct.
 """
 from __future__ import annotations
 
@@ -97,6 +100,19 @@ def data_error(exc: BaseException, expressions: Mapping[str, Sequence[str]]) -> 
     where = f" in node {node!r}" if node else ""
     return (f"the step failed on a value of the data{where}: {head}. Nothing was committed; fix the "
             f"input (or the expression) and run the step again")
+
+
+def analysis_error(exc: BaseException, expressions: Mapping[str, Sequence[str]]) -> str | None:
+    """One line for an expression of the circuit that validation let through but Spark's analyser
+    refuses (``s.x`` on a string column: validation does not know every column's type), naming
+    the node when Spark quotes its expression; None for any other error."""
+    if type(exc).__name__ != "AnalysisException":
+        return None
+    head = first_line(exc).split(" SQLSTATE", 1)[0].strip().rstrip(".;")
+    node = _node_of(_fragments(exc, _text(exc)), expressions)
+    where = f"node {node!r}: " if node else ""
+    return (f"{where}Spark cannot evaluate an expression of the circuit: {head}. Nothing was committed; "
+            f"fix the circuit (dbsp validate does not catch this one) and run the step again")
 
 
 def _is_java_arithmetic(exc: BaseException) -> bool:

@@ -22,18 +22,20 @@ Each node's output columns follow from its op and its inputs' columns:
 - ``sql``: the columns of the query's result (``spec/sql``): the SELECT list's names.
 - ``recursive``: the columns of its first body output. Body nodes may read each other in a
   cycle, so their columns are found by iterating until nothing changes.
-- ``_weight`` is reserved for the Z-set weight: declaring or producing it is an error.
+- ``_weight`` is reserved for the Z-set weight and names starting with ``__`` for the engine's
+  internal columns: declaring or producing one is an error.
 
 Column names in ``on``, ``left_on``, ``right_on`` and ``group_by`` must match exactly; names
 inside expressions are matched case-insensitively, as Spark does (see ``expressions.py``).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
 from .errors import CircuitError, Problem, did_you_mean, listing
-from .model import WEIGHT, CircuitSpec, NodeSpec, dependency_order
+from .model import WEIGHT, CircuitSpec, NodeSpec, dependency_order, reserved_column_problem
 from .sql.node import sql_node_columns
 from .time import WINDOW_COLUMNS
 
@@ -106,9 +108,19 @@ def _missing(names: Cols, available: Cols, field_name: str, side: str) -> list[I
 
 
 def _reserved(names: Cols, field_name: str) -> list[Issue]:
-    return [Issue(f"{field_name}.{WEIGHT}", f"column name '{WEIGHT}' is reserved for the Z-set "
-                                             f"weight: choose another name")
-            for n in names if n == WEIGHT]
+    return [Issue(f"{field_name}.{n}", why) for n in names if (why := reserved_column_problem(n))]
+
+
+_COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def _query_names(names: Cols) -> list[Issue]:
+    """The result columns of an ``sql`` node obey the rules of every other column name (the
+    schema checks those of inputs, ``select`` and ``aggregate``)."""
+    issues = [Issue("query", f"result column '{n}': expected an identifier (letters, digits and _, not starting "
+                             f"with a digit; at most 128 characters): rename it with AS")
+              for n in names if not _COLUMN_NAME.match(n)]
+    return issues + _reserved(names, "query")
 
 
 def node_columns(node: NodeSpec, lookup: Lookup, known: tuple[str, ...] = ()) -> tuple[Cols | None, list[Issue]]:
@@ -147,7 +159,7 @@ def node_columns(node: NodeSpec, lookup: Lookup, known: tuple[str, ...] = ()) ->
         return _join_columns(node, lookup)
     if op == "sql":  # ``known``: the relations a query may name
         cols, found = sql_node_columns(node.sql, node.tables, lookup, known)
-        return cols, [Issue(key, message) for key, message in found]
+        return cols, [Issue(key, message) for key, message in found] + _query_names(cols or ())
     return None, []  # recursive is resolved by its scope; unknown ops were reported by the schema
 
 
@@ -248,10 +260,8 @@ def resolve(spec: CircuitSpec, skip: frozenset[str] = frozenset()) -> tuple[Reso
     res, problems = Resolution(), []
     for inp in spec.inputs.values():
         for col in inp.columns:
-            if col.name == WEIGHT:
-                problems.append(Problem(spec.path, col.line or inp.line, inp.name,
-                                        f"column name '{WEIGHT}' is reserved for the Z-set weight: "
-                                        f"choose another name"))
+            if why := reserved_column_problem(col.name):
+                problems.append(Problem(spec.path, col.line or inp.line, inp.name, why))
         res.columns[inp.name] = tuple(c for c in inp.column_names if c != WEIGHT) or None
     _resolve_nodes(spec, spec.nodes, "", res.columns.get, res.columns, res, skip, problems, report=True)
     return res, problems

@@ -86,6 +86,8 @@ def _path_problem(path: str) -> str | None:
     if _SCHEME.match(path) or path.startswith(("/", "\\")) or "\\" in path:
         return (f"'{path}' must be a relative path with '/' separators: tables are published under "
                 f"the profile's views root")
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        return f"{path!r} has a control character (a NUL, a line break, ...): use plain folder names"
     parts = posixpath.normpath(path).split("/")
     if ".." in parts or parts == ["."] or any(p.startswith((".", "_")) for p in path.split("/")):
         return (f"'{path}' leaves the views root or names a hidden folder; use plain folder names "

@@ -118,7 +118,12 @@ def read_yaml(text: str, file: str) -> Document:
         doc.problems.append(Problem(file, 1, None, yaml_limits.size_problem(len(text.encode("utf-8")))))
         doc.ok = False
         return doc
-    loader = _CircuitYamlLoader(text)
+    try:
+        loader = _CircuitYamlLoader(text)  # the reader checks the characters here: it may raise too
+    except yaml.reader.ReaderError as exc:
+        doc.problems.append(_character_problem(text, file, exc))
+        doc.ok = False
+        return doc
     try:
         root = loader.get_single_node()
         if root is not None and (why := yaml_limits.expansion_problem(root)):
@@ -140,12 +145,23 @@ def read_yaml(text: str, file: str) -> Document:
         doc.problems.append(Problem(file, mark.line + 1 if mark else 1, None,
                                     f"YAML syntax error: {what}"))
         doc.ok = False
+    except yaml.reader.ReaderError as exc:
+        doc.problems.append(_character_problem(text, file, exc))
+        doc.ok = False
     except yaml.YAMLError as exc:
         doc.problems.append(Problem(file, 1, None, f"YAML error: {exc}"))
         doc.ok = False
     finally:
         loader.dispose()
     return doc
+
+
+def _character_problem(text: str, file: str, exc: yaml.reader.ReaderError) -> Problem:
+    """A character YAML does not allow in a file (NUL, a control character): its line and code."""
+    line = text.count("\n", 0, max(exc.position, 0)) + 1
+    code = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "\0")
+    return Problem(file, line, None, f"the file contains the control character U+{code:04X}, which YAML does not "
+                                     f"allow: expected printable text (tabs and line breaks are fine)")
 
 
 def _walk(node: yaml.Node, path: YamlPath, doc: Document, seen: set[int]) -> None:
@@ -273,6 +289,7 @@ def topk_spec(raw: dict, lines: dict[str, int], problem: Callable[[str, str], No
             desc = (m.group(2) or "").upper() == "DESC"
             order.append((m.group(1), desc, (not desc) if m.group(3) is None else m.group(3).upper() == "FIRST"))
     k = raw.get("k")
+    k = int(k) if isinstance(k, float) and k.is_integer() else k  # the schema's integer admits 2.0
     rank = raw.get("rank")
     rank_column = raw.get("rank_column")
     return TopKSpec(_strs(raw.get("partition_by")), tuple(order), k if isinstance(k, int) else 1,
@@ -456,8 +473,13 @@ def _read(path: str | Path) -> tuple[str | None, list[Problem]]:
         return yaml_limits.read_text(path), []
     except yaml_limits.FileTooLarge as exc:
         return None, [Problem(str(path), 1, None, str(exc))]
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, [Problem(str(path), 0, None, f"cannot read circuit file: {exc}")]
+    except UnicodeDecodeError as exc:
+        line = exc.object[:exc.start].count(b"\n") + 1
+        return None, [Problem(str(path), line, None, f"the file is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} is "
+                                                     f"not valid UTF-8 there): save it as UTF-8")]
+    except OSError as exc:
+        what = "a directory, not a file" if isinstance(exc, IsADirectoryError) else exc.strerror or str(exc)
+        return None, [Problem(str(path), 1, None, f"cannot read circuit file: {what} (expected a YAML file)")]
 
 
 def load_circuit(path: str | Path, allowed_roots: Sequence[str] = ()) -> CircuitSpec:

@@ -12,6 +12,18 @@ from typing import Any
 from .time import EventTime, WindowSpec, WithinSpec
 
 WEIGHT = "_weight"  # reserved column: the Z-set multiplicity of a row
+INTERNAL_PREFIX = "__"  # the engine's own working columns (__rows, __lw, __prev, ...) start with it
+
+
+def reserved_column_problem(name: str) -> str | None:
+    """Why a user's column may not have this name (None if it may): the weight column, or a name
+    of the engine's internal columns, which a step would silently confuse with it."""
+    if name == WEIGHT:
+        return f"column name '{WEIGHT}' is reserved for the Z-set weight: choose another name"
+    if name.startswith(INTERNAL_PREFIX):
+        return (f"column name '{name}' starts with '{INTERNAL_PREFIX}', which is reserved for the engine's "
+                f"internal columns: choose another name")
+    return None
 
 # Operators a user may write in `nodes.<name>.op`.
 UNARY_OPS = ("select", "map", "filter", "distinct", "aggregate", "topk", "delay", "integrate", "differentiate")

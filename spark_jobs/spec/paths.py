@@ -14,11 +14,16 @@ import re
 from typing import Sequence
 
 ALLOWED_ROOTS_KEY = "inputs.allowed_roots"
+STATE_DIR = "_dbsp"  # default state root under the data root: <data_root>/_dbsp/<circuit>/...
+VIEWS_DIR = "views"  # default root of published tables: <data_root>/views/<circuit>/<view>
+ENGINE_DIRS = (STATE_DIR, VIEWS_DIR)  # what the engine writes under the data root: never an input
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # hdfs:/x, s3a:bucket, jar:file:... (a URI without //)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def is_absolute(path: str) -> bool:
     """A URI (``scheme://...``, ``file:...``) or an absolute local path."""
-    return "://" in path or path.startswith(("file:", "/"))
+    return "://" in path or path.startswith("/") or _SCHEME.match(path) is not None
 
 
 def normalize(path: str) -> str:
@@ -47,8 +52,20 @@ def source_path_problem(path: str, allowed_roots: Sequence[str] = ()) -> str | N
     if has_parent_segment(path):
         return (f"source path '{path}' has a '..' segment: input paths stay inside the data root "
                 f"(write a path relative to it, without '..')")
-    if is_absolute(path) and not any(within(path, root) for root in allowed_roots):
+    if _CONTROL.search(path):
+        return (f"source path {path!r} has a control character (a NUL, a line break, ...): expected a "
+                f"folder name relative to the data root")
+    if is_absolute(path):
+        if any(within(path, root) for root in allowed_roots):
+            return None
         allowed = f" (allowed roots: {', '.join(allowed_roots)})" if allowed_roots else ""
         return (f"source path '{path}' is outside the data root: input paths are relative to the "
                 f"data root; a profile may allow other roots with {ALLOWED_ROOTS_KEY}{allowed}")
+    folder = normalize(path.replace("\\", "/"))
+    if folder in ("", "."):
+        return (f"source path '{path}' is the data root itself, which holds every input and the engine's "
+                f"state: name an input's own folder (e.g. inbox/<input>)")
+    if folder.split("/", 1)[0] in ENGINE_DIRS:
+        return (f"source path '{path}' is inside '{folder.split('/', 1)[0]}/', where the engine keeps its state "
+                f"and published views: an input's files live in a folder of their own (e.g. inbox/<input>)")
     return None

@@ -37,6 +37,7 @@ TIMESTAMP_TYPES = ("timestamp", "timestamp_ltz", "timestamp_ntz")
 ON_LATE = ("drop", "refuse")
 WINDOW_COLUMNS = ("window_start", "window_end")
 MAX_WINDOWS_PER_ROW = 1000  # size / slide: how many windows one row is counted in
+MAX_DURATION_DAYS = 36_500  # about 100 years: longer durations overflow Spark's timestamp arithmetic
 RETENTION_KEYS = ("view_deltas", "inputs", "manifests")
 
 
@@ -61,6 +62,9 @@ def parse_duration(text: object) -> int:
                                 f"days or weeks (or ms, s, m, h, d, w)")
         total += int(m.group(1)) * MICROS_PER[unit]
         pos = m.end()
+    if total > MAX_DURATION_DAYS * MICROS_PER["day"]:
+        raise DurationError(f"{text!r} is longer than {MAX_DURATION_DAYS:,} days (about 100 years), the longest "
+                            f"duration a timestamp can be moved by safely")
     return total
 
 

@@ -323,7 +323,7 @@ def _sources(spec: CircuitSpec, doc: "Document", allowed_roots: Sequence[str]) -
         if src.path and (why := source_path_problem(src.path, allowed_roots)):
             problems.append(Problem(spec.path, doc.line(where + ("path",)), inp.name, why))
         problems += [Problem(spec.path, doc.line(where + ("options", key)), inp.name, why)
-                     for key, why in option_problems(src.format, src.options)]
+                     for key, why in option_problems(src.reader_format, src.options)]
     return problems
 
 
