@@ -78,7 +78,8 @@ class SqlStream:
     manifests). ``False``: ``evaluate_step`` on in-memory deltas and state (``LiteralState``), the
     views integrated here: one Spark job per step, for the many-construct streams. ``oracle``
     gives DuckDB another query for a node (the same result spelled out, e.g. a tie-break).
-    ``in_process``: real files, every step asserted to run on Arrow, nothing read with Spark.
+    ``in_process``: real files, every step asserted to run on Arrow (or the engine ``use_engine``
+    chose), views read with pyarrow.
     """
 
     def __init__(self, tmp_path, text: str, real_files: bool = True, oracle: dict[str, str] | None = None,
@@ -101,6 +102,23 @@ class SqlStream:
         self.state = LiteralState()
         self.views: dict[str, Counter] = {v: Counter() for v in self.spec.outputs}
         self.t = 0
+        self.engine = "arrow"  # the engine ``in_process`` steps must run on (``use_engine``)
+        self.fallbacks: list[str] = []  # with ``use_engine``: Arrow steps that had to run on Spark, and why
+        self.may_fall_back = False
+        self._runtimes = {"arrow": self.rt} if in_process else {}
+
+    def use_engine(self, engine: str) -> None:
+        """Run the next ``in_process`` steps on ``engine`` (``arrow`` or ``spark``), on the same
+        state and compiled circuit: a stream can alternate engines, each reading what the other wrote."""
+        from spark_jobs.runtime.circuit import CircuitRuntime
+        from tests.policies import config
+
+        assert self.in_process, "only an in_process stream reads its views without Spark"
+        if engine not in self._runtimes:
+            self._runtimes[engine] = CircuitRuntime(config(self.root, engine=engine), self.rt.compiled, self.rt.path)
+        self.rt = self._runtimes[engine]
+        self.engine = engine
+        self.may_fall_back = True
 
     def _write(self, name: str, rows: Counter) -> None:
         folder = os.path.join(self.root, self.spec.inputs[name].source.path)
@@ -144,7 +162,10 @@ class SqlStream:
         from tests.engines import output_delta
 
         report = run_step(self.rt)
-        assert report.engine == "arrow", f"step {self.t} ran on {report.engine}: {report.engine_reason}"
+        if report.engine != self.engine and self.may_fall_back and self.engine == "arrow":
+            self.fallbacks.append(report.engine_reason)
+        else:
+            assert report.engine == self.engine, f"step {self.t} ran on {report.engine}: {report.engine_reason}"
         for v in self.spec.outputs:
             delta, _ = output_delta(self.rt, v)
             for row, w in delta.items():

@@ -28,6 +28,45 @@ def test_spark_receives_the_authors_text_with_columns_replaced():
     assert dict(cols) == {"k": "`k`", "d": "to_date(`s`, 'yyyy-MM-dd')", "r": "regexp_extract(`s`, '(a)(b)', 1)"}
 
 
+def test_boolean_and_null_literals_and_a_cast_in_a_conjunct_reach_spark_whole():
+    """Found by tests/test_sql_fuzz.py: sqlglot keeps no position of TRUE/FALSE/NULL, so a query
+    selecting one was refused; and the text of ``x = CAST(2.0 AS DOUBLE)`` beside another
+    conjunct lost its last ')' (sqlglot parses the cut text to the same tree), so Spark refused it."""
+    c = _one("SELECT k, true AS t, NULL AS n, NOT false AS nf FROM a WHERE (x IN (0, 1) AND k = CAST(2.0 AS DOUBLE))")
+    (cols,) = [n.param("columns") for n in c.query if n.id == "q"]
+    assert dict(cols) == {"k": "`k`", "t": "TRUE", "n": "NULL", "nf": "NOT FALSE"}
+    filters = {n.param("where") for n in c.query if n.op == "filter"}
+    assert filters == {"(`x` IN (0, 1)) AND (`k` = CAST(2.0 AS DOUBLE))"}, filters
+
+
+def test_a_self_outer_join_filters_its_preserved_side_by_the_inputs_names():
+    """Found by tests/test_sql_fuzz.py: in ``a l RIGHT JOIN a r ON l.k = r.k AND r.s >= 'x'`` the
+    condition on r filters r before the join, where r's columns are not yet renamed apart from
+    l's (``s``, not ``r_s``): Spark failed on the unknown column at the first step."""
+    c = _one("SELECT l.x, r.k AS rk FROM a AS l RIGHT JOIN a AS r ON l.k = r.k AND r.s >= 'x' AND r.x > 1")
+    filters = {n.param("where") for n in c.query if n.op == "filter"}
+    assert filters == {"(`s` >= 'x') AND (`x` > 1)"}, filters
+
+
+def test_an_outer_or_semi_join_matching_one_column_twice_keys_it_once():
+    """Found by tests/test_sql_fuzz.py: ``l.k = r.k AND l.k = r.y`` made key columns (k, k), and
+    the key set of an outer join (or semi-join) holding a column twice failed at the first step
+    ('Field "k" exists 2 times'). The repeated equality is kept as a condition beyond the keys."""
+    import pytest
+
+    from spark_jobs.spec import CircuitError
+
+    for query in ("SELECT l.x, r.y FROM a AS l RIGHT JOIN b AS r ON l.k = r.k AND l.k = r.y",
+                  "SELECT * FROM a WHERE NOT EXISTS (SELECT 1 FROM b WHERE b.k = a.k AND b.k = a.x)"):
+        c = _one(query)
+        for n in c.query:
+            for keys in ("left_keys", "right_keys", "keys"):
+                value = n.param(keys) if n.op in ("join", "semijoin", "distinct", "keyset") else None
+                assert not value or len(set(value)) == len(value), (query, n.op, value)
+    with pytest.raises(CircuitError, match="matched against two columns"):
+        _one("SELECT * FROM a WHERE (k, k) IN (SELECT k, y FROM b)")
+
+
 def test_join_conditions_become_keys_and_pushed_filters():
     c = _one("SELECT a.k, y FROM a, b WHERE a.k = b.k AND b.y > 2 AND a.x < b.y AND s = 'p'")
     joins = [n for n in c.query if n.op == "join"]

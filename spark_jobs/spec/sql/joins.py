@@ -115,6 +115,43 @@ def inner_join(binder: "Binder", left: "Relation", right: "Relation", pairs: Seq
     return Relation(plan, left.fields + rfields)
 
 
+def _distinct_keys(binder: "Binder", left: "Relation", right: "Relation", pairs: Sequence[Pair]
+                   ) -> tuple["Relation", "Relation", tuple[str, ...], tuple[str, ...], list[Pair]]:
+    """``_keys`` for the joins that build a key set of one side (outer joins, semi-joins), which
+    needs each key column once: the equalities repeating a key column (``l.x = r.a AND l.x = r.b``)
+    are returned apart, for the caller to keep as conditions beyond the keys."""
+    left2, right2, lkeys, rkeys = _keys(binder, left, right, pairs)
+    repeated = {i for i in range(len(lkeys)) if lkeys[i] in lkeys[:i] or rkeys[i] in rkeys[:i]}
+    if not repeated:
+        return left2, right2, lkeys, rkeys, []
+    kept = [p for i, p in enumerate(pairs) if i not in repeated]
+    return (*_keys(binder, left, right, kept), [p for i, p in enumerate(pairs) if i in repeated])
+
+
+def _equality(a: exp.Expression, b: exp.Expression) -> exp.Expression:
+    """The query's own ``a = b`` (or ``b = a``) a key pair came from: its text is what Spark runs."""
+    parent = a.parent
+    while isinstance(parent, exp.Paren):
+        parent = parent.parent
+    if isinstance(parent, exp.EQ) and {id(parent.this), id(parent.expression)} == {id(a), id(b)}:
+        return parent
+    raise SqlError(f"'{describe(a)}' is matched against two columns ('{describe(b)}' and another): "
+                   "write the second match as a condition of its own", a)
+
+
+def _outer_keys(binder: "Binder", left: "Relation", right: "Relation", split: SplitOn
+                ) -> tuple["Relation", "Relation", tuple[str, ...], tuple[str, ...]]:
+    """``_distinct_keys`` for an outer join: a repeated equality stays in the ON condition as a
+    mixed conjunct."""
+    left, right, lkeys, rkeys, repeated = _distinct_keys(binder, left, right, split.keys)
+    if repeated:
+        ids = [id(p) for p in repeated]
+        split.mixed += [c for p, c in zip(split.keys, split.key_conds) if id(p) in ids]
+        split.key_conds = [c for p, c in zip(split.keys, split.key_conds) if id(p) not in ids]
+        split.keys = [p for p in split.keys if id(p) not in ids]
+    return left, right, lkeys, rkeys
+
+
 def outer_join(binder: "Binder", left: "Relation", right: "Relation", join: exp.Join, side: str) -> "Relation":
     """LEFT / RIGHT / FULL OUTER JOIN. Conjuncts on the side that is only matched against (the
     right of a LEFT JOIN) filter it first; the others stay in the join (they decide matches)."""
@@ -130,18 +167,18 @@ def outer_join(binder: "Binder", left: "Relation", right: "Relation", join: exp.
     elif side == "right":
         left = binder.filter(left, split.left_only, "ON")
         split.left_only = []
-    left, right, lkeys, rkeys = _keys(binder, left, right, split.keys)
+    left, right, lkeys, rkeys = _outer_keys(binder, left, right, split)
     right_out, rfields = _renamed_right(left, right)
     out_scope = Scope(left.fields + rfields)
 
-    def bound(parts: list[exp.Expression]) -> str | None:
-        return and_all([binder.bind_expr(p, out_scope, "an ON condition") for p in parts])
+    def bound(parts: list[exp.Expression], scope: Scope = out_scope) -> str | None:
+        return and_all([binder.bind_expr(p, scope, "an ON condition") for p in parts])
 
     mixed_refs = tuple(dict.fromkeys(out_scope.resolve(c).column for p in split.mixed for c in columns_of(p)))
     columns = left.plan.columns + tuple(o for _, o in right_out)
     plan = P.Join(columns, _join_text(f"{side.upper()} OUTER", right, conds), side, left.plan, right.plan, lkeys,
                   rkeys, tuple((c, c) for c in left.plan.columns), right_out, bound(split.left_only),
-                  bound(split.right_only), bound(split.mixed), mixed_refs)
+                  bound(split.right_only, right.scope), bound(split.mixed), mixed_refs)
     rel = Relation(plan, left.fields + rfields)
     if using:
         rel = merge_using(rel, [(lf, rf) for lf, rf, _ in pairs_using], side)
@@ -156,7 +193,8 @@ def semi(binder: "Binder", left: "Relation", right: "Relation", pairs: Sequence[
     right is a correlated subquery): then the right's columns win, as SQL resolves them."""
     from .binder import Relation
 
-    left, right, lkeys, rkeys = _keys(binder, left, right, pairs)
+    left, right, lkeys, rkeys, repeated = _distinct_keys(binder, left, right, pairs)
+    residual = list(residual) + [_equality(a, b) for a, b in repeated]
     right_out_all, rfields = _renamed_right(left, right)
     residual_sql = None
     residual_left: tuple[str, ...] = ()

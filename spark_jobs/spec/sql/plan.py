@@ -52,8 +52,10 @@ class Join(Rel):
     """``left <kind> JOIN right``: equi keys plus the rest of the ON condition.
 
     Output: ``left_out`` then ``right_out`` columns, ``(source column, output name)``. The ON
-    condition's conjuncts that are not key equalities are split by what they read (output names):
-    ``left_only`` (only left columns), ``right_only``, ``mixed``. For an inner join the binder
+    condition's conjuncts that are not key equalities are split by what they read: ``left_only``
+    (only left columns), ``right_only`` (only right columns, by their names in ``right``, since it
+    filters ``right`` before the join: a self-join renames them in the output), ``mixed`` (output
+    names). For an inner join the binder
     pushes the one-sided ones into the inputs, so only ``mixed`` is left. ``mixed_refs`` are the
     output columns ``mixed`` reads. Null keys never match (SQL ``=``).
     """

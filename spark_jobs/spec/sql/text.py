@@ -19,6 +19,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
 from .errors import SqlError, describe
 
@@ -32,6 +33,11 @@ def _bare(node: exp.Expression) -> exp.Expression:
     for sub in copy.walk():
         sub.args.pop("_type", None)
     return copy
+
+
+def _positioned(node: exp.Expression) -> bool:
+    """Whether any part of ``node`` has a position in the text (names, literals, functions)."""
+    return any("start" in s.meta for s in node.walk())
 
 
 class Source:
@@ -67,6 +73,8 @@ class Source:
                 a, b = i - left, j + width - left
                 if a < 0 or b >= len(self.tokens):
                     continue
+                if not self._balanced(a, b):
+                    continue  # sqlglot forgives a missing ')' that Spark's parser does not
                 snippet = self.text[self.starts[a]:self.ends[b] + 1]
                 try:
                     parsed = sqlglot.parse_one(snippet, read=DIALECT)
@@ -76,6 +84,18 @@ class Source:
                     return self.starts[a], self.ends[b]
         return None
 
+    def _balanced(self, a: int, b: int) -> bool:
+        """Whether tokens ``a..b`` close every parenthesis they open, in order."""
+        depth = 0
+        for token in self.tokens[a:b + 1]:
+            if token.token_type == TokenType.L_PAREN:
+                depth += 1
+            elif token.token_type == TokenType.R_PAREN:
+                depth -= 1
+                if depth < 0:
+                    return False
+        return depth == 0
+
     def splice(self, node: exp.Expression, replace: Callable[[exp.Expression], str | None]) -> str:
         """``node``'s text with each outermost ``sub`` for which ``replace(sub)`` gives a text
         replaced by that text."""
@@ -83,6 +103,10 @@ class Source:
         if top is not None:
             return top
         where = self.span(node)
+        if where is None and not _positioned(node):
+            # TRUE, NULL, NOT FALSE, CAST(NULL AS INT): sqlglot keeps no position of these, and
+            # prints them as written (no function, whose arguments printing could change)
+            return node.sql(dialect=DIALECT)
         if where is None:
             raise SqlError(f"cannot find the text of '{describe(node)}' in the query (write it without "
                            f"line breaks inside names or literals)", node)
