@@ -101,3 +101,24 @@ def test_the_runtime_checks_before_handing_out_the_session(spark, tmp_path: Path
     rt = CircuitRuntime(load_config(data_root=str(tmp_path)), compiled, "c.yaml")
     with pytest.raises(CircuitError, match="'reflect' calls Java methods"):
         rt.spark  # noqa: B018 - the property is the check
+
+
+def test_quieting_parse_errors_leaves_pysparks_own_logger_in_place():
+    """The parse check silences PySpark's query-context logger through PySpark's own logger
+    class: a plain ``logging.Logger`` made first would be what PySpark logs a later analysis
+    error with, and its ``errorClass=`` keyword would raise TypeError instead of the error.
+    (A fresh process: this test session may have made the logger already.)"""
+    import subprocess
+    import sys
+
+    code = ("import logging\n"
+            "from pyspark.logger import PySparkLogger\n"
+            "from spark_jobs.executor.spark_parse_check import _quiet_parse_errors\n"
+            "with _quiet_parse_errors():\n"
+            "    pass\n"
+            "logger = logging.getLogger('SQLQueryContextLogger')\n"
+            "assert isinstance(logger, PySparkLogger), type(logger)\n"
+            "logger.propagate = False\n"
+            "logger.exception('boom', errorClass='X')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]

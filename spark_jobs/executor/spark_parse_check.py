@@ -98,8 +98,14 @@ def read_with_spark(parser, text: str) -> SparkReading:
 
 @contextmanager
 def _quiet_parse_errors() -> Iterator[None]:
-    """PySpark logs every parse error with its JVM stack; here a parse error is an answer."""
-    logger = logging.getLogger("SQLQueryContextLogger")
+    """PySpark logs every parse error with its JVM stack; here a parse error is an answer.
+
+    The logger is made as PySpark makes it (a ``PySparkLogger``): a plain ``logging.Logger``
+    created here first would be the one PySpark gets later, and its ``exception(...,
+    errorClass=...)`` call on it raises TypeError, hiding the user's real Spark error."""
+    from pyspark.logger import PySparkLogger
+
+    logger = PySparkLogger.getLogger("SQLQueryContextLogger")
     before, logger.disabled = logger.disabled, True
     try:
         yield
