@@ -16,6 +16,7 @@ import pytest
 
 from tests.fuzz.check import check_case, run_in_temp
 from tests.fuzz.generate import circuit_yaml, random_case
+from tests.fuzz.seeds import seeds_from_env
 from tests.fuzz.repro import repro_folder, repro_test, write_repro
 from tests.fuzz.shrink import shrink
 
@@ -28,19 +29,7 @@ KNOWN_ELSEWHERE: dict[int, str] = {}
 CI_SEEDS = [s for s in (0, 1, 2, 3, 4, 5, 24, 39, 62, 99, 111, 196) if s not in KNOWN_ELSEWHERE]
 
 
-def _seeds() -> list[int]:
-    text = os.environ.get("DBSP_FUZZ_SEEDS", "").strip()
-    if not text:
-        return CI_SEEDS
-    if ":" in text:
-        lo, hi = text.split(":")
-        return list(range(int(lo), int(hi)))
-    if "," in text:
-        return [int(s) for s in text.split(",") if s.strip()]
-    return list(range(int(text)))
-
-
-@pytest.mark.parametrize("seed", _seeds())
+@pytest.mark.parametrize("seed", seeds_from_env("DBSP_FUZZ_SEEDS", CI_SEEDS))
 def test_engine_agrees_with_the_reference(spark, tmp_path, seed):
     steps = int(os.environ.get("DBSP_FUZZ_STEPS", DEFAULT_STEPS))
     case = random_case(seed, steps)

@@ -25,6 +25,7 @@ import pytest
 
 from spark_jobs.runtime.circuit import compile_file
 from spark_jobs.spec.errors import CircuitError
+from tests.fuzz.seeds import seeds_from_env
 from tests.fuzz.sql_queries import circuit_text, domain, random_case
 from tests.sql_streams import SqlStream, to_duckdb
 from tests.streams import RandomRelation
@@ -32,18 +33,6 @@ from tests.streams import RandomRelation
 ARROW_SEEDS = [0, 1, 2, 3, 5, 129, 136]  # ARROW_STEPS each; 129, 136: outer joins matching a column twice
 SPARK_SEEDS = [0]  # SPARK_STEPS each
 ARROW_STEPS, SPARK_STEPS = 8, 3
-
-
-def _seeds(variable: str, default: list[int]) -> list[int]:
-    text = os.environ.get(variable, "").strip()
-    if not text:
-        return default
-    if ":" in text:
-        lo, hi = text.split(":")
-        return list(range(int(lo), int(hi)))
-    if "," in text:
-        return [int(s) for s in text.split(",") if s.strip()]
-    return list(range(int(text)))
 
 
 def _refusal(tmp_path, tables, query: str) -> str | None:
@@ -127,12 +116,12 @@ def _run(tmp_path, seed: int, steps: int, spark_every: int, arrow_only: bool) ->
     assert not stats["oracle_errors"], "the generator wrote a query DuckDB cannot run:\n" + "\n".join(stats["oracle_errors"])
 
 
-@pytest.mark.parametrize("seed", _seeds("DBSP_SQLFUZZ_SEEDS", ARROW_SEEDS))
+@pytest.mark.parametrize("seed", seeds_from_env("DBSP_SQLFUZZ_SEEDS", ARROW_SEEDS))
 def test_random_sql_views_equal_duckdb_in_process(spark, tmp_path, seed):
     _run(tmp_path, seed, ARROW_STEPS, spark_every=0, arrow_only=True)
 
 
-@pytest.mark.parametrize("seed", _seeds("DBSP_SQLFUZZ_SPARK_SEEDS", SPARK_SEEDS))
+@pytest.mark.parametrize("seed", seeds_from_env("DBSP_SQLFUZZ_SPARK_SEEDS", SPARK_SEEDS))
 def test_random_sql_views_equal_duckdb_on_spark_and_arrow(spark, tmp_path, seed):
     _run(tmp_path, seed, SPARK_STEPS, spark_every=2, arrow_only=False)
 
