@@ -139,9 +139,7 @@ class TraceFiles:
         if not parts:
             return self.schema.empty_table()
         table = pa.concat_tables(parts)
-        keep = pc.is_in(table.column(column), value_set=pa.array(present + ([None] if want_null else []),
-                                                                   table.schema.field(column).type),
-                        skip_nulls=not want_null)
+        keep = KeySet(present, want_null, table.schema.field(column).type).member(table.column(column))
         if iter_column is not None:
             it = table.column(iter_column)
             if lo is not None:
