@@ -73,8 +73,11 @@ class StepEngine(Protocol):
     def view_delta(self, view: str, new: Any) -> Any:
         """A full refresh's change of a view: new value minus the committed one (where comparable)."""
 
-    def settle_outputs(self, outputs: dict[str, Any]) -> dict[str, Any]:
-        """The view deltas as the gate and the writes read them (computed once)."""
+    def settle(self, outputs: dict[str, Any], writes: list["Write"], checked: dict[str, Any]
+               ) -> tuple[dict[str, Any], list["Write"], dict[str, Any]]:
+        """The view deltas, state updates and the input changes the gate checks, as the gate and
+        the writes read them: each computed once (Spark: a small step's all at once, to this
+        process as Arrow tables, so the gate and the writes run no job)."""
 
     def gate(self, timestep: int, outputs: Mapping[str, Any], deltas: Mapping[str, Any],
              full: bool, late: Sequence[Any], state: Any) -> "GateReport":
@@ -147,6 +150,8 @@ def commit(rt: "CircuitRuntime", txn: "Transaction", work: Work) -> "Manifest":
         count_unknown_keys(txn, name, int(work.unknown_keys.get(name, 0)), restart=restart)
     work.clock.commit(txn)  # every timed input's watermark and late rows
     bound_state(txn, rt.compiled.incremental, work.clock)  # state no later row can reach: dropped
+    if all_tables(work):  # nothing here needs Spark: compactions and merges by pyarrow too (up to a size)
+        txn.in_process = True
     write_values(txn, work.writes, work.outputs, batched=work.batched)
     failpoint("mid_step")
     txn.set_meta("mode", work.mode)
@@ -159,6 +164,13 @@ def commit(rt: "CircuitRuntime", txn: "Transaction", work: Work) -> "Manifest":
     if work.quarantined:
         txn.set_meta("quarantined", work.quarantined)
     return txn.commit()
+
+
+def all_tables(work: Work) -> bool:
+    """Is every value ``work`` writes a pyarrow table (the commit needs no Spark session)?"""
+    import pyarrow as pa
+
+    return all(isinstance(v, pa.Table) for v in [*(w.value for w in work.writes), *work.outputs.values()])
 
 
 def write_values(txn: "Transaction", writes: Sequence[Write], outputs: Mapping[str, Any], *,
@@ -330,11 +342,13 @@ def compute(rt: "CircuitRuntime", engine: StepEngine, work: Work, files: Mapping
     if work.full:
         work.view_schemas = {v: engine.schema_json(value) for v, value in outputs.items()}
         outputs = {v: engine.view_delta(v, value) for v, value in outputs.items()}
-    outputs = engine.settle_outputs(outputs)
+    writes = state_writes(rt, result, deltas, own, work.full)
+    checked = {n: d for n, d in deltas.items() if spec.inputs[n].expectations}  # declared input expectations
+    outputs, writes, checked = engine.settle(outputs, writes, checked)
     say(f"timestep {t}: checking view deltas")
-    gate = engine.gate(t, outputs, deltas, work.full, work.clock.report(), state)
+    gate = engine.gate(t, outputs, checked, work.full, work.clock.report(), state)
     work.outputs = outputs
-    work.writes = state_writes(rt, result, deltas, own, work.full)
+    work.writes = writes
     return Computed(work, reports, gate)
 
 

@@ -33,10 +33,10 @@ from spark_jobs.runtime.errors import input_errors
 from spark_jobs.runtime.event_time import StepClock, iso
 from spark_jobs.runtime.failures import step_failures
 from spark_jobs.runtime.inputs import ChosenInputs, choose_inputs, pending_inputs as _pending
+from spark_jobs.runtime.reach import driver_reach
 from spark_jobs.runtime.refresh import EmptyState
 from spark_jobs.runtime.step_types import InputReport, StepReport, StoreReader
 from spark_jobs.runtime.writer import process_lease
-from spark_jobs.state.arrow_fs import is_local
 from spark_jobs.state.manifest import Manifest
 from spark_jobs.state.retention import Removed
 
@@ -123,36 +123,6 @@ def choose_engine(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, fu
     return policy.engine_for(rows, first_step=first, driver_reach=reach, unsupported=why)
 
 
-def driver_reach(rt: CircuitRuntime) -> str | None:
-    """Why this process cannot read and write the circuit's state and input files itself (None:
-    it can, whatever runs Spark: a local session, a cluster's driver or a Spark Connect client).
-
-    ``execution.driver_access``: ``never`` sends every step to Spark; ``always`` trusts the
-    process; ``auto`` accepts a data root on this machine (it exists here) and state on a local
-    disk, an object store pyarrow opens, or a Hadoop file system reached through this process's
-    own Spark driver (local and cluster profiles; a Connect client has none)."""
-    import os
-
-    from spark_jobs.runtime.circuit import state_root
-    from spark_jobs.state.arrow_fs import is_object_store
-
-    access = rt.config.policy.driver_access
-    if access == "never":
-        return "the profile sets execution.driver_access: never (the cluster reads and writes the files)"
-    if access == "always":
-        return None
-    classic = rt.config.spark.mode != "connect"
-    for what, root in (("data root", rt.config.data_root), ("state root", state_root(rt.config, rt.name))):
-        if is_local(root):
-            if what == "data root" and not os.path.isdir(root):
-                return (f"the {what} {root} is not on this machine: the steps run on Spark (set "
-                        f"execution.driver_access: never to say so, or mount it here)")
-        elif not is_object_store(root) and not classic:
-            return (f"the {what} {root} is reached through Spark's Hadoop file system, which a Spark Connect "
-                    f"client does not have (set execution.driver_access: always where libhdfs is installed)")
-    return None
-
-
 def run_step(rt: CircuitRuntime, progress: Progress | None = None, *, full_refresh: bool = False) -> StepReport:
     """Run and commit the next timestep (last committed + 1) on the engine the policy picks,
     holding the circuit's lease, then publish the views (``spark_jobs.publish``: no Spark; a view
@@ -198,7 +168,8 @@ def _commit_step(rt: CircuitRuntime, chosen: ChosenInputs, engine: str, reason: 
             what = "" if isinstance(why, NotLocal) else "Arrow refused: "
             reason = f"in-process on Arrow was not possible: {what}{why}"
             log.info("timestep runs on Spark: %s", reason)
-    return _compute_and_commit(rt, step_engines.SparkSteps(rt, full=full_refresh), chosen, reason, say, full_refresh)
+    spark = step_engines.SparkSteps(rt, full=full_refresh, driver_writes=driver_reach(rt) is None)
+    return _compute_and_commit(rt, spark, chosen, reason, say, full_refresh)
 
 
 def _compute_and_commit(rt: CircuitRuntime, engine: "recipe.StepEngine", chosen: ChosenInputs, reason: str,

@@ -33,7 +33,7 @@ class SparkSteps:
     name = "spark"
 
     def __init__(self, rt: "CircuitRuntime", *, full: bool = False, small: bool | None = None,
-                 persist: bool = True) -> None:
+                 persist: bool = True, driver_writes: bool = False) -> None:
         self.rt = rt
         self.full = full
         self.small = bool(small) if small is not None else False  # set by ``count`` unless given
@@ -42,6 +42,10 @@ class SparkSteps:
         self.cached: list[Any] = []
         self.results: list[Any] = []
         self.local = False  # the changes were brought to the driver (``count``)
+        self.settled_arrow = False  # the step's values came to this process as Arrow (``settle``)
+        # this process reads and writes the state itself (``step.driver_reach``): a small step's
+        # values are written by pyarrow, not by a Spark job
+        self.driver_writes = driver_writes
         self._stack = ExitStack()
         self._conf_set = False
 
@@ -113,24 +117,46 @@ class SparkSteps:
 
         return refresh.view_delta(self.rt.store, view, new)
 
-    def settle_outputs(self, outputs: dict[str, Any]) -> dict[str, Any]:
-        """Small view deltas computed once, to the driver (with the jobs they need): the gate then
-        looks the previous view up by them without a broadcast job; larger ones are cached."""
-        from spark_jobs.executor.local import collect_local
+    def settle(self, outputs: dict[str, Any], writes: list[Any], checked: dict[str, Any]
+               ) -> tuple[dict[str, Any], list[Any], dict[str, Any]]:
+        """A small step's view deltas, state updates and checked input changes come to this
+        process as Arrow tables in ONE job (``collect_arrow``): the gate then runs on them and
+        pyarrow writes them, so the step's Spark jobs are that one and the input count's. Where
+        this process cannot write the state itself, or the values are too many rows, the view
+        deltas are computed once (to the driver, or cached) and Spark writes."""
+        from spark_jobs.executor.local import collect_arrow, collect_local
 
+        policy = self.rt.config.policy
+        if self.small and not self.full and self.driver_writes:
+            frames = {f"output/{v}": df for v, df in outputs.items()}
+            frames.update({f"write/{i}": w.value for i, w in enumerate(writes)})
+            frames.update({f"input/{n}": df for n, df in checked.items()})
+            tables = collect_arrow(self.spark, frames, policy.local_change_rows)[0] if frames else {}
+            if tables is not None:
+                typed = {key: _typed(tables[key], frames[key]) for key in frames}
+                self.settled_arrow = True
+                for i, w in enumerate(writes):
+                    w.value = typed[f"write/{i}"]
+                return ({v: typed[f"output/{v}"] for v in outputs}, writes,
+                        {n: typed[f"input/{n}"] for n in checked})
         if self.small and outputs:
-            local = collect_local(self.spark, outputs, self.rt.config.policy.local_change_rows)[0]
+            local = collect_local(self.spark, outputs, policy.local_change_rows)[0]
             if local is not None:
-                return local
+                return local, writes, checked
         settled = {view: df.cache() for view, df in outputs.items()}
         self.cached.extend(settled.values())
-        return settled
+        return settled, writes, checked
 
     def gate(self, timestep: int, outputs: Mapping[str, Any], deltas: Mapping[str, Any], full: bool,
              late: Sequence[Any], state: Any) -> "GateReport":
         from spark_jobs.runtime import refresh
         from spark_jobs.runtime.quality_gate import check_timestep
 
+        if self.settled_arrow:  # the changes are Arrow tables here: the in-process gate, no job
+            from spark_jobs.runtime.quality_gate import check_timestep_tables
+
+            return check_timestep_tables(self.rt, timestep, dict(outputs), dict(deltas), state.trace_files,
+                                         late=late)
         previous = {v: refresh.old_view(self.rt.store, v, df) for v, df in outputs.items()} if full else None
         return check_timestep(self.rt, timestep, dict(outputs), dict(deltas), previous, late=late)
 
@@ -212,8 +238,9 @@ class ArrowSteps:
     def view_delta(self, view: str, new: Any) -> Any:
         raise NotLocal("a full refresh runs on Spark")
 
-    def settle_outputs(self, outputs: dict[str, Any]) -> dict[str, Any]:
-        return outputs
+    def settle(self, outputs: dict[str, Any], writes: list[Any], checked: dict[str, Any]
+               ) -> tuple[dict[str, Any], list[Any], dict[str, Any]]:
+        return outputs, writes, checked
 
     def gate(self, timestep: int, outputs: Mapping[str, Any], deltas: Mapping[str, Any], full: bool,
              late: Sequence[Any], state: Any) -> "GateReport":
@@ -228,6 +255,15 @@ class ArrowSteps:
 
     def release(self) -> None:
         return None
+
+
+def _typed(table: Any, frame: Any) -> Any:
+    """A table collected from Spark with the Arrow types the in-process engine and the store
+    use for ``frame``'s Spark schema (one mapping whichever engine wrote a file)."""
+    from spark_jobs.state.arrow_trace import arrow_of
+
+    schema = arrow_of(frame.schema)
+    return table if table.schema == schema else table.select(schema.names).cast(schema)
 
 
 def unsupported(rt: "CircuitRuntime", pending: Mapping[str, Sequence[InputFile]]) -> str | None:
