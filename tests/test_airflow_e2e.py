@@ -282,7 +282,7 @@ def test_the_readme_walkthrough(world):
             # it; here Airflow was started first (the fixture), so the file was copied after
             # that parse: wait for the next one (dag_dir_list_interval), as a user would see it
             world.api.wait_for_dag("my_view")
-        out = world.shell(written, sourced)
+        out = world.shell(written, sourced, timeout=900)  # the tour's first step starts a local JVM
         text = out.stdout + out.stderr
         allowed = (0, 1) if command == "airflow dags list-import-errors" else (0,)  # 1: it found some
         assert out.returncode in allowed, f"`{command}` failed ({out.returncode}):\n{text}"
