@@ -9,13 +9,15 @@ import shutil
 import subprocess
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 from spark_jobs.cli import render
 from spark_jobs.config import Config, ProfileError, load_config
 from spark_jobs.ir.explain import explain_text, insert_only_nodes, sql_lowering_text, to_dot
 from spark_jobs.runtime.circuit import compile_file, find_circuit_file, open_circuit
-from spark_jobs.spec import CircuitError, validate_file
+from spark_jobs.spec import CircuitError, load_circuit, validate_file
+from spark_jobs.spec.shared_inputs import shared_folder_warnings
 
 
 class UserError(Exception):
@@ -155,16 +157,45 @@ def cmd_validate(args: argparse.Namespace) -> int:
         roots = _config(args).allowed_input_roots
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read the profile: {exc}") from None
-    failed = 0
+    failed, loaded = 0, []
     for path in args.files:
         problems = validate_file(path, roots)
+        spec = None
+        if not problems:
+            spec = load_circuit(path, roots)
+            loaded.append((path, spec))
+            if args.data_root:  # the folders too, when the user names the data root
+                from spark_jobs.runtime.input_folders import folder_problems
+
+                problems = folder_problems(path, spec, args.data_root)
         if problems:
             failed += 1
             for p in problems:
                 print(p)
         else:
             print(f"{path}: ok")
+    for warning in shared_folder_warnings(loaded + _neighbours(args, roots, loaded), [p for p, _ in loaded]):
+        print(warning)
     return 1 if failed else 0
+
+
+def _neighbours(args: argparse.Namespace, roots, loaded: list) -> list:
+    """The other circuits of the profile's circuits folder (they share the data root), loaded
+    quietly: a broken neighbour is its own file's problem."""
+    try:
+        folder = Path(_config(args).circuits_dir)
+    except (OSError, ValueError):
+        return []
+    named = {os.path.realpath(p) for p, _ in loaded}
+    out = []
+    for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
+        if os.path.realpath(path) in named:
+            continue
+        try:
+            out.append((str(path), load_circuit(str(path), roots)))
+        except CircuitError:
+            pass
+    return out
 
 
 def _compiled(args: argparse.Namespace):

@@ -11,6 +11,7 @@ from spark_jobs.executor.sources.cdc import KeyedState, cdc_change
 from spark_jobs.executor.sources.checks import InputRefused
 from spark_jobs.executor.sources.discovery import InputScan, fingerprint_of, scan_input
 from spark_jobs.policy import ExecutionPolicy
+from spark_jobs.runtime.input_folders import missing_folders
 from spark_jobs.spec.model import InputSpec
 from spark_jobs.state.lookup import TraceFiles
 
@@ -142,13 +143,22 @@ class ChosenInputs:
         return {name: scan.consumed.records() for name, scan in self.scans.items() if scan.consumed.changed}
 
 
+def refuse_missing_folders(spec_inputs: dict[str, InputSpec], data_root: str) -> None:
+    """Refuse the step (``InputRefused``, exit code 2) if an input's folder does not exist: a
+    misspelt or moved path must not read as "no new files" (an empty folder still does)."""
+    missing = missing_folders(spec_inputs, data_root)
+    if missing:
+        raise InputRefused.combine(InputRefused([(m.folder, m.reason())], m.input.name) for m in missing)
+
+
 def choose_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest, allowed_roots: Sequence[str] = (),
                   *, full_refresh: bool = False, pruned: dict[str, dict] | None = None) -> ChosenInputs:
     """The input files of the next timestep, as `dbsp step` and a DAG run's plan choose them:
     every retained file (full refresh; ``pruned``: what retention removed, from
     ``retention.json``, which refuses it with ``CannotRebuild``), or the pending ones; an
     incremental step is refused (``InputRefused``) if a consumed file's content changed under
-    its name."""
+    its name. Either is refused if an input's folder does not exist."""
+    refuse_missing_folders(spec_inputs, data_root)
     if full_refresh:
         return ChosenInputs(retained_inputs(spec_inputs, data_root, manifest, allowed_roots, pruned=pruned), {})
     scans = scan_inputs(spec_inputs, data_root, manifest, allowed_roots)
