@@ -39,7 +39,7 @@ class StatePolicy:
 
 @dataclass(frozen=True)
 class NarrowPolicy:
-    """State looked up on the driver by the keys a small change can hold (``executor/narrow.py``)."""
+    """State looked up on the driver by the keys a small change can hold (``executor/spark/narrow.py``)."""
 
     enabled: bool = True
     max_keys: int = 50_000  # more candidate keys than this: narrowing would cost more than it saves

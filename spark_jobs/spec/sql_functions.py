@@ -19,7 +19,7 @@ refused, UDFs and catalog functions included, with a reason when the name is a k
 
 Names are Spark's own, lower-case (Spark matches function names case-insensitively). The
 catalog is shared by the checker on sqlglot's parse (``sql_check.py``, at validation) and the
-check on Spark's own parse before a step runs (``spark_jobs/executor/spark_parse_check.py``);
+check on Spark's own parse before a step runs (``spark_jobs/executor/spark/parse_check.py``);
 a future whole-query node (``op: sql``) reuses both.
 """
 from __future__ import annotations

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from . import decimals
 from .casts import cast
 from .runtime import ExpressionFailed, Node, Strict, fold, from_numpy, numbers, reads_columns
-from .sparktypes import (DOUBLE, LONG, NULL, NotCovered, SparkType, adjust_precision_scale, bounded, decimal_for,
+from .sql_types import (DOUBLE, LONG, NULL, NotCovered, SparkType, adjust_precision_scale, bounded, decimal_for,
                          decimal_for_literal, to_arrow, wider_numeric)
 
 OPS = ("+", "-", "*", "/", "div", "%", "pmod")

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from . import decimals
 from .calendar import MICROS_PER_DAY, format_date, parse_date, trim_bytes
 from .runtime import ColumnRef, ExpressionFailed, Literal, Node, Strict, fold, from_numpy, numbers
-from .sparktypes import (BOOLEAN, DATE, DOUBLE, FLOAT, INTEGRAL_BOUNDS, NULL, STRING, TIMESTAMP, TIMESTAMP_NTZ,
+from .sql_types import (BOOLEAN, DATE, DOUBLE, FLOAT, INTEGRAL_BOUNDS, NULL, STRING, TIMESTAMP, TIMESTAMP_NTZ,
                          NotCovered, SparkType, can_up_cast, decimal_for, to_arrow)
 
 TRUE_STRINGS = frozenset({"t", "true", "y", "yes", "1"})

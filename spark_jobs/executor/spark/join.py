@@ -10,7 +10,7 @@ from typing import Literal, Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.executor.zset import IN_LIST_MAX, WEIGHT, col, key_prefilter
+from spark_jobs.executor.spark.zset import IN_LIST_MAX, WEIGHT, col, key_prefilter
 
 _LW, _RW = "__lw", "__rw"
 

@@ -17,9 +17,9 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.executor.session import temporary_conf
+from spark_jobs.executor.spark.session import temporary_conf
 from spark_jobs.policy import ExecutionPolicy
-from spark_jobs.executor.zset import col
+from spark_jobs.executor.spark.zset import col
 
 _SLOT = "__local_slot"
 # The one top-level limit is a CollectLimit, which takes rows partition by partition without

@@ -20,7 +20,7 @@ from sqlglot.dialects.spark import Spark
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from .sparktypes import NotCovered
+from .sql_types import NotCovered
 
 
 def _dcolon(parser, this, to):

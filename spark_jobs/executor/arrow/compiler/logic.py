@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from .casts import cast
 from .runtime import (Batch, Literal, Node, Strict, call_key, from_numpy, numbers, on_rows, scatter, truthy,
                       valid, with_nulls)
-from .sparktypes import BOOLEAN, NULL, NotCovered, SparkType, common_type
+from .sql_types import BOOLEAN, NULL, NotCovered, SparkType, common_type
 
 COMPARISONS = ("=", "<>", "<", "<=", ">", ">=")
 

@@ -7,7 +7,7 @@ step on Spark and reports the reason.
 
 Interface (agreed with the operator registry / in-process engine)::
 
-    from spark_jobs.executor.arrow_expr import compile_expression, NotCovered, ExpressionFailed
+    from spark_jobs.executor.arrow.compiler import compile_expression, NotCovered, ExpressionFailed
 
     expr = compile_expression("l_extendedprice * (1 - l_discount)", table.schema)  # cached
     expr.spark_type      # 'decimal(32,4)' (decimal(15,2) columns): Spark's ``simpleString``
@@ -93,7 +93,7 @@ from spark_jobs.spec import sql_check
 from .compiler import Compiler
 from .parse import check_tokens, parse_faithful
 from .runtime import Batch, ExpressionFailed, Node
-from .sparktypes import BOOLEAN, NULL, NotCovered
+from .sql_types import BOOLEAN, NULL, NotCovered
 
 __all__ = ["CompiledExpression", "ExpressionFailed", "NotCovered", "compile_expression", "compile_uncached"]
 

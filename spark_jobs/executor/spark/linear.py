@@ -10,8 +10,8 @@ from typing import Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.executor import zset
-from spark_jobs.executor.zset import WEIGHT, col
+from spark_jobs.executor.spark import zset
+from spark_jobs.executor.spark.zset import WEIGHT, col
 
 
 def map(df: DataFrame, columns: Sequence[tuple[str, str]]) -> DataFrame:  # noqa: A001 - paper's name

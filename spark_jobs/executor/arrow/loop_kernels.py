@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from spark_jobs.executor import loop as L
 from spark_jobs.executor.arrow import zsets
 from spark_jobs.executor.arrow.expressions import apply_filter, apply_map
-from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.executor.engine import NotLocal
 from spark_jobs.executor.loop import ITER, DEPTH, JoinSpec, Loop, ScopeStep, crossing, deeper_probes, trace_id
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.policy import RecursionPolicy

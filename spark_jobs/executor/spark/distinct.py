@@ -9,7 +9,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.executor.zset import IN_LIST_MAX, WEIGHT, col, consolidate, data_columns, restrict
+from spark_jobs.executor.spark.zset import IN_LIST_MAX, WEIGHT, col, consolidate, data_columns, restrict
 
 _D, _I = "__d", "__i"
 

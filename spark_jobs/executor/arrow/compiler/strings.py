@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from .casts import cast
 from .runtime import ExpressionFailed, Literal, Node, Strict
-from .sparktypes import BOOLEAN, INT, NULL, STRING, NotCovered
+from .sql_types import BOOLEAN, INT, NULL, STRING, NotCovered
 
 _CONCAT_SOURCES = ("tinyint", "smallint", "int", "bigint", "decimal", "boolean", "date", "string")
 

@@ -19,7 +19,7 @@ from spark_jobs.executor.arrow import aggregate as agg
 from spark_jobs.executor.arrow import distinct as dist
 from spark_jobs.executor.arrow import zsets
 from spark_jobs.executor.arrow.expressions import apply_filter, apply_map
-from spark_jobs.executor.kernels import NotLocal, StateUpdate
+from spark_jobs.executor.engine import NotLocal, StateUpdate
 from spark_jobs.ir.graph import Node
 from spark_jobs.ir.operator import delayed_integral_source
 from spark_jobs.policy import ExecutionPolicy
@@ -331,8 +331,8 @@ def aggregate_touched(s: "Step", node: Node) -> pa.Table:
 # ---- recursion ----------------------------------------------------------------------------------
 
 def scope(s: "Step", node: Node) -> pa.Table:
-    """A recursive scope: its fixed-point loop in this process (``kernels/arrow_loop.py``)."""
-    from spark_jobs.executor.kernels import arrow_loop
+    """A recursive scope: its fixed-point loop in this process (``arrow/loop_kernels.py``)."""
+    from spark_jobs.executor.arrow import loop_kernels as arrow_loop
     from spark_jobs.executor.loop import scope_body
 
     incremental = bool(node.param("incremental"))

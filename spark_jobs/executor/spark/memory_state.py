@@ -11,7 +11,7 @@ from typing import Mapping
 from pyspark.sql import DataFrame
 
 from spark_jobs.executor.evaluate import StateUpdate
-from spark_jobs.executor.zset import WEIGHT, consolidate
+from spark_jobs.executor.spark.zset import WEIGHT, consolidate
 
 
 class MemoryState:

@@ -160,7 +160,7 @@ def restrict(df: DataFrame, keys_df: DataFrame, df_keys: Sequence[str], key_cols
     first so shared names (and self-joins) stay unambiguous. A small driver-local ``keys_df``
     is not broadcast: the state is filtered by its first key's values (``key_prefilter``) and
     the rest joined with a shuffle, so the lookup costs no job of its own; so is a driver-local
-    ``df`` (state narrowed to the change already, ``executor.narrow``).
+    ``df`` (state narrowed to the change already, ``executor.spark.narrow``).
     """
     private = [f"__k{i}" for i in range(len(key_cols))]
     keys = keys_df.select(*[col(k).alias(p) for k, p in zip(key_cols, private)])

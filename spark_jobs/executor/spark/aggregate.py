@@ -20,11 +20,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
-from spark_jobs.executor.operators.exact_sum import ExactSum
+from spark_jobs.executor.spark.exact_sum import ExactSum
 from spark_jobs.executor.refusal import raise_sql, sql_string
 from spark_jobs.executor.totals import ROWS, count_name, extremum_name, finish_sql, q, sum_prefix
 from spark_jobs.executor.totals import slots as linear_slots
-from spark_jobs.executor.zset import IN_LIST_MAX, WEIGHT, col, consolidate, restrict
+from spark_jobs.executor.spark.zset import IN_LIST_MAX, WEIGHT, col, consolidate, restrict
 from spark_jobs.ir.ops.aggregate import EXTREMA, monotone
 
 Agg = tuple[str, str, "str | None", bool]  # (out_name, func, arg_expr or None for count(*), distinct)

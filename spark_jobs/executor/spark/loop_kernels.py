@@ -25,12 +25,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, IntegralType, StringType
 
 from spark_jobs.executor import loop as L
-from spark_jobs.executor import zset
+from spark_jobs.executor.spark import zset
 from spark_jobs.executor.loop import ITER, DEPTH, JoinSpec, Loop, ScopeStep, crossing, deeper_probes, trace_id
-from spark_jobs.executor.operators import linear
-from spark_jobs.executor.operators.join import join as join_frames
-from spark_jobs.executor.session import temporary_conf
-from spark_jobs.executor.zset import WEIGHT, col, data_columns, local_plus, restrict
+from spark_jobs.executor.spark import linear
+from spark_jobs.executor.spark.join import join as join_frames
+from spark_jobs.executor.spark.session import temporary_conf
+from spark_jobs.executor.spark.zset import WEIGHT, col, data_columns, local_plus, restrict
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.policy import RecursionPolicy
 

@@ -20,7 +20,7 @@ from . import logic
 from .arithmetic import Operand
 from .casts import cast
 from .runtime import Literal, Node
-from .sparktypes import (BOOLEAN, BYTE, DOUBLE, FLOAT, INT, INTEGRAL_BOUNDS, LONG, SHORT, NotCovered, decimal,
+from .sql_types import (BOOLEAN, BYTE, DOUBLE, FLOAT, INT, INTEGRAL_BOUNDS, LONG, SHORT, NotCovered, decimal,
                          decimal_for_literal)
 
 

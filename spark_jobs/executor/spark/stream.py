@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from spark_jobs.executor.zset import col, empty_like, negate, plus
+from spark_jobs.executor.spark.zset import col, empty_like, negate, plus
 
 
 def integrate_value(prev: DataFrame | None, delta: DataFrame) -> DataFrame:

@@ -26,8 +26,8 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.executor.arrow.zsets import plain_column
-from spark_jobs.executor.kernels import NotLocal
-from spark_jobs.executor.zset import empty_like, is_local, local_values
+from spark_jobs.executor.engine import NotLocal
+from spark_jobs.executor.spark.zset import empty_like, is_local, local_values
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.policy import NarrowPolicy
 from spark_jobs.state.lookup import TraceFiles

@@ -17,7 +17,7 @@ import pyarrow as pa
 from . import calendar
 from .casts import cast
 from .runtime import Batch, ExpressionFailed, Literal, Node, Strict, from_numpy, numbers
-from .sparktypes import DATE, INT, NULL, STRING, TIMESTAMP, TIMESTAMP_NTZ, NotCovered, SparkType, decimal
+from .sql_types import DATE, INT, NULL, STRING, TIMESTAMP, TIMESTAMP_NTZ, NotCovered, SparkType, decimal
 
 _FIELDS = {
     "year": ("y", "year", "years", "yr", "yrs"),

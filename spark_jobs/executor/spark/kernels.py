@@ -2,9 +2,9 @@
 
 Nothing runs here: each kernel builds a plan over the input deltas and the *previous* committed
 state; the runner decides when jobs run (writing outputs and state). The arithmetic lives in
-the kernel library (``executor/operators/``); these functions wire a node's params and the
+the kernel library (``executor/spark/``); these functions wire a node's params and the
 step's state into it. A small change (``broadcast``) looks state up by broadcasting the change,
-or by narrowing the state on the driver first (``executor/narrow.py``).
+or by narrowing the state on the driver first (``executor/spark/narrow.py``).
 """
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Callable
 
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_jobs.executor import zset
-from spark_jobs.executor.kernels import NotLocal, StateUpdate
+from spark_jobs.executor.spark import zset
+from spark_jobs.executor.engine import NotLocal, StateUpdate
 from spark_jobs.executor import loop as L
 from spark_jobs.executor.loop import log as loop_log
-from spark_jobs.executor.narrow import Narrowing
-from spark_jobs.executor.operators import aggregate as agg
-from spark_jobs.executor.operators import distinct as dist
-from spark_jobs.executor.operators import join as jn
-from spark_jobs.executor.operators import linear, stream
-from spark_jobs.executor.zset import WEIGHT, col
+from spark_jobs.executor.spark.narrow import Narrowing
+from spark_jobs.executor.spark import aggregate as agg
+from spark_jobs.executor.spark import distinct as dist
+from spark_jobs.executor.spark import join as jn
+from spark_jobs.executor.spark import linear, stream
+from spark_jobs.executor.spark.zset import WEIGHT, col
 from spark_jobs.ir.graph import Node
 from spark_jobs.ir.operator import delayed_integral_source, is_integral
 from spark_jobs.policy import ExecutionPolicy
@@ -289,7 +289,8 @@ def scope(s: "Step", node: Node) -> DataFrame:
     (``recursion.driver_loop``), else, or when that cannot serve, on Spark."""
     import pyarrow as pa
 
-    from spark_jobs.executor.kernels import arrow_loop, spark_loop
+    from spark_jobs.executor.arrow import loop_kernels as arrow_loop
+    from spark_jobs.executor.spark import loop_kernels as spark_loop
 
     incremental = bool(node.param("incremental"))
     body = L.scope_body(node)

@@ -20,7 +20,7 @@ from .arithmetic import Operand
 from .calendar import parse_timestamp_literal
 from .casts import cast
 from .runtime import ColumnRef, Literal, Node, fold
-from .sparktypes import (BOOLEAN, BYTE, DATE, DOUBLE, FLOAT, INT, LONG, NULL, SHORT, STRING, TIMESTAMP, TIMESTAMP_NTZ,
+from .sql_types import (BOOLEAN, BYTE, DATE, DOUBLE, FLOAT, INT, LONG, NULL, SHORT, STRING, TIMESTAMP, TIMESTAMP_NTZ,
                          NotCovered, decimal, from_arrow, from_sql_name)
 
 _ARITHMETIC = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.IntDiv: "div", exp.Mod: "%"}

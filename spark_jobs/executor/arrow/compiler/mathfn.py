@@ -14,7 +14,7 @@ from . import decimals
 from .casts import cast, java_to_long
 from .logic import Case
 from .runtime import ExpressionFailed, Literal, Node, Strict, from_numpy, numbers
-from .sparktypes import BOOLEAN, DOUBLE, FLOAT, INTEGRAL_BOUNDS, LONG, NULL, NotCovered, bounded, decimal
+from .sql_types import BOOLEAN, DOUBLE, FLOAT, INTEGRAL_BOUNDS, LONG, NULL, NotCovered, bounded, decimal
 
 
 def _round_unscaled(value: int, drop: int, half_even: bool) -> int:

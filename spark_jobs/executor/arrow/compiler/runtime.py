@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .sparktypes import SparkType, to_arrow
+from .sql_types import SparkType, to_arrow
 
 
 class ExpressionFailed(Exception):
@@ -285,7 +285,7 @@ def fold(node: Node) -> Node:
     its optimizer and code generator, not on the rows."""
     if isinstance(node, (Literal, ColumnRef)) or reads_columns(node):
         return node
-    from .sparktypes import NotCovered
+    from .sql_types import NotCovered
 
     try:
         value = node.evaluate(Batch({}, 1))
