@@ -144,3 +144,40 @@ def test_the_shipped_circuits_keep_their_inputs_apart():
 
     files = sorted((ROOT / "circuits").glob("*.yaml")) + sorted((ROOT / "circuits" / "examples").glob("*.yaml"))
     assert shared_folder_warnings([(str(f), load_circuit(str(f))) for f in files]) == []
+
+
+def test_a_step_says_when_an_input_moved_since_the_state_was_built(tmp_path):
+    """The manifest records the folder each input read; a step of the circuit with another path
+    says so before it reads anything (and a missing new folder is refused, naming the old one)."""
+    from spark_jobs.runtime.circuit import open_circuit
+    from spark_jobs.runtime.step import run_step
+    from tests.policies import config
+
+    root = tmp_path / "data"
+    text = CIRCUIT.replace("kind: snapshots, path: shop/snapshots/customers, format: csv",
+                           "kind: changes, path: shop/inbox/customers, format: parquet")
+    path = _write(tmp_path, text)
+    write_change(str(root / "shop"), "orders", 1, {"order_id": "long", "amount": "double"}, Counter({(1, 20.0): 1}))
+    write_change(str(root / "shop"), "customers", 1, {"customer_id": "long", "region": "string"}, Counter({(1, "eu"): 1}))
+    rt = open_circuit(path, config(str(root), engine="arrow"))
+    run_step(rt)
+    manifest = rt.store.manifest()
+    assert manifest.inputs["orders"]["path"] == "shop/inbox/orders"
+    spec = load_circuit_text(text)
+    assert choose_inputs(spec.inputs, str(root), manifest).notes() == []  # unchanged: nothing to say
+
+    moved = load_circuit_text(text.replace("shop/inbox/orders", "shop/v2/orders"))
+    with pytest.raises(InputRefused) as refused:
+        choose_inputs(moved.inputs, str(root), manifest)
+    assert "(the state was built from 'shop/inbox/orders')" in str(refused.value)
+    (root / "shop" / "v2" / "orders").mkdir(parents=True)
+    [note] = choose_inputs(moved.inputs, str(root), manifest).notes()
+    assert note.startswith("input 'orders' now reads folder 'shop/v2/orders', but the state (timestep 1) was built "
+                           "from 'shop/inbox/orders'")
+
+    (tmp_path / "folders.yaml").write_text(text.replace("shop/inbox/orders", "shop/v2/orders"))
+    said: list[str] = []
+    rt = open_circuit(path, config(str(root), engine="arrow"))
+    run_step(rt, progress=said.append)
+    assert any("now reads folder 'shop/v2/orders'" in line for line in said), said
+    assert rt.store.manifest().inputs["orders"]["path"] == "shop/v2/orders"  # recorded: said once
