@@ -67,12 +67,16 @@ def differences(a: Reader, b: Reader) -> list[str]:
         typed = sorted(c for c in set(a.schema) & set(b.schema) if a.schema[c] != b.schema[c])
         parts = []
         if only_a:
-            parts.append(f"columns only in '{a.circuit}': {', '.join(only_a)}")
+            parts.append(f"columns only in '{a.circuit}': {_few(only_a)}")
         if only_b:
-            parts.append(f"columns only in '{b.circuit}': {', '.join(only_b)}")
+            parts.append(f"columns only in '{b.circuit}': {_few(only_b)}")
         parts += [f"{c} is {a.schema[c]} vs {b.schema[c]}" for c in typed]
         out.append("schema: " + "; ".join(parts))
     return out
+
+
+def _few(names: list[str], n: int = 4) -> str:
+    return ", ".join(names[:n]) + (f" (+{len(names) - n} more)" if len(names) > n else "")
 
 
 def shared_folder_warnings(circuits: Iterable[tuple[str, CircuitSpec]], checked: Iterable[str] | None = None
