@@ -415,7 +415,7 @@ class CircuitTyper:
         op = node.op
         if op == "filter":
             t = self._expr(label, node.line_of("where"), "where", node.where or "true", src)
-            if t.known and not t.is_("boolean"):
+            if (t.known and not t.is_("boolean")) or t.is_("null"):  # Spark: a VOID filter is not a boolean either
                 self._problem(label, node.line_of("where"), "where",
                               f"'{node.where}' is {t}, not a boolean: a filter keeps the rows where it is true")
             return src
@@ -523,7 +523,7 @@ class CircuitTyper:
             if isinstance(r, P.Filter):
                 src = typed(r.input)
                 t = self._expr(label, line, where, r.where, src)
-                if t.known and not t.is_("boolean"):
+                if (t.known and not t.is_("boolean")) or t.is_("null"):
                     self._problem(label, line, where, f"the condition is {t}, not a boolean")
                 return src
             if isinstance(r, P.Join):
