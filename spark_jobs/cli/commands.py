@@ -122,7 +122,8 @@ def _user_errors(args: argparse.Namespace | None = None, opened: dict | None = N
             _loaded("spark_jobs.executor.spark.session", "ConnectServerUnreachable")) as exc:
         raise UserError(str(exc)) from None
     except _loaded("spark_jobs.quality.report", "QualityGateFailed") as exc:
-        raise UserError(f"quality gate failed; nothing was committed:\n{exc.report.summary()}", exit_code=3) from None
+        raise UserError(f"quality gate failed; nothing was committed:\n{exc.report.summary()}"
+                        + _culprits(exc, (opened or {}).get("rt")), exit_code=3) from None
     except _loaded("spark_jobs.executor.sources.checks", "InputRefused") as exc:
         lines = ["input refused; nothing was committed and the files were left in place:"]
         lines += [f"  {path}: {reason}" for path, reason in exc.problems]
@@ -138,6 +139,22 @@ def _user_errors(args: argparse.Namespace | None = None, opened: dict | None = N
         if message is None:
             raise
         raise UserError(message) from None
+
+
+def _culprits(exc, rt) -> str:
+    """The input files behind the failing rows (the step's files are still pending: nothing was
+    committed), as the DAG's quality_check task names them."""
+    if exc.context:
+        return "\n" + exc.context
+    if rt is None:
+        return ""
+    from spark_jobs.runtime.culprits import explain_failure, pending_plan
+
+    try:
+        text = explain_failure(rt, pending_plan(rt), exc.report)
+    except Exception:  # noqa: BLE001 - naming files is a courtesy; the gate's verdict stands
+        return ""
+    return "\n" + text if text else ""
 
 
 def _quiet_spark(rt, verbose: bool) -> None:
