@@ -11,7 +11,7 @@ import pytest
 from spark_jobs.cli.main import main
 from spark_jobs.executor.sources.checks import InputRefused
 from spark_jobs.runtime.input_folders import missing_folders
-from spark_jobs.runtime.inputs import choose_inputs
+from spark_jobs.runtime.inputs import choose_inputs, refuse_missing_folders
 from spark_jobs.spec import load_circuit, load_circuit_text
 from spark_jobs.spec.shared_inputs import shared_folder_warnings
 from tests.engines import write_change
@@ -50,36 +50,35 @@ def test_a_missing_folder_is_named_with_a_close_existing_one(tmp_path):
     assert missing["customers"].suggestion == ""
 
 
-def test_a_step_refuses_a_missing_folder_and_reads_an_empty_one_as_no_changes(tmp_path):
+def test_a_missing_folder_is_said_before_the_step_and_refusable(tmp_path):
     root = tmp_path / "data"
     spec = load_circuit_text(CIRCUIT)
     (root / "shop" / "inbox" / "orders").mkdir(parents=True)
-    with pytest.raises(InputRefused) as refused:
-        choose_inputs(spec.inputs, str(root), None)
+    chosen = choose_inputs(spec.inputs, str(root), None)
+    [note] = chosen.notes()
+    assert note.startswith("warning: input 'customers' reads folder 'shop/snapshots/customers', which does not exist")
+    assert chosen.files == {"orders": [], "customers": []}
+    with pytest.raises(InputRefused) as refused:  # the refusal, for when steps refuse (exit code 2)
+        refuse_missing_folders(spec.inputs, str(root))
     assert refused.value.input_name == "customers"
     [(path, reason)] = refused.value.problems
     assert path == str(root / "shop" / "snapshots" / "customers") and "does not exist" in reason
-    with pytest.raises(InputRefused):  # a full refresh too
-        choose_inputs(spec.inputs, str(root), None, full_refresh=True)
     (root / "shop" / "snapshots" / "customers").mkdir(parents=True)
-    chosen = choose_inputs(spec.inputs, str(root), None)  # both empty: no changes, no error
-    assert chosen.files == {"orders": [], "customers": []}
+    chosen = choose_inputs(spec.inputs, str(root), None)  # both empty: no changes, nothing to say
+    assert chosen.files == {"orders": [], "customers": []} and chosen.notes() == []
+    refuse_missing_folders(spec.inputs, str(root))
 
 
-def test_dbsp_step_exits_2_naming_the_input_and_the_path(tmp_path, capsys):
-    """Before any Spark: the folder is checked when the step chooses its files."""
+def test_dbsp_step_says_which_input_folder_is_missing_before_it_steps(tmp_path, capsys):
     root = tmp_path / "data"
     path = _write(tmp_path, CIRCUIT.replace("shop/inbox/orders", "shop/inbox/ordrs"))
     write_change(str(root / "shop"), "orders", 1, {"order_id": "long", "amount": "double"},
                  Counter({(1, 20.0): 1}))
     (root / "shop" / "snapshots" / "customers").mkdir(parents=True)
-    code = main(["step", path, "--data-root", str(root)])
+    main(["step", path, "--data-root", str(root)])
     err = capsys.readouterr().err
-    assert code == 2, err
-    assert "nothing was committed" in err
-    assert str(root / "shop" / "inbox" / "ordrs") in err
-    assert "input 'orders' reads folder 'shop/inbox/ordrs', which does not exist (did you mean 'shop/inbox/orders'?)" in err
-    assert not (root / "_dbsp" / "folders" / "manifests").exists() or not os.listdir(root / "_dbsp" / "folders" / "manifests")
+    said = "warning: input 'orders' reads folder 'shop/inbox/ordrs', which does not exist (did you mean 'shop/inbox/orders'?)"
+    assert said in err and err.index(said) < err.index("timestep 1: reading inputs"), err
 
 
 def test_validate_with_a_data_root_checks_the_folders(tmp_path, capsys):
@@ -167,8 +166,10 @@ def test_a_step_says_when_an_input_moved_since_the_state_was_built(tmp_path):
     assert choose_inputs(spec.inputs, str(root), manifest).notes() == []  # unchanged: nothing to say
 
     moved = load_circuit_text(text.replace("shop/inbox/orders", "shop/v2/orders"))
+    notes = choose_inputs(moved.inputs, str(root), manifest).notes()  # the new folder does not exist yet
+    assert "(the state was built from 'shop/inbox/orders'); this step reads it as no changes" in notes[0], notes
     with pytest.raises(InputRefused) as refused:
-        choose_inputs(moved.inputs, str(root), manifest)
+        refuse_missing_folders(moved.inputs, str(root), manifest)
     assert "(the state was built from 'shop/inbox/orders')" in str(refused.value)
     (root / "shop" / "v2" / "orders").mkdir(parents=True)
     [note] = choose_inputs(moved.inputs, str(root), manifest).notes()
