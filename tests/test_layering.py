@@ -12,6 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "spark_jobs"
 # rank of each top-level package or module of spark_jobs: imports must point to a lower rank
 RANK = {
     "policy": -1,  # the execution policy's thresholds: imports nothing of the project, every layer reads it
+    "errors": -1,  # the error hierarchy (exit codes, retryable): imports nothing of the project, every layer raises it
     "spec": 0, "state": 0,
     "config": 1, "ir": 1,
     "executor": 2,

@@ -18,8 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from spark_jobs.errors import DbspError
 
-class NotLocal(Exception):
+
+class NotLocal(DbspError):
     """This step cannot run in-process on Arrow (an operator, expression, input or size the Arrow
     kernels do not take): the caller runs it on Spark and reports ``str(exc)`` as the reason."""
 
