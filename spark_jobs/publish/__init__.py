@@ -1,5 +1,5 @@
-"""Published views: after each commit, every output of a circuit as a Delta table readers can use
-without this project (Spark, DuckDB, pandas/polars, Trino).
+"""Layer 4, published views: after each commit, every output of a circuit as a Delta table
+readers can use without this project (Spark, DuckDB, pandas/polars, Trino).
 
 Publishing is the last part of the commit protocol. The manifest is the commit point; the tables
 follow it. ``publish_views`` brings every table from the timestep it holds (its Delta
