@@ -1,6 +1,6 @@
 """A new stateful IR operator in ONE module (a test fixture, not shipped): the largest value per group.
 
-It shows what an operator module declares (README, "Adding an operator") and that nothing
+It shows what an operator module declares (docs/contributing/adding-an-operator.md) and that nothing
 outside it needs an edit: its IR facts and incremental rule, and its kernels for both engines.
 
 - ``top1`` (query circuit): per group of ``group_by``, the row with the largest ``value`` column

@@ -16,7 +16,7 @@ that the executor resolves when it runs, so importing the IR (``dbsp validate``,
 the DAG factory) loads no engine, and the IR never imports the executor. The built-in operators
 name functions of ``spark_jobs/executor/{spark,arrow}/kernels.py``; a new operator may keep its kernels in its
 own module (they import pyspark / pyarrow inside their bodies), so that adding an operator is
-one new module, its tests and its docs: see README, "Adding an operator".
+one new module, its tests and its docs: see docs/contributing/adding-an-operator.md.
 """
 from __future__ import annotations
 

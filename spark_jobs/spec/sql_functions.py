@@ -84,7 +84,7 @@ _FAMILIES: dict[str, str] = {
 
 ALLOWED: dict[str, str] = {name: family for family, names in _FAMILIES.items() for name in names.split()}
 
-# Families as shown to users (README, messages): family -> a few examples.
+# Families as shown to users (docs/reference/expressions.md, messages): family -> a few examples.
 FAMILY_EXAMPLES: dict[str, str] = {family: ", ".join(names.split()[:6]) for family, names in _FAMILIES.items()}
 
 CODE = "calls Java methods by reflection: a circuit may not run code"
@@ -168,5 +168,5 @@ def verdict(name: str, arguments: int | None = None) -> Verdict:
     if low in SPARK_AGGREGATES:
         return Verdict(low, reason=AGGREGATE)
     return Verdict(low, reason="is not an allowed function: only Spark's deterministic built-in "
-                               "functions are allowed (no UDFs or catalog functions); see the README, "
-                               "'Expressions'")
+                               "functions are allowed (no UDFs or catalog functions); see "
+                               "docs/reference/expressions.md")
