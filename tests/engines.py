@@ -21,7 +21,7 @@ from spark_jobs.runtime.step import run_step
 from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state.arrow_trace import arrow_schema
 from spark_jobs.state.store import view_trace_id
-from tests.policies import config
+from tests.policies import config, make_input_folders
 
 Domain = dict[str, Callable[[random.Random], Any]]
 
@@ -115,6 +115,7 @@ def run_both(tmp_path, circuit_text: str, inputs: dict[str, tuple[dict[str, str]
     roots = {kind: str(tmp_path / kind) for kind in ("spark", "arrow", "mixed")}
     spark_rt = open_circuit(str(path), config(roots["spark"], engine="spark"))
     arrow_rt = open_circuit(str(path), config(roots["arrow"], engine="arrow", **arrow_policy))
+    make_input_folders(spark_rt), make_input_folders(arrow_rt)
     rng = random.Random(seed)
     bags = {name: Bag(cols, domain, rng) for name, (cols, domain) in inputs.items()}
     views = list(spark_rt.compiled.spec.outputs)
@@ -127,6 +128,7 @@ def run_both(tmp_path, circuit_text: str, inputs: dict[str, tuple[dict[str, str]
                     write_change(root, name, t, bag.columns, change)
         engine = "arrow" if t % 2 else "spark"
         mixed_rt = open_circuit(str(path), config(roots["mixed"], engine=engine, **arrow_policy))
+        make_input_folders(mixed_rt)
         reports = {"spark": run_step(spark_rt), "arrow": run_step(arrow_rt), "mixed": run_step(mixed_rt)}
         assert reports["spark"].engine == "spark"
         assert reports["arrow"].engine == "arrow", reports["arrow"].engine_reason
@@ -152,7 +154,7 @@ def _arrow_delta(columns: dict[str, str], rows: Counter) -> pa.Table:
 
 
 def _spark_delta(spark, columns: dict[str, str], rows: Counter):  # noqa: ANN001, ANN201
-    from spark_jobs.executor.zset import from_rows
+    from spark_jobs.executor.spark.zset import from_rows
 
     return from_rows(spark, rows, ", ".join(f"`{c}` {t}" for c, t in columns.items()))
 
@@ -162,7 +164,7 @@ def kernel_step(spark, rt: CircuitRuntime, engine: str, deltas: dict[str, Counte
     """One timestep of ``rt``'s incremental circuit on ``engine`` from these deltas (no input files,
     no quality gate): evaluate_step, then every state update and view delta committed."""
     from spark_jobs.executor.evaluate import evaluate_step, trace_kind
-    from spark_jobs.executor.kernels.arrow import ArrowEngine
+    from spark_jobs.executor.arrow.kernels import ArrowEngine
     from spark_jobs.executor.arrow import inputs as arrow_inputs
     from spark_jobs.executor.sources import spark_schema
     from spark_jobs.runtime.step_types import StoreReader

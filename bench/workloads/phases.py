@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator
 
 from spark_jobs.executor import evaluate as evaluate_module
-from spark_jobs.executor import local as local_module
+from spark_jobs.executor.spark import local_relations as local_module
 from spark_jobs.executor.arrow import inputs as arrow_inputs
 from spark_jobs.runtime import bag as bag_module
 from spark_jobs.runtime import inputs as inputs_module

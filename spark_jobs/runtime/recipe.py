@@ -134,6 +134,7 @@ def commit(rt: "CircuitRuntime", txn: "Transaction", work: Work) -> "Manifest":
 
     The one place that decides what a committed timestep records: every path comes here."""
     from spark_jobs.runtime import refresh
+    from spark_jobs.runtime.inputs import record_input_paths, source_paths
 
     if txn.timestep != work.timestep:
         raise RuntimeError(f"timestep {work.timestep} was computed, but the store is at {txn.timestep - 1}")
@@ -143,6 +144,7 @@ def commit(rt: "CircuitRuntime", txn: "Transaction", work: Work) -> "Manifest":
         work.notes += refresh.start(txn, rt.store, refresh.schemas(work.view_schemas))
     for name, records in work.records.items():
         txn.set_consumed(name, records)
+    record_input_paths(txn, source_paths(spec.inputs))  # so a later step can say an input's folder moved
     for name, records in work.consumed.items():
         txn.consume(name, records)
     for name in spec.inputs:

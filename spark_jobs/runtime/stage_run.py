@@ -102,7 +102,7 @@ def stage_jobs(rt: CircuitRuntime, engine, stage: str) -> Iterator[None]:
     """Submit the stage's Spark jobs under a name the Spark UI shows: a job group and description
     on a classic session; a job tag on Spark Connect (which sets its own group per request). An
     in-process stage starts no session (it may still fall back to Spark: its jobs are unnamed)."""
-    from spark_jobs.executor.local import is_connect
+    from spark_jobs.executor.spark.local_relations import is_connect
 
     if engine.name != "spark":
         yield
@@ -187,7 +187,7 @@ def evaluate_stage(run: RunValues, stage: Stage, spark_small: bool = False) -> d
     """Evaluate one stage of the run on the plan's engine and stage its results durably; returns
     its journal's summary. A stage the in-process engine cannot serve runs on Spark (before it
     stages anything), and its journal says so."""
-    from spark_jobs.executor.kernels import NotLocal
+    from spark_jobs.executor.engine import NotLocal
     from spark_jobs.runtime.step_engines import SparkSteps
 
     engine = run.engine(spark_small)

@@ -20,9 +20,9 @@ from typing import Callable
 
 from pyspark.sql import DataFrame
 
-from spark_jobs.executor.kernels import NotLocal
-from spark_jobs.executor.local import collect_local
-from spark_jobs.executor.session import step_conf
+from spark_jobs.executor.engine import NotLocal
+from spark_jobs.executor.spark.local_relations import collect_local
+from spark_jobs.executor.spark.session import step_conf
 from spark_jobs.executor.sources import InputFile, InputRefused
 from spark_jobs.executor.sources.lateness import change_totals, on_time
 from spark_jobs.executor.sources.reading import refuse_late

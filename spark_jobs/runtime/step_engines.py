@@ -16,7 +16,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.executor.engine import NotLocal
 from spark_jobs.executor.sources import InputFile
 from spark_jobs.runtime.bag import Quarantined
 from spark_jobs.runtime.event_time import StepClock
@@ -87,7 +87,7 @@ class SparkSteps:
 
     def _conf(self) -> None:
         if not self._conf_set:
-            from spark_jobs.executor.session import step_conf
+            from spark_jobs.executor.spark.session import step_conf
 
             self._stack.enter_context(step_conf(self.spark, self.small))
             self._conf_set = True
@@ -124,7 +124,7 @@ class SparkSteps:
         pyarrow writes them, so the step's Spark jobs are that one and the input count's. Where
         this process cannot write the state itself, or the values are too many rows, the view
         deltas are computed once (to the driver, or cached) and Spark writes."""
-        from spark_jobs.executor.local import collect_arrow, collect_local
+        from spark_jobs.executor.spark.local_relations import collect_arrow, collect_local
 
         policy = self.rt.config.policy
         if self.small and not self.full and self.driver_writes:
@@ -186,7 +186,7 @@ class ArrowSteps:
     @property
     def engine(self):
         if self._engine is None:
-            from spark_jobs.executor.kernels.arrow import ArrowEngine
+            from spark_jobs.executor.arrow.kernels import ArrowEngine
 
             self._engine = ArrowEngine(self.rt.config.policy, self.rt.config.session_timezone)
         return self._engine

@@ -279,7 +279,7 @@ def _check(rt: CircuitRuntime, run_id: str) -> dict:
                         local[f"{prefix}:{name}"] = staging.read_table(st["path"])
             views = {v: _read(rt, st) for v, st in staged_views.items()}
             inputs = {n: _read(rt, st) for n, st in staged_inputs.items()}
-            from spark_jobs.executor.session import step_conf
+            from spark_jobs.executor.spark.session import step_conf
 
             read = time.perf_counter()
             with step_conf(rt.spark, is_small(rt, p)):
@@ -378,7 +378,7 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
         work.batched = not full and rows is not None and rt.config.policy.small_change(rows)
         read = time.perf_counter()
         if any(not _is_table(w.value) for w in work.writes) or any(not _is_table(v) for v in work.outputs.values()):
-            from spark_jobs.executor.session import step_conf
+            from spark_jobs.executor.spark.session import step_conf
 
             with step_conf(rt.spark, work.batched):
                 manifest = recipe.commit(rt, txn, work)
