@@ -1,0 +1,169 @@
+"""CSV files read in-process, value for value as the Spark path reads them (``formats.plan_csv``).
+
+Spark reads a file's lines (split at ``\\n``, ``\\r\\n`` or ``\\r``), skips the ones that are
+blank once trimmed, takes the first as the header (checked in the driver, ``csv_header``, the same
+code on both engines), splits each other line into fields (univocity, with Spark's settings: an
+unquoted empty field and a quoted empty one are both NULL, spaces kept), reads every field as a
+string and casts it to the declared type (``text_values``, ``try_cast``'s rules); a line with
+another number of fields than the header is malformed, its values padded with NULLs or cut.
+
+This reader takes the fields any CSV writer produces: unquoted fields without a quote character,
+and fields quoted whole (``"a, b"``) with no quote or backslash inside. Anything else (a doubled
+quote, a backslash escape inside quotes, a quote in the middle of a field, text after a closing
+quote, a quoted line break) is univocity's own reading and raises ``NotLocal``: the step runs on
+Spark, which reads it. So does a file that is not UTF-8 (Java replaces bad bytes its own way).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType, DoubleType,
+                               FloatType, IntegerType, LongType, ShortType, StringType, TimestampNTZType,
+                               TimestampType)
+
+from spark_jobs.executor.arrow_expr.sparktypes import BYTE, INT, LONG, SHORT
+from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.executor.sources.formats import (MALFORMED, MAX_WEIGHT, WEIGHT_DELETE, WEIGHT_INT, WEIGHT_NULL,
+                                                 WEIGHT_RANGE, Declared, cast_check, shared_checks)
+from spark_jobs.spec.model import WEIGHT
+
+from . import text_values as tv
+from .file_checks import FileTally
+from .records import FileRows
+from .text_files import lines_of, read_text
+
+MAX_COLUMNS = 20480  # univocity's limit as Spark sets it (maxColumns)
+_INTEGRAL = {ByteType: BYTE, ShortType: SHORT, IntegerType: INT, LongType: LONG}
+
+
+def caster(dtype: DataType) -> Callable[[str], Any]:
+    """The value ``try_cast(field AS dtype)`` gives a CSV field, as ``records`` stores it."""
+    if isinstance(dtype, StringType):
+        return lambda s: s
+    integral = _INTEGRAL.get(type(dtype))
+    if integral is not None:
+        return lambda s: tv.integral_text(s, integral)
+    if isinstance(dtype, DoubleType):
+        return tv.double_text
+    if isinstance(dtype, FloatType):
+        return tv.float_text
+    if isinstance(dtype, DecimalType):
+        return lambda s: tv.exact_decimal_value(s, dtype.precision, dtype.scale)
+    if isinstance(dtype, BooleanType):
+        return tv.boolean_text
+    if isinstance(dtype, DateType):
+        return tv.date_text
+    if isinstance(dtype, TimestampType):
+        return tv.timestamp_text
+    if isinstance(dtype, TimestampNTZType):
+        return lambda s: tv.timestamp_text(s, zoned=False)
+    if isinstance(dtype, BinaryType):
+        return lambda s: s.encode("utf-8")
+    raise NotLocal(f"a CSV column of type {dtype.simpleString()} is read by Spark")
+
+
+def separator(options: dict[str, Any]) -> str:
+    """The field separator the options name (``sep``/``delimiter``; ``\\t`` for a tab)."""
+    sep = str(options.get("sep") or options.get("delimiter") or ",")
+    return "\t" if sep == "\\t" else sep
+
+
+def checks(d: Declared) -> list:
+    """The checks a CSV file answers (the Spark path's ``plan_csv`` list)."""
+    return [MALFORMED] + [cast_check(c, t) for c, t in d.types.items() if not isinstance(t, StringType)] \
+        + shared_checks(d)
+
+
+def _fields(line: str, sep: str, path: str, number: int) -> list[str | None]:
+    """The fields of one line: an empty one is NULL; ``NotLocal`` for quoting only univocity reads."""
+    if '"' not in line:
+        return [f if f else None for f in line.split(sep)]
+    out: list[str | None] = []
+    at, end = 0, len(line)
+    while True:
+        if line.startswith('"', at):
+            close = line.find('"', at + 1)
+            inner = line[at + 1:close] if close >= 0 else ""
+            after = close + 1
+            if close < 0 or "\\" in inner or (after < end and not line.startswith(sep, after)):
+                raise _odd(path, number)
+            out.append(inner or None)
+            at = after
+        else:
+            stop = line.find(sep, at)
+            stop = end if stop < 0 else stop
+            text = line[at:stop]
+            if '"' in text:
+                raise _odd(path, number)
+            out.append(text or None)
+            at = stop
+        if at >= end:
+            return out
+        at += len(sep)
+        if at == end:
+            out.append(None)
+            return out
+
+
+def _odd(path: str, number: int) -> NotLocal:
+    return NotLocal(f"{path}, line {number}: a quote inside a CSV field is read by Spark's own CSV parser")
+
+
+def read_file(path: str, header: Sequence[str], d: Declared) -> FileRows:
+    """The rows of one CSV file whose header passed the checks (``csv_header``/``column_problems``)."""
+    sep = separator(d.options)
+    if len(sep) != 1 or sep in '"\\' or sep.isspace() and sep != "\t":
+        raise NotLocal(f"the CSV separator {sep!r} is read by Spark")
+    tally = FileTally(checks(d))
+    rows = FileRows(tally, {c: [] for c in d.types})
+    width = len(header)
+    index = {name: i for i, name in enumerate(header)}
+    cast = {c: caster(t) for c, t in d.types.items()}
+    typed_checks = [c for c, t in d.types.items() if not isinstance(t, StringType)]
+    not_null = [(c, f"null:{c}") for c in d.not_null]
+    one_of = [(c, f"one_of:{c}", set(v)) for c, v in d.one_of.items()]
+    weight_at = index.get(WEIGHT) if d.allow_weight else None
+    lines = ((n, line) for n, line in lines_of(read_text(path)) if tv.java_trim(line))  # blank lines skipped
+    next(lines, None)  # the header line
+    for number, line in lines:
+        fields = _fields(line, sep, path, number)
+        if len(fields) > MAX_COLUMNS:
+            raise NotLocal(f"{path}, line {number}: more fields than univocity reads")
+        if len(fields) != width:
+            tally.fail(MALFORMED.key, line)
+            fields = (fields + [None] * width)[:width]
+        for c in d.types:
+            raw = fields[index[c]]
+            value = None if raw is None else cast[c](raw)
+            rows.values[c].append(value)
+        for c in typed_checks:
+            if fields[index[c]] is not None and rows.values[c][-1] is None:
+                tally.fail(f"cast:{c}", fields[index[c]])
+        for c, key in not_null:
+            if fields[index[c]] is None:
+                tally.fail(key)
+        for c, key, allowed in one_of:
+            value = rows.values[c][-1]
+            if value is not None and value not in allowed:
+                tally.fail(key, value)
+        rows.weights.append(_weight(fields[weight_at], d.inserts_only, tally) if weight_at is not None else 1)
+    return rows
+
+
+def _weight(raw: str | None, inserts_only: bool, tally: FileTally) -> int:
+    """A row's weight from its ``_weight`` field, failing the weight checks as Spark's group does."""
+    if raw is None:
+        tally.fail(WEIGHT_NULL.key)
+        return 1
+    w = tv.integral_text(raw, LONG)
+    if w is None:
+        tally.fail(WEIGHT_INT.key, raw)
+        return 1
+    if not -MAX_WEIGHT <= w <= MAX_WEIGHT:
+        tally.fail(WEIGHT_RANGE.key, raw)
+    if inserts_only and w < 0:
+        tally.fail(WEIGHT_DELETE.key, str(w))
+    return w
+
+
+__all__ = ["caster", "checks", "read_file", "separator"]
