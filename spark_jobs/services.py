@@ -178,7 +178,7 @@ def probe(profile: str, data_dir: str | None = None) -> dict[str, float]:
     """Open a session through ``profile`` and run a small job (aggregate + Parquet round trip
     under ``data_dir``). Returns timings in seconds. Meant to run in its own process."""
     from spark_jobs.config import load_config
-    from spark_jobs.executor.session import get_spark
+    from spark_jobs.executor.spark.session import get_spark
 
     t0 = time.perf_counter()
     spark = get_spark(load_config(profile))

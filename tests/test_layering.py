@@ -62,5 +62,27 @@ def test_imports_point_down_only():
 def test_the_check_sees_an_upward_import(tmp_path):
     """The scanner itself: an import of the executor from the spec would be found."""
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from spark_jobs.executor import zset\n")
+    module.write_text("def f():\n    from spark_jobs.executor.spark import zset\n")
     assert _imports(module) == {"executor"}
+
+
+def _module_names(path: Path) -> set[str]:
+    """Every absolute module name a module imports (imports inside functions count too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return found
+
+
+def test_the_arrow_engine_needs_no_spark():
+    """``executor/arrow/`` is the in-process engine: none of its modules imports pyspark or the
+    Spark engine (``executor/spark/``), so the layout's engine boundary is a fact."""
+    spark = []
+    for path in sorted((PACKAGE / "executor" / "arrow").rglob("*.py")):
+        for name in _module_names(path):
+            if name.split(".")[0] == "pyspark" or name.startswith("spark_jobs.executor.spark"):
+                spark.append(f"{path.relative_to(PACKAGE.parent)} imports {name}")
+    assert not spark, "\n  ".join(["the Arrow engine imports Spark:", *spark])

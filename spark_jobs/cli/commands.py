@@ -117,7 +117,7 @@ def _user_errors(args: argparse.Namespace | None = None, opened: dict | None = N
             _loaded("spark_jobs.executor.loop", "RecursionLimitExceeded"),
             _loaded("spark_jobs.quality.expectations", "ExpectationConfigError"),
             _loaded("spark_jobs.publish.delta", "PublishError"),
-            _loaded("spark_jobs.executor.session", "ConnectServerUnreachable")) as exc:
+            _loaded("spark_jobs.executor.spark.session", "ConnectServerUnreachable")) as exc:
         raise UserError(str(exc)) from None
     except _loaded("spark_jobs.quality.report", "QualityGateFailed") as exc:
         raise UserError(f"quality gate failed; nothing was committed:\n{exc.report.summary()}", exit_code=3) from None

@@ -18,7 +18,7 @@ results silently. Instead the two parsers are kept in agreement:
   literals too), adjacent string literals, parameter markers, aliases (``a:b`` is an alias to
   sqlglot, a JSON path to Spark), qualified function names;
 - before a step evaluates anything, Spark's own parser reads the same text on the driver (no
-  job) and ``spark_jobs/executor/spark_parse_check.py`` applies the same catalog to its tree and
+  job) and ``spark_jobs/executor/spark/parse_check.py`` applies the same catalog to its tree and
   compares the columns; a text the two parsers read differently is refused there.
 
 ``tests/test_sql_agreement.py`` runs both on the example circuits and on hostile texts.

@@ -194,7 +194,8 @@ class StateStore:
         entry = None if m is None else m.traces.get(trace_id)
         if entry is None or not entry.dirs:
             return None
-        paths = [full for d in entry.dirs for full, _ in self.fs.data_files(self.layout.abs(d))]
+        listed = [f for d in entry.dirs for f in self.fs.data_files(self.layout.abs(d))]
+        paths = [full for full, _ in listed]
         if entry.schema:
             schema = arrow_schema(entry.schema)  # timestamps as UTC instants, as Spark stores them
         elif paths:  # an old manifest without the schema: the first file's (its columns are the trace's)
@@ -204,7 +205,7 @@ class StateStore:
                 schema = pq.read_schema(fh)
         else:
             return None
-        return TraceFiles(self.fs, paths, schema)
+        return TraceFiles(self.fs, paths, schema, [size for _, size in listed])
 
     def delta_dirs(self, view: str, t: int) -> list[str]:
         """The root-relative directories of the view's delta committed at t (none: it was empty)."""
@@ -835,13 +836,13 @@ class Transaction:
         for r in due:
             if r.trace_id not in batched:
                 self._rewrite(r)
-        for rel in self._written:
-            path = s.layout.abs(rel)
+        paths = [s.layout.abs(rel) for rel in self._written]
+        for rel, path in zip(self._written, paths):
             if not s.fs.exists(path):
                 raise ConcurrentCommit(
                     f"{rel} written by timestep {self.timestep} has vanished (another run of "
                     f"{s.circuit!r} cleaned this store?); not committing")
-            s.fs.sync_tree(path)
+        s.fs.sync_trees(paths)
         failpoint("before_manifest")
         if s.lease is not None:  # the files checked above cannot vanish while this holds
             s.lease.check()
@@ -856,13 +857,13 @@ class Transaction:
             circuit=s.circuit, fingerprint=s.fingerprint, timestep=self.timestep, committed_at=committed_at,
             traces=self._traces, outputs=self._outputs, inputs=self._inputs, meta=self._meta,
             timeline=self._next_timeline(now, committed_at))
+        text = manifest.to_json()
         try:
-            s.fs.publish_text(s.layout.manifest_path(self.timestep), manifest.to_json(),
-                              L.TMP_PREFIX, exclusive=True)
+            s.fs.publish_text(s.layout.manifest_path(self.timestep), text, L.TMP_PREFIX, exclusive=True)
         except FileExistsError as exc:  # lost a race the check above could not see
             raise ConcurrentCommit(f"cannot commit timestep {self.timestep}: {exc}") from exc
         self._state = "published"
-        manifest = Manifest.from_json(manifest.to_json())  # detach from this transaction
+        manifest = Manifest.from_json(text)  # detach from this transaction
         s._cache[self.timestep] = manifest
         failpoint("after_manifest")
         s._collect_garbage(self.timestep, self._written)
