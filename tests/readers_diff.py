@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import pyarrow as pa
 
 from spark_jobs.executor.arrow import inputs as arrow_inputs
-from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.executor.engine import NotLocal
 from spark_jobs.executor.sources import InputFile, InputRefused, data_files, read_changes, read_snapshot
 from spark_jobs.spec.model import WEIGHT, Column, InputSpec, Source
 
@@ -54,9 +54,10 @@ def arrow_result(spec: InputSpec, files: Sequence[InputFile], snapshot: bool = F
 
 
 def assert_same(spark, spec: InputSpec, files: Sequence[InputFile], snapshot: bool = False) -> tuple:
-    """Both readers agree on ``files``; returns the Spark reader's result."""
-    want = spark_result(spark, spec, files, snapshot)
+    """Both readers agree on ``files``; returns the Spark reader's result (``NotLocal`` where the
+    in-process reader leaves the files to Spark)."""
     got = arrow_result(spec, files, snapshot)
+    want = spark_result(spark, spec, files, snapshot)
     assert got[0] == want[0], f"arrow {got[0]} {got[1:]!r:.2000}\nspark {want[0]} {want[1:]!r:.2000}"
     if want[0] == "refused":
         assert got[1] == want[1], f"refusals differ:\n arrow {got[1]}\n spark {want[1]}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import zlib
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -15,10 +16,10 @@ import pytest
 from pyspark.sql import functions as F
 
 from spark_jobs.executor.arrow import inputs as arrow_inputs
-from spark_jobs.executor.arrow import json_lines
-from spark_jobs.executor.arrow.csv_files import caster
-from spark_jobs.executor.arrow.records import column_array
-from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.executor.arrow.readers import json_lines
+from spark_jobs.executor.arrow.readers.csv_files import caster
+from spark_jobs.executor.arrow.readers.records import column_array, sql_type
+from spark_jobs.executor.engine import NotLocal
 from spark_jobs.executor.sources import InputRefused, data_files, pending_files
 from spark_jobs.executor.sources.cdc import read_records
 from spark_jobs.executor.sources.formats import _parse_csv_value
@@ -169,7 +170,7 @@ def _records_both(spark, spec, files):
             return "refused", exc.problems
 
     def arrow_side():
-        from spark_jobs.executor.arrow import cdc_records
+        from spark_jobs.executor.arrow.readers import cdc_records
 
         try:
             parts = arrow_inputs.read_files(spec, files, cdc_records.declaration(spec), cdc_records.envelope_reader(spec))
@@ -251,8 +252,16 @@ def test_random_csv_files(spark, tmp_path):
         for f in range(rng.randint(1, 3)):
             write(tmp_path, f"c{case}/f{f}.csv" + (".gz" if rng.random() < 0.2 else ""), _random_csv(rng, cols, weight))
         kind = "append_only" if rng.random() < 0.2 else "changes"
-        outcomes.append(assert_same(spark, spec_of(cols, "csv", kind, f"c{case}"), files_under(tmp_path, f"c{case}"))[0])
-    assert {"rows", "refused"} <= set(outcomes)
+        outcomes.append(_outcome(spark, spec_of(cols, "csv", kind, f"c{case}"), files_under(tmp_path, f"c{case}")))
+    assert {"rows", "refused"} <= set(outcomes) and outcomes.count("left to Spark") < len(outcomes) // 4, outcomes
+
+
+def _outcome(spark, spec, files) -> str:
+    """How both readers read a random batch ("rows" or "refused", the same), or "left to Spark"."""
+    try:
+        return assert_same(spark, spec, files)[0]
+    except NotLocal:
+        return "left to Spark"
 
 
 def _random_json(rng: random.Random, cols) -> str:
@@ -285,8 +294,8 @@ def test_random_json_lines_files(spark, tmp_path):
         for f in range(rng.randint(1, 3)):
             write(tmp_path, f"j{case}/f{f}.jsonl" + (".gz" if rng.random() < 0.2 else ""), _random_json(rng, cols))
         kind = "append_only" if rng.random() < 0.2 else "changes"
-        outcomes.append(assert_same(spark, spec_of(cols, "json", kind, f"j{case}"), files_under(tmp_path, f"j{case}"))[0])
-    assert {"rows", "refused"} <= set(outcomes)
+        outcomes.append(_outcome(spark, spec_of(cols, "json", kind, f"j{case}"), files_under(tmp_path, f"j{case}")))
+    assert {"rows", "refused"} <= set(outcomes) and outcomes.count("left to Spark") < len(outcomes) // 4, outcomes
 
 
 def _random_strings(rng: random.Random, t: str, n: int) -> list[str]:
@@ -317,18 +326,18 @@ def _random_strings(rng: random.Random, t: str, n: int) -> list[str]:
 def test_a_csv_field_becomes_the_value_spark_casts_it_to(spark, declared):
     """Random strings through the Spark path's cast of a CSV field (``_parse_csv_value``, one job)
     and through ``csv_files.caster``: equal values (NaN equal to NaN, -0.0 told from 0.0)."""
-    rng = random.Random(hash(declared) % 1000)
+    rng = random.Random(zlib.crc32(declared.encode()))
     dtype = parse_type(declared)
     strings = _random_strings(rng, declared, 1500)
     plain = {"date": pa.int32(), "timestamp": pa.int64(), "timestamp_ntz": pa.int64()}.get(declared)
     got = spark.createDataFrame([(s,) for s in strings], "s string") \
         .select(_parse_csv_value(F.col("s"), dtype, {}).alias("v")).toArrow().column("v")
     want = (got.cast(plain) if plain else got).to_pylist()
-    cast = caster(dtype)
+    cast = caster(sql_type(dtype))
     left_to_spark = 0
     for s, spark_value in zip(strings, want):
         try:
-            value = column_array([cast(s)], dtype)
+            value = column_array([cast(s)], sql_type(dtype))
         except NotLocal:
             left_to_spark += 1
             continue

@@ -23,7 +23,6 @@ from typing import Protocol, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.types import LongType, StructField, StructType
 
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.executor.sources.discovery import data_files, exists, file_format
@@ -36,10 +35,10 @@ from spark_jobs.spec.model import WEIGHT, InputSpec
 from spark_jobs.state.arrow_trace import arrow_of
 from spark_jobs.state.lookup import TraceFiles
 
-from . import cdc_records, csv_files, json_files, parquet_files
-from .coverage import unsupported
-from .records import to_table
-from .sizes import change_rows
+from .readers import cdc_records, csv_files, json_files, parquet_files
+from .readers.coverage import unsupported
+from .readers.records import arrow_type, sql_type, to_table
+from .readers.sizes import change_rows
 from .zsets import consolidate, negate
 
 __all__ = ["ArrowInputChange", "change_rows", "read_changes", "read_input", "schema", "unsupported"]
@@ -70,7 +69,7 @@ def schema(spec: InputSpec) -> pa.Schema:
 
 def _target(d: Declared) -> pa.Schema:
     """The Arrow schema of a declaration's columns and the weight."""
-    return arrow_of(StructType([StructField(c, t) for c, t in d.types.items()] + [StructField(WEIGHT, LongType())]))
+    return pa.schema([(c, arrow_type(sql_type(t))) for c, t in d.types.items()] + [(WEIGHT, pa.int64())])
 
 
 def read_files(spec: InputSpec, files: Sequence[InputFile], d: Declared, json_reader=None
@@ -113,7 +112,8 @@ def _read_file(f: InputFile, fmt: str, d: Declared, target: pa.Schema, json_read
     else:
         rows = (json_reader or json_files.read_file)(f.path, d)
     reasons = rows.tally.reasons()
-    return (None, reasons) if reasons else (to_table([rows], d.types, target), [])
+    types = {c: sql_type(t) for c, t in d.types.items()}
+    return (None, reasons) if reasons else (to_table([rows], types, target), [])
 
 
 def _union(parts: Sequence[tuple[InputFile, pa.Table]], target: pa.Schema) -> pa.Table:

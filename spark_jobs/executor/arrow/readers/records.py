@@ -13,18 +13,28 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType, DoubleType,
-                               FloatType, IntegerType, LongType, ShortType, StringType, TimestampNTZType,
-                               TimestampType)
 
-from spark_jobs.executor.arrow_expr import decimals
+from spark_jobs.executor.arrow.compiler import decimals
+from spark_jobs.executor.arrow.compiler.sql_types import SparkType, decimal, to_arrow
 from spark_jobs.spec.model import WEIGHT
 
 from .file_checks import FileTally
 
-_PLAIN = {BooleanType: pa.bool_(), ByteType: pa.int8(), ShortType: pa.int16(), IntegerType: pa.int32(),
-          LongType: pa.int64(), FloatType: pa.float32(), DoubleType: pa.float64(), StringType: pa.string(),
-          BinaryType: pa.binary()}
+
+
+def sql_type(dtype: Any) -> SparkType:
+    """A declared column's type (a pyspark ``DataType`` of ``sources/spark_types.py``) as the Arrow
+    engine's model of Spark's types, by its ``simpleString`` name."""
+    name = dtype.simpleString()
+    if name.startswith("decimal("):
+        precision, scale = (int(x) for x in name[len("decimal("):-1].split(","))
+        return decimal(precision, scale)
+    return SparkType(name)
+
+
+def arrow_type(t: SparkType) -> pa.DataType:
+    """The Arrow type of a declared column (Spark's own mapping; timestamps in UTC)."""
+    return pa.binary() if t.name == "binary" else to_arrow(t)
 
 
 @dataclass
@@ -40,24 +50,19 @@ class FileRows:
         return len(self.weights)
 
 
-def column_array(values: Sequence[Any], dtype: DataType) -> pa.Array:
-    """An Arrow array of ``dtype`` (Spark's Arrow mapping, timestamps in UTC) from typed values."""
-    plain = _PLAIN.get(type(dtype))
-    if plain is not None:
-        return pa.array(values, plain)
-    if isinstance(dtype, DateType):
+def column_array(values: Sequence[Any], t: SparkType) -> pa.Array:
+    """An Arrow array of ``t`` from typed values (epoch days, epoch microseconds, unscaled decimals)."""
+    if t.name == "date":
         return pa.array(values, pa.int32()).cast(pa.date32())
-    if isinstance(dtype, TimestampType):
-        return pa.array(values, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
-    if isinstance(dtype, TimestampNTZType):
-        return pa.array(values, pa.int64()).cast(pa.timestamp("us"))
-    if isinstance(dtype, DecimalType):
+    if t.name in ("timestamp", "timestamp_ntz"):
+        return pa.array(values, pa.int64()).cast(arrow_type(t))
+    if t.is_decimal:
         ok = np.array([v is not None for v in values], dtype=bool)
-        return decimals.from_unscaled([v or 0 for v in values], ok, dtype.precision, dtype.scale)
-    raise TypeError(f"no Arrow column for {dtype.simpleString()}")  # the spec admits no other type
+        return decimals.from_unscaled([v or 0 for v in values], ok, t.precision, t.scale)
+    return pa.array(values, arrow_type(t))
 
 
-def to_table(parts: Sequence[FileRows], types: Mapping[str, DataType], schema: pa.Schema) -> pa.Table:
+def to_table(parts: Sequence[FileRows], types: Mapping[str, SparkType], schema: pa.Schema) -> pa.Table:
     """The union of the files' rows as a Z-set table of ``schema`` (declared columns, then the
     weight); rows of weight 0 dropped, not consolidated."""
     rows = [p for p in parts if p.num_rows]

@@ -22,21 +22,17 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable
 
-from pyspark.sql.types import (BooleanType, ByteType, DataType, DateType, DecimalType, DoubleType, FloatType,
-                               IntegerType, LongType, ShortType, StringType, StructType, TimestampNTZType,
-                               TimestampType)
-
-from spark_jobs.executor.arrow_expr import decimals
-from spark_jobs.executor.arrow_expr.casts import decimal_text
-from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.executor.arrow.compiler import decimals
+from spark_jobs.executor.arrow.compiler.casts import decimal_text
+from spark_jobs.executor.arrow.compiler.sql_types import INTEGRAL_BOUNDS, SparkType
+from spark_jobs.executor.engine import NotLocal
 
 from . import text_values as tv
 
 MAX_NUMBER_CHARS = 1000  # Jackson's StreamReadConstraints.maxNumberLength
 MAX_DEPTH = 500  # well inside both Jackson's limit (1000) and Python's recursion limit
 GREGORIAN_START_DAY = -141427  # 1582-10-15: day numbers before it are rebased from the Julian calendar
-_INTEGRAL = {ByteType: (-128, 255), ShortType: (-2 ** 15, 2 ** 15 - 1), IntegerType: (-2 ** 31, 2 ** 31 - 1),
-             LongType: (-2 ** 63, 2 ** 63 - 1)}
+_INTEGRAL = {**INTEGRAL_BOUNDS, "tinyint": (-128, 255)}  # Jackson's getByteValue takes 128..255 as unsigned
 _SPECIAL_STRINGS = {"NaN": math.nan, "+INF": math.inf, "+Infinity": math.inf, "Infinity": math.inf,
                     "-INF": -math.inf, "-Infinity": -math.inf}
 
@@ -167,32 +163,26 @@ def _exact(value: Number) -> Fraction:
     return Fraction(int(value)) if value.integer else Fraction(value)
 
 
-def converter(dtype: DataType) -> Callable[[Any], Any]:
-    """The value Spark's JSON reader gives a (non-null) JSON value in a column of ``dtype``, as
+def converter(t: SparkType) -> Callable[[Any], Any]:
+    """The value Spark's JSON reader gives a (non-null) JSON value in a column of type ``t``, as
     ``records`` stores it; ``Failed`` where it cannot convert it."""
-    if isinstance(dtype, StringType):
-        return lambda v: _surrogates_replaced(v) if isinstance(v, str) and not isinstance(v, Number) else _text(v)
-    if isinstance(dtype, BooleanType):
-        return _boolean
-    bounds = _INTEGRAL.get(type(dtype))
-    if bounds is not None:
-        return lambda v: _integral(v, bounds, isinstance(dtype, ByteType))
-    if isinstance(dtype, DoubleType):
-        return _double
-    if isinstance(dtype, FloatType):
-        return _float
-    if isinstance(dtype, DecimalType):
-        return lambda v: _decimal(v, dtype.precision, dtype.scale)
-    if isinstance(dtype, DateType):
-        return _date
-    if isinstance(dtype, TimestampType):
-        return _timestamp
-    if isinstance(dtype, TimestampNTZType):
-        return _timestamp_ntz
-    if isinstance(dtype, StructType):
-        fields = {f.name: converter(f.dataType) for f in dtype.fields}
-        return lambda v: _struct(v, fields)
-    raise NotLocal(f"a JSON column of type {dtype.simpleString()} is read by Spark")
+    if t.name == "string":
+        return lambda v: _surrogates_replaced(v) if _plain_string(v) else _text(v)
+    if t.is_integral:
+        return lambda v: _integral(v, _INTEGRAL[t.name], t.name == "tinyint")
+    if t.is_decimal:
+        return lambda v: _decimal(v, t.precision, t.scale)
+    simple = {"boolean": _boolean, "double": _double, "float": _float, "date": _date, "timestamp": _timestamp,
+              "timestamp_ntz": _timestamp_ntz}.get(t.name)
+    if simple is None:
+        raise NotLocal(f"a JSON column of type {t} is read by Spark")
+    return simple
+
+
+def struct_converter(fields: dict[str, SparkType]) -> Callable[[Any], Any]:
+    """The converter of a JSON object read as a struct of ``fields`` (a Debezium ``after``)."""
+    convert = {name: converter(t) for name, t in fields.items()}
+    return lambda v: _struct(v, convert)
 
 
 def _plain_string(v: Any) -> bool:

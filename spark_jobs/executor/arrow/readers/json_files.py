@@ -3,9 +3,7 @@ corrupt line, unexpected keys, NULLs in non-nullable columns, the ``_weight`` ru
 as ``json_lines`` converts them."""
 from __future__ import annotations
 
-from pyspark.sql.types import StringType
-
-from spark_jobs.executor.arrow_expr.sparktypes import LONG
+from spark_jobs.executor.arrow.compiler.sql_types import LONG, STRING
 from spark_jobs.executor.sources.formats import (EXTRA_KEYS, MAX_WEIGHT, WEIGHT_DELETE, WEIGHT_INT, WEIGHT_NULL,
                                                  WEIGHT_RANGE, Declared, corrupt_check, shared_checks)
 from spark_jobs.spec.model import WEIGHT
@@ -13,7 +11,7 @@ from spark_jobs.spec.model import WEIGHT
 from . import json_lines as jl
 from . import text_values as tv
 from .file_checks import FileTally
-from .records import FileRows
+from .records import FileRows, sql_type
 from .text_files import lines_of, read_text
 
 
@@ -26,9 +24,9 @@ def read_file(path: str, d: Declared) -> FileRows:
     """The rows of one JSON lines file: one per line that is not blank (spaces only)."""
     tally = FileTally(checks(d))
     rows = FileRows(tally, {c: [] for c in d.types})
-    converters = {c: jl.converter(t) for c, t in d.types.items()}
+    converters = {c: jl.converter(sql_type(t)) for c, t in d.types.items()}
     if d.allow_weight:
-        converters[WEIGHT] = jl.converter(StringType())  # raw text: "1.5" is reported, not dropped
+        converters[WEIGHT] = jl.converter(STRING)  # raw text: "1.5" is reported, not dropped
     allowed = set(d.types) | ({WEIGHT} if d.allow_weight else set())
     for number, text in lines_of(read_text(path)):
         if not text.strip(" "):

@@ -10,9 +10,7 @@ the input on Spark, named in the reason.
 """
 from __future__ import annotations
 
-from pyspark.sql.types import BinaryType, DoubleType, FloatType, TimestampNTZType, TimestampType
-
-from spark_jobs.executor.sources.spark_types import declared_types, parse_type
+from spark_jobs.executor.sources.spark_types import declared_types
 from spark_jobs.spec.model import InputSpec
 from spark_jobs.spec.reader_options import ENGINE_SET
 
@@ -58,17 +56,15 @@ def unsupported(spec: InputSpec, timezone: str = "UTC") -> str | None:
     options = [p for p in (_option_problem(fmt, k, v) for k, v in (source.options or {}).items()) if p]
     if options:
         return f"input {spec.name!r} sets {', '.join(options)}: read by Spark"
-    types = declared_types(spec)
+    types = {c: t.simpleString() for c, t in declared_types(spec).items()}
     if fmt != "parquet" and timezone.upper() not in ("UTC", "Z", "GMT", "ETC/UTC", "+00:00") \
-            and any(isinstance(t, (TimestampType, TimestampNTZType)) for t in types.values()):
+            and any(t in ("timestamp", "timestamp_ntz") for t in types.values()):
         return f"input {spec.name!r} reads timestamps from text in the session time zone {timezone}: read by Spark"
-    if fmt == "json" and any(isinstance(t, BinaryType) for t in types.values()):
+    if fmt == "json" and "binary" in types.values():
         return f"input {spec.name!r} has a binary column in JSON (base64): read by Spark"
-    if spec.kind == "cdc":
-        cdc = source.cdc
-        if cdc is not None and cdc.sequence and isinstance(types.get(cdc.sequence, parse_type("long")),
-                                                            (FloatType, DoubleType)):
+    if spec.kind == "cdc" and source.cdc is not None:
+        if source.cdc.sequence and types.get(source.cdc.sequence) in ("float", "double"):
             return f"input {spec.name!r} orders its records by a floating-point sequence: read by Spark"
-        if any(isinstance(types.get(k), (FloatType, DoubleType)) for k in spec.key):
+        if any(types.get(k) in ("float", "double") for k in spec.key):
             return f"input {spec.name!r} has a floating-point key: its records are applied by key on Spark"
     return None

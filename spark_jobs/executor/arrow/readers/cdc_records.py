@@ -19,12 +19,11 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.types import (BooleanType, ByteType, DataType, DateType, DecimalType, IntegerType, LongType,
-                               ShortType, StringType, StructField, StructType)
 
-from spark_jobs.executor.arrow_expr.calendar import format_date
-from spark_jobs.executor.arrow_expr.decimals import format_unscaled
-from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.executor.arrow.compiler.calendar import format_date
+from spark_jobs.executor.arrow.compiler.decimals import format_unscaled
+from spark_jobs.executor.arrow.compiler.sql_types import SparkType
+from spark_jobs.executor.engine import NotLocal
 from spark_jobs.executor.sources import InputFile, InputRefused
 from spark_jobs.executor.sources.cdc import KIND, OP, _declared, _envelope_checks, _refusals
 from spark_jobs.executor.sources.checks import FILE_COL
@@ -35,9 +34,9 @@ from spark_jobs.state.lookup import TraceFiles
 
 from . import json_lines as jl
 from .file_checks import FileTally
-from .records import FileRows
+from .records import FileRows, sql_type
 from .text_files import lines_of, read_text
-from .zsets import consolidate, negate
+from spark_jobs.executor.arrow.zsets import consolidate, negate
 
 POS = "__pos"
 
@@ -71,9 +70,9 @@ def envelope_reader(spec: InputSpec):
         tally = FileTally(_envelope_checks(d, values))
         rows = FileRows(tally, {c: [] for c in d.types})
         top = ([cdc.op] + ([cdc.sequence] if cdc.sequence else [])) if cdc.after else list(d.types)
-        row_type = StructType([StructField(c, d.types[c]) for c in values])
-        converters = {c: jl.converter(d.types[c]) for c in top}
-        converters.update({h: jl.converter(row_type) for h in halves})
+        types = {c: sql_type(t) for c, t in d.types.items()}
+        converters = {c: jl.converter(types[c]) for c in top}
+        converters.update({h: jl.struct_converter({c: types[c] for c in values}) for h in halves})
         allowed = set(values)
         for number, text in lines_of(read_text(path)):
             if text.strip(" ") in ("", "null"):
@@ -146,38 +145,38 @@ def _extra_keys(line: jl.Line, halves: Sequence[str], allowed: set[str], top_all
 
 # ---- applying records ---------------------------------------------------------------------------
 
-def _key_json(spec: InputSpec, types: dict[str, DataType], key: tuple) -> str:
+def _key_json(spec: InputSpec, types: dict[str, SparkType], key: tuple) -> str:
     """``to_json(struct(keys))`` as Spark writes it (Jackson), for a refusal's example."""
     parts = []
     for name, value in zip(spec.key, key):
         t = types[name]
-        if isinstance(t, (LongType, IntegerType, ShortType, ByteType)):
+        if t.is_integral:
             text = str(value)
-        elif isinstance(t, BooleanType):
+        elif t.name == "boolean":
             text = "true" if value else "false"
-        elif isinstance(t, StringType) and not any(ord(ch) < 0x20 and ch not in "\b\f\n\r\t" for ch in value):
+        elif t.name == "string" and not any(ord(ch) < 0x20 and ch not in "\b\f\n\r\t" for ch in value):
             text = json.dumps(value, ensure_ascii=False)
-        elif isinstance(t, DateType) and 1 <= value.year <= 9999:
+        elif t.name == "date" and 1 <= value.year <= 9999:
             text = f'"{value.isoformat()}"'
-        elif isinstance(t, DecimalType) and value.as_tuple().exponent >= -6:
+        elif t.is_decimal and t.scale <= 6:  # BigDecimal.toString: plain notation down to 1E-6
             text = format_unscaled(int(value.scaleb(t.scale)), t.scale)
         else:
-            raise NotLocal(f"input {spec.name}: a refused record's key ({types[name].simpleString()}) is "
-                           "written the way Spark's to_json writes it")
+            raise NotLocal(f"input {spec.name}: a refused record's key ({t}) is written the way Spark's "
+                           "to_json writes it")
         parts.append(f"{json.dumps(name, ensure_ascii=False)}:{text}")
     return "{" + ",".join(parts) + "}"
 
 
-def _seq_text(spec: InputSpec, t: DataType | None, value: Any) -> str | None:
+def _seq_text(spec: InputSpec, t: SparkType | None, value: Any) -> str | None:
     """``cast(sequence AS string)``, for a refusal's example."""
     if t is None:
         return None
-    if isinstance(t, (LongType, IntegerType, ShortType, ByteType, StringType)):
+    if t.is_integral or t.name == "string":
         return str(value)
-    if isinstance(t, DateType):
+    if t.name == "date":
         return format_date((value - datetime.date(1970, 1, 1)).days)
-    raise NotLocal(f"input {spec.name}: a refused record's sequence ({t.simpleString()}) is written the way "
-                   "Spark casts it to a string")
+    raise NotLocal(f"input {spec.name}: a refused record's sequence ({t}) is written the way Spark casts it "
+                   "to a string")
 
 
 def old_rows(spec: InputSpec, records: pa.Table, files: TraceFiles | None, policy: ExecutionPolicy) -> pa.Table:
@@ -239,10 +238,11 @@ def apply_records(spec: InputSpec, records: pa.Table, old: pa.Table) -> tuple[pa
     return delta, unknown
 
 
-def unknown_refusal(spec: InputSpec, types: dict[str, DataType], unknown: list[dict[str, Any]]) -> InputRefused:
+def unknown_refusal(spec: InputSpec, declared: dict[str, Any], unknown: list[dict[str, Any]]) -> InputRefused:
     """The refusal of ``unknown_key: refuse``: per file, how many and the least example (Spark's
     ``min`` of (op, kind, key as JSON, sequence as a string))."""
     cdc = spec.source.cdc  # type: ignore[union-attr]
+    types = {c: sql_type(t) for c, t in declared.items()}
     seq_type = types.get(cdc.sequence) if cdc.sequence else None
     per_file: dict[str, list[tuple]] = defaultdict(list)
     for u in unknown:

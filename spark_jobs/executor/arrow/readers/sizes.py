@@ -10,7 +10,7 @@ from spark_jobs.executor.sources import InputFile
 from spark_jobs.executor.sources.discovery import data_files, file_format, locate
 from spark_jobs.spec.model import InputSpec
 
-from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.executor.engine import NotLocal
 
 from .parquet_files import footer_rows
 from .text_files import read_bytes

@@ -17,49 +17,34 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType, DoubleType,
-                               FloatType, IntegerType, LongType, ShortType, StringType, TimestampNTZType,
-                               TimestampType)
-
-from spark_jobs.executor.arrow_expr.sparktypes import BYTE, INT, LONG, SHORT
-from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.executor.arrow.compiler.sql_types import LONG, SparkType
+from spark_jobs.executor.engine import NotLocal
 from spark_jobs.executor.sources.formats import (MALFORMED, MAX_WEIGHT, WEIGHT_DELETE, WEIGHT_INT, WEIGHT_NULL,
                                                  WEIGHT_RANGE, Declared, cast_check, shared_checks)
 from spark_jobs.spec.model import WEIGHT
 
 from . import text_values as tv
 from .file_checks import FileTally
-from .records import FileRows
+from .records import FileRows, sql_type
 from .text_files import lines_of, read_text
 
 MAX_COLUMNS = 20480  # univocity's limit as Spark sets it (maxColumns)
-_INTEGRAL = {ByteType: BYTE, ShortType: SHORT, IntegerType: INT, LongType: LONG}
+_SIMPLE: dict[str, Callable[[str], Any]] = {
+    "string": lambda s: s, "double": tv.double_text, "float": tv.float_text, "boolean": tv.boolean_text,
+    "date": tv.date_text, "timestamp": tv.timestamp_text,
+    "timestamp_ntz": lambda s: tv.timestamp_text(s, zoned=False), "binary": lambda s: s.encode("utf-8"),
+}
 
 
-def caster(dtype: DataType) -> Callable[[str], Any]:
-    """The value ``try_cast(field AS dtype)`` gives a CSV field, as ``records`` stores it."""
-    if isinstance(dtype, StringType):
-        return lambda s: s
-    integral = _INTEGRAL.get(type(dtype))
-    if integral is not None:
-        return lambda s: tv.integral_text(s, integral)
-    if isinstance(dtype, DoubleType):
-        return tv.double_text
-    if isinstance(dtype, FloatType):
-        return tv.float_text
-    if isinstance(dtype, DecimalType):
-        return lambda s: tv.exact_decimal_value(s, dtype.precision, dtype.scale)
-    if isinstance(dtype, BooleanType):
-        return tv.boolean_text
-    if isinstance(dtype, DateType):
-        return tv.date_text
-    if isinstance(dtype, TimestampType):
-        return tv.timestamp_text
-    if isinstance(dtype, TimestampNTZType):
-        return lambda s: tv.timestamp_text(s, zoned=False)
-    if isinstance(dtype, BinaryType):
-        return lambda s: s.encode("utf-8")
-    raise NotLocal(f"a CSV column of type {dtype.simpleString()} is read by Spark")
+def caster(t: SparkType) -> Callable[[str], Any]:
+    """The value ``try_cast(field AS t)`` gives a CSV field, as ``records`` stores it."""
+    if t.is_integral:
+        return lambda s: tv.integral_text(s, t)
+    if t.is_decimal:
+        return lambda s: tv.exact_decimal_value(s, t.precision, t.scale)
+    if t.name in _SIMPLE:
+        return _SIMPLE[t.name]
+    raise NotLocal(f"a CSV column of type {t} is read by Spark")
 
 
 def separator(options: dict[str, Any]) -> str:
@@ -70,7 +55,7 @@ def separator(options: dict[str, Any]) -> str:
 
 def checks(d: Declared) -> list:
     """The checks a CSV file answers (the Spark path's ``plan_csv`` list)."""
-    return [MALFORMED] + [cast_check(c, t) for c, t in d.types.items() if not isinstance(t, StringType)] \
+    return [MALFORMED] + [cast_check(c, t) for c, t in d.types.items() if sql_type(t).name != "string"] \
         + shared_checks(d)
 
 
@@ -118,8 +103,9 @@ def read_file(path: str, header: Sequence[str], d: Declared) -> FileRows:
     rows = FileRows(tally, {c: [] for c in d.types})
     width = len(header)
     index = {name: i for i, name in enumerate(header)}
-    cast = {c: caster(t) for c, t in d.types.items()}
-    typed_checks = [c for c, t in d.types.items() if not isinstance(t, StringType)]
+    types = {c: sql_type(t) for c, t in d.types.items()}
+    cast = {c: caster(t) for c, t in types.items()}
+    typed_checks = [c for c, t in types.items() if t.name != "string"]
     not_null = [(c, f"null:{c}") for c in d.not_null]
     one_of = [(c, f"one_of:{c}", set(v)) for c, v in d.one_of.items()]
     weight_at = index.get(WEIGHT) if d.allow_weight else None

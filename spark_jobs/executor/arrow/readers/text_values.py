@@ -7,7 +7,7 @@ epoch microseconds, unscaled decimals) or None where Spark's cast gives NULL. Wh
 depends on what Python cannot know exactly as the JVM does (a time zone region's rules, the
 current date of a time-only timestamp), ``NotLocal`` sends the step to Spark instead of guessing.
 The integral, decimal, boolean and date grammars are the expression compiler's
-(``arrow_expr/casts.py``, ``calendar.py``), so a CSV value and a ``CAST`` agree.
+(``arrow/compiler/casts.py``, ``calendar.py``), so a CSV value and a ``CAST`` agree.
 """
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import math
 import re
 from fractions import Fraction
 
-from spark_jobs.executor.arrow_expr import decimals
-from spark_jobs.executor.arrow_expr.calendar import MICROS_PER_SECOND, days_from_civil, days_in_month, parse_date, trim_bytes
-from spark_jobs.executor.arrow_expr.casts import boolean_text, decimal_text, integral_text
-from spark_jobs.executor.arrow_expr.sparktypes import INTEGRAL_BOUNDS, SparkType
-from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.executor.arrow.compiler import decimals
+from spark_jobs.executor.arrow.compiler.calendar import MICROS_PER_SECOND, days_from_civil, days_in_month, parse_date, trim_bytes
+from spark_jobs.executor.arrow.compiler.casts import boolean_text, decimal_text, integral_text
+from spark_jobs.executor.arrow.compiler.sql_types import INTEGRAL_BOUNDS, SparkType
+from spark_jobs.executor.engine import NotLocal
 
 import numpy as np
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.executor.engine import NotLocal
 from spark_jobs.executor.sources.discovery import locate
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
