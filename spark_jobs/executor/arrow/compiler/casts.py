@@ -26,6 +26,7 @@ FALSE_STRINGS = frozenset({"f", "false", "n", "no", "0"})
 # java.lang.Character.isWhitespace or isISOControl, by code point (UTF8String.trimAll).
 _JAVA_SPACE = frozenset([*range(0x00, 0x21), *range(0x7F, 0xA0), 0x1680, *range(0x2000, 0x2007),
                          *range(0x2008, 0x200B), 0x2028, 0x2029, 0x205F, 0x3000])
+_JAVA_TRIMMED = "".join(map(chr, range(0x21)))
 _JAVA_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 
@@ -242,9 +243,14 @@ def integral_text(s: str, to: SparkType) -> int | None:
     """``UTF8String.toLongExact`` (``toIntExact`` for the narrower types, then their range): the
     value of a trimmed ``[+-]digits`` string that fits ``to``; None where Spark's cast fails."""
     lo, hi = INTEGRAL_BOUNDS[to.name]
+    if len(s) <= 18 and s.isascii() and s.isdigit():  # the common case: plain ASCII digits, nothing to trim
+        value = int(s)
+        return value if value <= hi else None
     raw = trim_bytes(s.encode("utf-8"))
     body = raw[1:] if raw[:1] in (b"-", b"+") else raw
     if not body or not body.isdigit():  # bytes.isdigit: ASCII digits only
+        return None
+    if len(body.lstrip(b"0")) > 19:  # past any long (and past what int() parses: 4,300 digits)
         return None
     value = -int(body) if raw[:1] == b"-" else int(body)
     return value if lo <= value <= hi else None
@@ -304,13 +310,15 @@ def _decimal_to_decimal(src: SparkType, to: SparkType):
 def decimal_text(s: str) -> tuple[int, int] | None:
     """A trimmed ``java.math.BigDecimal`` string as (unscaled value, scale); None where Spark's
     cast finds no number."""
-    text = s.strip("".join(map(chr, range(0x21))))  # java.lang.String.trim
+    text = s.strip(_JAVA_TRIMMED)  # java.lang.String.trim
     if not _JAVA_DECIMAL.fullmatch(text):
         return None
     mantissa, _, exponent = text.replace("E", "e").partition("e")
     if len(exponent.lstrip("+-")) > 9:
         return None
     whole, _, frac = mantissa.lstrip("+-").partition(".")
+    if len((whole + frac).lstrip("0")) > 1000:  # int() reads 4,300 digits at most: Spark decides these
+        raise ExpressionFailed("NUMERIC_VALUE_OUT_OF_RANGE", f"a decimal string of {len(whole + frac)} digits")
     value = int((whole + frac) or "0")  # int() reads any Unicode decimal digit, as Java does
     value = -value if mantissa.startswith("-") else value
     return value, len(frac) - int(exponent or 0)

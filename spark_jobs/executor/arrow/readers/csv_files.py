@@ -95,44 +95,46 @@ def _odd(path: str, number: int) -> NotLocal:
 
 
 def read_file(path: str, header: Sequence[str], d: Declared) -> FileRows:
-    """The rows of one CSV file whose header passed the checks (``csv_header``/``column_problems``)."""
+    """The rows of one CSV file whose header passed the checks (``csv_header``/``column_problems``).
+    Lines are split first, then each column is cast and checked as a whole."""
     sep = separator(d.options)
     if len(sep) != 1 or sep in '"\\' or sep.isspace() and sep != "\t":
         raise NotLocal(f"the CSV separator {sep!r} is read by Spark")
     tally = FileTally(checks(d))
-    rows = FileRows(tally, {c: [] for c in d.types})
     width = len(header)
-    index = {name: i for i, name in enumerate(header)}
-    types = {c: sql_type(t) for c, t in d.types.items()}
-    cast = {c: caster(t) for c, t in types.items()}
-    typed_checks = [c for c, t in types.items() if t.name != "string"]
-    not_null = [(c, f"null:{c}") for c in d.not_null]
-    one_of = [(c, f"one_of:{c}", set(v)) for c, v in d.one_of.items()]
-    weight_at = index.get(WEIGHT) if d.allow_weight else None
+    records = []
     lines = ((n, line) for n, line in lines_of(read_text(path)) if tv.java_trim(line))  # blank lines skipped
     next(lines, None)  # the header line
     for number, line in lines:
         fields = _fields(line, sep, path, number)
-        if len(fields) > MAX_COLUMNS:
-            raise NotLocal(f"{path}, line {number}: more fields than univocity reads")
         if len(fields) != width:
+            if len(fields) > MAX_COLUMNS:
+                raise NotLocal(f"{path}, line {number}: more fields than univocity reads")
             tally.fail(MALFORMED.key, line)
             fields = (fields + [None] * width)[:width]
-        for c in d.types:
-            raw = fields[index[c]]
-            value = None if raw is None else cast[c](raw)
-            rows.values[c].append(value)
-        for c in typed_checks:
-            if fields[index[c]] is not None and rows.values[c][-1] is None:
-                tally.fail(f"cast:{c}", fields[index[c]])
-        for c, key in not_null:
-            if fields[index[c]] is None:
-                tally.fail(key)
-        for c, key, allowed in one_of:
-            value = rows.values[c][-1]
-            if value is not None and value not in allowed:
-                tally.fail(key, value)
-        rows.weights.append(_weight(fields[weight_at], d.inserts_only, tally) if weight_at is not None else 1)
+        records.append(fields)
+    raw = dict(zip(header, zip(*records))) if records else {h: () for h in header}
+    rows = FileRows(tally)
+    for c, t in d.types.items():
+        spark_type = sql_type(t)
+        cast = caster(spark_type)
+        values = [None if x is None else cast(x) for x in raw[c]]
+        rows.values[c] = values
+        if spark_type.name != "string":
+            for x, v in zip(raw[c], values):
+                if v is None and x is not None:
+                    tally.fail(f"cast:{c}", x)
+    for c in d.not_null:
+        for _ in range(raw[c].count(None)):
+            tally.fail(f"null:{c}")
+    for c, allowed in d.one_of.items():
+        for v in rows.values[c]:
+            if v is not None and v not in allowed:
+                tally.fail(f"one_of:{c}", v)
+    if d.allow_weight and WEIGHT in raw:
+        rows.weights = [_weight(x, d.inserts_only, tally) for x in raw[WEIGHT]]
+    else:
+        rows.weights = [1] * len(records)
     return rows
 
 

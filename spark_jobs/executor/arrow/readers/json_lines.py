@@ -23,7 +23,6 @@ from fractions import Fraction
 from typing import Any, Callable
 
 from spark_jobs.executor.arrow.compiler import decimals
-from spark_jobs.executor.arrow.compiler.casts import decimal_text
 from spark_jobs.executor.arrow.compiler.sql_types import INTEGRAL_BOUNDS, SparkType
 from spark_jobs.executor.engine import NotLocal
 
@@ -77,12 +76,15 @@ def _number(cls: type) -> Callable[[str], Number]:
     return make
 
 
-def _decoder(strict: bool) -> json.JSONDecoder:
-    return json.JSONDecoder(object_pairs_hook=Pairs, parse_float=_number(Number), parse_int=_number(Integer),
+def _decoder(strict: bool, checked: bool = True) -> json.JSONDecoder:
+    """Python's JSON parser keeping every number's text (``checked``: Jackson's length limit)."""
+    number, integer = (_number(Number), _number(Integer)) if checked else (Number, Integer)
+    return json.JSONDecoder(object_pairs_hook=Pairs, parse_float=number, parse_int=integer,
                             parse_constant=Constant, strict=strict)
 
 
-_STRICT, _LENIENT = _decoder(True), _decoder(False)
+# a line of at most MAX_NUMBER_CHARS characters cannot hold a number past the limit
+_SHORT, _STRICT, _LENIENT = _decoder(True, checked=False), _decoder(True), _decoder(False)
 
 
 @dataclass
@@ -119,14 +121,15 @@ def parse_line(line: str, where: str) -> Line:
     if not stripped:
         return Line(None, None, empty=True)
     try:
-        value, _ = _STRICT.raw_decode(stripped)
+        value, _ = (_SHORT if len(stripped) <= MAX_NUMBER_CHARS else _STRICT).raw_decode(stripped)
     except json.JSONDecodeError:
         return _unparsed(stripped, where)
     except RecursionError:
         raise NotLocal(f"{where} nests JSON deeper than the in-process reader follows") from None
     if not isinstance(value, Pairs):
         return Line(None, None)
-    return Line(value, None if _has_constant(value) else value.keys())
+    constants = ("NaN" in stripped or "Infinity" in stripped) and _has_constant(value)
+    return Line(value, None if constants else value.keys())
 
 
 def _unparsed(stripped: str, where: str) -> Line:
@@ -238,7 +241,7 @@ def _decimal(v: Any, precision: int, scale: int) -> int:
             raise Failed
     else:
         raise Failed
-    parsed = decimal_text(text)
+    parsed = tv.decimal_parts(text)
     if parsed is None:
         raise Failed
     value = decimals.rescale(parsed[0], parsed[1], scale)

@@ -18,6 +18,7 @@ from fractions import Fraction
 from spark_jobs.executor.arrow.compiler import decimals
 from spark_jobs.executor.arrow.compiler.calendar import MICROS_PER_SECOND, days_from_civil, days_in_month, parse_date, trim_bytes
 from spark_jobs.executor.arrow.compiler.casts import boolean_text, decimal_text, integral_text
+from spark_jobs.executor.arrow.compiler.runtime import ExpressionFailed
 from spark_jobs.executor.arrow.compiler.sql_types import INTEGRAL_BOUNDS, SparkType
 from spark_jobs.executor.engine import NotLocal
 
@@ -31,21 +32,27 @@ _JAVA_FLOAT = re.compile(
     r"[+-]?(?:NaN|Infinity|(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
     r"|0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?\d+)[fFdD]?)", re.ASCII)
 # Cast.processFloatingPointSpecialLiterals, tried when Double.valueOf fails
+_PLAIN_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 _SPECIAL = {"inf": math.inf, "+inf": math.inf, "infinity": math.inf, "+infinity": math.inf,
             "-inf": -math.inf, "-infinity": -math.inf, "nan": math.nan}
 _FLOAT32_MAX = Fraction((2 ** 24 - 1) * 2 ** 104)
 _FLOAT32_OVER = Fraction(2 ** 128)  # where rounding to nearest reaches infinity
 
 
+_JAVA_TRIMMED = "".join(map(chr, range(0x21)))
+
+
 def java_trim(s: str) -> str:
     """``java.lang.String.trim``: every character up to U+0020 off both ends."""
-    return s.strip("".join(map(chr, range(0x21))))
+    return s.strip(_JAVA_TRIMMED)
 
 
 def _java_number(text: str) -> Fraction | float | None:
     """The exact value of a ``Double.valueOf`` string (a float for NaN and the infinities)."""
     if not _JAVA_FLOAT.fullmatch(text):
         return None
+    if len(text) > 1000:
+        raise NotLocal("a number of more than 1,000 characters in a text file: Spark reads it")
     body = text[:-1] if text[-1] in "fFdD" else text  # after the digits (or a hex exponent): a type suffix
     sign = -1 if body.startswith("-") else 1
     body = body.lstrip("+-")
@@ -65,6 +72,8 @@ def double_text(s: str) -> float | None:
     """Spark's string -> double: ``Double.valueOf`` (trimmed, correctly rounded, type suffixes and
     hexadecimal allowed), else ``inf``/``infinity``/``nan`` in any case; None otherwise."""
     text = java_trim(s)
+    if _PLAIN_DECIMAL.fullmatch(text):
+        return float(text)  # correctly rounded, as Java's: the common case, without the exact value
     value = _java_number(text)
     if value is None:
         return _SPECIAL.get(text.lower()) if text.isascii() else None
@@ -80,6 +89,11 @@ def double_text(s: str) -> float | None:
 def float_text(s: str) -> float | None:
     """Spark's string -> float: ``Float.valueOf``, the exact value rounded once to 32 bits."""
     text = java_trim(s)
+    if _PLAIN_DECIMAL.fullmatch(text):
+        d = float(text)
+        f = np.float32(d)
+        if float(f) == d or not _is_float32_midpoint(d, f):
+            return float(f)  # rounding through the double is exact unless it lands on a midpoint
     value = _java_number(text)
     if value is None:
         return _SPECIAL.get(text.lower()) if text.isascii() else None
@@ -88,6 +102,14 @@ def float_text(s: str) -> float | None:
     negative = value < 0 or (value == 0 and text.startswith("-"))
     out = _nearest_float32(abs(value))
     return -out if negative else out
+
+
+def _is_float32_midpoint(d: float, f: np.float32) -> bool:
+    """Whether the double ``d`` lies exactly halfway between ``f`` and a neighbouring float32."""
+    if not np.isfinite(f):
+        return True
+    other = np.nextafter(f, np.float32(np.inf) if d > float(f) else np.float32(-np.inf))
+    return np.isfinite(other) and Fraction(d) * 2 == Fraction(float(f)) + Fraction(float(other))
 
 
 def _nearest_float32(x: Fraction) -> float:
@@ -113,10 +135,19 @@ def integral_value(s: str, to: SparkType) -> int | None:
     return integral_text(s, to)
 
 
+def decimal_parts(s: str) -> tuple[int, int] | None:
+    """``decimal_text`` (a BigDecimal string as unscaled value and scale), ``NotLocal`` for a
+    string of more digits than Python's int() reads."""
+    try:
+        return decimal_text(s)
+    except ExpressionFailed as exc:
+        raise NotLocal(f"{exc.detail}: Spark reads it") from None
+
+
 def decimal_value(s: str, precision: int, scale: int) -> int | None:
     """Spark's string -> decimal(precision, scale) as an unscaled integer: rounded HALF_UP to the
     scale, None where it does not parse or does not fit."""
-    parsed = decimal_text(s)
+    parsed = decimal_parts(s)
     if parsed is None:
         return None
     value, at = parsed
