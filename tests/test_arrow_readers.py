@@ -370,3 +370,28 @@ def test_json_lines_that_only_jackson_reads_are_left_to_spark_not_refused():
         json_lines.parse_line("{'a': 1}", "here")
     assert json_lines.parse_line('{"a": 1} x', "here").value == [("a", "1")]
     assert json_lines.parse_line("\t", "here").empty
+
+
+def test_the_size_of_a_text_change_is_known_without_spark(tmp_path):
+    """The engine choice needs the change's rows: Parquet footers, text files' lines (a large
+    compressed file is not estimated), a snapshots input's newest snapshot."""
+    from spark_jobs.executor.arrow.readers.sizes import change_rows
+    from spark_jobs.runtime.inprocess import change_rows as step_rows
+
+    write(tmp_path, "c/a.csv", "id,name,amount\n1,a,1\n2,b,2\n")
+    write(tmp_path, "c/b.csv.gz", "id,name,amount\r\n3,c,3\r\n")
+    write(tmp_path, "j/a.jsonl", '{"id": 1}\n{"id": 2}\n{"id": 3}')
+    _parquet(tmp_path, "p/a.parquet", {"id": [1, 2, 3, 4]})
+    write(tmp_path, "s/1.csv", "id\n1\n")
+    write(tmp_path, "s/2/part-0.csv", "id\n1\n2\n")
+    csv, jsonl = spec_of(COLS, "csv", path="c"), spec_of(COLS, "json", path="j")
+    snaps = spec_of(COLS, "csv", "snapshots", "s")
+    assert change_rows(csv, files_under(tmp_path, "c")) == 5  # header lines counted: an estimate
+    assert change_rows(jsonl, files_under(tmp_path, "j")) == 2 + 1
+    assert change_rows(spec_of(COLS, "parquet", path="p"), files_under(tmp_path, "p")) == 4
+    assert change_rows(snaps, pending_files(snaps, str(tmp_path), set())) == 3
+    assert step_rows({"c": files_under(tmp_path, "c"), "j": files_under(tmp_path, "j")}, {"c": csv, "j": jsonl}) == 8
+    big = tmp_path / "big" / "x.csv.gz"
+    big.parent.mkdir()
+    big.write_bytes(os.urandom(9 << 20))
+    assert change_rows(csv, data_files(str(big.parent))) is None

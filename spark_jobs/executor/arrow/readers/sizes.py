@@ -30,7 +30,8 @@ def text_rows(f: InputFile) -> int | None:
             data = read_bytes(f.path)
         except NotLocal:  # a corrupt archive: its size is unknown (Spark reads and names it)
             return None
-        return data.count(b"\n") or data.count(b"\r") or (1 if data.strip() else 0)
+        ends = data.count(b"\n") or data.count(b"\r")
+        return ends + (1 if data.strip() and not data.endswith((b"\n", b"\r")) else 0)
     loc = locate(f.path)
     with loc.fs.open_input_file(loc.inner) as fh:
         head = fh.read(SAMPLE_BYTES)
