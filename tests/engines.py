@@ -21,7 +21,7 @@ from spark_jobs.runtime.step import run_step
 from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state.arrow_trace import arrow_schema
 from spark_jobs.state.store import view_trace_id
-from tests.policies import config
+from tests.policies import config, make_input_folders
 
 Domain = dict[str, Callable[[random.Random], Any]]
 
@@ -137,12 +137,14 @@ def run_steps(tmp_path, circuit_text: str, steps: int, write_step: Callable[[lis
     roots = {kind: str(tmp_path / kind) for kind in ("spark", "arrow", "mixed")}
     spark_rt = open_circuit(str(path), config(roots["spark"], engine="spark"))
     arrow_rt = open_circuit(str(path), config(roots["arrow"], engine="arrow", **arrow_policy))
+    make_input_folders(spark_rt), make_input_folders(arrow_rt)
     views = list(spark_rt.compiled.spec.outputs)
     mixed_engines = []
     for t in range(1, steps + 1):
         write_step(list(roots.values()), t)
         engine = "arrow" if t % 2 else "spark"
         mixed_rt = open_circuit(str(path), config(roots["mixed"], engine=engine, **arrow_policy))
+        make_input_folders(mixed_rt)
         reports = {"spark": run_step(spark_rt), "arrow": run_step(arrow_rt), "mixed": run_step(mixed_rt)}
         assert reports["spark"].engine == "spark"
         assert reports["arrow"].engine == "arrow", reports["arrow"].engine_reason

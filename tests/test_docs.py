@@ -113,10 +113,12 @@ def test_make_docs_builds_the_site_with_strict():
 
 
 def _cli_exit_codes() -> set[int]:
-    """Every exit code the CLI can end with, read from the code: ``exit_code=N`` of its errors,
-    ``EXIT_CODE``/``exit_code`` constants of the error classes it maps, its ``return N``s and its
-    named codes (``CLOSED_PIPE = 141``)."""
-    codes = {0}
+    """Every exit code the CLI can end with, read from the code: the ``EXIT_*`` codes of the error
+    hierarchy (``spark_jobs/errors.py``), any literal ``exit_code=N``, the CLI's ``return N``s and
+    its named codes."""
+    from spark_jobs import errors
+
+    codes = {0} | {value for name, value in vars(errors).items() if name.startswith("EXIT_")}
     for path in (ROOT / "spark_jobs").rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         codes |= {int(n) for n in re.findall(r"\bexit_code\s*(?::\s*int)?\s*=\s*(\d+)", text)}

@@ -1,15 +1,16 @@
-"""The kernels of a timestep, one implementation per engine, behind one interface.
+"""What an engine is: the kernels of a timestep, one implementation per engine, behind one interface.
 
 ``Engine`` is what the interpreter (``executor/evaluate.py``) needs of an engine besides the
 operators' own kernels: the Z-set algebra on its values (sum, negation, consolidation, a typed
 zero), and settling a node's value (caching one read several times). Two implementations:
 
-- ``spark.SparkEngine``: values are lazy Spark DataFrames; a step is a handful of Spark jobs;
-- ``arrow.ArrowEngine``: values are pyarrow Tables in this process (state-sized values are
-  ``arrow.Integral`` views over trace files, looked up by key); a step runs no Spark job.
+- ``spark/kernels.SparkEngine``: values are lazy Spark DataFrames; a step is a handful of Spark jobs;
+- ``arrow/kernels.ArrowEngine``: values are pyarrow Tables in this process (state-sized values
+  are ``arrow/kernels.Integral`` views over trace files, looked up by key); a step runs no Spark job.
 
 An operator's kernel for an engine is ``kernel(step, node) -> value`` (``Operator.kernels``;
-the built-in ones are the functions of ``spark.py`` and ``arrow.py`` named after the operator).
+the built-in ones are the functions of ``spark/kernels.py`` and ``arrow/kernels.py`` named after
+the operator).
 A kernel that cannot serve a step on Arrow raises ``NotLocal`` (the step then runs on Spark, and
 its summary says why).
 """
@@ -18,8 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from spark_jobs.errors import DbspError
 
-class NotLocal(Exception):
+
+class NotLocal(DbspError):
     """This step cannot run in-process on Arrow (an operator, expression, input or size the Arrow
     kernels do not take): the caller runs it on Spark and reports ``str(exc)`` as the reason."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping, Protocol
 
+from spark_jobs.errors import DbspError
 from spark_jobs.executor.engine import Engine, NotLocal, StateUpdate
 from spark_jobs.ir.graph import Circuit, Node, state_of
 from spark_jobs.ir.operator import is_integral, operator
@@ -23,7 +24,7 @@ __all__ = ["NotLocal", "NotSupported", "StateReader", "StateUpdate", "Step", "St
            "state_keys", "trace_kind"]
 
 
-class NotSupported(NotImplementedError):
+class NotSupported(DbspError, NotImplementedError):
     """An IR construct this executor cannot evaluate yet."""
 
 

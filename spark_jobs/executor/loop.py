@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
+from spark_jobs.errors import DbspError, EXIT_FAILED
 from spark_jobs.executor.engine import StateUpdate
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.ir.incrementalize import incrementalize_body
@@ -45,8 +46,9 @@ DEPTH = "depth"
 log = logging.getLogger(__name__)
 
 
-class RecursionLimitExceeded(RuntimeError):
+class RecursionLimitExceeded(DbspError, RuntimeError):
     """The fixed point was not reached within ``settings.max_iterations`` iterations."""
+    exit_code = EXIT_FAILED
 
 
 def trace_id(scope: str, node_id: str) -> str:

@@ -17,6 +17,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from spark_jobs.errors import DbspError, EXIT_QUALITY
 from spark_jobs.state.fs import LocalFileSystem, filesystem_for
 
 REPORT_NAME = re.compile(r"^t(\d{12})\.json$")
@@ -134,8 +135,10 @@ class GateReport:
                    committed=bool(data.get("committed", True)))  # reports before the flag: committed
 
 
-class QualityGateFailed(Exception):
+class QualityGateFailed(DbspError):
     """Raised by ``enforce`` when a ``fail`` check did not hold; the step must not commit."""
+    exit_code = EXIT_QUALITY
+    retryable = False
 
     def __init__(self, report: GateReport, context: str = ""):
         self.report = report
@@ -148,6 +151,9 @@ class QualityGateFailed(Exception):
         if context:
             lines.append(context)
         super().__init__("\n".join(lines))
+
+    def user_message(self, reset_command: str | None = None) -> str:
+        return f"quality gate failed; nothing was committed:\n{self.report.summary()}"
 
 
 # ---- JSON-able values -----------------------------------------------------------------------

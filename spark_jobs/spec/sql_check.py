@@ -33,6 +33,8 @@ from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 
+from spark_jobs.errors import DbspError
+
 from . import sql_functions as catalog
 
 MAX_EXPRESSION_CHARS = 10_000
@@ -91,7 +93,7 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _EMPTY_CALL = re.compile(r"\s*\(\s*\)")
 
 
-class ExpressionError(ValueError):
+class ExpressionError(DbspError, ValueError):
     """An expression that cannot be read (unterminated string, unbalanced parentheses, ...)."""
 
 

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from spark_jobs.errors import DbspError
 from spark_jobs.state.fs import FileSystem, LocalFileSystem
 from spark_jobs.state.rowgroups import FOOTERS, FileIndex, chunk_index
 
@@ -321,7 +322,7 @@ class KeySet:
         return pa.array(found, pa.bool_())
 
 
-class TooMany(Exception):
+class TooMany(DbspError):
     """A streamed lookup found more rows than its caller allows."""
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from spark_jobs.errors import DbspError, EXIT_FAILED
 from spark_jobs.policy import StatePolicy
 from spark_jobs.state import layout as L
 from spark_jobs.state.failpoints import failpoint
@@ -43,11 +44,13 @@ def view_trace_id(view: str) -> str:
     return f"{VIEW_TRACE_PREFIX}{view}"
 
 
-class FingerprintMismatch(RuntimeError):
+class FingerprintMismatch(DbspError, RuntimeError):
     """The committed state was built by a different circuit definition.
 
     ``describe(reset)`` words the message around the exact command that rebuilds the state; the
     CLI passes the command as the user typed it (their circuit path, ``--data-root``, profile)."""
+    exit_code = EXIT_FAILED
+    retryable = False
 
     def __init__(self, circuit: str, root: str, timestep: int, state_fingerprint: str,
                  circuit_fingerprint: str) -> None:
@@ -59,6 +62,9 @@ class FingerprintMismatch(RuntimeError):
         return (type(self), (self.circuit, self.root, self.timestep, self.state_fingerprint,
                              self.circuit_fingerprint))
 
+    def user_message(self, reset_command: str | None = None) -> str:
+        return self.describe(reset_command) if reset_command else str(self)
+
     def describe(self, reset: str) -> str:
         return (f"circuit {self.circuit!r} changed since its state was committed: state at "
                 f"{self.root} (timestep {self.timestep}) has fingerprint {self.state_fingerprint}, the "
@@ -66,15 +72,16 @@ class FingerprintMismatch(RuntimeError):
                 f"be carried across a definition change; rebuild it from the inputs with `{reset}`.")
 
 
-class TimestepNotRetained(LookupError):
+class TimestepNotRetained(DbspError, LookupError):
     """The timestep was committed but its manifest has been garbage-collected."""
+    exit_code = EXIT_FAILED
 
 
-class ConcurrentCommit(RuntimeError):
+class ConcurrentCommit(DbspError, RuntimeError):
     """Another writer committed this timestep first (max_active_runs must be 1)."""
 
 
-class TransactionClosed(RuntimeError):
+class TransactionClosed(DbspError, RuntimeError):
     """The transaction was already committed or aborted."""
 
 

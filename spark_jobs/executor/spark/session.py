@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from spark_jobs.config import Config, SparkSettings
+from spark_jobs.errors import DbspError, EXIT_FAILED
 
 _LOOPBACK = {"SPARK_LOCAL_IP": "127.0.0.1"}
 # Defaults a profile's conf may override. PySpark's DataFrame debugging records the Python call
@@ -34,9 +35,10 @@ def compiled_classes(spark) -> int:
     return int(metrics.METRIC_COMPILATION_TIME().getCount())
 
 
-class ConnectServerUnreachable(ConnectionError):
+class ConnectServerUnreachable(DbspError, ConnectionError):
     """No Spark Connect server answers at the profile's address (the client would retry for
     minutes before failing)."""
+    exit_code = EXIT_FAILED
 
 
 def check_reachable(remote: str, timeout: float = 3.0) -> None:

@@ -18,10 +18,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_jobs.errors import DbspError
+
 from .sql_types import SparkType, to_arrow
 
 
-class ExpressionFailed(Exception):
+class ExpressionFailed(DbspError):
     """Spark would raise on a row of this batch (ANSI mode): ``condition`` is Spark's error class
     (``DIVIDE_BY_ZERO``, ``ARITHMETIC_OVERFLOW``, ``CAST_INVALID_INPUT``, ...)."""
 

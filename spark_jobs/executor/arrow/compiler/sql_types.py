@@ -12,11 +12,13 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from spark_jobs.errors import DbspError
+
 MAX_PRECISION = 38
 MINIMUM_ADJUSTED_SCALE = 6
 
 
-class NotCovered(Exception):
+class NotCovered(DbspError):
     """An expression (or part of one) the Arrow kernels do not evaluate exactly as Spark does.
 
     Raised at compile time only; the engine then runs that step on Spark and reports ``reason``.
