@@ -105,27 +105,43 @@ def _comparable(value: Any) -> Any:
 
 def run_both(tmp_path, circuit_text: str, inputs: dict[str, tuple[dict[str, str], Domain]], steps: int,
              seed: int, sizes: Callable[[int], tuple[int, int]] = lambda t: (8, 3),
+             writer: Callable[[str, str, int, "Bag", Counter], None] | None = None,
              **arrow_policy: dict[str, Any]) -> list[str]:
     """Run ``circuit_text`` for ``steps`` timesteps of random changes on Spark, on Arrow and on
     both alternately; assert the same view deltas and types after every step. Returns the
-    engines the alternating run used, step by step. ``arrow_policy``: sections of the policy the
-    Arrow and alternating runs use (``config``'s keywords, e.g. ``arrow={...}``)."""
+    engines the alternating run used, step by step. ``writer(root, input, t, bag, change)``
+    writes a step's files of an input (default: the change as Parquet); ``arrow_policy``:
+    sections of the policy the Arrow and alternating runs use (``config``'s keywords, e.g.
+    ``arrow={...}``)."""
+    rng = random.Random(seed)
+    bags = {name: Bag(cols, domain, rng) for name, (cols, domain) in inputs.items()}
+    write = writer or (lambda root, name, t, bag, change: write_change(root, name, t, bag.columns, change))
+
+    def write_step(roots: list[str], t: int) -> None:
+        for name, bag in bags.items():
+            change = bag.change(*sizes(t))
+            if change:
+                for root in roots:
+                    write(root, name, t, bag, change)
+
+    return run_steps(tmp_path, circuit_text, steps, write_step, **arrow_policy)
+
+
+def run_steps(tmp_path, circuit_text: str, steps: int, write_step: Callable[[list[str], int], None],
+              **arrow_policy: dict[str, Any]) -> list[str]:
+    """``run_both`` with any input files: ``write_step(roots, t)`` writes timestep ``t``'s files
+    (the same under each data root); every step then runs on Spark, on Arrow and alternately,
+    and the committed view deltas must agree."""
     path = tmp_path / "circuit.yaml"
     path.write_text(circuit_text)
     roots = {kind: str(tmp_path / kind) for kind in ("spark", "arrow", "mixed")}
     spark_rt = open_circuit(str(path), config(roots["spark"], engine="spark"))
     arrow_rt = open_circuit(str(path), config(roots["arrow"], engine="arrow", **arrow_policy))
     make_input_folders(spark_rt), make_input_folders(arrow_rt)
-    rng = random.Random(seed)
-    bags = {name: Bag(cols, domain, rng) for name, (cols, domain) in inputs.items()}
     views = list(spark_rt.compiled.spec.outputs)
     mixed_engines = []
     for t in range(1, steps + 1):
-        for name, bag in bags.items():
-            change = bag.change(*sizes(t))
-            if change:
-                for root in roots.values():
-                    write_change(root, name, t, bag.columns, change)
+        write_step(list(roots.values()), t)
         engine = "arrow" if t % 2 else "spark"
         mixed_rt = open_circuit(str(path), config(roots["mixed"], engine=engine, **arrow_policy))
         make_input_folders(mixed_rt)

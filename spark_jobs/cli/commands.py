@@ -133,11 +133,18 @@ def _culprits(exc, rt) -> str:
     return "\n" + text if text else ""
 
 
+LOG4J_CLI = Path(__file__).resolve().parents[2] / "config" / "log4j2-cli.properties"
+
+
 def _quiet_spark(rt, verbose: bool) -> None:
     """Spark logs a failed task's Java stack trace at ERROR (and PySpark the query context of a
-    failed expression, with the stack again); the CLI says what went wrong itself."""
+    failed expression, with the stack again); the CLI says what went wrong itself. A local
+    driver started later logs errors only and prints no start-up banner (``LOG4J_CLI``)."""
     if verbose:
         return
+    if LOG4J_CLI.exists() and "PYSPARK_SUBMIT_ARGS" not in os.environ:
+        os.environ["PYSPARK_SUBMIT_ARGS"] = (f'--driver-java-options "-Dlog4j2.configurationFile=file:{LOG4J_CLI}" '
+                                             "pyspark-shell")
     from pyspark.logger import PySparkLogger
 
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):

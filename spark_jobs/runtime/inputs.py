@@ -11,6 +11,7 @@ from spark_jobs.executor.sources import InputFile, read_changes, read_snapshot, 
 from spark_jobs.executor.sources.cdc import KeyedState, cdc_change
 from spark_jobs.executor.sources.checks import InputRefused
 from spark_jobs.executor.sources.discovery import InputScan, fingerprint_of, scan_input
+from spark_jobs.executor.sources.own_traces import input_trace, is_snapshot, keyed_trace, snapshot_trace
 from spark_jobs.policy import ExecutionPolicy
 from spark_jobs.runtime.input_folders import missing_folders
 from spark_jobs.spec.model import InputSpec
@@ -18,30 +19,6 @@ from spark_jobs.state.lookup import TraceFiles
 
 
 PATH_META = "path"  # inputs.<name>.path of a manifest: the folder the input read, as the circuit wrote it
-
-
-def snapshot_trace(input_name: str) -> str:
-    """The trace holding the last snapshot of a `snapshots` input (D needs it)."""
-    return f"snapshot:{input_name}"
-
-
-def keyed_trace(input_name: str) -> str:
-    """The trace holding a `cdc` input's integral, sorted by its key (changes look old rows up)."""
-    return f"keyed:{input_name}"
-
-
-def input_trace(spec: InputSpec) -> tuple[str, tuple[str, ...]] | None:
-    """(trace, sort columns) an input keeps of its own, or None: its integral, which its change is
-    appended to (a snapshot input's last snapshot; a cdc input's rows, sorted by key)."""
-    if is_snapshot(spec):
-        return snapshot_trace(spec.name), ()
-    if spec.kind == "cdc":
-        return keyed_trace(spec.name), tuple(spec.key)
-    return None
-
-
-def is_snapshot(spec: InputSpec) -> bool:
-    return spec.source is not None and spec.source.kind == "snapshots"
 
 
 def consumed_records(manifest, input_name: str) -> list[dict]:
@@ -267,3 +244,11 @@ def read_input(spark, spec: InputSpec, files: list[InputFile], state: InputState
             return InputChange(spark.createDataFrame([], spark_schema(spec)), trace)
         return InputChange(change.delta, trace, change.unknown_keys)
     return InputChange(read_changes(spark, spec, files))
+
+
+def count_unknown_keys(txn, input_name: str, n: int, *, restart: bool = False) -> None:
+    """Add a step's ignored cdc records of unknown keys to the input's running total in the manifest
+    (``restart``: a full refresh read every retained file again, so its count is the total)."""
+    if n or restart:
+        previous = {} if restart else ((txn.previous.inputs if txn.previous else {}).get(input_name) or {})
+        txn.set_input_meta(input_name, "unknown_keys", int(previous.get("unknown_keys", 0)) + n)

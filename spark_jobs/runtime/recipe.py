@@ -134,7 +134,7 @@ def commit(rt: "CircuitRuntime", txn: "Transaction", work: Work) -> "Manifest":
 
     The one place that decides what a committed timestep records: every path comes here."""
     from spark_jobs.runtime import refresh
-    from spark_jobs.runtime.inputs import record_input_paths, source_paths
+    from spark_jobs.runtime.inputs import count_unknown_keys, record_input_paths, source_paths
 
     if txn.timestep != work.timestep:
         raise RuntimeError(f"timestep {work.timestep} was computed, but the store is at {txn.timestep - 1}")
@@ -198,14 +198,6 @@ def write_values(txn: "Transaction", writes: Sequence[Write], outputs: Mapping[s
             frames[view] = value
     if appends or frames:
         txn.write_deltas(appends, frames, batched=batched)
-
-
-def count_unknown_keys(txn: "Transaction", input_name: str, n: int, *, restart: bool = False) -> None:
-    """Add a step's ignored cdc records of unknown keys to the input's running total in the manifest
-    (``restart``: a full refresh read every retained file again, so its count is the total)."""
-    if n or restart:
-        previous = {} if restart else ((txn.previous.inputs if txn.previous else {}).get(input_name) or {})
-        txn.set_input_meta(input_name, "unknown_keys", int(previous.get("unknown_keys", 0)) + n)
 
 
 @dataclass
@@ -366,5 +358,5 @@ def step_report(rt: "CircuitRuntime", manifest: "Manifest", computed: Computed, 
 
 
 __all__ = ["Computed", "MODES", "Published", "StepEngine", "Work", "Write", "after_commit", "check_inputs",
-           "commit", "compute", "count_unknown_keys", "read_inputs", "state_writes", "step_report",
+           "commit", "compute", "read_inputs", "state_writes", "step_report",
            "write_values"]

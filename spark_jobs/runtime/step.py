@@ -118,7 +118,7 @@ def choose_engine(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, fu
     else:
         why = step_engines.unsupported(rt, pending) if policy.engine != "spark" else None
     reach = driver_reach(rt) if why is None and policy.engine != "spark" else None
-    rows = step_engines.change_rows(pending) if why is None and reach is None and policy.engine == "auto" else None
+    rows = step_engines.change_rows(pending, rt.compiled.spec.inputs) if why is None and reach is None and policy.engine == "auto" else None
     first = rt.committed.last_committed() == 0
     return policy.engine_for(rows, first_step=first, driver_reach=reach, unsupported=why)
 

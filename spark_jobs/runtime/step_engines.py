@@ -195,11 +195,11 @@ class ArrowSteps:
         from spark_jobs.executor.arrow import inputs as arrow_inputs
 
         spec = self.rt.compiled.spec.inputs[name]
-        why = arrow_inputs.unsupported(spec)
+        why = arrow_inputs.unsupported(spec, self.rt.config.session_timezone)
         if why:
             raise NotLocal(why)
-        table, nbytes = arrow_inputs.read_changes(spec, files)
-        return InputChange(table, bytes_read=nbytes)
+        change = arrow_inputs.read_input(spec, files, state, self.rt.config.policy)
+        return InputChange(change.table, change.trace, change.unknown_keys, change.bytes_read)
 
     def count(self, clock: StepClock, deltas: dict[str, Any], files: Mapping[str, Sequence[InputFile]]
               ) -> dict[str, tuple[int, int]]:
@@ -273,7 +273,7 @@ def unsupported(rt: "CircuitRuntime", pending: Mapping[str, Sequence[InputFile]]
 
     for name, files in pending.items():
         if files:
-            why = arrow_inputs.unsupported(rt.compiled.spec.inputs[name])
+            why = arrow_inputs.unsupported(rt.compiled.spec.inputs[name], rt.config.session_timezone)
             if why:
                 return why
     for node in rt.compiled.incremental:
@@ -282,13 +282,14 @@ def unsupported(rt: "CircuitRuntime", pending: Mapping[str, Sequence[InputFile]]
     return None
 
 
-def change_rows(pending: Mapping[str, Sequence[InputFile]]) -> int | None:
-    """Rows of the step's input changes, from the Parquet footers (None: unknown)."""
+def change_rows(pending: Mapping[str, Sequence[InputFile]], inputs: Mapping[str, Any]) -> int | None:
+    """Rows of the step's input files (Parquet footers, text lines counted; None: unknown);
+    ``inputs``: the circuit's input specs by name."""
     from spark_jobs.executor.arrow import inputs as arrow_inputs
 
     total = 0
-    for files in pending.values():
-        rows = arrow_inputs.footer_rows(files)
+    for name, files in pending.items():
+        rows = arrow_inputs.change_rows(inputs[name], files)
         if rows is None:
             return None
         total += rows

@@ -121,7 +121,7 @@ def _plan(rt: CircuitRuntime, run_id: str, mode: str) -> dict:
     data = {"run_id": run_id, "timestep": t, "mode": mode, "created_at": time.time(), "empty": empty,
             "inputs": {name: [f.as_dict() for f in files] for name, files in chosen.files.items()},
             "consumed_records": chosen.records(), "notes": chosen.notes(),
-            "change_rows": None if full else change_rows(chosen.files),
+            "change_rows": None if full else change_rows(chosen.files, rt.compiled.spec.inputs),
             "engine": engine, "engine_reason": reason}
     if is_skipped(rt, data):
         return data  # the DAG skips the rest of the run: nothing to stage, nothing to clean
@@ -161,7 +161,7 @@ def is_small(rt: CircuitRuntime, p: dict) -> bool:
     """Do this run's tasks run with the small-change Spark settings (no AQE, 2 shuffle partitions,
     broadcasts of the deltas), as ``dbsp step`` does for a change of at most
     ``execution.small_change_rows`` rows? The plan counted the rows in the Parquet footers
-    (``inprocess.change_rows``, no data read); else it guesses them from the files' sizes."""
+    (``step_engines.change_rows``, no data read); else it guesses them from the files' sizes."""
     if p["mode"] == "full_refresh":
         return False
     rows = p.get("change_rows")
