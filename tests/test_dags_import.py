@@ -137,7 +137,7 @@ def test_schedules_on_assets_inputs_and_other_circuits_views(circuits_env, tmp_p
     assert isinstance(chained.timetable, AssetOrTimeSchedule)
     names = {a.name for a in chained.timetable.asset_condition.objects}
     assert names == {"paper_example.v", "chained.inputs"}
-    commit = bag.dags["paper_example"].get_task("commit")
+    commit = bag.dags["paper_example"].get_task("timestep")  # per_step: the one task commits
     assert "paper_example.v" in {a.name for a in commit.outlets}  # the producer of that asset
 
 
@@ -329,7 +329,7 @@ def test_an_empty_one_task_timestep_is_skipped_unless_empty_steps_commit(monkeyp
     with pytest.raises(AirflowSkipException):
         tasks.run_step("timestep", "c.yaml", **context)
     assert pushed[tasks.PLAN_XCOM_KEY]["empty"] is True  # the run note says why nothing was committed
-    committed = {"plan": dict(plan), "commit": {"timestep": 3, "views": {}}}
+    committed = {"plan": dict(plan), "commit": {"timestep": 3, "mode": "incremental", "views": {}}}
     monkeypatch.setattr(tasks, "execute", lambda *a, **k: dict(committed))
     assert tasks.run_step("timestep", "c.yaml", commit_empty=True, **context)["commit"]["timestep"] == 3
 

@@ -231,8 +231,8 @@ def run_step(step: str, circuit: str, stage: str | None = None, config: str | No
     what = f"{step} {stage}" if stage else step
     log.info("dbsp %s: circuit %s, run %s, mode %s", what, circuit, run_id, mode)
     try:
-        summary = execute(step, circuit, run_id, stage, mode, config,
-                          on_phase=_log_phase if step == "timestep" else None)
+        extra = {"on_phase": _log_phase} if step == "timestep" else {}  # its log follows its phases
+        summary = execute(step, circuit, run_id, stage, mode, config, **extra)
     except DbspError as exc:
         _note_phase(context, exc)
         if exc.retryable:  # Airflow retries the task (spark_jobs/errors.py says which errors may)
