@@ -95,6 +95,17 @@ class QuarterAmounts(RevenueGenerator):
         return dict(order, amount=round(order["amount"] * 4) / 4)
 
 
+W1 = PROJECT_ROOT / "bench" / "circuits" / "w1_tpch.yaml"
+W1_DAG = "w1_step"
+
+
+def write_w1_circuit(folder: Path) -> str:
+    """W1 (TPC-H Q3) as a per_step DAG reading ``w1/inbox/...`` of the data root."""
+    text = W1.read_text().replace("name: bench_w1_tpch", f"name: {W1_DAG}").replace("path: inbox/", "path: w1/inbox/")
+    (folder / f"{W1_DAG}.yaml").write_text(text + "\nschedule: none\n")
+    return W1_DAG
+
+
 def write_circuits(folder: Path) -> dict[str, str]:
     """The README example as DAGs: one per orchestration mode, plus an empty one on a cron."""
     text = EXAMPLE.read_text()
@@ -216,6 +227,14 @@ def summarize(results: dict) -> dict:
         out[mode]["stages"] = {name: {"seconds": median([x["seconds"] for x in xs]),
                                       "spark_seconds": median([x["spark_seconds"] for x in xs])}
                                for name, xs in per_stage.items()}
+    if results.get("w1"):
+        out["w1"] = {"trigger_to_success_median": median([r["wall"] for r in results["w1"]]),
+                     "trigger_to_success_all": [r["wall"] for r in results["w1"]],
+                     "empty_median": median([r["wall"] for r in results["w1_empty"]]),
+                     "empty_all": [r["wall"] for r in results["w1_empty"]],
+                     "task_duration_median": median([t["duration"] for r in results["w1"] for t in r["tasks"]]),
+                     "work_median": median([t["timing"].get("work") for r in results["w1"] for t in r["tasks"]]),
+                     "load_wall": (results.get("w1_load") or {}).get("wall")}
     sched = results["scheduled"]
     base = results.get("baseline") or []
     out["baseline"] = {"trigger_to_success_median": median([r["wall"] for r in base]),
@@ -256,10 +275,22 @@ def markdown(results: dict) -> str:
     sched = s["scheduled_empty"]["queued_to_end_median"]
     lines.append(f"| empty **scheduled** run (cron), queued -> end, s | | {sched} | {TARGETS['empty']} | "
                  f"{ok(sched, TARGETS['empty'])} |")
+    if s.get("w1"):
+        w = s["w1"]
+        lines.append(f"| W1 (TPC-H Q3) SF{meta['w1_sf']:g}, {meta['w1_rows']}-row change, per_step, trigger -> "
+                     f"success, s | | {w['trigger_to_success_median']} | {TARGETS['per_step']} | "
+                     f"{ok(w['trigger_to_success_median'], TARGETS['per_step'])} |")
+        lines.append(f"| W1 empty run, trigger -> success, s | | {w['empty_median']} | {TARGETS['empty']} | "
+                     f"{ok(w['empty_median'], TARGETS['empty'])} |")
     lines += ["", f"All runs, trigger -> success (s): per_stage {s['per_stage']['trigger_to_success_all']}, "
                   f"per_step {s['per_step']['trigger_to_success_all']}; empty: per_stage "
                   f"{s['per_stage']['empty_all']}, per_step {s['per_step']['empty_all']}; scheduled empty "
                   f"(queued -> end): {s['scheduled_empty']['all']}.", ""]
+    if s.get("w1"):
+        w = s["w1"]
+        lines += [f"W1: runs {w['trigger_to_success_all']} s, empty {w['empty_all']} s; the one task's "
+                  f"duration median {w['task_duration_median']} s, of which work {w['work_median']} s; the "
+                  f"load (first run, not measured) took {w['load_wall']} s.", ""]
     b = s.get("baseline") or {}
     if b.get("task_duration_median") is not None:
         lines += [f"Baseline, a DAG with one task that does nothing (no dbsp code) in the same Airflow: "
@@ -289,12 +320,40 @@ def markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
+def w1_runs(bench: "Bench", dag: str, args: argparse.Namespace, results: dict) -> None:
+    """W1 at ``--w1-sf``: the load (one run, not measured), then ``--runs`` runs of
+    ``--w1-rows`` changed rows after a warm-up, then ``--runs`` empty runs."""
+    from bench.generators import TpchGenerator
+
+    bench.api.wait_for_dag(dag)
+    bench.api.unpause(dag)
+    gen = TpchGenerator(str(bench.data / "w1"), args.w1_sf)
+    gen.initial()
+    t0 = time.time()
+    load = bench.run(dag, timeout=3600)
+    _log(f"W1 SF{args.w1_sf:g} load: {load['wall']} s ({time.time() - t0:.0f} s)")
+    results["w1_load"] = load
+    for i in range(args.runs + 1):
+        gen.change(args.w1_rows)
+        r = bench.run(dag)
+        _log(f"W1 run {i}{' (warm-up)' if i == 0 else ''}: {r['wall']} s")
+        if i:
+            results["w1"].append(r)
+    for _ in range(args.runs):
+        r = bench.run(dag)
+        _log(f"W1 empty run: {r['wall']} s")
+        results["w1_empty"].append(r)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.airflow", description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=5, help="measured runs per mode (and empty runs per mode)")
     p.add_argument("--scheduled", type=int, default=3, help="empty scheduled (cron) runs to wait for")
     p.add_argument("--out", default=str(RESULTS))
     p.add_argument("--name", default="airflow")
+    p.add_argument("--w1-sf", type=float, default=3.0,
+                   help="also time W1 (TPC-H Q3) runs of --w1-rows changed rows at this scale factor (0: skip)")
+    p.add_argument("--w1-rows", type=int, default=1000)
     args = p.parse_args(argv)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT_ROOT, capture_output=True,
                             text=True).stdout.strip()
@@ -302,9 +361,11 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(), "python": platform.python_version(), "runs": args.runs,
             "loadavg_start": list(os.getloadavg())}
     results: dict[str, Any] = {"meta": meta, "runs": {m: [] for m in MODES}, "empty": {m: [] for m in MODES},
-                               "scheduled": []}
+                               "scheduled": [], "w1": [], "w1_empty": []}
+    meta.update(w1_sf=args.w1_sf, w1_rows=args.w1_rows)
     with tempfile.TemporaryDirectory(prefix="dbsp-bench-airflow-") as tmp:
         bench = Bench(Path(tmp))
+        w1 = write_w1_circuit(bench.circuits) if args.w1_sf else None
         t0 = time.time()
         bench.api = bench.airflow.start()
         meta["airflow_start_s"] = round(time.time() - t0, 1)
@@ -341,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
                 for r in sorted(done, key=lambda r: r["queued_at"])[:args.scheduled]:
                     results["scheduled"].append(bench.describe(dag, r["dag_run_id"], None))
                 _log(f"scheduled empty runs: {[r['queued_to_end'] for r in results['scheduled']]}")
+            if w1:
+                w1_runs(bench, w1, args, results)
             bench.api.wait_for_dag(BASELINE)
             bench.api.unpause(BASELINE)
             for _ in range(args.runs):
