@@ -90,6 +90,13 @@ def spark_path_key(spark_path: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{unquote(parts.path)}"
 
 
+def plain_path(spark_path: Column) -> Column:
+    """``spark_path_key`` in Spark: the file Spark reports (``file:/a%20b``, its path URI-encoded)
+    as its plain path string (``file:/a b``), so files compare as their names do. A ``+`` is a
+    literal plus in a URI path (``url_decode`` would read it as a space)."""
+    return F.coalesce(F.try_url_decode(F.replace(spark_path, F.lit("+"), F.lit("%2B"))), spark_path)
+
+
 def _own_path_key(path: str) -> str:
     return normalize(path) if is_local(path) else path
 

@@ -19,7 +19,7 @@ from spark_jobs.spec.model import WEIGHT
 
 from .checks import FILE_COL, Check, Group
 from .discovery import InputFile, spark_uri
-from .schema_check import (UnreadableFile, column_problems, csv_header, diagnose_json_line,
+from .schema_check import (UnreadableFile, column_problems, csv_header, diagnose_json_line, name_list,
                            header_problems, read_parquet_footer)
 from .spark_types import type_label
 
@@ -264,7 +264,7 @@ def _corrupt_check(d: Declared) -> Check:
 
 
 _EXTRA_KEYS = Check("extra", lambda _n, xs: "unexpected column(s) "
-                    + ", ".join(sorted({k for x in xs for k in x.split("\n")})), all_examples=True)
+                    + name_list(sorted({k for x in xs for k in x.split("\n")})), all_examples=True)
 
 
 def plan_json(spark: SparkSession, files: Sequence[InputFile], d: Declared) -> ReadPlan:
