@@ -324,7 +324,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
         path = find_circuit_file(args.circuit, config)
         compiled = compile_file(path, config.allowed_input_roots)
         name = compiled.spec.name
-    from spark_jobs.publish import published_tables, remove_tables
+    from spark_jobs.publish import published_tables, removal_problems, remove_tables
     from spark_jobs.runtime.circuit import state_root
     from spark_jobs.state.fs import filesystem_for
 
@@ -335,6 +335,8 @@ def cmd_reset(args: argparse.Namespace) -> int:
     root = fs.normalize(root)
     with _user_errors():
         tables = published_tables(config, compiled.spec)
+    if refused := removal_problems(config, compiled.spec):
+        raise UserError(f"refusing to reset {name}: " + "; ".join(refused) + "; nothing was deleted")
     if not fs.exists(root) and not tables:
         print(f"{name}: nothing to reset ({root} does not exist)")
         return 0
