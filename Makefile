@@ -13,12 +13,13 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(PY)
 export PYSPARK_DRIVER_PYTHON ?= $(PY)
 
-.PHONY: help venv install test test-fast demo lint bench bench-smoke airflow clean
+.PHONY: help venv install test test-fast demo docs lint bench bench-smoke airflow clean
 
 help:
 	@echo "make demo        run the end-to-end demo on local Spark (installs first)"
 	@echo "make test        run the whole test suite"
 	@echo "make test-fast   tests not marked slow / airflow / cluster"
+	@echo "make docs        build the documentation site from docs/ into build/site (mkdocs --strict)"
 	@echo "make install     create/refresh .venv from requirements.lock (alias: venv)"
 	@echo "make bench       benchmarks (BENCH_ARGS=... passes options to bench.run);  make bench-smoke: a quick run"
 	@echo "make airflow     local Airflow (standalone) with the project's DAGs"
@@ -41,6 +42,10 @@ test-fast: install
 demo: install
 	@echo ">> demo: $(PY) -m spark_jobs.demo"
 	@$(PY) -m spark_jobs.demo
+
+docs: install
+	@echo ">> docs: $(abspath $(VENV))/bin/mkdocs build --strict (mkdocs.yml: docs/ -> build/site)"
+	@NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 lint: install
 	@echo ">> lint: compileall (+ ruff if installed in .venv)"

@@ -4,7 +4,7 @@
 
 Starts Airflow exactly as ``make airflow`` does (``scripts/airflow_local.sh``: standalone,
 SQLite, LocalExecutor, a Spark Connect server, the preloaded task runtime) on free ports, with
-the README's example circuit (``circuits/examples/my_view.yaml``: orders filtered, joined with a
+the example circuit of the README's tour (``circuits/examples/my_view.yaml``: orders filtered, joined with a
 customers snapshot, aggregated per region, three expectations) in two copies, one with
 ``orchestration.tasks: per_stage`` and one with ``per_step``. Then, for each of 1 warm-up and
 ``--runs`` measured batches (60 new orders, 10 deleted, a new customers snapshot), it triggers
@@ -104,8 +104,7 @@ def write_circuits(folder: Path) -> dict[str, str]:
         (folder / f"{dag}.yaml").write_text(body + f"\norchestration: {{tasks: {mode}}}\n")
         dags[mode] = dag
     empty = text.replace("name: my_view", "name: readme_scheduled").replace(
-        "schedule: on_inputs", 'schedule: "* * * * *"').replace("path: inbox/", "path: empty/inbox/").replace(
-        "path: snapshots/", "path: empty/snapshots/")
+        "schedule: on_inputs", 'schedule: "* * * * *"').replace("path: my_view/", "path: empty/")
     (folder / "readme_scheduled.yaml").write_text(empty)
     dags["scheduled"] = "readme_scheduled"
     return dags
@@ -302,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                 bench.api.wait_for_dag(dag)
             for mode in MODES:
                 bench.api.unpause(bench.dags[mode])
-            gen = QuarterAmounts(str(bench.data))
+            gen = QuarterAmounts(str(bench.data / "my_view"))  # the folders the example reads
             for i in range(args.runs + 1):
                 gen.write_batch()
                 for mode in MODES:

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from spark_jobs.config import PROJECT_ROOT, load_config
 from spark_jobs.executor import loop as loop_module
-from spark_jobs.executor.kernels import spark_loop
+from spark_jobs.executor.spark import loop_kernels as spark_loop
 from spark_jobs.executor.loop import scope_body
 from spark_jobs.policy import LOOKUPS, ExecutionPolicy
 from spark_jobs.runtime.circuit import open_circuit

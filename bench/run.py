@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     started = time.time()
     load_start = os.getloadavg()
     cfg, extra = spark_config(args)
-    from spark_jobs.executor.session import get_spark
+    from spark_jobs.executor.spark.session import get_spark
 
     _log(f"starting Spark ({cfg.spark.master}); results -> {out}")
     t0 = time.perf_counter()

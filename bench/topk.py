@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spark_jobs.config import load_config
-from spark_jobs.executor.kernels.arrow import ArrowEngine
+from spark_jobs.executor.arrow.kernels import ArrowEngine
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
 from spark_jobs.state.lookup import TraceFiles

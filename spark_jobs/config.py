@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from spark_jobs.errors import DbspError, EXIT_FAILED
 from spark_jobs.policy import ExecutionPolicy, policy_from_profile
 from spark_jobs.spec.loader import read_yaml
 from spark_jobs.spec.paths import ALLOWED_ROOTS_KEY, STATE_DIR, VIEWS_DIR
@@ -108,8 +109,9 @@ def load_config(path: str | os.PathLike[str] | None = None, data_root: str | Non
         raise ProfileError(f"{chosen}: {exc}") from None
 
 
-class ProfileError(ValueError):
+class ProfileError(DbspError, ValueError):
     """A profile that cannot be used: the message names the file (and line) and what was expected."""
+    exit_code = EXIT_FAILED
 
 
 _SECTIONS = ("spark", "state", "views", "inputs", "execution")  # the profile keys that hold mappings

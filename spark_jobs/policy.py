@@ -39,7 +39,7 @@ class StatePolicy:
 
 @dataclass(frozen=True)
 class NarrowPolicy:
-    """State looked up on the driver by the keys a small change can hold (``executor/narrow.py``)."""
+    """State looked up on the driver by the keys a small change can hold (``executor/spark/narrow.py``)."""
 
     enabled: bool = True
     max_keys: int = 50_000  # more candidate keys than this: narrowing would cost more than it saves
@@ -85,7 +85,7 @@ class ArrowPolicy:
     # input change rows of a step (from the files' footers). A local profile's Spark shares the
     # driver's cores, so in-process pays off well past small changes: on W1 SF10 a 100k-row step
     # took 2.8 s in-process against 10.3 s on Spark, a 400k-row one 6 s against 20.6 s, and a
-    # 1M-row one peaked at 1.3 GB of memory (README, Performance)
+    # 1M-row one peaked at 1.3 GB of memory (docs/performance.md)
     max_change_rows: int = 1_000_000
     max_lookup_rows: int = 5_000_000  # trace rows a step's lookups may decode and keep (for reuse)...
     # ...past that, a lookup streams the row groups that can hold its keys and keeps only the

@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 from spark_jobs.config import PROJECT_ROOT
+from spark_jobs.errors import DbspError, EXIT_FAILED
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +36,9 @@ MASTER_URL = "spark://127.0.0.1:7077"
 MASTER_JSON = "http://127.0.0.1:8081/json/"
 
 
-class ServiceError(RuntimeError):
+class ServiceError(DbspError, RuntimeError):
     """A service script failed or timed out; the message carries the script's output."""
+    exit_code = EXIT_FAILED
 
 
 def _run(script: Path, args: list[str], timeout: float, run_dir_var: str,
@@ -178,7 +180,7 @@ def probe(profile: str, data_dir: str | None = None) -> dict[str, float]:
     """Open a session through ``profile`` and run a small job (aggregate + Parquet round trip
     under ``data_dir``). Returns timings in seconds. Meant to run in its own process."""
     from spark_jobs.config import load_config
-    from spark_jobs.executor.session import get_spark
+    from spark_jobs.executor.spark.session import get_spark
 
     t0 = time.perf_counter()
     spark = get_spark(load_config(profile))
@@ -228,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(probe(args.profile, args.data_dir)))
     except ServiceError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     return 0
 
 

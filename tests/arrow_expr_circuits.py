@@ -13,8 +13,8 @@ import re
 
 import pyarrow as pa
 
-from spark_jobs.executor.arrow_expr import compile_expression
-from spark_jobs.executor.arrow_expr.sparktypes import SparkType, decimal, to_arrow
+from spark_jobs.executor.arrow.compiler import compile_expression
+from spark_jobs.executor.arrow.compiler.sql_types import SparkType, decimal, to_arrow
 from spark_jobs.executor.sources.spark_types import parse_type
 from spark_jobs.spec import sql_check
 from spark_jobs.spec.columns import join_layout

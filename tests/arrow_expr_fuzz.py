@@ -17,7 +17,7 @@ from decimal import Decimal
 
 import pyarrow as pa
 
-from spark_jobs.executor.arrow_expr import ExpressionFailed, NotCovered, compile_expression
+from spark_jobs.executor.arrow.compiler import ExpressionFailed, NotCovered, compile_expression
 
 SCHEMA = pa.schema([
     ("b", pa.bool_()), ("i8", pa.int8()), ("i16", pa.int16()), ("i32", pa.int32()), ("i64", pa.int64()),

@@ -15,7 +15,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 @pytest.fixture(scope="session")
 def spark():
     from spark_jobs.config import load_config
-    from spark_jobs.executor.session import get_spark
+    from spark_jobs.executor.spark.session import get_spark
 
     # Not stopped at teardown: SparkSession.stop() can hang in pyspark's accumulator-server
     # shutdown; the JVM goes away with this process anyway.

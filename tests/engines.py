@@ -152,7 +152,7 @@ def _arrow_delta(columns: dict[str, str], rows: Counter) -> pa.Table:
 
 
 def _spark_delta(spark, columns: dict[str, str], rows: Counter):  # noqa: ANN001, ANN201
-    from spark_jobs.executor.zset import from_rows
+    from spark_jobs.executor.spark.zset import from_rows
 
     return from_rows(spark, rows, ", ".join(f"`{c}` {t}" for c, t in columns.items()))
 
@@ -162,7 +162,7 @@ def kernel_step(spark, rt: CircuitRuntime, engine: str, deltas: dict[str, Counte
     """One timestep of ``rt``'s incremental circuit on ``engine`` from these deltas (no input files,
     no quality gate): evaluate_step, then every state update and view delta committed."""
     from spark_jobs.executor.evaluate import evaluate_step, trace_kind
-    from spark_jobs.executor.kernels.arrow import ArrowEngine
+    from spark_jobs.executor.arrow.kernels import ArrowEngine
     from spark_jobs.executor.arrow import inputs as arrow_inputs
     from spark_jobs.executor.sources import spark_schema
     from spark_jobs.runtime.step_types import StoreReader

@@ -1,6 +1,6 @@
 """A new stateful IR operator in ONE module (a test fixture, not shipped): the largest value per group.
 
-It shows what an operator module declares (README, "Adding an operator") and that nothing
+It shows what an operator module declares (docs/contributing/adding-an-operator.md) and that nothing
 outside it needs an edit: its IR facts and incremental rule, and its kernels for both engines.
 
 - ``top1`` (query circuit): per group of ``group_by``, the row with the largest ``value`` column
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spark_jobs.executor.kernels import StateUpdate
+from spark_jobs.executor.engine import StateUpdate
 from spark_jobs.ir.builder import Builder
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.ir.operator import ALWAYS, NONLINEAR, Operator, State, register, unregister
@@ -36,7 +36,7 @@ def _best_spark(df: Any, group_by: tuple[str, ...], value: str) -> Any:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from spark_jobs.executor.zset import WEIGHT, col, consolidate
+    from spark_jobs.executor.spark.zset import WEIGHT, col, consolidate
 
     rows = consolidate(df).where(col(WEIGHT) > 0)
     cols = [c for c in rows.columns if c != WEIGHT]
@@ -50,7 +50,7 @@ def spark_top1(s: Any, node: Node) -> Any:
 
 
 def spark_top1_touched(s: Any, node: Node) -> Any:
-    from spark_jobs.executor.zset import WEIGHT, col, consolidate, restrict
+    from spark_jobs.executor.spark.zset import WEIGHT, col, consolidate, restrict
 
     delta, integral = s.args(node)
     group_by = tuple(node.param("group_by"))

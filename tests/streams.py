@@ -15,9 +15,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from spark_jobs.executor.evaluate import evaluate_step
-from spark_jobs.executor.memory_state import MemoryState
+from spark_jobs.executor.spark.memory_state import MemoryState
 from spark_jobs.executor.sources import spark_schema
-from spark_jobs.executor.zset import from_tuples
+from spark_jobs.executor.spark.zset import from_tuples
 from spark_jobs.ir.compile import CompiledCircuit, compile_spec
 from spark_jobs.spec import load_circuit, load_circuit_text, output_columns
 from spark_jobs.spec.model import WEIGHT

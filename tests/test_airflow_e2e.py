@@ -80,11 +80,11 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
-# ---- the README's walkthrough ------------------------------------------------------------------
+# ---- the README's tour ---------------------------------------------------------------------------
 def walkthrough_commands(readme: Path = ROOT / "README.md") -> list[str]:
-    """Every command of the README's walkthrough: the lines of its ```bash blocks, comments cut."""
+    """Every command of the README's five-minute tour: the lines of its ```bash blocks, comments cut."""
     text = readme.read_text(encoding="utf-8")
-    start = text.index("### Walkthrough:")
+    start = text.index("## A five-minute tour")
     section = text[start:text.index("\n## ", start)]
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", section, flags=re.S):
@@ -93,6 +93,11 @@ def walkthrough_commands(readme: Path = ROOT / "README.md") -> list[str]:
             if line and not line.startswith("#"):
                 commands.append(line)
     return commands
+
+
+def plain(command: str) -> str:
+    """The command without the venv's folder: `.venv/bin/dbsp step x` is `dbsp step x`."""
+    return command.removeprefix(".venv/bin/")
 
 
 def _bootstrap_stamp(project: Path) -> str:
@@ -262,7 +267,8 @@ def test_the_readme_walkthrough(world):
     this module's Airflow; `scripts/airflow_local.sh stop` is the last test)."""
     commands = walkthrough_commands(world.root / "README.md")
     sourced, batches, runs_before = None, 0, set()
-    for command in commands:
+    for written in commands:
+        command = plain(written)
         if command == "make airflow" or command == "scripts/airflow_local.sh stop":
             continue
         if command.startswith("source "):
@@ -272,11 +278,11 @@ def test_the_readme_walkthrough(world):
         if command.startswith("airflow dags trigger my_view"):
             runs_before = {r["dag_run_id"] for r in world.runs("my_view")}
         if command == "airflow dags details my_view":
-            # the README starts Airflow after step 1 copied the circuit, so its first parse has
+            # the README starts Airflow after the tour copied the circuit, so its first parse has
             # it; here Airflow was started first (the fixture), so the file was copied after
             # that parse: wait for the next one (dag_dir_list_interval), as a user would see it
             world.api.wait_for_dag("my_view")
-        out = world.shell(command, sourced)
+        out = world.shell(written, sourced, timeout=900)  # the tour's first step starts a local JVM
         text = out.stdout + out.stderr
         allowed = (0, 1) if command == "airflow dags list-import-errors" else (0,)  # 1: it found some
         assert out.returncode in allowed, f"`{command}` failed ({out.returncode}):\n{text}"
@@ -296,6 +302,8 @@ def test_the_readme_walkthrough(world):
             assert "region" in text and "revenue" in text, text
         elif command == "dbsp status my_view":
             assert "1" in text, text
+        elif command.startswith("dbsp validate"):
+            assert "ok" in text, text
         elif command == "airflow dags list-import-errors":
             assert "broken.yaml:7: node 'big'" in text, text
         elif command.startswith("airflow dags trigger my_view"):

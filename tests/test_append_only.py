@@ -234,10 +234,10 @@ def test_a_delete_in_an_append_only_input_is_refused_and_nothing_is_committed(sp
 def test_the_kernels_refuse_a_delete_that_reaches_them(spark):
     """Belt and braces: should a delete reach an insert-only aggregate by another road, the step
     fails (Spark: a refusal inside the job; Arrow: the step goes to Spark, which refuses it)."""
-    from spark_jobs.executor import zset
+    from spark_jobs.executor.spark import zset
     from spark_jobs.executor.arrow.aggregate import insert_only_step
-    from spark_jobs.executor.kernels import NotLocal
-    from spark_jobs.executor.operators.aggregate import aggregate_insert_only_step
+    from spark_jobs.executor.engine import NotLocal
+    from spark_jobs.executor.spark.aggregate import aggregate_insert_only_step
     from spark_jobs.executor.refusal import ValueRefused, refusals_from_spark
 
     aggs = (("hi", "max", "v", False),)

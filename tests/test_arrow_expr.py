@@ -9,8 +9,8 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from spark_jobs.executor import arrow_expr
-from spark_jobs.executor.arrow_expr import ExpressionFailed, NotCovered, compile_expression
+from spark_jobs.executor.arrow import compiler as arrow_expr
+from spark_jobs.executor.arrow.compiler import ExpressionFailed, NotCovered, compile_expression
 
 LINEITEM = pa.table({
     "l_extendedprice": pa.array([Decimal("100.00"), Decimal("2.50"), None], pa.decimal128(15, 2)),

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arrow_expr_circuits import expression_sites  # noqa: E402
 from arrow_expr_fuzz import compare, random_expressions, random_table  # noqa: E402
 
-from spark_jobs.executor.arrow_expr import compile_expression  # noqa: E402
-from spark_jobs.executor.session import temporary_conf  # noqa: E402
+from spark_jobs.executor.arrow.compiler import compile_expression  # noqa: E402
+from spark_jobs.executor.spark.session import temporary_conf  # noqa: E402
 from spark_jobs.spec.loader import load_circuit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,9 +15,9 @@ import pytest
 from spark_jobs.executor.arrow import distinct as arrow_distinct
 from spark_jobs.executor.arrow import zsets
 from spark_jobs.executor.arrow.expressions import apply_map
-from spark_jobs.executor.operators import distinct as spark_distinct
-from spark_jobs.executor.operators.join import join as spark_join
-from spark_jobs.executor.zset import WEIGHT, from_tuples
+from spark_jobs.executor.spark import distinct as spark_distinct
+from spark_jobs.executor.spark.join import join as spark_join
+from spark_jobs.executor.spark.zset import WEIGHT, from_tuples
 
 LEFT = [(1, "a", 1), (2, "b", 2), (None, "c", 1), (2, "d", -1)]
 RIGHT = [(2, 10, 3), (2, 11, 1), (None, 12, 1), (3, 13, 1)]

@@ -22,7 +22,7 @@ import pytest
 from spark_jobs.config import load_config
 from spark_jobs.executor.sources import InputRefused, data_files, read_changes
 from spark_jobs.executor.sources.cdc import apply_records, read_records
-from spark_jobs.executor.zset import from_tuples
+from spark_jobs.executor.spark.zset import from_tuples
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.inputs import keyed_trace
 from spark_jobs.runtime.step import run_step

@@ -68,7 +68,7 @@ def test_user_errors_keep_their_exit_codes():
     """Refused input 2, failed quality gate 3, others 1; the classes are matched without the CLI
     importing the modules that define them (commands that read state import no pyspark)."""
     from spark_jobs.cli.commands import UserError, _user_errors
-    from spark_jobs.executor.session import ConnectServerUnreachable
+    from spark_jobs.executor.spark.session import ConnectServerUnreachable
     from spark_jobs.executor.sources import InputRefused
     from spark_jobs.publish import PublishError
     from spark_jobs.quality.report import QualityGateFailed

@@ -14,10 +14,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from spark_jobs.executor import zset
+from spark_jobs.executor.spark import zset
 from spark_jobs.executor.evaluate import StateUpdate, evaluate_step
-from spark_jobs.executor.memory_state import MemoryState
-from spark_jobs.executor.zset import WEIGHT
+from spark_jobs.executor.spark.memory_state import MemoryState
+from spark_jobs.executor.spark.zset import WEIGHT
 from spark_jobs.ir.graph import Circuit, make_node
 from spark_jobs.ir.incrementalize import incrementalize
 

@@ -29,12 +29,12 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType, DoubleType, LongType
 
-from spark_jobs.executor import zset
-from spark_jobs.executor.operators.aggregate import aggregate, aggregate_linear_step, aggregate_touched_step
-from spark_jobs.executor.operators.exact_sum import (LIMBS, LOWEST_EXP, ExactSum, FloatTotal, finish_limbs,
+from spark_jobs.executor.spark import zset
+from spark_jobs.executor.spark.aggregate import aggregate, aggregate_linear_step, aggregate_touched_step
+from spark_jobs.executor.spark.exact_sum import (LIMBS, LOWEST_EXP, ExactSum, FloatTotal, finish_limbs,
                                                      float_limbs)
 from spark_jobs.executor.refusal import ValueRefused, refusals_from_spark
-from spark_jobs.executor.zset import WEIGHT
+from spark_jobs.executor.spark.zset import WEIGHT
 from spark_jobs.quality.builtin import IS_SET, WEIGHTS_POSITIVE, check_view_delta
 from spark_jobs.state.trace import consolidate as compact
 from tests.test_operators_aggregate import as_counter, assert_consolidated, collect_tagged

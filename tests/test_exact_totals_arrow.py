@@ -1,5 +1,5 @@
 """The Arrow kernel's running totals (``arrow/aggregate.linear_step``) against the Spark kernel's
-(``operators/aggregate.aggregate_linear_step``): the same stream of changes (doubles whose sums
+(``spark/aggregate.aggregate_linear_step``): the same stream of changes (doubles whose sums
 depend on the order of addition, specials, longs near 2^55, decimal(38,18) that Spark's product
 would round, decimal(12,4), NULLs, groups emptied, the global group) over one totals trace that
 the two engines append to by turns, read in a shuffled order by both at every step. Totals and
@@ -14,11 +14,11 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from spark_jobs.executor import zset
+from spark_jobs.executor.spark import zset
 from spark_jobs.executor.arrow import aggregate as arrow_agg
-from spark_jobs.executor.kernels import NotLocal
-from spark_jobs.executor.operators.aggregate import aggregate_linear_step
-from spark_jobs.executor.zset import WEIGHT
+from spark_jobs.executor.engine import NotLocal
+from spark_jobs.executor.spark.aggregate import aggregate_linear_step
+from spark_jobs.executor.spark.zset import WEIGHT
 from tests.test_exact_totals import NASTY
 from tests.test_operators_aggregate import collect_tagged
 

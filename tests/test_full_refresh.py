@@ -16,7 +16,7 @@ import pytest
 
 from spark_jobs.cli.main import build_parser
 from spark_jobs.config import load_config
-from spark_jobs.executor.zset import to_counter
+from spark_jobs.executor.spark.zset import to_counter
 from spark_jobs.runtime import timestep
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step

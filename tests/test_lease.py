@@ -20,7 +20,8 @@ from spark_jobs.examples.generators import PaperExampleGenerator
 from spark_jobs.runtime import timestep
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.state.fs import LocalFileSystem
-from spark_jobs.state.lease import EXIT_CODE, Lease, LeaseHeld, LeaseLost, LeaseRecord
+from spark_jobs.errors import EXIT_LEASE_HELD
+from spark_jobs.state.lease import Lease, LeaseHeld, LeaseLost, LeaseRecord
 from tests import oracle
 from tests.dag_tasks import TASK_MODES, run_stage_tasks
 from tests.test_state_remote_fs import store_fs  # noqa: F401 - a fixture: every store file system
@@ -171,7 +172,7 @@ def test_concurrent_steps_and_a_killed_holder(spark, tmp_path):
         started = time.time()
         second = _cli(tmp_path)
         out, err = second.communicate(timeout=300)
-        assert second.returncode == EXIT_CODE, err[-3000:]
+        assert second.returncode == EXIT_LEASE_HELD, err[-3000:]
         assert "another writer" in err and f"process {first.pid}" in err and "Traceback" not in err
         assert time.time() - started < 60  # refused before starting Spark
         assert sorted(p.name for p in staged.rglob("*") if p.is_dir()) == written  # its files are intact

@@ -1,13 +1,13 @@
-"""executor.local.collect_local: small frames to driver-local relations in one job, summary rows
+"""executor.spark.local_relations.collect_local: small frames to driver-local relations in one job, summary rows
 beside them, and a plan whose generated code repeats (so a warm step compiles nothing)."""
 from __future__ import annotations
 
 import pytest
 from pyspark.sql import functions as F
 
-from spark_jobs.executor.local import collect_local
-from spark_jobs.executor.session import ENGINE_STATIC_CONF, compiled_classes
-from spark_jobs.executor.zset import is_local
+from spark_jobs.executor.spark.local_relations import collect_local
+from spark_jobs.executor.spark.session import ENGINE_STATIC_CONF, compiled_classes
+from spark_jobs.executor.spark.zset import is_local
 
 
 def _frames(spark, n: int, offset: int = 0):

@@ -1,4 +1,4 @@
-"""State narrowed on the driver (``executor.narrow``) through the state store: I(Q^Δ(Δx)) = Q(I(Δx)).
+"""State narrowed on the driver (``executor.spark.narrow``) through the state store: I(Q^Δ(Δx)) = Q(I(Δx)).
 
 A committed small step looks its join, distinct and aggregate state up by the keys its change
 can hold, reading only the Parquet row groups that can contain them. These tests run random
@@ -24,7 +24,7 @@ from spark_jobs.executor.evaluate import evaluate_step
 from spark_jobs.executor.sources import spark_schema
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
-from spark_jobs.executor.kernels import spark as spark_kernels
+from spark_jobs.executor.spark import kernels as spark_kernels
 from tests.policies import sorted_small
 from tests.streams import LiteralState, RandomRelation, _counter, collect_all, zset_df
 
@@ -131,7 +131,7 @@ def test_narrowed_steps_match_the_recompute_on_random_streams(spark, tmp_path, c
 
 
 def test_a_sorted_append_to_an_empty_trace_is_its_base(spark, tmp_path):
-    from spark_jobs.executor.zset import from_rows
+    from spark_jobs.executor.spark.zset import from_rows
     from spark_jobs.state.store import StateStore
 
     store = StateStore(spark, str(tmp_path / "state"), "c1", "f1")

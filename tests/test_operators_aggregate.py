@@ -13,10 +13,10 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.executor import zset
-from spark_jobs.executor.operators.aggregate import (aggregate, aggregate_linear_step, aggregate_touched_step,
+from spark_jobs.executor.spark import zset
+from spark_jobs.executor.spark.aggregate import (aggregate, aggregate_linear_step, aggregate_touched_step,
                                                      output_schema)
-from spark_jobs.executor.zset import WEIGHT
+from spark_jobs.executor.spark.zset import WEIGHT
 
 SCHEMA = "g string, h int, x long, y double"
 COLS = ["g", "h", "x", "y"]

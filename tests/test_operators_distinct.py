@@ -10,10 +10,10 @@ from collections import Counter
 
 from pyspark.sql import functions as F
 
-from spark_jobs.executor import zset
+from spark_jobs.executor.spark import zset
 from spark_jobs.executor.evaluate import StateUpdate
-from spark_jobs.executor.memory_state import MemoryState
-from spark_jobs.executor.operators import distinct
+from spark_jobs.executor.spark.memory_state import MemoryState
+from spark_jobs.executor.spark import distinct
 
 SCHEMA = "k int, v string"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from spark_jobs.executor import zset
-from spark_jobs.executor.operators import join
+from spark_jobs.executor.spark import zset
+from spark_jobs.executor.spark import join
 
 LEFT = "k int, v string, x long"
 RIGHT = "k int, v string, y long"

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from spark_jobs.executor import zset
-from spark_jobs.executor.operators import linear
+from spark_jobs.executor.spark import zset
+from spark_jobs.executor.spark import linear
 
 SCHEMA = "k int, v string, x long"
 ROWS = [((1, "a", 10), 2), ((1, "a", 10), -1), ((None, "b", None), 3), ((2, None, 5), -2), ((3, "c", -1), 1)]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.executor.zset import from_rows
+from spark_jobs.executor.spark.zset import from_rows
 from spark_jobs.quality.builtin import CONSOLIDATED, IS_SET, WEIGHTS_POSITIVE, check_view_delta
 
 SCHEMA = "region string, n long"

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from spark_jobs.executor.zset import from_rows
+from spark_jobs.executor.spark.zset import from_rows
 from spark_jobs.quality import (
     QualityGateFailed,
     UnknownExpectationError,

@@ -7,7 +7,7 @@ import decimal
 
 import pyarrow as pa
 
-from spark_jobs.executor.zset import from_rows
+from spark_jobs.executor.spark.zset import from_rows
 from spark_jobs.quality import run_gate
 from spark_jobs.spec.model import Expectation
 

@@ -1,4 +1,4 @@
-"""The fixed-point loop in-process (``kernels/arrow_loop.py``) inside a Spark step, through the state store.
+"""The fixed-point loop in-process (``arrow/loop_kernels.py``) inside a Spark step, through the state store.
 
 A committed step whose changes are small runs its loop on the driver, looking traces up in their
 Parquet row groups. These tests run random streams through ``run_step`` (Parquet state,

@@ -15,8 +15,8 @@ from collections import Counter
 import pyarrow as pa
 
 from spark_jobs.executor.evaluate import evaluate_step, trace_kind
-from spark_jobs.executor.kernels.arrow import ArrowEngine
-from spark_jobs.executor.zset import from_rows
+from spark_jobs.executor.arrow.kernels import ArrowEngine
+from spark_jobs.executor.spark.zset import from_rows
 from spark_jobs.ir.explain import explain_text
 from spark_jobs.ir.graph import Circuit, make_node, state_of
 from spark_jobs.ir.incrementalize import incrementalize

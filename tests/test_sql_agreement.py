@@ -1,6 +1,6 @@
 """sqlglot (validation) and Spark's own parser (before a step) agree on what an expression is.
 
-Spark receives the author's text; ``spark_parse_check`` parses it with the session's Catalyst
+Spark receives the author's text; ``executor/spark/parse_check.py`` parses it with the session's Catalyst
 parser and judges that tree with the same catalog. These tests run both readers on the example
 circuits, the allowed expressions and the hostile ones of ``test_sql_check.py``.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.config import PROJECT_ROOT, load_config
-from spark_jobs.executor.spark_parse_check import catalyst_parser, check_circuit, read_with_spark
+from spark_jobs.executor.spark.parse_check import catalyst_parser, check_circuit, read_with_spark
 from spark_jobs.ir.compile import compile_spec
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.spec import CircuitError, load_circuit, output_columns
@@ -113,7 +113,7 @@ def test_quieting_parse_errors_leaves_pysparks_own_logger_in_place():
 
     code = ("import logging\n"
             "from pyspark.logger import PySparkLogger\n"
-            "from spark_jobs.executor.spark_parse_check import _quiet_parse_errors\n"
+            "from spark_jobs.executor.spark.parse_check import _quiet_parse_errors\n"
             "with _quiet_parse_errors():\n"
             "    pass\n"
             "logger = logging.getLogger('SQLQueryContextLogger')\n"

@@ -14,9 +14,9 @@ import duckdb
 import pyarrow as pa
 
 from spark_jobs.executor.evaluate import evaluate_step, state_keys, trace_kind
-from spark_jobs.executor.kernels.arrow import ArrowEngine
-from spark_jobs.executor.memory_state import MemoryState
-from spark_jobs.executor.zset import from_rows
+from spark_jobs.executor.arrow.kernels import ArrowEngine
+from spark_jobs.executor.spark.memory_state import MemoryState
+from spark_jobs.executor.spark.zset import from_rows
 from spark_jobs.ir.explain import explain_text
 from spark_jobs.ir.graph import Circuit, make_node, state_of
 from spark_jobs.ir.incrementalize import incrementalize

@@ -6,8 +6,8 @@ from collections import Counter
 import pytest
 from pyspark.sql.types import LongType
 
-from spark_jobs.executor import zset
-from spark_jobs.executor.zset import WEIGHT
+from spark_jobs.executor.spark import zset
+from spark_jobs.executor.spark.zset import WEIGHT
 
 SCHEMA = "k int, v string"
 

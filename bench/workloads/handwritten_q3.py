@@ -23,8 +23,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType
 
-from spark_jobs.executor.operators.exact_sum import ExactSum
-from spark_jobs.executor.session import step_conf
+from spark_jobs.executor.spark.exact_sum import ExactSum
+from spark_jobs.executor.spark.session import step_conf
 from spark_jobs.executor.sources import spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.runtime.step import pending_inputs

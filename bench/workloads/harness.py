@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.executor.evaluate import evaluate_step
-from spark_jobs.executor.session import compiled_classes
+from spark_jobs.executor.spark.session import compiled_classes
 from spark_jobs.executor.sources import spark_schema
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.runtime.step import run_step

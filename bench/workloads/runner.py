@@ -107,7 +107,7 @@ def check_reference(rt, wl: Workload, sample: StepSample) -> dict[str, Any]:
     consolidated; float columns are compared rounded to 6 decimals. (Not timed.)"""
     from pyspark.sql import functions as F
 
-    from spark_jobs.executor.zset import consolidate, to_counter
+    from spark_jobs.executor.spark.zset import consolidate, to_counter
 
     engine = rt.store.read_output_delta(wl.view, sample.timestep)
     hand = rt.spark.read.parquet(sample.reference_view)

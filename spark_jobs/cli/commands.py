@@ -12,16 +12,18 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from spark_jobs.cli import render
-from spark_jobs.config import Config, ProfileError, load_config
+from spark_jobs.config import Config, load_config
+from spark_jobs.errors import EXIT_FAILED, DbspError
 from spark_jobs.ir.explain import explain_text, insert_only_nodes, sql_lowering_text, to_dot
 from spark_jobs.runtime.circuit import compile_file, find_circuit_file, open_circuit
-from spark_jobs.spec import CircuitError, validate_file
+from spark_jobs.spec import validate_file
 
 
-class UserError(Exception):
-    """A problem the user can fix; printed without a traceback."""
+class UserError(DbspError):
+    """A problem the user can fix, found by the CLI itself; printed without a traceback."""
+    exit_code = EXIT_FAILED
 
-    def __init__(self, message: str, exit_code: int = 1) -> None:
+    def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
         super().__init__(message)
         self.exit_code = exit_code
 
@@ -80,52 +82,25 @@ def _warn_if_other_version(rt, args: argparse.Namespace) -> None:
         _err(warning)
 
 
-def _loaded(module: str, name: str) -> type:
-    """An exception class of ``module`` if that module is loaded (else one nothing raises): an
-    exception of a module that was never imported cannot have been raised, and importing the
-    executor's modules to name their errors would start importing pyspark in commands that
-    only read committed state."""
-    found = getattr(sys.modules.get(module), name, None)
-    return found if isinstance(found, type) else _NeverRaised
-
-
-class _NeverRaised(Exception):
-    pass
-
-
 @contextmanager
 def _user_errors(args: argparse.Namespace | None = None, opened: dict | None = None) -> Iterator[None]:
     """Turn the errors a user can act on into one clear message. ``args``: the command's, to print
     a reset command that can be pasted; ``opened`` (filled by the command once it has opened the
-    circuit: {"rt": runtime}) lets a data error name its node."""
+    circuit: {"rt": runtime}) lets a data error name its node.
+
+    An error of the project says itself whether it is the user's to act on and how the command
+    ends (``DbspError.exit_code``, ``user_message``; ``spark_jobs/errors.py``): no list of classes
+    here, and no import of the modules that define them (commands that read committed state
+    import no pyspark)."""
     try:
         yield
-    except _loaded("spark_jobs.state.lease", "LeaseHeld") as exc:
-        from spark_jobs.state.lease import EXIT_CODE as LEASE_EXIT_CODE
-
-        raise UserError(str(exc), exit_code=LEASE_EXIT_CODE) from None
-    except _loaded("spark_jobs.state.lease", "LeaseLost") as exc:
-        raise UserError(f"{exc}; this run stopped before committing (nothing of it is visible)") from None
-    except (CircuitError, ProfileError, FileNotFoundError) as exc:
-        raise UserError(str(exc)) from None
-    except _loaded("spark_jobs.state.store", "FingerprintMismatch") as exc:
-        raise UserError(exc.describe(reset_command(args)) if args is not None else str(exc)) from None
-    except _loaded("spark_jobs.executor.refusal", "ValueRefused") as exc:
-        raise UserError(f"refused; nothing was committed: {exc}", exit_code=2) from None
-    except (_loaded("spark_jobs.state.space", "StorageFull"),
-            _loaded("spark_jobs.state.store", "TimestepNotRetained"),
-            _loaded("spark_jobs.executor.loop", "RecursionLimitExceeded"),
-            _loaded("spark_jobs.quality.expectations", "ExpectationConfigError"),
-            _loaded("spark_jobs.publish.delta", "PublishError"),
-            _loaded("spark_jobs.executor.session", "ConnectServerUnreachable")) as exc:
-        raise UserError(str(exc)) from None
-    except _loaded("spark_jobs.quality.report", "QualityGateFailed") as exc:
-        raise UserError(f"quality gate failed; nothing was committed:\n{exc.report.summary()}", exit_code=3) from None
-    except _loaded("spark_jobs.executor.sources.checks", "InputRefused") as exc:
-        lines = ["input refused; nothing was committed and the files were left in place:"]
-        lines += [f"  {path}: {reason}" for path, reason in exc.problems]
-        raise UserError("\n".join(lines), exit_code=2) from None
-    except Exception as exc:  # a value that broke Spark's arithmetic: one line, not a Java trace
+    except Exception as exc:
+        if isinstance(exc, DbspError) and exc.exit_code is not None:  # None: a signal or a bug
+            raise UserError(exc.user_message(reset_command(args) if args is not None else None),
+                            exit_code=exc.exit_code) from None
+        if isinstance(exc, FileNotFoundError):
+            raise UserError(str(exc)) from None
+        # a value that broke Spark's arithmetic: one line, not a Java trace
         if "pyspark" not in sys.modules:  # no Spark ran: not a data error
             raise
         from spark_jobs.runtime.errors import analysis_error, data_error

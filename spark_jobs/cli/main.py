@@ -11,6 +11,7 @@ import sys
 from typing import Sequence
 
 from spark_jobs.cli import commands
+from spark_jobs.errors import EXIT_CLOSED_PIPE, EXIT_INTERRUPTED
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -83,9 +84,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-CLOSED_PIPE = 141  # 128 + SIGPIPE: what a Unix tool whose reader went away (`| head`) exits with
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
@@ -101,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _reader_went_away()
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _reader_went_away() -> int:
@@ -117,7 +115,7 @@ def _reader_went_away() -> int:
         except (OSError, ValueError):  # a replaced stream without a file descriptor
             pass
     os.close(devnull)
-    return CLOSED_PIPE
+    return EXIT_CLOSED_PIPE  # what a Unix tool whose reader went away (`| head`) exits with
 
 
 if __name__ == "__main__":

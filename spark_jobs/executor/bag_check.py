@@ -40,12 +40,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
-from spark_jobs.executor import zset
+from spark_jobs.executor.spark import zset
 from spark_jobs.executor.arrow.zsets import consolidate
-from spark_jobs.executor.kernels import NotLocal
-from spark_jobs.executor.kernels.spark import to_arrow
-from spark_jobs.executor.session import step_conf, temporary_conf
-from spark_jobs.executor.zset import WEIGHT, col
+from spark_jobs.executor.engine import NotLocal
+from spark_jobs.executor.spark.kernels import to_arrow
+from spark_jobs.executor.spark.session import step_conf, temporary_conf
+from spark_jobs.executor.spark.zset import WEIGHT, col
 from spark_jobs.policy import BagCheckPolicy, ExecutionPolicy, NarrowPolicy
 from spark_jobs.state.lookup import TooMany, TraceFiles
 

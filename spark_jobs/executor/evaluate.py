@@ -1,7 +1,7 @@
 """The interpreter: one timestep of a circuit, on either engine's kernels.
 
 ``evaluate_step`` walks the IR nodes in (topological) order, applies each node's kernel for the
-step's engine (``Operator.kernels``: ``kernels/spark.py`` on DataFrames, ``kernels/arrow.py``
+step's engine (``Operator.kernels``: ``spark/kernels.py`` on DataFrames, ``arrow/kernels.py``
 on Arrow tables) to the values of its inputs, and collects two things besides the values: the
 output deltas of the views and, per stateful node, the state update to commit. On Spark nothing
 runs here (every value is a lazy DataFrame over the inputs and the *previous* committed state);
@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping, Protocol
 
-from spark_jobs.executor.kernels import Engine, NotLocal, StateUpdate
+from spark_jobs.errors import DbspError
+from spark_jobs.executor.engine import Engine, NotLocal, StateUpdate
 from spark_jobs.ir.graph import Circuit, Node, state_of
 from spark_jobs.ir.operator import is_integral, operator
 from spark_jobs.policy import ExecutionPolicy
@@ -23,7 +24,7 @@ __all__ = ["NotLocal", "NotSupported", "StateReader", "StateUpdate", "Step", "St
            "state_keys", "trace_kind"]
 
 
-class NotSupported(NotImplementedError):
+class NotSupported(DbspError, NotImplementedError):
     """An IR construct this executor cannot evaluate yet."""
 
 
@@ -132,7 +133,7 @@ def _reused(circuit: Circuit) -> set[str]:
 
 
 def _spark_engine(spark: Any, broadcast_deltas: bool, policy: ExecutionPolicy | None) -> Engine:
-    from spark_jobs.executor.kernels.spark import SparkEngine
+    from spark_jobs.executor.spark.kernels import SparkEngine
 
     return SparkEngine(spark, policy or ExecutionPolicy(), broadcast=broadcast_deltas)
 

@@ -1,10 +1,10 @@
 """One timestep of a recursive scope: the fixed-point loop over the inner clock, on 2-D deltas.
 
 This is the one statement of the loop and of its 2-D rules; it is written over ``LoopKernels``,
-with two implementations: ``kernels/spark_loop.py`` (DataFrames, a Spark job per iteration) and
-``kernels/arrow_loop.py`` (pyarrow tables in this process, trace lookups reading only the
+with two implementations: ``spark/loop_kernels.py`` (DataFrames, a Spark job per iteration) and
+``arrow/loop_kernels.py`` (pyarrow tables in this process, trace lookups reading only the
 Parquet row groups the changes touch: an iteration costs what its changes cost). Which one runs
-is the execution policy's choice (``kernels/spark.scope``, ``kernels/arrow.scope``).
+is the execution policy's choice (``spark/kernels.scope``, ``arrow/kernels.scope``).
 
 A body relation's value is V[t][i]; its 2-D delta is d[t][i] = V[t][i] - V[t-1][i] - V[t][i-1]
 + V[t-1][i-1], so V[t][i] = Σ_{t'<=t, i'<=i} d[t'][i']. Per stream the loop knows
@@ -35,7 +35,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from spark_jobs.executor.kernels import StateUpdate
+from spark_jobs.errors import DbspError, EXIT_FAILED
+from spark_jobs.executor.engine import StateUpdate
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.ir.incrementalize import incrementalize_body
 from spark_jobs.ir.operator import operator
@@ -45,8 +46,9 @@ DEPTH = "depth"
 log = logging.getLogger(__name__)
 
 
-class RecursionLimitExceeded(RuntimeError):
+class RecursionLimitExceeded(DbspError, RuntimeError):
     """The fixed point was not reached within ``settings.max_iterations`` iterations."""
+    exit_code = EXIT_FAILED
 
 
 def trace_id(scope: str, node_id: str) -> str:

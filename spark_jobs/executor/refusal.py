@@ -12,6 +12,8 @@ import re
 from contextlib import contextmanager
 from typing import Iterator
 
+from spark_jobs.errors import DbspError, EXIT_REFUSED
+
 MARKER = "dbsp refused: "
 # Spark 4 prints raise_error's message as "[USER_RAISED_EXCEPTION] <message> SQLSTATE: P0001".
 # Matching the error class too means the marker inside our own SQL text (echoed by an analysis
@@ -19,8 +21,13 @@ MARKER = "dbsp refused: "
 _RAISED = re.compile(r"\[USER_RAISED_EXCEPTION\]\s*" + re.escape(MARKER) + r"(.*?)(?:\s+SQLSTATE: \w+|\n|$)")
 
 
-class ValueRefused(ValueError):
+class ValueRefused(DbspError, ValueError):
     """A value the step refuses (found inside a Spark job); the step committed nothing."""
+    exit_code = EXIT_REFUSED
+    retryable = False
+
+    def user_message(self, reset_command: str | None = None) -> str:
+        return f"refused; nothing was committed: {self}"
 
 
 def sql_string(text: str) -> str:

@@ -5,11 +5,11 @@ Why one module: the totals a step appends to an ``aggregate_linear`` trace are r
 next step, which may run on the other engine; the column names, their meaning, the integer
 arithmetic that makes them exact and the SQL that turns a group's totals into its output row
 must be one definition. Engine-free (Python numbers and SQL strings): the Spark kernel
-(``operators/aggregate.py`` with ``operators/exact_sum.py``, the same arithmetic as Spark SQL)
+(``spark/aggregate.py`` with ``spark/exact_sum.py``, the same arithmetic as Spark SQL)
 hands the SQL to Spark, the Arrow kernel (``arrow/aggregate.py``) adds the totals up in Python
 with the functions below and gives the SQL to the expression compiler.
 
-The layout (``operators/exact_sum.py`` documents it in full, with every refusal): per group the
+The layout (``spark/exact_sum.py`` documents it in full, with every refusal): per group the
 group-by columns, then ``__rows`` (bigint, Σ w), then per *slot* ``j`` (the index of the first
 count/sum/avg whose argument text, stripped, is this one) ``__c<j>`` (bigint, Σ w over rows whose
 argument is not NULL) and, when a sum or avg reads the slot, the exact sum's parts

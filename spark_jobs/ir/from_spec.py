@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from spark_jobs.errors import DbspError
 from spark_jobs.ir.from_sql import lower_sql
 from spark_jobs.ir.graph import Circuit, Node, make_node
 from spark_jobs.ir.ops.window import add_window_assign
@@ -18,7 +19,7 @@ from spark_jobs.spec.time import WINDOW_COLUMNS
 from spark_jobs.spec.sql.node import bind_node
 
 
-class UnsupportedOperator(ValueError):
+class UnsupportedOperator(DbspError, ValueError):
     """A spec op that this version of the compiler cannot translate yet."""
 
 

@@ -7,16 +7,16 @@ editing a dozen places. Now an operator is an ``Operator`` value that its own mo
 (``spark_jobs/ir/ops/``, found automatically), and every layer asks ``operator(name)``:
 
 - the IR (``graph``, ``optimize``, ``incrementalize``, ``explain``) reads the facts and rules;
-- the executor (``executor/interpret.py``) runs ``kernels[engine]`` of each node, and the nested
+- the executor (``executor/evaluate.py``) runs ``kernels[engine]`` of each node, and the nested
   loop (``executor/loop.py``) runs ``kernels["loop"]`` of each body node.
 
 Layering: this module and the operator modules import only the IR (and the standard library).
 Kernels are named, not imported: a ``KernelRef`` is a callable or a ``"module:function"`` string
 that the executor resolves when it runs, so importing the IR (``dbsp validate``, ``explain``,
 the DAG factory) loads no engine, and the IR never imports the executor. The built-in operators
-name functions of ``spark_jobs/executor/kernels/``; a new operator may keep its kernels in its
+name functions of ``spark_jobs/executor/{spark,arrow}/kernels.py``; a new operator may keep its kernels in its
 own module (they import pyspark / pyarrow inside their bodies), so that adding an operator is
-one new module, its tests and its docs: see README, "Adding an operator".
+one new module, its tests and its docs: see docs/contributing/adding-an-operator.md.
 """
 from __future__ import annotations
 
@@ -226,10 +226,10 @@ def is_insert_only(circuit: "Circuit", node_id: str) -> bool:
 
 
 def builtin_kernels(fn: str | None, *, loop: str | None = None) -> dict[str, str]:
-    """Kernel refs of a built-in operator: ``fn`` of ``spark_jobs.executor.kernels.spark`` and
-    ``...arrow`` (None: it has no timestep kernel, e.g. a body-only operator), and ``loop`` of
+    """Kernel refs of a built-in operator: ``fn`` of ``spark_jobs.executor.spark.kernels`` and
+    ``spark_jobs.executor.arrow.kernels`` (None: it has no timestep kernel, e.g. a body-only operator), and ``loop`` of
     ``spark_jobs.executor.loop`` for the nested loop. Names only: nothing is imported here."""
-    refs = {engine: f"spark_jobs.executor.kernels.{engine}:{fn}" for engine in ENGINES} if fn else {}
+    refs = {engine: f"spark_jobs.executor.{engine}.kernels:{fn}" for engine in ENGINES} if fn else {}
     if loop:
         refs["loop"] = f"spark_jobs.executor.loop:{loop}"
     return refs

@@ -1,4 +1,4 @@
-"""Layer 5, orchestration: Airflow DAGs over the per-timestep runtime.
+"""Layer 6, orchestration: Airflow DAGs over the per-timestep runtime.
 
 - ``dag_factory``: one DAG per ``circuits/*.yaml``, one DAG run per timestep
   (``plan`` >> one task per operator stage >> ``quality_check`` >> ``commit``).

@@ -17,6 +17,7 @@ import os
 from typing import Any, Iterable
 
 from spark_jobs.config import VIEWS_DIR, Config
+from spark_jobs.errors import DbspError
 from spark_jobs.spec import CircuitSpec
 from spark_jobs.state.arrow_fs import is_local, strip_file_scheme, uri_join
 
@@ -65,7 +66,7 @@ def inputs_asset(config: Config, spec: CircuitSpec, path: str, names: list[str])
     return Asset(name=inputs_asset_name(spec.name), uri=_uri(location), group="dbsp", watchers=[watcher])
 
 
-class UnknownAsset(ValueError):
+class UnknownAsset(DbspError, ValueError):
     """A schedule names ``<circuit>.<view>`` that no circuit of the folder publishes."""
 
 

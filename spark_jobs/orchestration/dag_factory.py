@@ -34,6 +34,7 @@ from airflow.sdk import DAG, Param, TaskGroup, get_parsing_context
 
 import spark_jobs
 from spark_jobs.config import Config, load_config
+from spark_jobs.errors import DbspError
 from spark_jobs.ir.compile import CompiledCircuit
 from spark_jobs.orchestration import assets, docs, tasks
 from spark_jobs.orchestration.links import QualityReportLink
@@ -232,7 +233,7 @@ def build_dag(circuit: LoadedCircuit, config: Config, views: dict[str, list[str]
 
 
 # ---- broken circuits as an import error ------------------------------------------------------------
-class InvalidCircuits(Exception):
+class InvalidCircuits(DbspError):
     """Circuits that could not be turned into DAGs; the message is what ``dbsp validate`` says."""
 
     def __init__(self, folder: str, problems: list[Problem]):

@@ -19,6 +19,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+from spark_jobs.errors import DbspError
 from spark_jobs.orchestration import logs
 
 log = logging.getLogger(__name__)
@@ -37,18 +38,6 @@ FAILPOINT_CONF_KEY = "dbsp_failpoint"
 # not to stderr, which Airflow logs at ERROR: config/log4j2-tasks.properties.
 LOG4J_TASKS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                            "config", "log4j2-tasks.properties")
-
-
-def _not_retryable() -> tuple[type[BaseException], ...]:
-    """Errors a retry cannot fix: the data or the circuit must change first."""
-    from spark_jobs.executor.refusal import ValueRefused
-    from spark_jobs.executor.sources import InputRefused
-    from spark_jobs.quality import ExpectationConfigError, QualityGateFailed
-    from spark_jobs.spec import CircuitError
-    from spark_jobs.state import FingerprintMismatch, LeaseHeld, LeaseLost
-
-    return (QualityGateFailed, InputRefused, FingerprintMismatch, CircuitError, ExpectationConfigError,
-            LeaseHeld, LeaseLost, ValueRefused)
 
 
 def arm_failpoint(context: dict[str, Any]) -> str | None:
@@ -211,7 +200,9 @@ def run_step(step: str, circuit: str, stage: str | None = None, config: str | No
     log.info("dbsp %s: circuit %s, run %s, mode %s", what, circuit, run_id, mode)
     try:
         summary = execute(step, circuit, run_id, stage, mode, config)
-    except _not_retryable() as exc:
+    except DbspError as exc:
+        if exc.retryable:  # Airflow retries the task (spark_jobs/errors.py says which errors may)
+            raise
         for line in str(exc).splitlines():
             log.error("%s", line)
         log.error("dbsp %s failed; not retried: retrying cannot fix this (%s)", what, type(exc).__name__)

@@ -1,5 +1,5 @@
-"""Published views: after each commit, every output of a circuit as a Delta table readers can use
-without this project (Spark, DuckDB, pandas/polars, Trino).
+"""Layer 4, published views: after each commit, every output of a circuit as a Delta table
+readers can use without this project (Spark, DuckDB, pandas/polars, Trino).
 
 Publishing is the last part of the commit protocol. The manifest is the commit point; the tables
 follow it. ``publish_views`` brings every table from the timestep it holds (its Delta
@@ -20,6 +20,7 @@ import pyarrow as pa
 from typing import Callable, Protocol
 
 from spark_jobs.config import Config
+from spark_jobs.errors import DbspError, EXIT_FAILED
 from spark_jobs.publish.delta import (PublishError, commit_change, create, open_table, overwrite,
                                       published_timestep, remove, version_timesteps)
 from spark_jobs.publish.ownership import claim_problem, removal_problem
@@ -32,8 +33,9 @@ from spark_jobs.state.retention import Removed
 from spark_jobs.state.trace import WEIGHT
 
 
-class PublishFailed(RuntimeError):
+class PublishFailed(DbspError, RuntimeError):
     """Some views could not be published; their timesteps are committed all the same."""
+    exit_code = EXIT_FAILED
 
 
 class _Circuit(Protocol):  # what publishing needs of an open circuit (runtime.circuit.CircuitRuntime)

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_jobs.errors import DbspError, EXIT_FAILED
 from spark_jobs.publish.targets import Target
 from spark_jobs.state.trace import WEIGHT
 
@@ -40,8 +41,9 @@ ACTION = "__dbsp_action"  # a source column of the MERGE (never a view column: v
 TABLE_CONFIG = {"delta.enableChangeDataFeed": "true", "delta.targetFileSize": str(8 * 1024 * 1024)}
 
 
-class PublishError(RuntimeError):
+class PublishError(DbspError, RuntimeError):
     """A view's change cannot be published (the state is committed; the table stays as it was)."""
+    exit_code = EXIT_FAILED
 
 
 def _dl():

@@ -1,4 +1,4 @@
-"""Data quality: the gate every timestep passes before its commit.
+"""Layer 4, data quality: the gate every timestep passes before its commit.
 
 What is checked, per timestep ``t``:
 

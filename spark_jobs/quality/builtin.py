@@ -78,7 +78,7 @@ def _per_tuple(delta: "DataFrame", previous: "DataFrame | None") -> tuple["DataF
     delta weight, and its summed weight in ``previous`` (0 when absent)."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.executor.zset import col, data_columns, restrict
+    from spark_jobs.executor.spark.zset import col, data_columns, restrict
 
     cols = data_columns(delta)
     w = col(WEIGHT)

@@ -30,6 +30,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
+from spark_jobs.errors import DbspError, EXIT_FAILED
 from spark_jobs.quality.report import CheckResult, jsonable
 from spark_jobs.spec.model import Expectation
 
@@ -44,9 +45,11 @@ INDEX_KEY = "dbsp_index"  # our key in each GE expectation's meta
 RESULT_FORMAT: dict[str, Any] = {"result_format": "SUMMARY", "partial_unexpected_count": 5}
 
 
-class ExpectationConfigError(ValueError):
+class ExpectationConfigError(DbspError, ValueError):
     """A declared expectation GE cannot build (unknown name, bad arguments). A configuration
     error, not a data failure: it is raised before any data is checked."""
+    exit_code = EXIT_FAILED
+    retryable = False
 
 
 class UnknownExpectationError(ExpectationConfigError):

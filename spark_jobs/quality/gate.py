@@ -155,7 +155,7 @@ class _SparkSide:
     @contextmanager
     def view(self, name: str, delta: Any, is_set: bool, target: str,
              wanted: bool) -> Iterator[tuple[BuiltinOutcome, Any]]:
-        from spark_jobs.executor.zset import is_local
+        from spark_jobs.executor.spark.zset import is_local
 
         own_cache = not ge.is_cached(delta) and not is_local(delta)  # a local one is computed
         if own_cache:

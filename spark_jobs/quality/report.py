@@ -12,11 +12,13 @@ import decimal
 import html
 import json
 import math
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from spark_jobs.state.fs import filesystem_for
+from spark_jobs.errors import DbspError, EXIT_QUALITY
+from spark_jobs.state.fs import LocalFileSystem, filesystem_for
 
 REPORT_NAME = re.compile(r"^t(\d{12})\.json$")
 INDEX_NAME = "index.html"
@@ -133,8 +135,10 @@ class GateReport:
                    committed=bool(data.get("committed", True)))  # reports before the flag: committed
 
 
-class QualityGateFailed(Exception):
+class QualityGateFailed(DbspError):
     """Raised by ``enforce`` when a ``fail`` check did not hold; the step must not commit."""
+    exit_code = EXIT_QUALITY
+    retryable = False
 
     def __init__(self, report: GateReport, context: str = ""):
         self.report = report
@@ -147,6 +151,9 @@ class QualityGateFailed(Exception):
         if context:
             lines.append(context)
         super().__init__("\n".join(lines))
+
+    def user_message(self, reset_command: str | None = None) -> str:
+        return f"quality gate failed; nothing was committed:\n{self.report.summary()}"
 
 
 # ---- JSON-able values -----------------------------------------------------------------------
@@ -201,7 +208,8 @@ def write_report(report: GateReport, directory: str) -> str:
     path = fs.join(directory, report_name(report.timestep))
     text = json.dumps(jsonable(report.to_dict()), indent=2, ensure_ascii=False)
     fs.publish_text(path, text + "\n", tmp_prefix=".tmp-")
-    fs.publish_text(fs.join(directory, INDEX_NAME), render_index(directory), tmp_prefix=".tmp-")
+    # the index is derived from the reports (rebuilt at every write): replaced atomically, not flushed
+    fs.publish_text(fs.join(directory, INDEX_NAME), render_index(directory), tmp_prefix=".tmp-", durable=False)
     return path
 
 
@@ -261,29 +269,10 @@ def render_index(directory: str) -> str:
     rows: list[str] = []
     totals = {"PASS": 0, "WARN": 0, "FAIL": 0}
     for timestep, name in shown:
-        try:
-            report = load_report(fs.join(directory, name))
-        except (OSError, ValueError, KeyError) as exc:
-            rows.append(f'<tr class="FAIL first"><td><a href="{_e(name)}">{timestep}</a></td>'
-                        f'<td colspan="5">unreadable report: {_e(str(exc))}</td></tr>')
-            continue
-        link = f'<a href="{_e(name)}">{timestep}</a>'
-        if not report.committed:
-            link += '<br><small class="uncommitted">not committed</small>'
-        if not report.results:
-            rows.append(f'<tr class="PASS first"><td>{link}</td>'
-                        '<td colspan="5">(no checks)</td></tr>')
-        for i, r in enumerate(report.results):
-            totals[r.status] += 1
-            full = json.dumps(r.details, indent=1, ensure_ascii=False)
-            cls = r.status + (" first" if i == 0 else "")
-            ts_cell = link if i == 0 else ""
-            rows.append(
-                f'<tr class="{cls}"><td>{ts_cell}</td><td>{_e(r.label)}'
-                f'{" <small>(built-in)</small>" if r.builtin else ""}</td><td>{_e(r.target)}</td>'
-                f'<td>{_e(r.policy)}</td><td class="status">{r.status}</td>'
-                f'<td>{_e(r.short_details())}<details><summary>all details</summary>'
-                f'<pre>{_e(full)}</pre></details></td></tr>')
+        html_rows, counts = _report_rows(fs, fs.join(directory, name), timestep, name)
+        rows.extend(html_rows)
+        for status, n in counts.items():
+            totals[status] += n
     older_html = ""
     if older:
         links = ", ".join(f'<a href="{_e(n)}">{t}</a>' for t, n in older)
@@ -297,6 +286,59 @@ def render_index(directory: str) -> str:
         "<table><thead><tr><th>timestep</th><th>check</th><th>target</th><th>policy</th>"
         "<th>status</th><th>details</th></tr></thead><tbody>\n"
         + "\n".join(rows) + "\n</tbody></table>\n" + older_html + "</body></html>\n")
+
+
+# rendered rows of the reports on this machine's disk, by path and the file's identity: a long
+# run's index shows 200 reports and is rebuilt twice per step, and each report is parsed once
+_ROWS: dict[str, tuple[tuple[int, int, int], tuple[list[str], dict[str, int]]]] = {}
+
+
+def _report_rows(fs, path: str, timestep: int, name: str) -> tuple[list[str], dict[str, int]]:  # noqa: ANN001
+    """The index rows of one report and its checks' statuses counted (cached for local files)."""
+    key = None
+    if isinstance(fs, LocalFileSystem):
+        try:
+            st = os.stat(path)
+            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            key = None
+        cached = _ROWS.get(path)
+        if key is not None and cached is not None and cached[0] == key:
+            return cached[1]
+    rendered = _render_rows(path, timestep, name)
+    if key is not None:
+        if len(_ROWS) > 4 * INDEX_MAX_REPORTS:
+            _ROWS.clear()
+        _ROWS[path] = (key, rendered)
+    return rendered
+
+
+def _render_rows(path: str, timestep: int, name: str) -> tuple[list[str], dict[str, int]]:
+    counts = {"PASS": 0, "WARN": 0, "FAIL": 0}
+    try:
+        report = load_report(path)
+    except (OSError, ValueError, KeyError) as exc:
+        return ([f'<tr class="FAIL first"><td><a href="{_e(name)}">{timestep}</a></td>'
+                 f'<td colspan="5">unreadable report: {_e(str(exc))}</td></tr>'], counts)
+    rows: list[str] = []
+    link = f'<a href="{_e(name)}">{timestep}</a>'
+    if not report.committed:
+        link += '<br><small class="uncommitted">not committed</small>'
+    if not report.results:
+        rows.append(f'<tr class="PASS first"><td>{link}</td>'
+                    '<td colspan="5">(no checks)</td></tr>')
+    for i, r in enumerate(report.results):
+        counts[r.status] += 1
+        full = json.dumps(r.details, indent=1, ensure_ascii=False)
+        cls = r.status + (" first" if i == 0 else "")
+        ts_cell = link if i == 0 else ""
+        rows.append(
+            f'<tr class="{cls}"><td>{ts_cell}</td><td>{_e(r.label)}'
+            f'{" <small>(built-in)</small>" if r.builtin else ""}</td><td>{_e(r.target)}</td>'
+            f'<td>{_e(r.policy)}</td><td class="status">{r.status}</td>'
+            f'<td>{_e(r.short_details())}<details><summary>all details</summary>'
+            f'<pre>{_e(full)}</pre></details></td></tr>')
+    return rows, counts
 
 
 def _e(text: str) -> str:

@@ -17,9 +17,9 @@ from typing import Any, Mapping, Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.executor import zset
+from spark_jobs.executor.spark import zset
 from spark_jobs.executor.bag_check import BEFORE, CHANGE, MAX_COLLECTED, Negatives, find_negatives, negative_tuples
-from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.executor.engine import NotLocal
 from spark_jobs.executor.sources import InputFile, InputRefused
 from spark_jobs.executor.sources.checks import FILE_COL, own_path
 from spark_jobs.executor.sources.reading import read_changes_located

@@ -80,9 +80,9 @@ class CircuitRuntime:
     @cached_property
     def spark(self):
         """The session, once Spark's own parser has read the circuit's expressions as the
-        validator did (``spark_parse_check``): nothing runs before that check."""
-        from spark_jobs.executor.session import get_spark
-        from spark_jobs.executor.spark_parse_check import check_circuit
+        validator did (``executor/spark/parse_check.py``): nothing runs before that check."""
+        from spark_jobs.executor.spark.session import get_spark
+        from spark_jobs.executor.spark.parse_check import check_circuit
 
         spark = get_spark(self.config)
         if self.spark_log_level and self.config.spark.mode != "connect":

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Callable
 from spark_jobs.executor.arrow import inputs as arrow_inputs
 from spark_jobs.executor.arrow import lateness as arrow_late
 from spark_jobs.executor.evaluate import evaluate_step, trace_kind
-from spark_jobs.executor.kernels import NotLocal
-from spark_jobs.executor.kernels.arrow import ArrowEngine
+from spark_jobs.executor.engine import NotLocal
+from spark_jobs.executor.arrow.kernels import ArrowEngine
 from spark_jobs.executor.sources import InputFile, InputRefused
 from spark_jobs.executor.sources.discovery import InputScan
 from spark_jobs.ir.operator import operator

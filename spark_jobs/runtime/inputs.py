@@ -6,6 +6,7 @@ from typing import Protocol, Sequence
 
 from pyspark.sql import DataFrame
 
+from spark_jobs.errors import DbspError, EXIT_FAILED
 from spark_jobs.executor.sources import InputFile, read_changes, read_snapshot, snapshot_delta, spark_schema
 from spark_jobs.executor.sources.cdc import KeyedState, cdc_change
 from spark_jobs.executor.sources.checks import InputRefused
@@ -80,8 +81,9 @@ def pending_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest,
     return {name: s.pending for name, s in scans.items()}
 
 
-class CannotRebuild(FileNotFoundError):
+class CannotRebuild(DbspError, FileNotFoundError):
     """A full refresh would lose changes: consumed change files are gone."""
+    exit_code = EXIT_FAILED
 
 
 def rebuild_refusal(spec_inputs: dict[str, InputSpec], pruned: dict[str, dict]) -> str | None:

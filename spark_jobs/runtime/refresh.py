@@ -17,7 +17,7 @@ from typing import Mapping
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from spark_jobs.executor import zset
+from spark_jobs.executor.spark import zset
 from spark_jobs.state.store import VIEW_TRACE_PREFIX, view_trace_id
 
 

@@ -88,7 +88,7 @@ class RunValues:
 def stage_jobs(spark, circuit: str, stage: str) -> Iterator[None]:
     """Submit the stage's Spark jobs under a name the Spark UI shows: a job group and description
     on a classic session; a job tag on Spark Connect (which sets its own group per request)."""
-    from spark_jobs.executor.local import is_connect
+    from spark_jobs.executor.spark.local_relations import is_connect
 
     tag = f"dbsp-{circuit}-{stage}".replace(",", "_")
     if is_connect(spark):
@@ -190,7 +190,7 @@ def check_inputs(run: RunValues, inputs: dict[str, "DataFrame"], files: dict[str
 
 def evaluate_stage(run: RunValues, stage: Stage) -> dict:
     """Evaluate one stage of the run and stage its results durably; returns its journal."""
-    from spark_jobs.executor import zset
+    from spark_jobs.executor.spark import zset
     from spark_jobs.executor.evaluate import evaluate_step, trace_kind
     from spark_jobs.executor.sources import InputFile, spark_schema
     from spark_jobs.runtime import refresh, staging

@@ -56,10 +56,10 @@ def collect_tables(spark: "SparkSession", frames: Mapping[str, "DataFrame"], max
                    counts: Mapping[str, "DataFrame"] | None = None, max_extra_rows: int = 1_000
                    ) -> tuple[dict[str, pa.Table] | None, dict[str, int]]:
     """``frames`` as Arrow tables, and the row count of each of ``counts``, in ONE Spark job
-    (``executor.local.collect_arrow``); ``(None, counts)`` when the frames hold more than
+    (``executor.spark.local_relations.collect_arrow``); ``(None, counts)`` when the frames hold more than
     ``max_rows`` rows together (the caller then writes them with Spark). ``max_extra_rows``:
     ``execution.collect_extra_rows``, one row per count."""
-    from spark_jobs.executor.local import collect_arrow
+    from spark_jobs.executor.spark.local_relations import collect_arrow
 
     extras = {n: df.groupBy().count() for n, df in (counts or {}).items()}
     tables, small = collect_arrow(spark, frames, max_rows, extras, max_extra_rows)

@@ -19,10 +19,10 @@ from typing import Callable
 from pyspark.sql import DataFrame
 
 from spark_jobs.executor.evaluate import evaluate_step, trace_kind
-from spark_jobs.executor.local import collect_local
-from spark_jobs.executor.session import step_conf
+from spark_jobs.executor.spark.local_relations import collect_local
+from spark_jobs.executor.spark.session import step_conf
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
-from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.executor.engine import NotLocal
 from spark_jobs.policy import ExecutionPolicy
 from spark_jobs.runtime import inprocess
 from spark_jobs.executor.sources.lateness import change_totals, on_time

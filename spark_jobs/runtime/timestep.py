@@ -181,7 +181,7 @@ def _run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
     if done is not None:
         return done
     stage, stages = _stage(rt, stage_name)
-    from spark_jobs.executor.session import step_conf
+    from spark_jobs.executor.spark.session import step_conf
 
     run = RunValues(rt, run_id, p)
     run.load_journals(stages)
@@ -206,7 +206,7 @@ def _run_stages(rt: CircuitRuntime, run_id: str) -> dict:
     stages = stage_graph(rt.compiled)
     run = RunValues(rt, run_id, p)
     run.load_journals(stages)
-    from spark_jobs.executor.session import step_conf
+    from spark_jobs.executor.spark.session import step_conf
 
     summaries = []
     with step_conf(rt.spark, is_small(rt, p)):
@@ -268,7 +268,7 @@ def _check(rt: CircuitRuntime, run_id: str) -> dict:
                 local[f"{prefix}:{name}"] = staging.read_table(st["path"])
     views = {v: _read(rt, st) for v, st in staged_views.items()}
     inputs = {n: _read(rt, st) for n, st in staged_inputs.items()}
-    from spark_jobs.executor.session import step_conf
+    from spark_jobs.executor.spark.session import step_conf
 
     read = time.perf_counter()
     try:
@@ -331,7 +331,7 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
 
 
 def _commit(rt: CircuitRuntime, run_id: str) -> dict:
-    from spark_jobs.executor.session import step_conf
+    from spark_jobs.executor.spark.session import step_conf
     from spark_jobs.publish import publish_views
     from spark_jobs.runtime.state_bounds import bound_state
     from spark_jobs.runtime.step import count_unknown_keys, record_commit

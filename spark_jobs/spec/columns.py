@@ -34,6 +34,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
+from spark_jobs.errors import DbspError
+
 from .errors import CircuitError, Problem, did_you_mean, listing
 from .model import WEIGHT, CircuitSpec, NodeSpec, dependency_order, reserved_column_problem
 from .sql.node import sql_node_columns
@@ -54,7 +56,7 @@ class Issue:
     message: str
 
 
-class ColumnClash(ValueError):
+class ColumnClash(DbspError, ValueError):
     """A right-side column cannot be named without clashing, even after renaming."""
 
 

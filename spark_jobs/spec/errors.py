@@ -10,6 +10,8 @@ import difflib
 from dataclasses import dataclass
 from typing import Iterable
 
+from spark_jobs.errors import DbspError, EXIT_FAILED
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -42,8 +44,10 @@ def shorten(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     return f"{message[:keep]} ... ({len(message) - 2 * keep:,} characters cut) ... {message[-keep:]}"
 
 
-class CircuitError(Exception):
+class CircuitError(DbspError):
     """A circuit file that cannot be used; ``problems`` lists everything found wrong with it."""
+    exit_code = EXIT_FAILED
+    retryable = False
 
     def __init__(self, problems: Iterable[Problem]):
         self.problems: list[Problem] = list(problems)

@@ -1,7 +1,7 @@
 """Every place a circuit holds Spark SQL text, with the line and the relation the text reads.
 
 Both checks of expressions walk this one list: the validator on sqlglot's parse
-(``validate.py``) and the check on Spark's own parse before a step (``spark_parse_check.py``),
+(``validate.py``) and the check on Spark's own parse before a step (``executor/spark/parse_check.py``),
 so a new kind of SQL text in the spec has to be added here once to be checked twice. The places:
 
 - ``filter``: ``where``; ``select``/``map``: each column's expression; ``aggregate``: each

@@ -18,7 +18,7 @@ results silently. Instead the two parsers are kept in agreement:
   literals too), adjacent string literals, parameter markers, aliases (``a:b`` is an alias to
   sqlglot, a JSON path to Spark), qualified function names;
 - before a step evaluates anything, Spark's own parser reads the same text on the driver (no
-  job) and ``spark_jobs/executor/spark_parse_check.py`` applies the same catalog to its tree and
+  job) and ``spark_jobs/executor/spark/parse_check.py`` applies the same catalog to its tree and
   compares the columns; a text the two parsers read differently is refused there.
 
 ``tests/test_sql_agreement.py`` runs both on the example circuits and on hostile texts.
@@ -32,6 +32,8 @@ from functools import lru_cache
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
+
+from spark_jobs.errors import DbspError
 
 from . import sql_functions as catalog
 from .sql_limits import nesting_problem
@@ -92,7 +94,7 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _EMPTY_CALL = re.compile(r"\s*\(\s*\)")
 
 
-class ExpressionError(ValueError):
+class ExpressionError(DbspError, ValueError):
     """An expression that cannot be read (unterminated string, unbalanced parentheses, ...)."""
 
 

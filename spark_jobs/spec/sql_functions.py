@@ -19,7 +19,7 @@ refused, UDFs and catalog functions included, with a reason when the name is a k
 
 Names are Spark's own, lower-case (Spark matches function names case-insensitively). The
 catalog is shared by the checker on sqlglot's parse (``sql_check.py``, at validation) and the
-check on Spark's own parse before a step runs (``spark_jobs/executor/spark_parse_check.py``);
+check on Spark's own parse before a step runs (``spark_jobs/executor/spark/parse_check.py``);
 a future whole-query node (``op: sql``) reuses both.
 """
 from __future__ import annotations
@@ -84,7 +84,7 @@ _FAMILIES: dict[str, str] = {
 
 ALLOWED: dict[str, str] = {name: family for family, names in _FAMILIES.items() for name in names.split()}
 
-# Families as shown to users (README, messages): family -> a few examples.
+# Families as shown to users (docs/reference/expressions.md, messages): family -> a few examples.
 FAMILY_EXAMPLES: dict[str, str] = {family: ", ".join(names.split()[:6]) for family, names in _FAMILIES.items()}
 
 CODE = "calls Java methods by reflection: a circuit may not run code"
@@ -168,5 +168,5 @@ def verdict(name: str, arguments: int | None = None) -> Verdict:
     if low in SPARK_AGGREGATES:
         return Verdict(low, reason=AGGREGATE)
     return Verdict(low, reason="is not an allowed function: only Spark's deterministic built-in "
-                               "functions are allowed (no UDFs or catalog functions); see the README, "
-                               "'Expressions'")
+                               "functions are allowed (no UDFs or catalog functions); see "
+                               "docs/reference/expressions.md")

@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from spark_jobs.errors import DbspError
+
 MICROS_PER: dict[str, int] = {}
 for _names, _us in ((("microsecond", "microseconds", "us"), 1),
                     (("millisecond", "milliseconds", "ms"), 1_000),
@@ -41,7 +43,7 @@ MAX_DURATION_DAYS = 36_500  # about 100 years: longer durations overflow Spark's
 RETENTION_KEYS = ("view_deltas", "inputs", "manifests")
 
 
-class DurationError(ValueError):
+class DurationError(DbspError, ValueError):
     """A duration that cannot be read; the message says what was expected."""
 
 

@@ -15,16 +15,18 @@ from pathlib import Path
 
 import yaml
 
+from spark_jobs.errors import DbspError
+
 MAX_BYTES = 1 << 20  # 1 MiB: the largest example circuit is ~3 KiB
 MAX_VALUES = 100_000  # scalars, lists and mappings after expanding aliases
 MAX_DEPTH = 64  # nesting of lists and mappings
 
 
-class FileTooLarge(ValueError):
+class FileTooLarge(DbspError, ValueError):
     """A circuit file over ``MAX_BYTES``."""
 
 
-class TooDeep(yaml.MarkedYAMLError):
+class TooDeep(DbspError, yaml.MarkedYAMLError):
     """Nesting beyond ``MAX_DEPTH``, found while scanning (before any node is built)."""
 
 

@@ -1,4 +1,4 @@
-"""Layer 4, the state store: checkpointed Parquet traces with atomic per-timestep manifests.
+"""Layer 1, the state store: checkpointed Parquet traces with atomic per-timestep manifests.
 
 Below the executor: nothing here imports spark_jobs.ir, .spec or .executor.
 """

@@ -137,11 +137,13 @@ class ArrowFileSystem:
         with loc.fs.open_input_stream(loc.inner) as fh:
             return fh.read().decode("utf-8")
 
-    def publish_text(self, path: str, text: str, tmp_prefix: str, *, exclusive: bool = False) -> None:
+    def publish_text(self, path: str, text: str, tmp_prefix: str, *, exclusive: bool = False,
+                     durable: bool = True) -> None:
         """Make ``path`` hold ``text`` all at once (see the module docstring for how, per store).
 
         ``exclusive`` (a manifest): the name must not exist. Through Hadoop that is atomic (a
         rename that never replaces, or create(overwrite=false)); pyarrow alone checks first.
+        ``durable`` changes nothing here: a remote store acknowledges a write once it is durable.
         """
         loc = locate(path)
         hadoop = getattr(loc.fs, "handler", None)
@@ -205,6 +207,9 @@ class ArrowFileSystem:
 
     def sync_tree(self, path: str) -> None:
         """Nothing to do: remote stores acknowledge a write once it is durable."""
+
+    def sync_trees(self, paths) -> None:  # noqa: ANN001 - a sequence of paths
+        """Nothing to do (``sync_tree``)."""
 
     def spark_uri(self, path: str) -> str:
         return path

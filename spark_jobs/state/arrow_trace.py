@@ -8,6 +8,7 @@ either engine reads what the other wrote.
 """
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from typing import Sequence
@@ -23,8 +24,10 @@ from spark_jobs.state.manifest import KINDS, FileStat
 WEIGHT = "_weight"  # the Z-set multiplicity column (same name as spark_jobs.spec.model.WEIGHT)
 
 
+@functools.lru_cache(maxsize=256)
 def spark_schema_json(schema: pa.Schema) -> str:
-    """The Spark schema (JSON, as a manifest records it) of a table's Arrow schema."""
+    """The Spark schema (JSON, as a manifest records it) of a table's Arrow schema (remembered:
+    pyspark's type conversions cost a millisecond a trace, at every step)."""
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import StructField, StructType
 
@@ -32,8 +35,9 @@ def spark_schema_json(schema: pa.Schema) -> str:
     return StructType([StructField(f.name, f.dataType, True) for f in fields]).json()
 
 
+@functools.lru_cache(maxsize=256)
 def arrow_schema(schema_json: str) -> pa.Schema:
-    """The Arrow schema of a trace's recorded Spark schema (all columns nullable)."""
+    """The Arrow schema of a trace's recorded Spark schema (all columns nullable; remembered)."""
     from pyspark.sql.types import StructType
 
     return arrow_of(StructType.fromJson(json.loads(schema_json)))

@@ -16,13 +16,15 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
+from spark_jobs.errors import DbspError
+
 ENV_VAR = "DBSP_FAILPOINT"
 
 # name -> number of hits still to let through before firing
 _armed: dict[str, int] = {}
 
 
-class InjectedFailure(RuntimeError):
+class InjectedFailure(DbspError, RuntimeError):
     """A simulated crash; nothing should catch it except tests."""
 
     def __init__(self, name: str) -> None:

@@ -38,21 +38,28 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from spark_jobs.errors import DbspError, EXIT_FAILED, EXIT_LEASE_HELD
 from spark_jobs.state.fs import FileSystem
 
 LEASE_DIR = "lease"
 PROCESS_TTL = 60.0  # seconds a `dbsp step` lease lives without a heartbeat
 RUN_TTL = 900.0  # a DAG run's lease lives between its tasks (scheduler gaps, retry delays)
-EXIT_CODE = 4  # the CLI's exit code when another writer holds the lease
 _TMP = ".tmp-"
 
 
-class LeaseHeld(RuntimeError):
+class LeaseHeld(DbspError, RuntimeError):
     """Another live writer holds the lease of this circuit and state root."""
+    exit_code = EXIT_LEASE_HELD
+    retryable = False
 
 
-class LeaseLost(RuntimeError):
+class LeaseLost(DbspError, RuntimeError):
     """This writer's lease was taken over (it was stale); it must not commit."""
+    exit_code = EXIT_FAILED
+    retryable = False
+
+    def user_message(self, reset_command: str | None = None) -> str:
+        return f"{self}; this run stopped before committing (nothing of it is visible)"
 
 
 def _now() -> float:

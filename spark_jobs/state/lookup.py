@@ -10,8 +10,7 @@ are kept for the lifetime of the ``TraceFiles``, one timestep).
 """
 from __future__ import annotations
 
-import bisect
-from dataclasses import dataclass
+import os
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -19,7 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from spark_jobs.errors import DbspError
 from spark_jobs.state.fs import FileSystem, LocalFileSystem
+from spark_jobs.state.rowgroups import FOOTERS, FileIndex, chunk_index
 
 
 # rows decoded at once by a streamed lookup (``matching``): memory stays bounded, and each read
@@ -30,26 +31,16 @@ SCAN_BATCH_ROWS = 262_144
 SORTED_PROBE_KEYS = 65_536
 
 
-@dataclass(frozen=True)
-class _Group:
-    """One row group of one file and the statistics that decide whether a probe reads it."""
-
-    file: int
-    index: int
-    low: object  # min of the lookup column (None: unknown, always read)
-    high: object
-    nulls: bool  # may hold a NULL in the lookup column
-    iter_low: int | None  # min/max of the iteration column (None: unknown)
-    iter_high: int | None
-
-
 class TraceFiles:
     """The data files of one trace as of one committed timestep, read with pyarrow."""
 
-    def __init__(self, fs: FileSystem, paths: Sequence[str], schema: pa.Schema) -> None:
+    def __init__(self, fs: FileSystem, paths: Sequence[str], schema: pa.Schema,
+                 sizes: Sequence[int] | None = None) -> None:
+        """``sizes``: the files' sizes when the caller listed them (a remote file is then known
+        by path and size without another call; a local one is always checked with ``stat``)."""
         self.fs, self.paths, self.schema = fs, list(paths), schema
-        self._meta = [self._footer(p) for p in self.paths]
-        self._groups: dict[tuple[str, str | None], list[_Group]] = {}
+        self._index = [self._footer(p, sizes[i] if sizes is not None else None) for i, p in enumerate(self.paths)]
+        self._meta = [ix.meta for ix in self._index]
         self._decoded: dict[tuple[int, int], pa.Table] = {}
         self.bytes_read = 0  # compressed bytes of the row groups decoded so far
 
@@ -61,9 +52,19 @@ class TraceFiles:
             return pa.memory_map(path)
         return self.fs.open_read(path)
 
-    def _footer(self, path: str) -> pq.FileMetaData:
-        with self._open(path) as fh:
-            return pq.ParquetFile(fh).metadata
+    def _footer(self, path: str, size: int | None) -> FileIndex:
+        """The file's footer and statistics, read once per process (``rowgroups.FOOTERS``): a
+        trace file is never modified. A local file is known by its size, inode and mtime too."""
+        def read() -> pq.FileMetaData:
+            with self._open(path) as fh:
+                return pq.ParquetFile(fh).metadata
+
+        if isinstance(self.fs, LocalFileSystem):
+            st = os.stat(path)
+            return FOOTERS.get(f"{path}\0{st.st_ino}\0{st.st_mtime_ns}", st.st_size, read)
+        if size is None:
+            return FileIndex(read())
+        return FOOTERS.get(path, size, read)
 
     def decoded_rows(self) -> int:
         """Rows decoded so far (kept for later lookups): what the lookups have cost in memory."""
@@ -76,45 +77,64 @@ class TraceFiles:
     def max_of(self, column: str) -> int | None:
         """The largest value of an integer column, from statistics (read where they are missing)."""
         best: int | None = None
-        for f, meta in enumerate(self._meta):
-            for g in range(meta.num_row_groups):
-                stats = _stats(meta, g, column)
-                if stats is None:
+        for f, ix in enumerate(self._index):
+            stats = ix.stats(column)
+            for g in range(ix.meta.num_row_groups):
+                if stats.known[g]:
+                    top = stats.values[g][1]
+                else:
                     values = self._read(f, g).column(column)
                     top = pc.max(values).as_py() if len(values) else None
-                else:
-                    top = stats[1]
                 if top is not None and (best is None or top > best):
                     best = int(top)
         return best
 
-    def _admitted(self, column: str, present: list, want_null: bool, iters: tuple[int | None, int | None],
-                  iter_column: str | None) -> list[_Group]:
-        """The row groups whose statistics admit a value of ``present`` (or a NULL) and the
-        iteration range: the only ones a lookup reads."""
+    def _admitted_by_file(self, column: str, present: list | None, want_null: bool,
+                          iters: tuple[int | None, int | None], iter_column: str | None
+                          ) -> list[tuple[int, np.ndarray]]:
+        """Per file, the row groups whose statistics admit a value of ``present`` (or a NULL)
+        and the iteration range: the only ones a lookup reads. ``present`` None: every group
+        (a scan by iteration only)."""
         lo, hi = iters
         out = []
-        for g in self._groups_of(column, iter_column):
-            if iter_column is not None and g.iter_low is not None:
-                if (lo is not None and g.iter_high < lo) or (hi is not None and g.iter_low > hi):
-                    continue
-            if not (want_null and g.nulls) and not _admits(present, g.low, g.high):
+        for f, ix in enumerate(self._index):
+            if ix.meta.num_row_groups == 0:
                 continue
-            out.append(g)
+            mask = (np.ones(ix.meta.num_row_groups, dtype=bool) if present is None
+                    else ix.stats(column).admitted(present, want_null))
+            if iter_column is not None and (lo is not None or hi is not None):
+                its = ix.stats(iter_column)
+                if its.kind == "int":
+                    known = np.flatnonzero(its.known)
+                    outside = np.zeros(len(known), dtype=bool)
+                    if lo is not None:
+                        outside |= its.high < lo
+                    if hi is not None:
+                        outside |= its.low > hi
+                    mask[known[outside]] = False
+            out.append((f, np.flatnonzero(mask)))
         return out
+
+    def _admitted(self, column: str, present: list | None, want_null: bool,
+                  iters: tuple[int | None, int | None], iter_column: str | None) -> list[tuple[int, int]]:
+        """``_admitted_by_file`` as ``(file, group)`` pairs."""
+        return [(f, int(g)) for f, groups in self._admitted_by_file(column, present, want_null, iters, iter_column)
+                for g in groups]
 
     def admitted_rows(self, column: str, values: Sequence[object]) -> int:
         """Rows a ``lookup`` of ``values`` would decode (from the footers; nothing is read)."""
         present, want_null = _probe(values)
-        return sum(self._meta[g.file].row_group(g.index).num_rows
-                   for g in self._admitted(column, present, want_null, (None, None), None)
-                   if (g.file, g.index) not in self._decoded)
+        total = 0
+        for f, groups in self._admitted_by_file(column, present, want_null, (None, None), None):
+            rows = self._index[f].stats(column).rows
+            total += int(rows[groups].sum())
+            total -= sum(int(rows[g]) for g in groups if (f, int(g)) in self._decoded) if self._decoded else 0
+        return total
 
     def scan(self, iters: tuple[int | None, int | None], iter_column: str) -> pa.Table:
         """Every row whose iteration lies in ``iters`` (a lookup without a key: a product's)."""
         lo, hi = iters
-        parts = [self._read(g.file, g.index) for g in self._groups_of(iter_column, iter_column)
-                 if g.iter_low is None or not ((lo is not None and g.iter_high < lo) or (hi is not None and g.iter_low > hi))]
+        parts = self._read_groups(self._admitted(iter_column, None, False, iters, iter_column))
         if not parts:
             return self.schema.empty_table()
         table = pa.concat_tables(parts)
@@ -135,7 +155,7 @@ class TraceFiles:
         whose statistics admit a probed value and the iteration range."""
         present, want_null = _probe(values)
         lo, hi = iters
-        parts = self._read_groups([(g.file, g.index) for g in self._admitted(column, present, want_null, iters, iter_column)])
+        parts = self._read_groups(self._admitted(column, present, want_null, iters, iter_column))
         if not parts:
             return self.schema.empty_table()
         table = pa.concat_tables(parts)
@@ -161,8 +181,8 @@ class TraceFiles:
         present, want_null = _probe(values)
         wanted = KeySet(present, want_null, self.schema.field(column).type)
         admitted: dict[int, list[int]] = {}
-        for g in self._admitted(column, present, want_null, (None, None), None):
-            admitted.setdefault(g.file, []).append(g.index)
+        for f, g in self._admitted(column, present, want_null, (None, None), None):
+            admitted.setdefault(f, []).append(g)
         parts, found = [], 0
         for f, groups in admitted.items():
             with self._open(self.paths[f]) as fh:
@@ -187,7 +207,7 @@ class TraceFiles:
         batch's keys. Once at least half of the groups examined held a hit (probes dense in
         the key range, e.g. 10k deleted orders over 13k groups of a sorted integral), the rest
         are yielded as admitted: reading their key column first would decode it twice."""
-        at = _chunk_index(self._meta[f], column)
+        at = chunk_index(self._meta[f], column)
         hit: list[int] = []
         hit_rows = examined = held = 0
         for part in _batches(self._meta[f], groups, batch_rows):
@@ -212,20 +232,6 @@ class TraceFiles:
                     hit, hit_rows = [], 0
         if hit:
             yield hit
-
-    def _groups_of(self, column: str, iter_column: str | None) -> list[_Group]:
-        key = (column, iter_column)
-        if key not in self._groups:
-            out = []
-            for f, meta in enumerate(self._meta):
-                at, iter_at = _chunk_index(meta, column), _chunk_index(meta, iter_column) if iter_column else None
-                for g in range(meta.num_row_groups):
-                    stats = _stats(meta, g, column, at)
-                    its = _stats(meta, g, iter_column, iter_at) if iter_column else None
-                    low, high, nulls = stats if stats is not None else (None, None, True)
-                    out.append(_Group(f, g, low, high, nulls, *(its[:2] if its else (None, None))))
-            self._groups[key] = out
-        return self._groups[key]
 
     def _read_groups(self, groups: list[tuple[int, int]]) -> list[pa.Table]:
         """The row groups ``(file, group)``, decoded once: those not yet decoded are read with
@@ -316,44 +322,10 @@ class KeySet:
         return pa.array(found, pa.bool_())
 
 
-class TooMany(Exception):
+class TooMany(DbspError):
     """A streamed lookup found more rows than its caller allows."""
 
 
 def _chunk_bytes(rg: pq.RowGroupMetaData) -> int:
     """Compressed bytes of a row group's column chunks (what decoding it whole reads)."""
     return sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
-
-
-def _chunk_index(meta: pq.FileMetaData, column: str) -> int | None:
-    """Where ``column``'s chunk sits in this file's row groups (the same in every row group of
-    a file); found once per file, because a sorted trace's footer lists thousands of groups and
-    searching each group's chunks by name was most of the cost of reading its statistics."""
-    if meta.num_row_groups == 0:
-        return None
-    rg = meta.row_group(0)
-    return next((c for c in range(rg.num_columns) if rg.column(c).path_in_schema == column), None)
-
-
-def _stats(meta: pq.FileMetaData, g: int, column: str, at: int | None = -1) -> tuple[object, object, bool] | None:
-    """(min, max, may hold NULL) of a column in a row group; None when not recorded. ``at``:
-    the column's chunk index from ``_chunk_index`` (-1: look it up)."""
-    rg = meta.row_group(g)
-    c = _chunk_index(meta, column) if at == -1 else at
-    if c is None:
-        return None
-    s = rg.column(c).statistics
-    if s is None or not s.has_min_max:
-        return None
-    return s.min, s.max, (s.null_count is None or s.null_count > 0)
-
-
-def _admits(present: list, low: object, high: object) -> bool:
-    """Does the closed range [low, high] hold one of the sorted ``present`` values?"""
-    if low is None or high is None:
-        return True
-    try:
-        k = bisect.bisect_left(present, low)
-    except TypeError:  # statistics of another type than the values (e.g. bytes): read it
-        return True
-    return k < len(present) and present[k] <= high

@@ -148,7 +148,10 @@ class Manifest:
         a ``path`` in manifests of format 1)."""
         return list(self.inputs.get(input_name, {}).get("consumed", []))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, shared: bool = False) -> dict[str, Any]:
+        """``shared``: the result may share the input and meta values with this manifest (it
+        is serialized at once, never kept)."""
+        own = (lambda v: v) if shared else copy.deepcopy
         return {
             "format_version": self.format_version,
             "circuit": self.circuit,
@@ -157,16 +160,21 @@ class Manifest:
             "committed_at": self.committed_at,
             "traces": {k: v.to_dict() for k, v in sorted(self.traces.items())},
             "outputs": {k: v.to_dict() for k, v in sorted(self.outputs.items())},
-            "inputs": copy.deepcopy(self.inputs),
-            "meta": copy.deepcopy(self.meta),
+            "inputs": own(self.inputs),
+            "meta": own(self.meta),
             **({"timeline": [[t, at] for t, at in self.timeline]} if self.timeline else {}),
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1, sort_keys=False, default=str) + "\n"
+        """Compact JSON: without ``indent`` the json module encodes in C, which matters because a
+        manifest carries every consumed input file and is written (and parsed) at every step."""
+        return json.dumps(self.to_dict(shared=True), separators=(",", ":"), default=str) + "\n"
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> "Manifest":
+    def from_dict(cls, raw: dict[str, Any], *, owned: bool = False) -> "Manifest":
+        """``owned``: ``raw`` is this manifest's alone (just parsed), so its values are taken
+        as they are instead of deep-copied."""
+        own = (lambda v: v) if owned else copy.deepcopy
         version = int(raw.get("format_version", 0))
         if version > FORMAT_VERSION:
             raise ValueError(f"manifest format_version {version} is newer than this code "
@@ -178,15 +186,16 @@ class Manifest:
             committed_at=raw.get("committed_at", ""),
             traces={k: TraceEntry.from_dict(v) for k, v in (raw.get("traces") or {}).items()},
             outputs={k: OutputEntry.from_dict(v) for k, v in (raw.get("outputs") or {}).items()},
-            inputs=copy.deepcopy(raw.get("inputs") or {}),
-            meta=copy.deepcopy(raw.get("meta") or {}),
+            inputs=own(raw.get("inputs") or {}),
+            meta=own(raw.get("meta") or {}),
             format_version=version,
             timeline=[(int(t), str(at)) for t, at in raw.get("timeline") or []],
         )
 
     @classmethod
     def from_json(cls, text: str) -> "Manifest":
-        return cls.from_dict(json.loads(text))
+        return cls.from_dict(json.loads(text), owned=True)
 
     def copy(self) -> "Manifest":
-        return Manifest.from_dict(self.to_dict())
+        """A deep copy (through JSON: the C encoder and decoder beat ``copy.deepcopy`` by far)."""
+        return Manifest.from_json(self.to_json())

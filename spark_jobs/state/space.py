@@ -11,14 +11,17 @@ from __future__ import annotations
 import errno
 import re
 
+from spark_jobs.errors import DbspError, EXIT_FAILED
+
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 _NO_SPACE_TEXT = ("No space left on device", "Disk quota exceeded")
 # Spark: "[TASK_WRITE_FAILED] Task failed while writing rows to file:/root/x. SQLSTATE: 58030"
 _WRITING = re.compile(r"writing rows to (\S+?)\.?(?:\s|$)")
 
 
-class StorageFull(OSError):
+class StorageFull(DbspError, OSError):
     """A step ran out of space while writing; its message names the path and what was committed."""
+    exit_code = EXIT_FAILED
 
 
 def no_space_left(exc: BaseException) -> str | None:

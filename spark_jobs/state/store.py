@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from spark_jobs.errors import DbspError, EXIT_FAILED
 from spark_jobs.policy import StatePolicy
 from spark_jobs.state import layout as L
 from spark_jobs.state.failpoints import failpoint
@@ -43,11 +44,13 @@ def view_trace_id(view: str) -> str:
     return f"{VIEW_TRACE_PREFIX}{view}"
 
 
-class FingerprintMismatch(RuntimeError):
+class FingerprintMismatch(DbspError, RuntimeError):
     """The committed state was built by a different circuit definition.
 
     ``describe(reset)`` words the message around the exact command that rebuilds the state; the
     CLI passes the command as the user typed it (their circuit path, ``--data-root``, profile)."""
+    exit_code = EXIT_FAILED
+    retryable = False
 
     def __init__(self, circuit: str, root: str, timestep: int, state_fingerprint: str,
                  circuit_fingerprint: str) -> None:
@@ -59,6 +62,9 @@ class FingerprintMismatch(RuntimeError):
         return (type(self), (self.circuit, self.root, self.timestep, self.state_fingerprint,
                              self.circuit_fingerprint))
 
+    def user_message(self, reset_command: str | None = None) -> str:
+        return self.describe(reset_command) if reset_command else str(self)
+
     def describe(self, reset: str) -> str:
         return (f"circuit {self.circuit!r} changed since its state was committed: state at "
                 f"{self.root} (timestep {self.timestep}) has fingerprint {self.state_fingerprint}, the "
@@ -66,15 +72,16 @@ class FingerprintMismatch(RuntimeError):
                 f"be carried across a definition change; rebuild it from the inputs with `{reset}`.")
 
 
-class TimestepNotRetained(LookupError):
+class TimestepNotRetained(DbspError, LookupError):
     """The timestep was committed but its manifest has been garbage-collected."""
+    exit_code = EXIT_FAILED
 
 
-class ConcurrentCommit(RuntimeError):
+class ConcurrentCommit(DbspError, RuntimeError):
     """Another writer committed this timestep first (max_active_runs must be 1)."""
 
 
-class TransactionClosed(RuntimeError):
+class TransactionClosed(DbspError, RuntimeError):
     """The transaction was already committed or aborted."""
 
 
@@ -194,7 +201,8 @@ class StateStore:
         entry = None if m is None else m.traces.get(trace_id)
         if entry is None or not entry.dirs:
             return None
-        paths = [full for d in entry.dirs for full, _ in self.fs.data_files(self.layout.abs(d))]
+        listed = [f for d in entry.dirs for f in self.fs.data_files(self.layout.abs(d))]
+        paths = [full for full, _ in listed]
         if entry.schema:
             schema = arrow_schema(entry.schema)  # timestamps as UTC instants, as Spark stores them
         elif paths:  # an old manifest without the schema: the first file's (its columns are the trace's)
@@ -204,7 +212,7 @@ class StateStore:
                 schema = pq.read_schema(fh)
         else:
             return None
-        return TraceFiles(self.fs, paths, schema)
+        return TraceFiles(self.fs, paths, schema, [size for _, size in listed])
 
     def delta_dirs(self, view: str, t: int) -> list[str]:
         """The root-relative directories of the view's delta committed at t (none: it was empty)."""
@@ -835,13 +843,13 @@ class Transaction:
         for r in due:
             if r.trace_id not in batched:
                 self._rewrite(r)
-        for rel in self._written:
-            path = s.layout.abs(rel)
+        paths = [s.layout.abs(rel) for rel in self._written]
+        for rel, path in zip(self._written, paths):
             if not s.fs.exists(path):
                 raise ConcurrentCommit(
                     f"{rel} written by timestep {self.timestep} has vanished (another run of "
                     f"{s.circuit!r} cleaned this store?); not committing")
-            s.fs.sync_tree(path)
+        s.fs.sync_trees(paths)
         failpoint("before_manifest")
         if s.lease is not None:  # the files checked above cannot vanish while this holds
             s.lease.check()
@@ -856,13 +864,13 @@ class Transaction:
             circuit=s.circuit, fingerprint=s.fingerprint, timestep=self.timestep, committed_at=committed_at,
             traces=self._traces, outputs=self._outputs, inputs=self._inputs, meta=self._meta,
             timeline=self._next_timeline(now, committed_at))
+        text = manifest.to_json()
         try:
-            s.fs.publish_text(s.layout.manifest_path(self.timestep), manifest.to_json(),
-                              L.TMP_PREFIX, exclusive=True)
+            s.fs.publish_text(s.layout.manifest_path(self.timestep), text, L.TMP_PREFIX, exclusive=True)
         except FileExistsError as exc:  # lost a race the check above could not see
             raise ConcurrentCommit(f"cannot commit timestep {self.timestep}: {exc}") from exc
         self._state = "published"
-        manifest = Manifest.from_json(manifest.to_json())  # detach from this transaction
+        manifest = Manifest.from_json(text)  # detach from this transaction
         s._cache[self.timestep] = manifest
         failpoint("after_manifest")
         s._collect_garbage(self.timestep, self._written)

@@ -1,8 +1,8 @@
 """A from-scratch reference evaluator of a circuit over Python bags: obviously correct, not fast.
 
 It reads a ``CircuitSpec`` as the real loader and validator produced it, and at every timestep
-evaluates every node again from the integrated inputs, following the README's definition of
-each op (written here independently of the engine: output columns and their naming rules,
+evaluates every node again from the integrated inputs, following the definition of
+each op in docs/reference/ (written here independently of the engine: output columns and their naming rules,
 SQL NULL semantics, bag/set semantics, aggregates, stream operators, recursion). A relation is
 a ``Counter`` of tuples (a Z-set: weights may be negative after ``differentiate``).
 
@@ -45,7 +45,7 @@ def _names(schema: Schema) -> tuple[str, ...]:
 # ---- output columns ------------------------------------------------------------------------
 
 def join_schema(left: Schema, right: Schema, right_name: str, on: Iterable[str] = ()) -> Schema:
-    """README: with ``on`` the keys once (left order), left's others, right's others; else all
+    """docs/reference/circuits.md: with ``on`` the keys once (left order), left's others, right's others; else all
     left then all right. A right column whose name is taken becomes ``<right>_<col>``."""
     on = tuple(on)
     if on:

@@ -1,11 +1,11 @@
 """Random SQL views for the differential test against DuckDB (``tests/test_sql_fuzz.py``).
 
 A case is 2-3 inputs of random column types (few distinct values and many NULLs, so joins and
-groups collide) and a few ``op: sql`` nodes drawn from the subset the README documents:
+groups collide) and a few ``op: sql`` nodes drawn from the subset docs/reference/sql.md documents:
 projections with expressions, WHERE, inner and outer joins on one or two keys, GROUP BY with
 every aggregate and HAVING, DISTINCT, the set operators, subqueries in FROM, CTEs and both top-k
 forms. Every query is written twice: the text the engine compiles, and the text DuckDB runs,
-which differs only where the README says the engine decides what SQL leaves open (ties of
+which differs only where docs/reference/sql.md says the engine decides what SQL leaves open (ties of
 ``row_number()`` and ``ORDER BY ... LIMIT`` are broken on the other selected columns, ascending,
 NULLS FIRST). Expressions stay where Spark and DuckDB agree on values: no division, no float text
 forms, small integers (no overflow), doubles that are exact binary fractions.

@@ -1,4 +1,4 @@
-"""GROUP BY aggregates on Arrow tables, as Spark's ``operators/aggregate.py`` computes them.
+"""GROUP BY aggregates on Arrow tables, as Spark's ``spark/aggregate.py`` computes them.
 
 Same weights semantics (a tuple counts with its multiplicity when its consolidated weight is
 positive), same SQL results (COUNT of nothing is 0, the other aggregates NULL; without group_by
@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from spark_jobs.executor.arrow.expressions import column_value
 from spark_jobs.executor.arrow.zsets import consolidate
-from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.executor.engine import NotLocal
 from spark_jobs.executor.totals import (EXACT, LIMBS, MAX_SPLIT_SCALE, PARTS, ROWS, TOTAL_LIMIT_EXP, count_name,
                                         extremum_name, finish_float, finish_limbs, finish_sql, float_terms, is_split,
                                         split_terms, sum_prefix)
@@ -219,7 +219,7 @@ def _family(arg_type: pa.DataType, func: str) -> str:
 def _layout(aggs: Sequence[Agg], types: dict[int, pa.DataType], node: str
             ) -> tuple[dict[int, int], dict[int, _Sum], list[tuple[str, pa.DataType, bool]]]:
     """Slots, exact sums per slot, and the accumulators (name, type, overflow-checked), in the
-    stored order (``operators/aggregate._Totals``)."""
+    stored order (``spark/aggregate._Totals``)."""
     slots = linear_slots(aggs)
     sums: dict[int, _Sum] = {}
     accs: list[tuple[str, pa.DataType, bool]] = [(ROWS, pa.int64(), True)]
@@ -252,7 +252,7 @@ def _same(a: Any, b: Any) -> bool:
 def linear_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str], aggs: Sequence[Agg],
                 first_step: bool, timezone: str, node: str = "aggregate") -> tuple[pa.Table, pa.Table]:
     """One step of a linear aggregate: ``(out_delta, totals_delta)``, the same rows, types and
-    totals (bit for bit) as ``operators/aggregate.aggregate_linear_step``. ``prev``: the trace
+    totals (bit for bit) as ``spark/aggregate.aggregate_linear_step``. ``prev``: the trace
     rows of the groups the delta touches (all of them without group_by; None: no totals yet).
     Totals are exact (integers and decimals; doubles as integer limbs: ``executor/totals.py``), so
     either engine may read the totals the other wrote. A value or total Spark refuses hands the
@@ -359,7 +359,7 @@ def _changes(key_fields: list[pa.Field], outs: list[tuple[str, str, str | None, 
 def insert_only_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str], aggs: Sequence[Agg],
                      first_step: bool, timezone: str, node: str = "aggregate") -> tuple[pa.Table, pa.Table]:
     """One step of an aggregate with min/max over an insert-only input: ``(out_delta,
-    state_delta)``, the same rows, types and state as ``operators/aggregate.
+    state_delta)``, the same rows, types and state as ``spark/aggregate.
     aggregate_insert_only_step``. ``prev``: this node's state rows of the groups the delta
     touches (all of them without group_by; None: none yet). A negative weight hands the step to
     Spark, which refuses it."""

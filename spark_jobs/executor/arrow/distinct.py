@@ -1,4 +1,4 @@
-"""distinct and its incremental form H (Proposition 4.7) on Arrow tables (``operators/distinct.py``)."""
+"""distinct and its incremental form H (Proposition 4.7) on Arrow tables (``spark/distinct.py``)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,7 +1,7 @@
 """Expressions of ``select`` and ``filter`` nodes evaluated on Arrow tables, as Spark evaluates them.
 
 The compiler from a checked Spark SQL expression to Arrow compute is
-``spark_jobs.executor.arrow_expr`` (its own module, tested against Spark on random data):
+``spark_jobs.executor.arrow.compiler`` (its own module, tested against Spark on random data):
 ``compile_expression(text, schema)`` gives the value, the type Spark would give, and refuses
 what it does not compute exactly as Spark (``NotCovered``: the step then runs on Spark, and
 its summary gives the reason). A plain column reference is taken as is (no compiling).
@@ -13,10 +13,10 @@ from typing import Any, Sequence
 import pyarrow as pa
 
 from spark_jobs.executor.arrow.zsets import plain_column
-from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.executor.engine import NotLocal
 from spark_jobs.spec.model import WEIGHT
 
-from spark_jobs.executor.arrow_expr import ExpressionFailed, NotCovered, compile_expression
+from spark_jobs.executor.arrow.compiler import ExpressionFailed, NotCovered, compile_expression
 
 def _compiled(text: str, schema: pa.Schema, timezone: str) -> Any:
     """The compiled expression, or NotLocal with the compiler's reason."""

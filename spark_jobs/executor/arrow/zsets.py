@@ -2,7 +2,7 @@
 
 Why: once a step's changes are small, its work is a few lookups of touched keys and joins of a
 few hundred rows; Spark spends ~0.1 s of planning and a job on each whatever the size, Arrow a few
-milliseconds. Semantics follow the DataFrame kernels exactly (``executor/operators/``): SQL ``=``
+milliseconds. Semantics follow the DataFrame kernels exactly (``executor/spark/``): SQL ``=``
 in an equi-join (NULL matches nothing), ``<=>`` where the Spark kernel is null-safe, weights
 multiplied by a join, consolidation summing weights per tuple with NULLs equal.
 """
@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs.executor.kernels import NotLocal
+from spark_jobs.executor.engine import NotLocal
 from spark_jobs.spec.model import WEIGHT
 
 _PLAIN = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*|`(?:[^`]|``)+`)$")

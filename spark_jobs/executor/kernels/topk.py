@@ -109,7 +109,7 @@ def arrow_topk_touched(s: Any, node: Node) -> Any:
     import pyarrow.compute as pc
 
     from spark_jobs.executor.arrow.zsets import consolidate, negate, semi, total
-    from spark_jobs.executor.kernels.arrow import Integral
+    from spark_jobs.executor.arrow.kernels import Integral
 
     delta, integral = s.args(node)
     delta = s.engine.table(delta)
@@ -138,7 +138,7 @@ def topk_frame(df: Any, node: Node) -> Any:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from spark_jobs.executor.zset import WEIGHT, col, consolidate, data_columns
+    from spark_jobs.executor.spark.zset import WEIGHT, col, consolidate, data_columns
 
     columns = data_columns(df)
     k, rank, rank_column = int(node.param("k")), node.param("rank"), node.param("rank_column")
@@ -182,7 +182,7 @@ def spark_topk(s: Any, node: Node) -> Any:
 def spark_topk_touched(s: Any, node: Node) -> Any:
     """The touched groups' rows of the integral (a semi join with the change's partition values,
     pre-filtered by the first one so Parquet skips row groups), top-k before and after, new − old."""
-    from spark_jobs.executor.zset import consolidate, negate, plus, restrict
+    from spark_jobs.executor.spark.zset import consolidate, negate, plus, restrict
 
     delta, integral = s.args(node)
     part = _partition(node)

@@ -15,7 +15,7 @@ from spark_jobs.ir.ops.window import spec_of
 def spark_window(s: Any, node: Node) -> Any:
     from pyspark.sql import functions as F
 
-    from spark_jobs.executor.zset import WEIGHT, col
+    from spark_jobs.executor.spark.zset import WEIGHT, col
 
     window = spec_of(node)
     df = s.value(node.inputs[0])

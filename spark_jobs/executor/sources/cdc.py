@@ -25,8 +25,8 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, LongType, StringType, StructField, StructType
 
-from spark_jobs.executor import zset
-from spark_jobs.executor.local import collect_local
+from spark_jobs.executor.spark import zset
+from spark_jobs.executor.spark.local_relations import collect_local
 from spark_jobs.policy import ExecutionPolicy
 from spark_jobs.spec.model import WEIGHT, InputSpec
 from spark_jobs.state.lookup import TraceFiles

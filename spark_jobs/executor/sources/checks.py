@@ -15,16 +15,20 @@ from urllib.parse import unquote, urlsplit
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from spark_jobs.errors import DbspError, EXIT_REFUSED
+
 from .discovery import is_local, normalize
 
 FILE_COL = "__file"
 
 
-class InputRefused(Exception):
+class InputRefused(DbspError):
     """Input files that do not match their declared schema; nothing of the step was applied.
 
     ``problems`` lists every refused file of the step as ``(path, reason)``.
     """
+    exit_code = EXIT_REFUSED
+    retryable = False
 
     def __init__(self, problems: Sequence[tuple[str, str]], input_name: str | None = None):
         self.problems: list[tuple[str, str]] = sorted(problems)
@@ -37,6 +41,10 @@ class InputRefused(Exception):
 
     def __reduce__(self):  # picklable across processes (Airflow, Spark Connect clients)
         return (type(self), (self.problems, self.input_name))
+
+    def user_message(self, reset_command: str | None = None) -> str:
+        lines = ["input refused; nothing was committed and the files were left in place:"]
+        return "\n".join(lines + [f"  {path}: {reason}" for path, reason in self.problems])
 
     @classmethod
     def combine(cls, errors: Iterable["InputRefused"]) -> "InputRefused":

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from spark_jobs.executor import zset
+from spark_jobs.executor.spark import zset
 from spark_jobs.spec.model import WEIGHT
 
 

@@ -15,13 +15,14 @@ from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, Date
                                DoubleType, FloatType, IntegerType, LongType, NullType, ShortType,
                                StringType, StructField, StructType, TimestampNTZType, TimestampType)
 
+from spark_jobs.errors import DbspError
 from spark_jobs.spec.model import WEIGHT
 
 from .discovery import locate, open_text_head
 from .spark_types import is_integral, type_label, widens
 
 
-class UnreadableFile(Exception):
+class UnreadableFile(DbspError):
     """The file cannot be read as its format at all; the message is the reason."""
 
 

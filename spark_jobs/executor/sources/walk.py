@@ -25,6 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from spark_jobs.errors import DbspError
 from spark_jobs.spec.paths import within
 
 
@@ -41,8 +42,9 @@ class Entry:
     linked: bool  # reached through a symbolic link (or is one)
 
 
-class LinkOutside(Exception):
-    """A symbolic link whose target leaves the allowed roots: ``(link, real target)``."""
+class LinkOutside(DbspError):
+    """A symbolic link whose target leaves the allowed roots: ``(link, real target)`` (a signal
+    to ``discovery``, which refuses the input with ``InputRefused``)."""
 
     def __init__(self, link: str, target: str):
         super().__init__(f"{link} -> {target}")

@@ -12,7 +12,7 @@ floor of the right's time minus the range (and symmetrically); with an equi-key 
 has a floor (a window column), a row whose key is below it.
 
 Inside a recursive body a join becomes ``join_nested`` (inputs Δa, Δb and their per-iteration
-traces): the bilinear rule in two time dimensions, four terms (``executor/kernels/nested.py``).
+traces): the bilinear rule in two time dimensions, four terms (``executor/loop.join_nested``).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ the plain join; after a change of a matched relation row it is not (the old outp
 
 Params are a join's (``left_keys``, ``right_keys``, ``null_safe``, ``left_out``, ``right_out``)
 plus ``stream``: "left" or "right". Inputs stay in (left, right) order, so the join kernels
-(``executor/kernels/spark.py`` / ``arrow.py``: ``join``) run both terms unchanged; the term that
+(``executor/spark/kernels.py`` / ``executor/arrow/kernels.py``: ``join``) run both terms unchanged; the term that
 reads z⁻¹(I r) narrows the relation's state to the keys of the step's arrivals. The terms are
 added and consolidated (``executor/kernels/stream_join.py``): Δs⋈Δr alone is negative where a
 matched relation row is deleted in the step its stream row arrives.

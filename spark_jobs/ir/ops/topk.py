@@ -1,7 +1,7 @@
 """Top-k per group (``row_number()`` / ``rank()`` / ``dense_rank()`` ``<= k``) and its incremental form.
 
 Why here: this is the whole operator's definition (IR facts, incremental rule, params, and the
-names of its kernels); README, "Adding an operator", points at it. Its Spark and Arrow kernels
+names of its kernels); docs/contributing/adding-an-operator.md points at it. Its Spark and Arrow kernels
 are in ``executor/kernels/topk.py``, named by string, so the IR imports no engine and no
 executor module (tests/test_layering.py).
 

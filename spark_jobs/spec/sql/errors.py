@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from spark_jobs.errors import DbspError
+
 
 @dataclass(frozen=True)
 class Position:
@@ -17,7 +19,7 @@ class Position:
     col: int  # 1-based column inside that line
 
 
-class SqlError(ValueError):
+class SqlError(DbspError, ValueError):
     """A query that cannot be compiled: what is wrong, and where in the query."""
 
     def __init__(self, message: str, where: "exp.Expression | Position | None" = None) -> None:

@@ -1,0 +1,149 @@
+"""Small DataFrames made driver-local (LocalRelation) with ONE Spark job for all of them.
+
+Why: Spark broadcasts a local relation without running a job, and folds filters and
+projections over it at planning time. A step whose input changes are local looks state up
+with no broadcast job per lookup (each ~0.1 s). On a classic session the rows stay in the JVM:
+they are collected with ``collectAsList`` and turned back into a relation there (no Python round
+trip per row). A Spark Connect client has no JVM: ``collect_arrow`` brings the rows to the
+client as Arrow, in one job too, and ``spark.createDataFrame(table)`` sends them back inside the
+next plan as a local relation.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.executor.spark.session import temporary_conf
+from spark_jobs.policy import ExecutionPolicy
+from spark_jobs.executor.spark.zset import col
+
+_SLOT = "__local_slot"
+# The one top-level limit is a CollectLimit, which takes rows partition by partition without
+# generated code. (A limit inside the plan is compiled with a counter named from a global
+# sequence, so its code never repeats and is recompiled with Janino at every step.) By default
+# it scans one partition first and more in later jobs; this makes the first job scan them all.
+# The optimizer would also push a copy of the limit into each side of the union (compiled, and
+# needless: each side's partitions are cut by the CollectLimit anyway).
+_ONE_JOB_LIMIT = {"spark.sql.limit.initialNumPartitions": "100000"}
+_EXCLUDED_RULES = "spark.sql.optimizer.excludedRules"
+_LIMIT_PUSH_DOWN = "org.apache.spark.sql.catalyst.optimizer.LimitPushDown"
+
+
+def _collect_conf(spark: SparkSession) -> dict[str, str]:
+    """``_ONE_JOB_LIMIT`` plus LimitPushDown added to the session's excluded optimizer rules."""
+    excluded = [r for r in (spark.conf.get(_EXCLUDED_RULES, "") or "").split(",") if r.strip()]
+    return {**_ONE_JOB_LIMIT, _EXCLUDED_RULES: ",".join([*excluded, _LIMIT_PUSH_DOWN])}
+
+
+def _part(i: int) -> str:
+    return f"__local_p{i}"
+
+
+def to_local(spark: SparkSession, rows, schema) -> DataFrame:
+    """A DataFrame over JVM rows (``java.util.List<Row>``) with a JVM ``StructType``."""
+    return DataFrame(spark._jsparkSession.createDataFrame(rows, schema), spark)  # type: ignore[attr-defined]
+
+
+def collect_local(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows: int,
+                  extras: Mapping[str, DataFrame] | None = None,
+                  max_extra_rows: int = ExecutionPolicy().collect_extra_rows
+                  ) -> tuple[dict[str, DataFrame] | None, dict[str, list[Row]]]:
+    """Collect ``frames`` as local relations, and the (small) ``extras`` as Python rows, in one job.
+
+    If the frames have more than ``max_rows`` rows together, they are not made local (None: the
+    caller keeps its distributed frames) but the extras are still returned. Extras are meant for
+    a few summary rows (e.g. counts) computed in the same job, at most ``max_extra_rows``
+    (``ExecutionPolicy.collect_extra_rows``): they come first in the union and the limit keeps
+    rows in partition order, so that many are never cut off by the limit.
+    Every part goes into a struct column of its own, so parts with clashing column names or
+    types share one union.
+    """
+    extras = dict(extras or {})
+    if is_connect(spark):
+        tables, small = collect_arrow(spark, frames, max_rows, extras, max_extra_rows)
+        rows = {name: [Row(**r) for r in t.to_pylist()] for name, t in small.items()}
+        if tables is None:
+            return None, rows
+        return {name: spark.createDataFrame(t, schema=frames[name].schema) for name, t in tables.items()}, rows
+    parts = list(extras.values()) + list(frames.values())  # extras first: the limit keeps them
+    if not parts:
+        return {}, {}
+    nulls = [F.lit(None).cast(df.schema) for df in parts]
+    union = None
+    for i, df in enumerate(parts):
+        row = F.struct(*[col(c) for c in df.columns])
+        tagged = df.select(F.lit(i).alias(_SLOT),
+                           *[(row if j == i else nulls[j]).alias(_part(j)) for j in range(len(parts))])
+        union = tagged if union is None else union.unionByName(tagged)
+    assert union is not None
+    limit = max_rows + 1 + (max_extra_rows if extras else 0)
+    with temporary_conf(spark, _collect_conf(spark)):
+        jrows = union.limit(limit)._jdf.collectAsList()
+    local = to_local(spark, jrows, union._jdf.schema())
+
+    def part(i: int) -> DataFrame:  # a filter + projection of a local relation: still local
+        return local.where(F.col(_SLOT) == i).select(f"{_part(i)}.*")
+
+    rows = {name: part(k).collect() for k, name in enumerate(extras)}  # local: no job
+    extra_rows = sum(len(r) for r in rows.values())
+    if extra_rows > max_extra_rows:
+        raise ValueError(f"collect_local: the extras have {extra_rows} rows; at most {max_extra_rows} are kept whole")
+    if jrows.size() - extra_rows > max_rows:
+        return None, rows
+    n = len(extras)
+    return {name: part(n + i) for i, name in enumerate(frames)}, rows
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Is ``spark`` a Spark Connect client session (no JVM in this process)?"""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+_SLOT_COL = "__slot"
+
+
+def collect_arrow(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows: int,
+                  extras: Mapping[str, DataFrame] | None = None,
+                  max_extra_rows: int = ExecutionPolicy().collect_extra_rows
+                  ) -> tuple[dict[str, pa.Table] | None, dict[str, pa.Table]]:
+    """``frames`` and the (small) ``extras`` as Arrow tables in this process, with ONE Spark job.
+
+    Works on classic sessions and Spark Connect (public API only). Returns ``(None, extras)``
+    when the frames hold more than ``max_rows`` rows together. The parts share one union whose
+    columns are every part's columns side by side (``p<i>_<k>``, NULL in the other parts' rows),
+    so parts with clashing names or types fit; a slot column says whose a row is. (Top-level
+    columns: a union makes them nullable, and Arrow refuses NULL structs with non-nullable
+    fields.) Extras come first, so the limit never cuts them (at most ``max_extra_rows``).
+    """
+    extras = dict(extras or {})
+    parts = list(extras.values()) + list(frames.values())
+    if not parts:
+        return {}, {}
+    layout = [[(f"p{i}_{k}", f) for k, f in enumerate(df.schema.fields)] for i, df in enumerate(parts)]
+    union = None
+    for i, df in enumerate(parts):
+        cols = [F.lit(i).alias(_SLOT_COL)]
+        for j, fields in enumerate(layout):
+            for k, (alias, field) in enumerate(fields):
+                cols.append((df[df.columns[k]] if j == i else F.lit(None).cast(field.dataType)).alias(alias))
+        tagged = df.select(*cols)
+        union = tagged if union is None else union.unionByName(tagged)
+    assert union is not None
+    with temporary_conf(spark, _collect_conf(spark)):
+        table = union.limit(max_rows + 1 + (max_extra_rows if extras else 0)).toArrow()
+    slots = table.column(_SLOT_COL)
+
+    def part(i: int) -> pa.Table:
+        picked = table.select([alias for alias, _ in layout[i]]).filter(pc.equal(slots, i))
+        return picked.rename_columns([f.name for _, f in layout[i]])
+
+    small = {name: part(i) for i, name in enumerate(extras)}
+    if sum(t.num_rows for t in small.values()) > max_extra_rows:
+        raise ValueError(f"collect_arrow: the extras have more than {max_extra_rows} rows")
+    if table.num_rows - sum(t.num_rows for t in small.values()) > max_rows:
+        return None, small
+    return {name: part(len(extras) + i) for i, name in enumerate(frames)}, small

@@ -1,0 +1,133 @@
+"""One SparkSession per process, built from the profile's Spark settings."""
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+from spark_jobs.config import Config, SparkSettings
+from spark_jobs.errors import DbspError, EXIT_FAILED
+
+_LOOPBACK = {"SPARK_LOCAL_IP": "127.0.0.1"}
+# Defaults a profile's conf may override. PySpark's DataFrame debugging records the Python call
+# site of every API call in the JVM (about five Py4J round trips per call, ~4,000 per W1 step:
+# seconds of driver time); errors still name the failing operator without it.
+ENGINE_CONF = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
+# Runtime SQL settings every session gets (a Spark Connect client too). Timestamps are written as
+# Parquet's INT64 microseconds adjusted to UTC, as pyarrow writes them, not Spark's default INT96
+# (read back by pyarrow as naive nanoseconds): view deltas, feed files and state written by either
+# engine then have the same column types for any reader.
+RUNTIME_CONF = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+# Static settings, fixed when the JVM's SQL context starts (a Spark Connect client cannot set
+# them; scripts/spark_connect.sh and docker/spark-service.sh pass them to the server). Spark keeps
+# at most 100 generated classes by default; one W1 step generates ~120 (whole-stage code and
+# projections), so every step evicted the last one's and recompiled all of them with Janino:
+# ~120 compiles of 20-40 ms each, about half the step's time. With room for a few circuits'
+# worth, a warm step compiles only what it has never seen.
+#
+# Local files are read and written through Hadoop's raw local file system, without its checksum
+# layer: that layer names a file's checksum `.<name>.crc` and parses the name as a URI, so a file
+# named `a:b.parquet` (a timestamped export) failed with "Relative path in absolute URI" (Spark
+# then said "corrupt data?"). Any name POSIX allows is readable this way; nothing of the engine
+# reads the .crc files (input fingerprints, Parquet footers and the manifests' records say what a
+# file is).
+ENGINE_STATIC_CONF = {"spark.sql.codegen.cache.maxEntries": "2000",
+                      "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem"}
+
+
+def compiled_classes(spark) -> int:
+    """Generated classes this JVM has compiled so far (Spark's codegen metrics). A warm step
+    should compile next to nothing: its code is the last step's, found in the class cache."""
+    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[attr-defined]
+    return int(metrics.METRIC_COMPILATION_TIME().getCount())
+
+
+class ConnectServerUnreachable(DbspError, ConnectionError):
+    """No Spark Connect server answers at the profile's address (the client would retry for
+    minutes before failing)."""
+    exit_code = EXIT_FAILED
+
+
+def check_reachable(remote: str, timeout: float = 3.0) -> None:
+    """Fail at once, with what to do, when nothing listens at ``sc://host:port``."""
+    import socket
+    from urllib.parse import urlparse
+
+    parsed = urlparse(remote.replace("sc://", "http://", 1))
+    host, port = parsed.hostname or "127.0.0.1", parsed.port or 15002
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        raise ConnectServerUnreachable(
+            f"no Spark Connect server at {remote} ({exc}). Start one with `scripts/spark_connect.sh start` "
+            f"(or `make airflow`), or use another profile (--config local).") from None
+
+
+def get_spark(settings: SparkSettings | Config | None = None):
+    """Return the active SparkSession or build one (local, Spark Connect or cluster master)."""
+    from pyspark.sql import SparkSession
+
+    if isinstance(settings, Config):
+        settings = settings.spark
+    settings = settings or SparkSettings(conf={"spark.sql.shuffle.partitions": "4"})
+    for k, v in _LOOPBACK.items():
+        os.environ.setdefault(k, v)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers must use this venv's Python
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    builder = SparkSession.builder.appName(settings.app_name)
+    if settings.mode == "connect":
+        check_reachable(settings.remote or "sc://127.0.0.1:15002")
+        builder = builder.remote(settings.remote or "sc://127.0.0.1:15002")
+    else:
+        builder = builder.master(settings.master)
+    # a Spark Connect client cannot set static settings: the server's launch sets them
+    # (scripts/spark_connect.sh)
+    engine = dict(RUNTIME_CONF) if settings.mode == "connect" else {**RUNTIME_CONF, **ENGINE_CONF, **ENGINE_STATIC_CONF}
+    for k, v in {**engine, **settings.conf}.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    if settings.mode != "connect":
+        spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+# A small change (``ExecutionPolicy.small_change``) is broadcast to look state up, and the step
+# runs without adaptive execution (AQE submits every shuffle and broadcast stage as a Spark job of
+# its own, ~50-100 ms each, and has nothing to coalesce or re-plan on delta-sized data). A larger
+# change (an initial load) keeps AQE and joins without broadcasting (it may not fit in memory).
+# Also: two shuffle partitions (delta-sized shuffles; one task per core), and a small file-open
+# cost so the many small files of a trace (a base and its deltas) are read by a few tasks, not
+# one task per file.
+_STEP_CONF = {"spark.sql.adaptive.enabled": "false",
+              "spark.sql.autoBroadcastJoinThreshold": "-1",  # only the deltas hinted: a job each
+              "spark.sql.shuffle.partitions": "2",
+              "spark.sql.files.openCostInBytes": str(64 * 1024)}
+
+
+@contextmanager
+def temporary_conf(spark, settings: dict[str, str]) -> Iterator[None]:
+    """Run the body with these runtime Spark SQL settings; restore the previous values after."""
+    saved = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+@contextmanager
+def step_conf(spark, small_change: bool) -> Iterator[None]:
+    """Run the body with the Spark SQL settings of a small-change step; restore them after."""
+    if not small_change:
+        yield
+        return
+    with temporary_conf(spark, _STEP_CONF):
+        yield

@@ -1,0 +1,250 @@
+"""Z-sets as Spark DataFrames: data columns plus a long ``_weight`` column.
+
+A Z-set maps each tuple to an integer weight (paper section 4.1). Several rows may carry the same
+tuple; their weights add up. *Consolidated* means one row per distinct tuple (nulls compare
+equal, as in ``groupBy``) and no zero weight. Kernels consolidate only where the algebra needs
+it; everything here is lazy except the test helpers at the bottom.
+"""
+from __future__ import annotations
+
+import datetime
+import decimal
+import math
+from collections import Counter
+from typing import Any, Iterable, Mapping, Sequence
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
+
+from spark_jobs.policy import NarrowPolicy
+from spark_jobs.spec.model import WEIGHT
+
+__all__ = [
+    "WEIGHT", "col", "data_columns", "consolidate", "negate", "plus", "local_values", "local_plus", "is_local",
+    "empty", "empty_like", "zset_schema", "null_safe_match", "key_prefilter", "restrict", "from_tuples", "from_rows", "to_counter", "is_consolidated",
+]
+
+
+def col(name: str) -> Column:
+    """A column by its exact name (dots and spaces in names are not struct paths)."""
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def data_columns(df: DataFrame) -> list[str]:
+    """Every column except the weight, in order."""
+    return [c for c in df.columns if c != WEIGHT]
+
+
+def consolidate(df: DataFrame) -> DataFrame:
+    """One row per distinct tuple with the summed weight; tuples whose weights cancel are dropped."""
+    cols = data_columns(df)
+    summed = df.groupBy(*[col(c) for c in cols]).agg(F.sum(col(WEIGHT)).cast("long").alias(WEIGHT))
+    return summed.where(col(WEIGHT) != 0)
+
+
+def negate(df: DataFrame) -> DataFrame:
+    """-x: every weight negated (linear)."""
+    return df.select(*[col(c) for c in data_columns(df)], (-col(WEIGHT)).alias(WEIGHT))
+
+
+def plus(*dfs: DataFrame, schema: StructType | None = None, spark: SparkSession | None = None) -> DataFrame:
+    """Z-set addition (UNION ALL by column name). With no inputs, the empty Z-set of ``schema``."""
+    if not dfs:
+        if schema is None or spark is None:
+            raise ValueError("plus() of zero Z-sets needs schema= and spark= to build the empty Z-set")
+        return empty(spark, schema)
+    result = dfs[0]
+    for other in dfs[1:]:
+        result = result.unionByName(other)
+    return result
+
+
+def is_local(df: DataFrame) -> bool:
+    """Is ``df`` a relation held on the driver (its optimized plan is a LocalRelation)?"""
+    jdf = getattr(df, "_jdf", None)
+    return jdf is not None and jdf.queryExecution().optimizedPlan().getClass().getSimpleName() == "LocalRelation"
+
+
+def cut_lineage(df: DataFrame) -> DataFrame:
+    """``df`` computed now, as a relation with no lineage (a local checkpoint: executors' memory
+    and disk, dropped with the session). Later plans that read it analyze a leaf, not its tree."""
+    return df.localCheckpoint(eager=True)
+
+
+def local_values(df: DataFrame, column: str, limit: int) -> frozenset | None:
+    """The values of ``column`` in a driver-local DataFrame (a projection of a local relation is
+    folded at planning: no Spark job); None if there are more than ``limit``."""
+    values = frozenset(r[0] for r in df.select(col(column)).collect())
+    return values if len(values) <= limit else None
+
+
+def local_plus(*dfs: DataFrame) -> DataFrame:
+    """``plus``, but rows of Z-sets held on the driver are concatenated into one local relation.
+
+    Spark broadcasts a local relation without running a job, but not a union of them; in a loop
+    that looks state up by small deltas every iteration, that is a job saved per lookup.
+    """
+    if len(dfs) > 1 and all(is_local(df) for df in dfs):
+        first = dfs[0]
+        spark = first.sparkSession
+        rows = spark._jvm.java.util.ArrayList()  # type: ignore[attr-defined]
+        for df in dfs:
+            rows.addAll(df.select(*[col(c) for c in first.columns])._jdf.collectAsList())
+        return DataFrame(spark._jsparkSession.createDataFrame(rows, first._jdf.schema()), spark)  # type: ignore[attr-defined]
+    return plus(*dfs)
+
+
+def zset_schema(schema: StructType | str) -> StructType:
+    """``schema`` (data columns, a StructType or DDL string) with the long weight column added."""
+    if isinstance(schema, str):
+        schema = StructType.fromDDL(schema)
+    if WEIGHT in schema.fieldNames():
+        return schema
+    return StructType(list(schema.fields) + [StructField(WEIGHT, LongType(), False)])
+
+
+def empty(spark: SparkSession, schema: StructType | str) -> DataFrame:
+    """The zero Z-set with the given data columns (the weight column is added if missing).
+
+    ``limit(0)`` makes it an empty local relation to the optimizer, which then prunes joins and
+    unions with it before running anything (e.g. lookups into a state that does not exist yet).
+    """
+    return spark.createDataFrame([], zset_schema(schema)).limit(0)
+
+
+def empty_like(df: DataFrame) -> DataFrame:
+    """The zero Z-set with ``df``'s columns; ``df`` is never read (see ``empty``)."""
+    return df.limit(0)
+
+
+def null_safe_match(left: Sequence[str], right: Sequence[str]) -> Column:
+    """``l1 <=> r1 AND ...`` on (unambiguous) column names; TRUE when there are no columns."""
+    cond: Column = F.lit(True)
+    for a, b in zip(left, right, strict=True):
+        cond = cond & col(a).eqNullSafe(col(b))
+    return cond
+
+
+IN_LIST_MAX = NarrowPolicy().in_list_max  # the policy's default (``NarrowPolicy.in_list_max``)
+
+
+def key_prefilter(df_col: str, keys_df: DataFrame, key_col: str, null_safe: bool,
+                  in_list_max: int = IN_LIST_MAX) -> Column | None:
+    """``df_col IN (values of keys_df[key_col])`` when ``keys_df`` is driver-local and has at
+    most ``in_list_max`` distinct values (read without a Spark job), else None: a lookup by a
+    small local change then filters the state by a literal list instead of broadcasting the
+    change (a broadcast is a Spark job of its own, even of a local relation), and joins the few
+    rows left with a shuffle inside the job. ``null_safe`` also keeps NULLs of ``df_col`` when a
+    key is NULL. A superset filter: the caller still joins on every key."""
+    values = local_values(keys_df, key_col, in_list_max) if is_local(keys_df) else None
+    if values is None:
+        return None
+    literals = [_sql_literal(v) for v in values if v is not None]
+    if any(lit is None for lit in literals):
+        return None
+    name = "`" + df_col.replace("`", "``") + "`"
+    terms = [f"{name} IN ({', '.join(literals)})"] if literals else []  # type: ignore[arg-type]
+    if null_safe and None in values:
+        terms.append(f"{name} IS NULL")
+    return F.expr(" OR ".join(terms)) if terms else F.lit(False)
+
+
+def restrict(df: DataFrame, keys_df: DataFrame, df_keys: Sequence[str], key_cols: Sequence[str],
+             broadcast: bool = True, in_list_max: int = IN_LIST_MAX) -> DataFrame:
+    """Rows of ``df`` whose ``df_keys`` match (null-safe) some row of ``keys_df[key_cols]``.
+
+    This is how state is looked up by a change: a semi join (``df``'s rows are never duplicated)
+    with the change's keys broadcast, so the state is scanned but never shuffled. Pass
+    ``broadcast=False`` when the keys may not fit in memory. ``keys_df`` is renamed privately
+    first so shared names (and self-joins) stay unambiguous. A small driver-local ``keys_df``
+    is not broadcast: the state is filtered by its first key's values (``key_prefilter``) and
+    the rest joined with a shuffle, so the lookup costs no job of its own; so is a driver-local
+    ``df`` (state narrowed to the change already, ``executor.spark.narrow``).
+    """
+    private = [f"__k{i}" for i in range(len(key_cols))]
+    keys = keys_df.select(*[col(k).alias(p) for k, p in zip(key_cols, private)])
+    pre = key_prefilter(df_keys[0], keys, private[0], True, in_list_max) if broadcast and key_cols else None
+    if broadcast and pre is None and is_local(df):  # ``df`` was narrowed on the driver already
+        keys = keys.hint("shuffle_hash")  # a shuffle inside the job, no broadcast job
+    elif pre is not None:
+        df, keys = df.where(pre), keys.hint("shuffle_hash")
+    elif broadcast:
+        keys = F.broadcast(keys)
+    return df.join(keys, on=null_safe_match(df_keys, private), how="left_semi")
+
+
+# ---- test helpers (these run Spark actions) -------------------------------------------------
+
+def _sql_literal(value: Any) -> str | None:
+    """``value`` as a Spark SQL literal, or None when it has no simple literal form."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value) + "D" if math.isfinite(value) else f"CAST('{value}' AS DOUBLE)"
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, decimal.Decimal) and value.is_finite():
+        return f"{value}BD"
+    if isinstance(value, datetime.datetime):
+        return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
+    if isinstance(value, datetime.date):
+        return f"DATE '{value.isoformat()}'"
+    return None
+
+
+def from_tuples(spark: SparkSession, rows: Iterable[Sequence[Any]], schema: StructType | str) -> DataFrame:
+    """A DataFrame of literal rows, built in the JVM as a local relation.
+
+    ``createDataFrame`` on a Python list makes an RDD that a Python worker re-reads at every scan;
+    test data is small, so one SQL ``VALUES`` keeps every later job JVM-only and costs one call.
+    One partition: Spark then plans no shuffle for it (and each partition is a task in every job).
+    """
+    if isinstance(schema, str):
+        schema = StructType.fromDDL(schema)
+    rows = [tuple(r) for r in rows]
+    if not rows:
+        return spark.createDataFrame([], schema).limit(0)
+    literals = [[_sql_literal(v) for v in row] for row in rows]
+    if any(len(r) != len(schema.fields) for r in rows):
+        raise ValueError(f"rows must have {len(schema.fields)} values: {schema.simpleString()}")
+    if any(lit is None for r in literals for lit in r):  # unusual values: build literals via the API
+        structs = [F.struct(*[F.lit(v).cast(f.dataType).alias(f.name) for v, f in zip(row, schema.fields)])
+                   for row in rows]
+        return spark.range(1, numPartitions=1).select(F.inline(F.array(*structs))).coalesce(1)
+    names = [f"c{i}" for i in range(len(schema.fields))]
+    values = ", ".join("(" + ", ".join(r) + ")" for r in literals)
+    casts = ", ".join(f"CAST({n} AS {f.dataType.simpleString()}) AS `{f.name.replace('`', '``')}`"
+                      for n, f in zip(names, schema.fields))
+    return spark.sql(f"SELECT {casts} FROM VALUES {values} AS t({', '.join(names)})").coalesce(1)
+
+
+def from_rows(spark: SparkSession, rows: Mapping[tuple, int] | Iterable[tuple[tuple, int]],
+              schema: StructType | str) -> DataFrame:
+    """A Z-set from ``{tuple: weight}`` or ``[(tuple, weight), ...]`` (not consolidated)."""
+    pairs = rows.items() if isinstance(rows, Mapping) else rows
+    return from_tuples(spark, [tuple(values) + (int(weight),) for values, weight in pairs], zset_schema(schema))
+
+
+def to_counter(df: DataFrame) -> Counter[tuple[Any, ...]]:
+    """Collect a Z-set as ``Counter{tuple: weight}``, weights summed, zeros dropped."""
+    cols = data_columns(df)
+    result: Counter[tuple[Any, ...]] = Counter()
+    for row in df.collect():
+        key = tuple(row[c] for c in cols)
+        result[key] += row[WEIGHT]
+    return Counter({k: w for k, w in result.items() if w != 0})
+
+
+def is_consolidated(df: DataFrame) -> bool:
+    """True when no tuple repeats and no weight is 0 or null (one Spark action)."""
+    cols = data_columns(df)
+    bad = (df.groupBy(*[col(c) for c in cols])
+           .agg(F.count(F.lit(1)).alias("__n"),
+                F.min(F.coalesce(F.abs(col(WEIGHT)), F.lit(0))).alias("__m"))
+           .where((F.col("__n") > 1) | (F.col("__m") == 0)))
+    return not bad.take(1)

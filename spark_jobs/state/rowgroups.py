@@ -1,0 +1,190 @@
+"""Which row groups of a Parquet file can hold a probed value: footers and statistics kept per
+process, tested for all groups at once.
+
+Why: a key lookup must not cost in proportion to the state. A sorted integral of 60M rows has
+13k row groups and a 12 MB footer; reading that footer and walking its groups' statistics in
+Python at every lookup cost more than decoding the few groups a 100-row change touches (and
+grew 10x from SF1 to SF10). Trace files are immutable (each write makes a new ``t<t>-<uuid>``
+directory; nothing committed is modified), so a footer read once stays true for the life of the
+process: it is kept, up to ``FOOTER_CACHE_BYTES`` of serialized footers (least recently used
+first out), and each column's statistics are gathered once per file into arrays, so admitting
+groups for a probe is two binary searches per group in numpy instead of a Python loop.
+"""
+from __future__ import annotations
+
+import datetime
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pyarrow.parquet as pq
+
+# serialized footer bytes kept per process (a 60M-row sorted integral's footer is ~12 MB)
+FOOTER_CACHE_BYTES = 512 * 1024 * 1024
+
+
+@dataclass
+class ColumnStats:
+    """One column's statistics over the row groups of one file.
+
+    ``low``/``high`` hold the min/max of the groups whose statistics are recorded (``known``),
+    as int64 (integers, dates as day numbers) or objects (strings); ``kind`` says which
+    (None: another type, admitted by comparing Python values one group at a time)."""
+
+    rows: np.ndarray  # rows per group
+    known: np.ndarray  # bool: min/max recorded
+    nulls: np.ndarray  # bool: may hold a NULL
+    kind: str | None  # "int" | "date" | "str" | None
+    low: np.ndarray
+    high: np.ndarray
+    values: list[tuple[object, object]]  # (min, max) per group as Python values (None: unknown)
+
+    def admitted(self, present: list, want_null: bool) -> np.ndarray:
+        """A bool per group: may it hold one of the sorted ``present`` values (or a NULL, when
+        ``want_null``)? Groups without statistics are always admitted."""
+        mask = ~self.known
+        if want_null:
+            mask = mask | self.nulls
+        if not present or not self.known.any():
+            return mask
+        probe = _as_kind(present, self.kind)
+        if probe is None:
+            hit = np.array([_admits(present, lo, hi) for lo, hi in self.values], dtype=bool)
+            return mask | hit
+        known = np.flatnonzero(self.known)
+        first = np.searchsorted(probe, self.low, side="left")
+        past = np.searchsorted(probe, self.high, side="right")
+        mask = mask.copy()
+        mask[known] |= past > first
+        return mask
+
+
+def _kind(values: list[tuple[object, object]]) -> str | None:
+    """The array kind every recorded min/max fits (None: compare as Python values)."""
+    seen = {type(v) for pair in values for v in pair if v is not None}
+    if not seen:
+        return None
+    if seen <= {int}:
+        return "int"
+    if seen == {datetime.date}:
+        return "date"
+    if seen == {str}:
+        return "str"
+    return None
+
+
+def _as_kind(values: list, kind: str | None) -> np.ndarray | None:
+    """``values`` as an array comparable with the statistics of ``kind``; None if some value is
+    of another type (the caller then compares Python values)."""
+    if kind == "int" and all(type(v) is int for v in values):
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:
+            return None
+    if kind == "date" and all(type(v) is datetime.date for v in values):
+        return np.array([v.toordinal() for v in values], dtype=np.int64)
+    if kind == "str" and all(type(v) is str for v in values):
+        return np.array(values, dtype=object)
+    return None
+
+
+def _admits(present: list, low: object, high: object) -> bool:
+    """Does the closed range [low, high] hold one of the sorted ``present`` values?"""
+    import bisect
+
+    if low is None or high is None:
+        return True
+    try:
+        k = bisect.bisect_left(present, low)
+    except TypeError:  # statistics of another type than the values (e.g. bytes): read it
+        return True
+    return k < len(present) and present[k] <= high
+
+
+def chunk_index(meta: pq.FileMetaData, column: str) -> int | None:
+    """Where ``column``'s chunk sits in this file's row groups (the same in every group)."""
+    if meta.num_row_groups == 0:
+        return None
+    rg = meta.row_group(0)
+    return next((c for c in range(rg.num_columns) if rg.column(c).path_in_schema == column), None)
+
+
+def column_stats(meta: pq.FileMetaData, column: str) -> ColumnStats:
+    """Gather ``column``'s statistics from every row group of ``meta`` (once per file)."""
+    n = meta.num_row_groups
+    at = chunk_index(meta, column)
+    rows = np.fromiter((meta.row_group(g).num_rows for g in range(n)), dtype=np.int64, count=n)
+    known = np.zeros(n, dtype=bool)
+    nulls = np.ones(n, dtype=bool)
+    values: list[tuple[object, object]] = [(None, None)] * n
+    if at is not None:
+        for g in range(n):
+            s = meta.row_group(g).column(at).statistics
+            if s is None or not s.has_min_max:
+                continue
+            known[g] = True
+            nulls[g] = s.null_count is None or s.null_count > 0
+            values[g] = (s.min, s.max)
+    kind = _kind([values[g] for g in np.flatnonzero(known)])
+    lows = [values[g][0] for g in np.flatnonzero(known)]
+    highs = [values[g][1] for g in np.flatnonzero(known)]
+    if kind == "date":
+        lows, highs = [d.toordinal() for d in lows], [d.toordinal() for d in highs]  # type: ignore[union-attr]
+    dtype = np.int64 if kind in ("int", "date") else object
+    try:
+        low, high = np.array(lows, dtype=dtype), np.array(highs, dtype=dtype)
+    except OverflowError:  # an unsigned 64-bit value past int64: compare as Python values
+        kind, low, high = None, np.array(lows, dtype=object), np.array(highs, dtype=object)
+    return ColumnStats(rows, known, nulls, kind, low, high, values)
+
+
+class FileIndex:
+    """A file's footer and the statistics of the columns looked up in it so far."""
+
+    def __init__(self, meta: pq.FileMetaData) -> None:
+        self.meta = meta
+        self._columns: dict[str, ColumnStats] = {}
+        self._lock = threading.Lock()
+
+    def stats(self, column: str) -> ColumnStats:
+        with self._lock:
+            found = self._columns.get(column)
+            if found is None:
+                found = self._columns[column] = column_stats(self.meta, column)
+            return found
+
+
+class _Footers:
+    """The process's footers, least recently used first out past ``FOOTER_CACHE_BYTES``."""
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[tuple[str, int], FileIndex] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, path: str, size: int, read: Callable[[], pq.FileMetaData]) -> FileIndex:
+        key = (path, size)
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+                return found
+        index = FileIndex(read())
+        with self._lock:
+            if key not in self._items:
+                self._items[key] = index
+                self._bytes += index.meta.serialized_size
+                while self._bytes > FOOTER_CACHE_BYTES and len(self._items) > 1:
+                    _, old = self._items.popitem(last=False)
+                    self._bytes -= old.meta.serialized_size
+            return self._items[key]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+
+
+FOOTERS = _Footers()
