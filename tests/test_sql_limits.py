@@ -9,7 +9,7 @@ import pytest
 from spark_jobs.cli.main import main
 from spark_jobs.spec import validate_file
 from spark_jobs.spec import loader
-from spark_jobs.spec.sql_limits import (MAX_CIRCUIT_QUERY_CHARS, MAX_NESTING, MAX_QUERY_CHARS, MAX_SET_OPERATIONS,
+from spark_jobs.spec.sql_limits import (MAX_CHAIN, MAX_CIRCUIT_QUERY_CHARS, MAX_NESTING, MAX_QUERY_CHARS, MAX_SET_OPERATIONS,
                                         shape)
 
 HEAD = """\
@@ -52,12 +52,14 @@ def test_the_scan_skips_strings_comments_and_fields():
     assert shape("SELECT CASE WHEN a THEN (b) END, window.end, w.case FROM t").nesting == 2
     assert shape("SELECT 'it''s (' FROM t").nesting == 0
     assert shape(union(4)).set_operations == 3
+    assert shape("a AND (b OR c OR d) AND CASE WHEN x AND y THEN 1 END AND e").chain == 3
 
 
 @pytest.mark.parametrize("query, fragment", [
     (nested(150), "it nests parentheses and CASE expressions 150 levels deep; at most 32"),
     (union(400), "the query has 399 UNION/INTERSECT/EXCEPT operations; at most 100"),
     (nested_case(60), "60 levels deep"),
+    ("SELECT k FROM t WHERE " + " AND ".join(f"v<>{i}" for i in range(1_500)), "it chains 1499 AND/OR at one level"),
     ("SELECT k FROM t WHERE v IN (" + ", ".join(str(i) for i in range(120_000)) + ")",
      f"characters long; at most {MAX_QUERY_CHARS:,} are allowed"),
 ])
@@ -94,7 +96,8 @@ def test_the_circuits_query_text_has_a_budget(tmp_path):
 
 
 @pytest.mark.parametrize("query", [nested(MAX_NESTING - 1), union(MAX_SET_OPERATIONS + 1),
-                                   nested_case(MAX_NESTING)])
+                                   nested_case(MAX_NESTING),
+                                   "SELECT k FROM t WHERE " + " AND ".join(f"v<>{i}" for i in range(MAX_CHAIN + 1))])
 def test_texts_at_the_bounds_validate_and_compile(tmp_path, query):
     from spark_jobs.runtime.circuit import compile_file
 

@@ -469,8 +469,13 @@ def check_text(text: str, path: str = "<string>", allowed_roots: Sequence[str] =
         return None, doc.problems + [Problem(path, 1, None, f"the top level must be a mapping with keys "
                                                              f"name, inputs, nodes and outputs; got {got}")]
     structural, broken = schema_problems(doc)
-    spec, parse_problems = build_spec(doc, broken)
-    problems = doc.problems + structural + parse_problems + semantic_problems(spec, doc, broken, allowed_roots)
+    try:
+        spec, parse_problems = build_spec(doc, broken)
+        problems = doc.problems + structural + parse_problems + semantic_problems(spec, doc, broken, allowed_roots)
+    except RecursionError:  # past what sql_limits.py and yaml_limits.py measure: one message, not a traceback
+        return None, doc.problems + structural + [Problem(path, 1, None, (
+            "the circuit nests too deeply to be checked (a query or an expression with very long chains or deep "
+            "nesting): split it into more nodes"))]
     unique = list(dict.fromkeys(problems))
     return spec, sorted(unique, key=lambda p: p.line)
 

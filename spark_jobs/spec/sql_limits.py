@@ -12,6 +12,8 @@ comments, measures a text first, in time linear in its length and without recurs
   ``sql_check.MAX_EXPRESSION_CHARS``);
 - ``MAX_NESTING``: parentheses and ``CASE ... END`` open at once (subqueries, calls, grouping);
 - ``MAX_SET_OPERATIONS``: ``UNION``/``INTERSECT``/``EXCEPT``/``MINUS`` in one query;
+- ``MAX_CHAIN``: ``AND``/``OR`` in one chain (at one level of parentheses): the binder splits a
+  condition into its conjuncts recursively (1,500 ANDs overflowed it);
 - ``MAX_CIRCUIT_QUERY_CHARS``: all the ``op: sql`` queries of a circuit together (``QueryBudget``),
   so that no file under the 1 MiB bound of circuit files (``yaml_limits.py``) keeps validation
   busy for long: a query beyond the budget is refused, not parsed. (The repository's largest
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 MAX_QUERY_CHARS = 20_000
 MAX_NESTING = 32
 MAX_SET_OPERATIONS = 100
+MAX_CHAIN = 400
 MAX_CIRCUIT_QUERY_CHARS = 64_000
 _SET_WORDS = frozenset({"union", "intersect", "except", "minus"})
 
@@ -39,11 +42,15 @@ class Shape:
     nesting_at: int = 0  # offset where the deepest level was first reached
     set_operations: int = 0
     set_operation_at: int = 0  # offset of the first set operation past MAX_SET_OPERATIONS
+    chain: int = 0  # the longest AND/OR chain at one level of parentheses
+    chain_at: int = 0  # offset of its first operator past MAX_CHAIN
 
 
 def shape(text: str) -> Shape:
     """Measure ``text`` (one pass; strings, quoted names and comments skipped as Spark reads them)."""
-    depth = deepest = deepest_at = sets = sets_at = 0
+    depth = deepest = deepest_at = sets = sets_at = chain_at = 0
+    chains = [0]  # AND/OR so far at each open level
+    longest = 0
     i, n = 0, len(text)
     while i < n:
         ch = text[i]
@@ -64,8 +71,16 @@ def shape(text: str) -> Shape:
             word = "" if i and text[i - 1] == "." else text[i:j].lower()  # t.end is a field, not a keyword
             if word == "case":
                 depth += 1
+                chains.append(0)
             elif word == "end":
                 depth = max(0, depth - 1)
+                chains = chains[:-1] or [0]
+            elif word in ("and", "or"):
+                chains[-1] += 1
+                if chains[-1] > longest:
+                    longest = chains[-1]
+                    if longest == MAX_CHAIN + 1:
+                        chain_at = i
             elif word in _SET_WORDS:
                 sets += 1
                 if sets == MAX_SET_OPERATIONS + 1:
@@ -76,12 +91,14 @@ def shape(text: str) -> Shape:
             continue
         if ch == "(":
             depth += 1
+            chains.append(0)
             if depth > deepest:
                 deepest, deepest_at = depth, i
         elif ch == ")":
             depth = max(0, depth - 1)
+            chains = chains[:-1] or [0]
         i += 1
-    return Shape(deepest, deepest_at, sets, sets_at)
+    return Shape(deepest, deepest_at, sets, sets_at, longest, chain_at)
 
 
 def _skip_quoted(text: str, i: int) -> int:
@@ -123,8 +140,13 @@ def line_col(text: str, offset: int) -> tuple[int, int]:
 
 
 def nesting_problem(text: str, measured: Shape | None = None) -> tuple[str, int] | None:
-    """(why, offset) when ``text`` nests deeper than ``MAX_NESTING``; None when it does not."""
+    """(why, offset) when ``text`` nests deeper than ``MAX_NESTING`` or chains more than
+    ``MAX_CHAIN`` AND/OR; None when it does not."""
     s = measured or shape(text)
+    if s.chain > MAX_CHAIN:
+        return (f"it chains {s.chain} AND/OR at one level; at most {MAX_CHAIN} are allowed (the checker must "
+                f"not run out of stack): write a long list of values as IN (...), or keep it in an input and join",
+                s.chain_at)
     if s.nesting <= MAX_NESTING:
         return None
     return (f"it nests parentheses and CASE expressions {s.nesting} levels deep; at most {MAX_NESTING} are "
@@ -163,5 +185,5 @@ class QueryBudget:
                 f"split it into several circuits, or keep long value lists in an input")
 
 
-__all__ = ["MAX_CIRCUIT_QUERY_CHARS", "MAX_NESTING", "MAX_QUERY_CHARS", "MAX_SET_OPERATIONS", "QueryBudget", "Shape", "line_col", "nesting_problem",
+__all__ = ["MAX_CHAIN", "MAX_CIRCUIT_QUERY_CHARS", "MAX_NESTING", "MAX_QUERY_CHARS", "MAX_SET_OPERATIONS", "QueryBudget", "Shape", "line_col", "nesting_problem",
            "query_problem", "shape"]
