@@ -143,3 +143,18 @@ def test_reset_never_deletes_another_circuits_table(tmp_path, capsys):
     thief = _circuit(tmp_path, "thief", '{publish: {path: "victim/v"}}')
     assert main(["reset", str(thief), "--data-root", str(tmp_path / "data"), "--yes"]) == 0
     assert DeltaTable(str(_views(tmp_path) / "victim" / "v")).to_pyarrow_table().num_rows == 2
+
+
+def test_reset_refuses_a_state_folder_that_is_a_link(tmp_path, capsys):
+    """A circuit's state folder made a link to another circuit's: reset deletes nothing."""
+    import os
+
+    victim = _circuit(tmp_path, "victim")
+    _step(tmp_path, victim)
+    other = _circuit(tmp_path, "other")
+    state = tmp_path / "data" / "_dbsp"
+    os.symlink(state / "victim", state / "other")
+    code = main(["reset", str(other), "--data-root", str(tmp_path / "data"), "--yes"])
+    err = capsys.readouterr().err
+    assert code == 1 and "is a symbolic link" in err and "Traceback" not in err, err
+    assert (state / "victim" / "manifests").is_dir()

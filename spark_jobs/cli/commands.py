@@ -310,7 +310,10 @@ def cmd_reset(args: argparse.Namespace) -> int:
     root = fs.normalize(root)
     with _user_errors():
         tables = published_tables(config, compiled.spec)
-    if refused := removal_problems(config, compiled.spec):
+    refused = removal_problems(config, compiled.spec)
+    if fs.is_link(root):
+        refused.append(f"its state folder {root} is a symbolic link (to {os.path.realpath(root)}), not its own")
+    if refused:
         raise UserError(f"refusing to reset {name}: " + "; ".join(refused) + "; nothing was deleted")
     if not fs.exists(root) and not tables:
         print(f"{name}: nothing to reset ({root} does not exist)")
