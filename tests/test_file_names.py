@@ -22,7 +22,8 @@ ENGINES = ["spark", "arrow"]
 
 # every character class that URIs, globs or Hadoop's Path treat specially, and non-ASCII
 NAMES = ["a:b", "x b", "x!b", "v[1]", "v1", "a{b", "a_b", "p%41", "p%", "p+q", "h#1", "h$1", "q?1",
-         "st*r", "n\nl", "tab\tx", "é", "日本", "z", "back\\slash", "semi;colon", "'quote\"", "a,b", "=eq"]
+         "st*r", "n\nl", "tab\tx", "é", "日本", "z", "back\\slash", "semi;colon", "'quote\"", "a,b", "=eq",
+         "x[1]:y", "c:{d,e}", "q?:r", "2024-01-01T00:00:00*"]
 
 CHANGES = """\
 name: names
@@ -87,7 +88,8 @@ def test_any_posix_name_is_read(spark, tmp_path, engine, fmt):
 
 # pairs of names whose encoded forms (x%20b, v%5B1%5D, a%7Bb, a%23b, ...) sort the other way
 PAIRS = [("x b", "x!b"), ("v1", "v[1]"), ("a_b", "a{b"), ("a#b", "a$b"), ("a b", "a:b"), ("p%", "p+"),
-         ("z", "é"), ("é", "日本"), ("n\nl", "n l"), ("a%25", "a%"), ("q", "q?"), ("x", "x\\")]
+         ("z", "é"), ("é", "日本"), ("n\nl", "n l"), ("a%25", "a%"), ("q", "q?"), ("x", "x\\"),
+         ("v[1]:b", "v[1]:a")]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -113,3 +115,30 @@ def test_cdc_records_without_sequence_apply_in_plain_path_order(spark, tmp_path,
     run_step(rt)  # cdc sources are applied on Spark whatever the profile's engine
     assert _view(rt) == Counter({(p, name): 1 for p, name in enumerate(later)})
     assert os.path.exists(root / "inbox" / "t" / f"a:b.{fmt}")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_corrupt_file_with_an_awkward_name_is_refused_by_that_name(spark, tmp_path, engine):
+    """The refusal names the file (as it is on disk) and the true cause, whatever its name."""
+    from spark_jobs.executor.sources import InputRefused
+
+    root = tmp_path / "data"
+    folder = root / "inbox" / "t"
+    for i, name in enumerate(["ok 1", "ok:2"]):
+        _write(folder / f"{name}.parquet", "parquet", [{"k": i, "v": "x"}])
+    bad = folder / "x b%[1]:é#?.parquet"
+    pq.write_table(pa.table({"k": pa.array(range(2000), pa.int64()), "v": pa.array(["y"] * 2000)}), bad,
+                   compression="snappy")
+    data = bytearray(bad.read_bytes())
+    for i in range(8, len(data) // 2):  # the pages, not the footer
+        data[i] = (data[i] * 7 + 13) % 256
+    bad.write_bytes(bytes(data))
+    f = tmp_path / "c.yaml"
+    f.write_text(CHANGES.replace("FMT", "parquet"))
+    rt = open_circuit(str(f), config(root, engine=engine))
+    with pytest.raises(InputRefused) as err:
+        run_step(rt)
+    [(named, reason)] = err.value.problems
+    assert named == str(bad), err.value
+    assert "cannot be read" in reason or "corrupt" in reason.lower() or "parquet" in reason.lower(), reason
+    assert rt.store.last_committed() == 0

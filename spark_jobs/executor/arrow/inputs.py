@@ -81,8 +81,14 @@ def read_changes(spec: InputSpec, files: Sequence[InputFile]) -> tuple[pa.Table,
             problems.extend((f.path, r) for r in reasons)
             continue
         loc = locate(f.path)
-        with loc.fs.open_input_file(loc.inner) as fh:
-            raw = pq.read_table(fh, columns=[c for c in [*declared, WEIGHT] if c in found])
+        try:
+            with loc.fs.open_input_file(loc.inner) as fh:
+                raw = pq.read_table(fh, columns=[c for c in [*declared, WEIGHT] if c in found])
+        except (pa.ArrowException, OSError) as exc:  # corrupt pages behind a valid footer: as Spark says it
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            problems.append((f.path, f"cannot be read although its header or footer looked valid (corrupt data?): "
+                                     f"{first}"))
+            continue
         read += f.size
         reasons = _row_problems(raw, {c: spec.null_reason(c) for c in not_null}, spec.kind == "append_only")
         if reasons:

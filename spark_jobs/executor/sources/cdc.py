@@ -32,7 +32,7 @@ from spark_jobs.spec.model import WEIGHT, InputSpec
 from spark_jobs.state.lookup import TraceFiles
 
 from .checks import FILE_COL, Check, Group, InputRefused, plain_path, spark_path_key
-from .discovery import InputFile, spark_uri
+from .discovery import InputFile, read_files
 from .formats import CORRUPT, PLANNERS, Declared, ReadPlan, shared_checks, value_checks
 from .reading import checked_groups, declared
 from .schema_check import name_list
@@ -110,12 +110,10 @@ def _plan_envelope(spec: InputSpec) -> Callable[[SparkSession, Sequence[InputFil
         schema = StructType([StructField(c, d.types[c]) for c in top]
                             + [StructField(h, row_type) for h in halves] + [StructField(CORRUPT, StringType())])
         opts = d.reader_options(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT)
-        text = spark.read.text([spark_uri(f.path) for f in files])
-        frame = (text.where(~F.trim("value").isin("", "null"))
-                 .select(F.from_json("value", schema, opts).alias(_ENVELOPE_TOP), "value",
-                         *[F.json_object_keys(F.get_json_object("value", f"$.{h}")).alias(f"__keys_{h}")
-                           for h in halves], F.json_object_keys("value").alias("__keys"),
-                         F.col("_metadata.file_path").alias(FILE_COL)))
+        frame = read_files(spark.read, "text", files, lambda text: text.where(~F.trim("value").isin("", "null")).select(
+            F.from_json("value", schema, opts).alias(_ENVELOPE_TOP), "value",
+            *[F.json_object_keys(F.get_json_object("value", f"$.{h}")).alias(f"__keys_{h}") for h in halves],
+            F.json_object_keys("value").alias("__keys"), F.col("_metadata.file_path").alias(FILE_COL)))
         rec = F.col(_ENVELOPE_TOP)
         ok = rec[CORRUPT].isNull()
 

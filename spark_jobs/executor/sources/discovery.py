@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import pyarrow.fs as pafs
 
@@ -108,6 +108,28 @@ def spark_uri(path: str) -> str:
     not ours), glob characters escaped (Spark would read ``x[1].csv`` as ``x1.csv``)."""
     uri = "file://" + normalize(path) if is_local(path) else path
     return _GLOB_CHARS.sub(r"\\\1", uri)
+
+
+def _needs_own_read(path: str) -> bool:
+    """A name Hadoop's globber cannot take: a glob character (so the path is globbed, escaped)
+    and a ':' (the globber parses a component as a path, and ``x[1]:y`` as a URI scheme)."""
+    return ":" in normalize(path) and bool(_GLOB_CHARS.search(path)) if is_local(path) else False
+
+
+def read_files(reader, fmt: str, files: Sequence[InputFile], finish: Callable[[Any], Any]):  # noqa: ANN001, ANN201
+    """``finish(reader.format(fmt).load(paths))`` for the files, as one DataFrame. Names Hadoop can
+    glob are read in one scan; a name it cannot (``_needs_own_read``: ``x[1]:y.parquet``) is read
+    alone with globbing off (Spark reads a file twice when several unglobbed paths are given),
+    and the scans are unioned. ``finish`` runs on each scan (it may select its ``_metadata``)."""
+    from functools import reduce
+
+    plain = [f for f in files if not _needs_own_read(f.path)]
+    own = [f for f in files if _needs_own_read(f.path)]
+    scans = [finish(reader.format(fmt).load([spark_uri(f.path) for f in plain]))] if plain else []
+    if own:
+        reader = reader.option("__globPaths__", "false")  # Spark's own switch (DataSource.GLOB_PATHS_KEY)
+        scans += [finish(reader.format(fmt).load("file://" + normalize(f.path))) for f in own]
+    return reduce(lambda a, b: a.unionByName(b), scans)
 
 
 # ---- listing ---------------------------------------------------------------------------------
