@@ -21,7 +21,7 @@ from spark_jobs.runtime.step import run_step
 from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state.arrow_trace import arrow_schema
 from spark_jobs.state.store import view_trace_id
-from tests.policies import config
+from tests.policies import config, make_input_folders
 
 Domain = dict[str, Callable[[random.Random], Any]]
 
@@ -105,28 +105,46 @@ def _comparable(value: Any) -> Any:
 
 def run_both(tmp_path, circuit_text: str, inputs: dict[str, tuple[dict[str, str], Domain]], steps: int,
              seed: int, sizes: Callable[[int], tuple[int, int]] = lambda t: (8, 3),
+             writer: Callable[[str, str, int, "Bag", Counter], None] | None = None,
              **arrow_policy: dict[str, Any]) -> list[str]:
     """Run ``circuit_text`` for ``steps`` timesteps of random changes on Spark, on Arrow and on
     both alternately; assert the same view deltas and types after every step. Returns the
-    engines the alternating run used, step by step. ``arrow_policy``: sections of the policy the
-    Arrow and alternating runs use (``config``'s keywords, e.g. ``arrow={...}``)."""
+    engines the alternating run used, step by step. ``writer(root, input, t, bag, change)``
+    writes a step's files of an input (default: the change as Parquet); ``arrow_policy``:
+    sections of the policy the Arrow and alternating runs use (``config``'s keywords, e.g.
+    ``arrow={...}``)."""
+    rng = random.Random(seed)
+    bags = {name: Bag(cols, domain, rng) for name, (cols, domain) in inputs.items()}
+    write = writer or (lambda root, name, t, bag, change: write_change(root, name, t, bag.columns, change))
+
+    def write_step(roots: list[str], t: int) -> None:
+        for name, bag in bags.items():
+            change = bag.change(*sizes(t))
+            if change:
+                for root in roots:
+                    write(root, name, t, bag, change)
+
+    return run_steps(tmp_path, circuit_text, steps, write_step, **arrow_policy)
+
+
+def run_steps(tmp_path, circuit_text: str, steps: int, write_step: Callable[[list[str], int], None],
+              **arrow_policy: dict[str, Any]) -> list[str]:
+    """``run_both`` with any input files: ``write_step(roots, t)`` writes timestep ``t``'s files
+    (the same under each data root); every step then runs on Spark, on Arrow and alternately,
+    and the committed view deltas must agree."""
     path = tmp_path / "circuit.yaml"
     path.write_text(circuit_text)
     roots = {kind: str(tmp_path / kind) for kind in ("spark", "arrow", "mixed")}
     spark_rt = open_circuit(str(path), config(roots["spark"], engine="spark"))
     arrow_rt = open_circuit(str(path), config(roots["arrow"], engine="arrow", **arrow_policy))
-    rng = random.Random(seed)
-    bags = {name: Bag(cols, domain, rng) for name, (cols, domain) in inputs.items()}
+    make_input_folders(spark_rt), make_input_folders(arrow_rt)
     views = list(spark_rt.compiled.spec.outputs)
     mixed_engines = []
     for t in range(1, steps + 1):
-        for name, bag in bags.items():
-            change = bag.change(*sizes(t))
-            if change:
-                for root in roots.values():
-                    write_change(root, name, t, bag.columns, change)
+        write_step(list(roots.values()), t)
         engine = "arrow" if t % 2 else "spark"
         mixed_rt = open_circuit(str(path), config(roots["mixed"], engine=engine, **arrow_policy))
+        make_input_folders(mixed_rt)
         reports = {"spark": run_step(spark_rt), "arrow": run_step(arrow_rt), "mixed": run_step(mixed_rt)}
         assert reports["spark"].engine == "spark"
         assert reports["arrow"].engine == "arrow", reports["arrow"].engine_reason

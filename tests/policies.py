@@ -26,3 +26,14 @@ def sorted_small(data_root: Any, **sections: Any) -> Config:
     """Traces this small are compacted into sorted files anyway, so sorted lookups get tested."""
     state = {"sort_min_rows": 0, **sections.pop("state", {})}
     return config(data_root, state=state, **sections)
+
+
+def make_input_folders(rt) -> None:
+    """Create every input folder of an opened circuit: a step refuses an input whose folder does
+    not exist (a misspelt path must not read as "no changes"); an empty folder is no change. For
+    tests whose circuits step before every input has received a file."""
+    import os
+
+    for spec in rt.compiled.spec.inputs.values():
+        if spec.source is not None and not os.path.isabs(spec.source.path) and "://" not in spec.source.path:
+            os.makedirs(os.path.join(str(rt.config.data_root), spec.source.path), exist_ok=True)

@@ -31,6 +31,7 @@ from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
 from spark_jobs.spec.model import dependency_order
 from tests.streams import LiteralState, collect_all, zset_df
+from tests.policies import make_input_folders
 
 log = logging.getLogger(__name__)
 _DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
@@ -94,6 +95,7 @@ class SqlStream:
             self.rt = open_circuit(path, config(self.root, engine="arrow"))
         else:
             self.rt = open_circuit(path, load_config(data_root=self.root))
+        make_input_folders(self.rt)  # an input without a change at a step is an empty folder
         self.spec = self.rt.compiled.spec
         self.bags: dict[str, Counter] = {name: Counter() for name in self.spec.inputs}
         self.real_files = real_files

@@ -23,7 +23,7 @@ from spark_jobs.ir.compile import compile_spec
 from spark_jobs.spec.columns import output_columns
 from spark_jobs.spec.loader import load_circuit_text
 from tests.engines import Bag, kernel_step, maybe, output_delta
-from tests.policies import config
+from tests.policies import config, make_input_folders
 
 CIRCUIT = """\
 name: clicks
@@ -213,8 +213,8 @@ def test_a_delete_in_an_append_only_input_is_refused_and_nothing_is_committed(sp
     path = tmp_path / "c.yaml"
     path.write_text(CIRCUIT.replace("  jg:", "  # jg:").replace("outputs: [g, all, jg]", "outputs: [g]"))
     rt = open_circuit(str(path), config(tmp_path, engine=engine))
+    make_input_folders(rt)  # input b receives nothing: an empty folder
     inbox = tmp_path / "inbox" / "a"
-    os.makedirs(inbox)
     rows = {"k": pa.array([1, 1], pa.int64()), "v": [2.0, 5.0], "s": ["x", "y"],
             "d": pa.array([None, None], pa.date32()), "m": pa.array([None, None], pa.decimal128(10, 2))}
     pq.write_table(pa.table(rows), inbox / "t1.parquet")

@@ -112,7 +112,7 @@ def test_cdc_records_without_sequence_apply_in_plain_path_order(spark, tmp_path,
     f = tmp_path / "c.yaml"
     f.write_text(CDC.replace("FMT", fmt))
     rt = open_circuit(str(f), config(root, engine=engine))
-    run_step(rt)  # cdc sources are applied on Spark whatever the profile's engine
+    run_step(rt)
     assert _view(rt) == Counter({(p, name): 1 for p, name in enumerate(later)})
     assert os.path.exists(root / "inbox" / "t" / f"a:b.{fmt}")
 

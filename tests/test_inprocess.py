@@ -137,10 +137,11 @@ def test_a_lookup_past_its_bounds_streams_then_hands_the_step_to_spark(spark, tm
     assert output_delta(rt, "j")[0] == Counter({(6, "x", 60): 1})
 
 
-def test_cdc_inputs_with_files_run_on_spark_and_say_why():
-    """Their records are folded by key by the Spark reader: a step in which they received files
-    runs on Spark, with the input named. Append_only and changes inputs in Parquet are read
-    in-process (the Arrow reader refuses a delete in an append_only file as Spark's does)."""
+def test_every_input_kind_is_read_in_process_and_reader_options_that_change_parsing_are_not():
+    """cdc, snapshots, append_only and changes inputs in every format are read in-process (the
+    Arrow readers refuse what Spark's refuse, ``tests/test_arrow_readers.py``); a reader option
+    whose effect on Spark's parsing the in-process readers do not reproduce keeps the input on
+    Spark, named in the reason, and so do timestamps read from text in another session zone."""
     from spark_jobs.executor.arrow import inputs as arrow_inputs
     from spark_jobs.spec.loader import load_circuit_text
 
@@ -155,12 +156,19 @@ def test_cdc_inputs_with_files_run_on_spark_and_say_why():
             schema: {id: long}
             source: {kind: append_only, path: in/a, format: parquet}
           c:
+            schema: {id: long, t: timestamp}
+            source: {kind: changes, path: in/c, format: csv, options: {sep: ";", header: true}}
+          s:
             schema: {id: long}
-            source: {kind: changes, path: in/c, format: parquet}
+            source: {kind: snapshots, path: in/s, format: json}
+          n:
+            schema: {id: long}
+            source: {kind: changes, path: in/n, format: csv, options: {nullValue: "NA"}}
         nodes:
-          u: {op: union_all, inputs: [a, c]}
-        outputs: [o, u]
+          u: {op: union_all, inputs: [a, s]}
+        outputs: [o, u, c, n]
         """))
-    assert "cdc source" in arrow_inputs.unsupported(spec.inputs["o"])
-    assert arrow_inputs.unsupported(spec.inputs["a"]) is None
-    assert arrow_inputs.unsupported(spec.inputs["c"]) is None
+    for name in "oacs":
+        assert arrow_inputs.unsupported(spec.inputs[name]) is None, name
+    assert arrow_inputs.unsupported(spec.inputs["n"]) == "input 'n' sets reader option nullValue='NA': read by Spark"
+    assert "session time zone Europe/Paris" in arrow_inputs.unsupported(spec.inputs["c"], "Europe/Paris")

@@ -36,7 +36,7 @@ from spark_jobs.runtime.step import run_step
 from spark_jobs.runtime.step_types import StepReport
 from spark_jobs.state.store import VIEW_TRACE_PREFIX
 from tests.engines import output_delta
-from tests.policies import config
+from tests.policies import config, make_input_folders
 
 FOLDER = "inbox/nexmark"
 
@@ -113,6 +113,7 @@ class NexmarkRun:
         self.gen = gen
         self.spark_every = spark_every
         self.rts = {engine: open_circuit(circuit_path, _config(self.root, engine, publish)) for engine in ("arrow", "spark")}
+        make_input_folders(self.rts["arrow"])
         self.rt: CircuitRuntime = self.rts["arrow"]
         self.truth: dict[str, TimedTruth] = {}
         for name, inp in self.rt.compiled.spec.inputs.items():

@@ -28,7 +28,7 @@ PHASES: list[tuple[str, Any, str]] = [
     ("begin (recover leftovers)", StateStore, "begin"),
     ("discover input files", step_module, "pending_inputs"),
     ("choose the engine (footers)", step_module, "choose_engine"),
-    ("read + validate inputs", arrow_inputs, "read_changes"),
+    ("read + validate inputs", arrow_inputs, "read_input"),
     ("bag check (deletes vs input integrals)", inprocess, "check_tables"),
     ("evaluate circuit (in-process)", inprocess, "evaluate_step"),
     ("quality gate", inprocess, "check_timestep_tables"),

@@ -9,14 +9,16 @@ import shutil
 import subprocess
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 from spark_jobs.cli import render
 from spark_jobs.config import Config, load_config
-from spark_jobs.errors import EXIT_FAILED, DbspError
+from spark_jobs.errors import EXIT_FAILED, EXIT_QUALITY, DbspError
 from spark_jobs.ir.explain import explain_text, insert_only_nodes, sql_lowering_text, to_dot
 from spark_jobs.runtime.circuit import compile_file, find_circuit_file, open_circuit
-from spark_jobs.spec import validate_file
+from spark_jobs.spec import CircuitError, load_circuit, validate_file
+from spark_jobs.spec.shared_inputs import shared_folder_warnings
 
 
 class UserError(DbspError):
@@ -96,8 +98,10 @@ def _user_errors(args: argparse.Namespace | None = None, opened: dict | None = N
         yield
     except Exception as exc:
         if isinstance(exc, DbspError) and exc.exit_code is not None:  # None: a signal or a bug
-            raise UserError(exc.user_message(reset_command(args) if args is not None else None),
-                            exit_code=exc.exit_code) from None
+            message = exc.user_message(reset_command(args) if args is not None else None)
+            if exc.exit_code == EXIT_QUALITY:  # and the input files behind the failing rows
+                message += _culprits(exc, (opened or {}).get("rt"))
+            raise UserError(message, exit_code=exc.exit_code) from None
         if isinstance(exc, FileNotFoundError):
             raise UserError(str(exc)) from None
         # a value that broke Spark's arithmetic: one line, not a Java trace
@@ -113,11 +117,34 @@ def _user_errors(args: argparse.Namespace | None = None, opened: dict | None = N
         raise UserError(message) from None
 
 
+def _culprits(exc, rt) -> str:
+    """The input files behind the failing rows (the step's files are still pending: nothing was
+    committed), as the DAG's quality_check task names them."""
+    if exc.context:
+        return "\n" + exc.context
+    if rt is None:
+        return ""
+    from spark_jobs.runtime.culprits import explain_failure, pending_plan
+
+    try:
+        text = explain_failure(rt, pending_plan(rt), exc.report)
+    except Exception:  # noqa: BLE001 - naming files is a courtesy; the gate's verdict stands
+        return ""
+    return "\n" + text if text else ""
+
+
+LOG4J_CLI = Path(__file__).resolve().parents[2] / "config" / "log4j2-cli.properties"
+
+
 def _quiet_spark(rt, verbose: bool) -> None:
     """Spark logs a failed task's Java stack trace at ERROR (and PySpark the query context of a
-    failed expression, with the stack again); the CLI says what went wrong itself."""
+    failed expression, with the stack again); the CLI says what went wrong itself. A local
+    driver started later logs errors only and prints no start-up banner (``LOG4J_CLI``)."""
     if verbose:
         return
+    if LOG4J_CLI.exists() and "PYSPARK_SUBMIT_ARGS" not in os.environ:
+        os.environ["PYSPARK_SUBMIT_ARGS"] = (f'--driver-java-options "-Dlog4j2.configurationFile=file:{LOG4J_CLI}" '
+                                             "pyspark-shell")
     from pyspark.logger import PySparkLogger
 
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
@@ -130,16 +157,45 @@ def cmd_validate(args: argparse.Namespace) -> int:
         roots = _config(args).allowed_input_roots
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read the profile: {exc}") from None
-    failed = 0
+    failed, loaded = 0, []
     for path in args.files:
         problems = validate_file(path, roots)
+        spec = None
+        if not problems:
+            spec = load_circuit(path, roots)
+            loaded.append((path, spec))
+            if args.data_root:  # the folders too, when the user names the data root
+                from spark_jobs.runtime.input_folders import folder_problems
+
+                problems = folder_problems(path, spec, args.data_root)
         if problems:
             failed += 1
             for p in problems:
                 print(p)
         else:
             print(f"{path}: ok")
+    for warning in shared_folder_warnings(loaded + _neighbours(args, roots, loaded), [p for p, _ in loaded]):
+        print(warning)
     return 1 if failed else 0
+
+
+def _neighbours(args: argparse.Namespace, roots, loaded: list) -> list:
+    """The other circuits of the profile's circuits folder (they share the data root), loaded
+    quietly: a broken neighbour is its own file's problem."""
+    try:
+        folder = Path(_config(args).circuits_dir)
+    except (OSError, ValueError):
+        return []
+    named = {os.path.realpath(p) for p, _ in loaded}
+    out = []
+    for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
+        if os.path.realpath(path) in named:
+            continue
+        try:
+            out.append((str(path), load_circuit(str(path), roots)))
+        except CircuitError:
+            pass
+    return out
 
 
 def _compiled(args: argparse.Namespace):

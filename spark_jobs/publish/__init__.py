@@ -118,9 +118,7 @@ def _catch_up(target: Target, store, last: int, say: Callable[[str], None],
         commit_change(table, target, t, read_delta(store, target.view, t))
         result.after = t
         failpoint("mid_publish")
-    if result.after > result.before:
-        say(f"view {target.view}: published timestep(s) {result.before + 1}..{result.after}")
-    return result
+    return result  # (said once, in the report's summary: `dbsp step` and `dbsp publish` print it)
 
 
 def publish(config: Config, spec: CircuitSpec, store, progress: Callable[[str], None] | None = None,

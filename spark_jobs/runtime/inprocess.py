@@ -35,7 +35,7 @@ from spark_jobs.ir.operator import operator
 from spark_jobs.runtime.bag import announce, check_tables
 from spark_jobs.runtime.event_time import StepClock, describe as describe_late
 from spark_jobs.runtime.state_bounds import bound_state
-from spark_jobs.runtime.inputs import keep_consumed_records
+from spark_jobs.runtime.inputs import count_unknown_keys, keep_consumed_records
 from spark_jobs.runtime.quality_gate import check_timestep_tables
 from spark_jobs.state.arrow_trace import weight_totals
 from spark_jobs.state.failpoints import failpoint
@@ -50,7 +50,7 @@ def unsupported(rt: "CircuitRuntime", pending: dict[str, list[InputFile]]) -> st
     """Why this step cannot run in-process at all (None: it may try)."""
     for name, files in pending.items():
         if files:
-            why = arrow_inputs.unsupported(rt.compiled.spec.inputs[name])
+            why = arrow_inputs.unsupported(rt.compiled.spec.inputs[name], rt.config.session_timezone)
             if why:
                 return why
     for node in rt.compiled.incremental:
@@ -77,11 +77,12 @@ def _late_rows(spec, txn, tables: dict, reports: list[InputReport]) -> StepClock
     return clock
 
 
-def change_rows(pending: dict[str, list[InputFile]]) -> int | None:
-    """Rows of the step's input changes, from the Parquet footers (None: unknown)."""
+def change_rows(pending: dict[str, list[InputFile]], inputs: dict | None = None) -> int | None:
+    """Rows of the step's input files (Parquet footers, text lines counted; None: unknown);
+    ``inputs``: the circuit's input specs by name."""
     total = 0
-    for files in pending.values():
-        rows = arrow_inputs.footer_rows(files)
+    for name, files in pending.items():
+        rows = arrow_inputs.change_rows(inputs[name], files) if inputs is not None else None
         if rows is None:
             return None
         total += rows
@@ -100,24 +101,31 @@ def run_in_process(rt: "CircuitRuntime", pending: dict[str, list[InputFile]], sc
         keep_consumed_records(txn, scans)
         say(f"timestep {t}: reading inputs (in-process)")
         tables, reports, refused, read = {}, [], [], 0
+        state = StoreReader(store)
+        own_traces: dict[str, tuple[str, tuple[str, ...]]] = {}  # input -> (its trace, sort columns)
         for name, inp in spec.inputs.items():
             report = InputReport(name, [f.path for f in pending[name]])
             reports.append(report)
             if not pending[name]:
                 continue
             try:
-                table, nbytes = arrow_inputs.read_changes(inp, pending[name])
+                change = arrow_inputs.read_input(inp, pending[name], state, policy)
             except InputRefused as exc:  # keep going: report every refused file of the step at once
                 refused.append(exc)
                 continue
-            tables[name] = table
-            read += nbytes
-            report.inserted, report.deleted = weight_totals(table)
+            tables[name] = change.table
+            read += change.bytes_read
+            if change.trace is not None:
+                own_traces[name] = change.trace
+            report.inserted, report.deleted = weight_totals(change.table)
+            report.unknown_keys = change.unknown_keys
+            count_unknown_keys(txn, name, change.unknown_keys)
             txn.consume(name, [f.record() for f in pending[name]])
         if refused:
             raise InputRefused.combine(refused)
         clock = _late_rows(spec, txn, tables, reports)
-        state = StoreReader(store)
+        for name, (trace_id, sort_by) in own_traces.items():  # the on-time rows: the input as the circuit sees it
+            txn.append_table(trace_id, tables[name], kind="zset", sort_by=sort_by)
         deleted = {r.name: r.deleted for r in reports}
         announce(rt, t, deleted, say)
         check_tables(rt, tables, deleted, state)

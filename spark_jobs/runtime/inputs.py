@@ -1,7 +1,7 @@
 """Choosing and reading the input files of a timestep (shared by `dbsp step` and the DAG tasks)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol, Sequence
 
 from pyspark.sql import DataFrame
@@ -11,33 +11,14 @@ from spark_jobs.executor.sources import InputFile, read_changes, read_snapshot, 
 from spark_jobs.executor.sources.cdc import KeyedState, cdc_change
 from spark_jobs.executor.sources.checks import InputRefused
 from spark_jobs.executor.sources.discovery import InputScan, fingerprint_of, refuse_shared, scan_input
+from spark_jobs.executor.sources.own_traces import input_trace, is_snapshot, keyed_trace, snapshot_trace
 from spark_jobs.policy import ExecutionPolicy
+from spark_jobs.runtime.input_folders import missing_folders
 from spark_jobs.spec.model import InputSpec
 from spark_jobs.state.lookup import TraceFiles
 
 
-def snapshot_trace(input_name: str) -> str:
-    """The trace holding the last snapshot of a `snapshots` input (D needs it)."""
-    return f"snapshot:{input_name}"
-
-
-def keyed_trace(input_name: str) -> str:
-    """The trace holding a `cdc` input's integral, sorted by its key (changes look old rows up)."""
-    return f"keyed:{input_name}"
-
-
-def input_trace(spec: InputSpec) -> tuple[str, tuple[str, ...]] | None:
-    """(trace, sort columns) an input keeps of its own, or None: its integral, which its change is
-    appended to (a snapshot input's last snapshot; a cdc input's rows, sorted by key)."""
-    if is_snapshot(spec):
-        return snapshot_trace(spec.name), ()
-    if spec.kind == "cdc":
-        return keyed_trace(spec.name), tuple(spec.key)
-    return None
-
-
-def is_snapshot(spec: InputSpec) -> bool:
-    return spec.source is not None and spec.source.kind == "snapshots"
+PATH_META = "path"  # inputs.<name>.path of a manifest: the folder the input read, as the circuit wrote it
 
 
 def consumed_records(manifest, input_name: str) -> list[dict]:
@@ -47,13 +28,13 @@ def consumed_records(manifest, input_name: str) -> list[dict]:
 
 
 def scan_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest, allowed_roots: Sequence[str] = (),
-                *, fingerprints: bool = True) -> dict[str, InputScan]:
+                *, fingerprints: bool = True) -> Scans:
     """Every input's folder against what the committed timesteps consumed (``scan_input``);
     ``allowed_roots``: the profile's ``inputs.allowed_roots``. A file two inputs list is refused
     (``refuse_shared``)."""
-    scans = {name: scan_input(spec, data_root, consumed_records(manifest, name), allowed_roots=allowed_roots,
-                              fingerprints=fingerprints)
-             for name, spec in spec_inputs.items()}
+    scans = Scans({name: scan_input(spec, data_root, consumed_records(manifest, name), allowed_roots=allowed_roots,
+                                    fingerprints=fingerprints)
+                   for name, spec in spec_inputs.items()}, source_paths(spec_inputs))
     refuse_shared(scans)
     return scans
 
@@ -65,12 +46,56 @@ def refuse_changed(scans: dict[str, InputScan]) -> None:
         raise InputRefused.combine(refused)
 
 
+class Scans(dict):
+    """Every input's scan (input -> ``InputScan``; none for a full refresh), and the folder each
+    input reads as the circuit writes it (``paths``), which the commit records."""
+
+    def __init__(self, scans: dict[str, InputScan] | None = None, paths: dict[str, str] | None = None):
+        super().__init__(scans or {})
+        self.paths = dict(paths or {})
+
+
+def source_paths(spec_inputs: dict[str, InputSpec]) -> dict[str, str]:
+    return {name: spec.source.path for name, spec in spec_inputs.items() if spec.source is not None}
+
+
+def record_input_paths(txn, paths: dict[str, str]) -> None:
+    """Note in the manifest the folder each input read (``inputs.<name>.path``, carried to later
+    manifests), so a later step can say that a circuit's input moved (``moved_inputs``)."""
+    for name, path in paths.items():
+        txn.set_input_meta(name, PATH_META, path)
+
+
+def moved_inputs(spec_inputs: dict[str, InputSpec], manifest) -> dict[str, str]:
+    """Inputs whose folder is not the one the committed state was built from: input -> the
+    folder recorded by the last commit (none before the first commit, or for a state written
+    before paths were recorded)."""
+    if manifest is None:
+        return {}
+    recorded = {name: (meta or {}).get(PATH_META) for name, meta in (manifest.inputs or {}).items()}
+    return {name: recorded[name] for name, path in source_paths(spec_inputs).items()
+            if recorded.get(name) and recorded[name] != path}
+
+
+def moved_notes(spec_inputs: dict[str, InputSpec], manifest) -> list[str]:
+    """What a step says before it reads anything when an input's folder changed."""
+    t = getattr(manifest, "timestep", None)
+    return [f"input {name!r} now reads folder {spec_inputs[name].source.path!r}, but the state (timestep {t}) "
+            f"was built from {old!r}: files consumed there are known by their names below the folder, so a "
+            f"file of the same name here counts as consumed and every other file as new. If the data moved "
+            f"with the path, that is what you want; otherwise rebuild the state from the new folder "
+            f"(`dbsp step --full-refresh`) or put the path back"
+            for name, old in sorted(moved_inputs(spec_inputs, manifest).items())]
+
+
 def keep_consumed_records(txn, scans: dict[str, InputScan]) -> None:
     """Write back the consumed records a scan changed (migrated from manifest format 1, or times
-    refreshed after a verified copy of the data root); the step then adds its own."""
+    refreshed after a verified copy of the data root); the step then adds its own. The folder
+    each input reads is recorded too (``Scans.paths``)."""
     for name, scan in scans.items():
         if scan.consumed.changed:
             txn.set_consumed(name, scan.consumed.records())
+    record_input_paths(txn, getattr(scans, "paths", {}))
 
 
 def pending_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest,
@@ -135,16 +160,39 @@ class ChosenInputs:
     """The files one timestep reads (``files``), and for an incremental one every input's scan."""
 
     files: dict[str, list[InputFile]]
-    scans: dict[str, InputScan]
+    scans: Scans
+    moved: list[str] = field(default_factory=list)  # inputs whose folder changed (``moved_notes``)
 
     def notes(self) -> list[str]:
-        """What the scans noticed (a data root moved, records migrated), for the step's notes."""
-        return [n for scan in self.scans.values() for n in scan.notes]
+        """What the scans noticed (an input's folder changed, a data root moved, records
+        migrated), for the step's notes."""
+        return self.moved + [n for scan in self.scans.values() for n in scan.notes]
 
     def records(self) -> dict[str, list[dict]]:
         """The consumed records of inputs whose records must be rewritten (migrated from manifest
         format 1, or times refreshed after a copy): input -> records, for ``txn.set_consumed``."""
         return {name: scan.consumed.records() for name, scan in self.scans.items() if scan.consumed.changed}
+
+
+def refuse_missing_folders(spec_inputs: dict[str, InputSpec], data_root: str, manifest=None) -> None:
+    """Refuse the step (``InputRefused``, exit code 2) if an input's folder does not exist: a
+    misspelt or moved path must not read as "no new files" (an empty folder still does)."""
+    missing = missing_folders(spec_inputs, data_root)
+    moved = moved_inputs(spec_inputs, manifest)
+    if missing:
+        raise InputRefused.combine(InputRefused(
+            [(m.folder, m.reason() + (f" (the state was built from {moved[m.input.name]!r})"
+                                      if m.input.name in moved else ""))], m.input.name) for m in missing)
+
+
+def missing_folder_notes(spec_inputs: dict[str, InputSpec], data_root: str, manifest=None) -> list[str]:
+    """A warning per input whose folder does not exist, said before the step reads anything.
+    (``refuse_missing_folders`` makes it a refusal; a step does not call it yet: existing
+    circuits and tests that step before every input has a folder must be updated first.)"""
+    moved = moved_inputs(spec_inputs, manifest)
+    return [f"warning: {m.reason()}" + (f" (the state was built from {moved[m.input.name]!r})" if m.input.name in moved
+                                        else "") + "; this step reads it as no changes"
+            for m in missing_folders(spec_inputs, data_root)]
 
 
 def choose_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest, allowed_roots: Sequence[str] = (),
@@ -153,12 +201,14 @@ def choose_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest, a
     every retained file (full refresh; ``pruned``: what retention removed, from
     ``retention.json``, which refuses it with ``CannotRebuild``), or the pending ones; an
     incremental step is refused (``InputRefused``) if a consumed file's content changed under
-    its name."""
+    its name. An input whose folder does not exist is said first (``missing_folder_notes``)."""
+    moved = missing_folder_notes(spec_inputs, data_root, manifest) + moved_notes(spec_inputs, manifest)
     if full_refresh:
-        return ChosenInputs(retained_inputs(spec_inputs, data_root, manifest, allowed_roots, pruned=pruned), {})
+        return ChosenInputs(retained_inputs(spec_inputs, data_root, manifest, allowed_roots, pruned=pruned),
+                            Scans(paths=source_paths(spec_inputs)), moved)
     scans = scan_inputs(spec_inputs, data_root, manifest, allowed_roots)
     refuse_changed(scans)
-    return ChosenInputs({name: scan.pending for name, scan in scans.items()}, scans)
+    return ChosenInputs({name: scan.pending for name, scan in scans.items()}, scans, moved)
 
 
 class InputState(Protocol):
@@ -196,3 +246,11 @@ def read_input(spark, spec: InputSpec, files: list[InputFile], state: InputState
             return InputChange(spark.createDataFrame([], spark_schema(spec)), trace)
         return InputChange(change.delta, trace, change.unknown_keys)
     return InputChange(read_changes(spark, spec, files))
+
+
+def count_unknown_keys(txn, input_name: str, n: int, *, restart: bool = False) -> None:
+    """Add a step's ignored cdc records of unknown keys to the input's running total in the manifest
+    (``restart``: a full refresh read every retained file again, so its count is the total)."""
+    if n or restart:
+        previous = {} if restart else ((txn.previous.inputs if txn.previous else {}).get(input_name) or {})
+        txn.set_input_meta(input_name, "unknown_keys", int(previous.get("unknown_keys", 0)) + n)

@@ -40,7 +40,8 @@ from spark_jobs.runtime.failures import step_failures
 from spark_jobs.runtime.feeds import publish_feeds
 from spark_jobs.runtime.step_types import InputReport, StepReport, StoreReader
 from spark_jobs.state.arrow_fs import is_local
-from spark_jobs.runtime.inputs import choose_inputs, keep_consumed_records, pending_inputs as _pending, read_input
+from spark_jobs.runtime.inputs import (choose_inputs, count_unknown_keys, keep_consumed_records,
+                                      pending_inputs as _pending, read_input)
 from spark_jobs.runtime.quality_gate import check_timestep, quality_dir
 from spark_jobs.runtime.refresh import EmptyState
 from spark_jobs.runtime.retention import after_commit
@@ -126,7 +127,7 @@ def choose_engine(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, fu
         why: str | None = "a full refresh rebuilds the state from every retained file (a load)"
     else:
         why = inprocess.unsupported(rt, pending) if policy.engine != "spark" else None
-    rows = inprocess.change_rows(pending) if why is None and policy.engine == "auto" else None
+    rows = inprocess.change_rows(pending, rt.compiled.spec.inputs) if why is None and policy.engine == "auto" else None
     first = rt.store.last_committed() == 0
     return policy.engine_for(rows, first_step=first, local_profile=local, unsupported=why)
 
@@ -300,11 +301,3 @@ def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], scans
              for view, info in (manifest.outputs or {}).items()}
     return StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary(),
                       engine="spark", engine_reason=reason, bytes_read=state.bytes_read(), notes=notes)
-
-
-def count_unknown_keys(txn, input_name: str, n: int, *, restart: bool = False) -> None:
-    """Add a step's ignored cdc records of unknown keys to the input's running total in the manifest
-    (``restart``: a full refresh read every retained file again, so its count is the total)."""
-    if n or restart:
-        previous = {} if restart else ((txn.previous.inputs if txn.previous else {}).get(input_name) or {})
-        txn.set_input_meta(input_name, "unknown_keys", int(previous.get("unknown_keys", 0)) + n)

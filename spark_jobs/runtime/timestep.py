@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.runtime.failures import step_failures
 from spark_jobs.runtime import refresh
-from spark_jobs.runtime.inputs import choose_inputs
+from spark_jobs.runtime.inputs import choose_inputs, record_input_paths, source_paths
 from spark_jobs.runtime.stage_run import RunValues, evaluate_stage
 from spark_jobs.runtime.staging import journal_path, read_json, run_dir, staging_root, write_json
 from spark_jobs.runtime.stages import Stage, stage_graph
@@ -356,6 +356,7 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
             refresh.forget_consumed(txn)
         for name, records in (p.get("consumed_records") or {}).items():
             txn.set_consumed(name, records)
+        record_input_paths(txn, source_paths(rt.compiled.spec.inputs))
         appends, outputs, quarantined = [], {}, {}
         for j in journals.values():
             for view, st in j["outputs"].items():

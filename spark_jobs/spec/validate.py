@@ -30,6 +30,7 @@ from .reader_options import option_problems
 from .sites import condition_problem, expression_sites
 from .sql_check import ExpressionError
 from .time_checks import time_problems
+from .typecheck import type_problems
 from .model import ALL_OPS, CircuitSpec, Expectation, NodeSpec
 
 if TYPE_CHECKING:
@@ -189,6 +190,7 @@ def semantic_problems(spec: CircuitSpec, doc: "Document", broken: frozenset[str]
     resolution, column_problems = resolve(spec, broken | in_cycles)
     problems += column_problems
     problems += _expressions(spec, resolution, broken) + _expectation_forms(spec)
+    problems += type_problems(spec, resolution, broken | in_cycles)
     problems += _outputs(spec, resolution)
     problems += key_problems(spec, doc, resolution.columns)
     problems += time_problems(spec, doc, broken, resolution)

@@ -21,6 +21,7 @@ from spark_jobs.runtime.step import run_step
 from tests.streams import collect_all
 
 from . import sql
+from tests.policies import make_input_folders
 
 Bag = Counter
 
@@ -42,6 +43,7 @@ class EngineRun:
         path = root / "circuit.yaml"
         path.write_text(yaml_text)
         self.rt: CircuitRuntime = open_circuit(str(path), load_config(data_root=str(root)))
+        make_input_folders(self.rt)  # an input without a change at a step is an empty folder
         self.spec = self.rt.compiled.spec
         self.t = 0
 

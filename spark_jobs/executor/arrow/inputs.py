@@ -1,41 +1,65 @@
-"""Read a step's input files with pyarrow, as a Z-set table, with the checks Spark's reader applies.
+"""An input's change for one step, read in-process: the counterpart of ``runtime/inputs.read_input``
+on Spark, with the same values and the same refusals.
 
-The same rules as ``executor/sources`` (Parquet footers compared with the declared schema, lossless
-widenings only, declared non-null columns checked, ``_weight`` integral and non-null, +1 without
-one and within +-2^31-1, rows of weight 0 dropped), the same refusal (``InputRefused``, every refused file of the step
-with its reason), and the same values: columns cast to the declared types. Only what the
-in-process engine takes is read here: ``changes`` sources in Parquet; any other input makes the
-step run on Spark (``unsupported``).
+``read_input(spec, files, state, policy)`` serves every kind and format:
+
+- ``changes`` and ``append_only``: the files' rows with their weights (``parquet_files``,
+  ``csv_files``, ``json_files``), weight-0 rows dropped, not consolidated;
+- ``snapshots``: the newest snapshot minus the input's last one (``D``, against the trace
+  ``snapshot:<name>``), consolidated;
+- ``cdc``: the records applied by key against the trace ``keyed:<name>`` (``cdc_records``).
+
+Every file is checked as Spark's reader checks it; ``InputRefused`` names every refused file of
+the input with its reason, in the Spark path's words (the ``Check`` objects of
+``sources/formats.py`` and the driver-side header and footer checks are shared code). What the
+in-process readers cannot read exactly as Spark does raises ``NotLocal`` before anything is
+written, and the step runs on Spark (``coverage.unsupported`` says it before reading, for
+options and types).
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
-from spark_jobs.executor.sources.discovery import file_format, locate
-from spark_jobs.executor.sources.formats import MAX_WEIGHT, WEIGHT_DELETE, WEIGHT_RANGE, weight_range_problems
-from spark_jobs.executor.sources.schema_check import UnreadableFile, column_problems, read_parquet_footer
-from spark_jobs.executor.sources.spark_types import declared_types
+from spark_jobs.executor.sources.discovery import data_files, exists, file_format
+from spark_jobs.executor.sources.formats import Declared
+from spark_jobs.executor.sources.own_traces import input_trace, is_snapshot, keyed_trace, snapshot_trace
+from spark_jobs.executor.sources.reading import declared
+from spark_jobs.executor.sources.schema_check import UnreadableFile, column_problems, csv_header, header_problems
+from spark_jobs.policy import ExecutionPolicy
 from spark_jobs.spec.model import WEIGHT, InputSpec
 from spark_jobs.state.arrow_trace import arrow_of
+from spark_jobs.state.lookup import TraceFiles
+
+from .readers import cdc_records, csv_files, json_files, parquet_files
+from .readers.coverage import unsupported
+from .readers.records import arrow_type, sql_type, to_table
+from .readers.sizes import change_rows
+from .zsets import consolidate, negate
+
+__all__ = ["ArrowInputChange", "change_rows", "read_changes", "read_input", "schema", "unsupported"]
 
 
-def unsupported(spec: InputSpec) -> str | None:
-    """Why this input cannot be read in-process (None: it can)."""
-    source = spec.source
-    if source is None:
-        return f"input {spec.name!r} has no source"
-    if source.kind == "cdc":  # records folded into changes by key, against the input's keyed trace
-        return f"input {spec.name!r} is a cdc source: its records are applied by key on Spark"
-    if source.kind not in ("changes", "append_only") or source.format != "parquet":
-        return f"input {spec.name!r} is a {source.kind} source in {source.format}: read by Spark"
-    if source.options:
-        return f"input {spec.name!r} sets reader options: read by Spark"
-    return None
+class TraceSource(Protocol):
+    """Committed traces as the in-process step reads them (``step_types.StoreReader``)."""
+
+    def trace_files(self, node_id: str) -> TraceFiles | None: ...
+
+
+@dataclass
+class ArrowInputChange:
+    """What an input contributes to a step: its change (None: no file arrived), the input's own
+    trace the change is appended to (``own_traces.input_trace``), cdc records of unknown keys
+    ignored and counted, and the bytes of input files read."""
+
+    table: pa.Table | None
+    trace: tuple[str, tuple[str, ...]] | None = None
+    unknown_keys: int = 0
+    bytes_read: int = 0
 
 
 def schema(spec: InputSpec) -> pa.Schema:
@@ -43,98 +67,114 @@ def schema(spec: InputSpec) -> pa.Schema:
     return arrow_of(spark_schema(spec))
 
 
-def footer_rows(files: Sequence[InputFile]) -> int | None:
-    """Rows of Parquet change files from their footers (no data read); None if unreadable."""
-    total = 0
+def _target(d: Declared) -> pa.Schema:
+    """The Arrow schema of a declaration's columns and the weight."""
+    return pa.schema([(c, arrow_type(sql_type(t))) for c, t in d.types.items()] + [(WEIGHT, pa.int64())])
+
+
+def read_files(spec: InputSpec, files: Sequence[InputFile], d: Declared, json_reader=None
+               ) -> list[tuple[InputFile, pa.Table]]:
+    """Each file's rows as a table of the declared columns and ``_weight``, every check passed;
+    else ``InputRefused`` naming every refused file (a file of another format too), as
+    ``reading.checked_groups``."""
+    assert spec.source is not None
+    fmt = spec.source.reader_format
+    problems = [(f.path, f"a {file_format(f.path)} file in a {spec.source.format} source")
+                for f in files if file_format(f.path) != fmt]
+    target = _target(d)
+    out = []
     for f in files:
-        loc = locate(f.path)
+        if file_format(f.path) != fmt:
+            continue
+        table, reasons = _read_file(f, fmt, d, target, json_reader)
+        problems += [(f.path, r) for r in reasons]
+        if table is not None and not reasons:
+            out.append((f, table))
+    if problems:
+        raise InputRefused(problems, spec.name)
+    return out
+
+
+def _read_file(f: InputFile, fmt: str, d: Declared, target: pa.Schema, json_reader) -> tuple[pa.Table | None, list[str]]:
+    if fmt == "parquet":
+        return parquet_files.read_file(f.path, d, target)
+    if fmt == "csv":
         try:
-            with loc.fs.open_input_file(loc.inner) as fh:
-                total += pq.ParquetFile(fh).metadata.num_rows
-        except (pa.ArrowException, OSError):
-            return None
-    return total
+            header = csv_header(f.path, d.options)
+        except UnreadableFile as exc:
+            return None, [str(exc)]
+        if header is None:
+            return None, []  # an empty file holds no rows
+        reasons = header_problems(header) or column_problems(dict.fromkeys(header), d.types, d.allow_weight)
+        if reasons:
+            return None, reasons
+        rows = csv_files.read_file(f.path, header, d)
+    else:
+        rows = (json_reader or json_files.read_file)(f.path, d)
+    reasons = rows.tally.reasons()
+    types = {c: sql_type(t) for c, t in d.types.items()}
+    return (None, reasons) if reasons else (to_table([rows], types, target), [])
+
+
+def _union(parts: Sequence[tuple[InputFile, pa.Table]], target: pa.Schema) -> pa.Table:
+    if not parts:
+        return target.empty_table()
+    table = pa.concat_tables([t for _, t in parts])
+    return table.filter(pc.not_equal(table.column(WEIGHT), 0))
 
 
 def read_changes(spec: InputSpec, files: Sequence[InputFile]) -> tuple[pa.Table, int]:
     """The union of the files' changes (declared columns, declared types, then ``_weight``; weight
     0 dropped, not consolidated) and the bytes read; ``InputRefused`` naming every bad file."""
-    target = schema(spec)
-    declared = declared_types(spec)
-    not_null = spec.not_null
-    problems: list[tuple[str, str]] = []
-    tables, read = [], 0
-    for f in files:
-        if file_format(f.path) != "parquet":
-            problems.append((f.path, f"a {file_format(f.path)} file in a parquet source"))
-            continue
-        try:
-            footer = read_parquet_footer(f.path)
-        except UnreadableFile as exc:
-            problems.append((f.path, str(exc)))
-            continue
-        found = {fld.name: fld.dataType for fld in footer.schema}
-        found.update({name: None for name in footer.null_counts if name not in found})
-        reasons = list(footer.problems) + column_problems(found, declared, True)
-        reasons += weight_range_problems(footer.weight_range if WEIGHT in found else None)
-        if reasons:
-            problems.extend((f.path, r) for r in reasons)
-            continue
-        loc = locate(f.path)
-        try:
-            with loc.fs.open_input_file(loc.inner) as fh:
-                raw = pq.read_table(fh, columns=[c for c in [*declared, WEIGHT] if c in found])
-        except (pa.ArrowException, OSError) as exc:  # corrupt pages behind a valid footer: as Spark says it
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            problems.append((f.path, f"cannot be read although its header or footer looked valid (corrupt data?): "
-                                     f"{first}"))
-            continue
-        read += f.size
-        reasons = _row_problems(raw, {c: spec.null_reason(c) for c in not_null}, spec.kind == "append_only")
-        if reasons:
-            problems.extend((f.path, r) for r in reasons)
-            continue
-        tables.append(_typed(raw, target))
-    if problems:
-        raise InputRefused(problems, spec.name)
-    if not tables:
-        return target.empty_table(), read
-    table = pa.concat_tables(tables)
-    return table.filter(pc.not_equal(table.column(WEIGHT), 0)), read
+    parts = read_files(spec, files, declared(spec, allow_weight=True))
+    return _union(parts, schema(spec)), sum(f.size for f, _ in parts)
 
 
-def _row_problems(raw: pa.Table, not_null: Mapping[str, str], inserts_only: bool = False) -> list[str]:
-    """The row checks Spark's reader applies: declared non-null columns, and the weight (no
-    negative one in an append_only source)."""
-    reasons = []
-    for c, why in not_null.items():
-        n = raw.column(c).null_count
-        if n:
-            reasons.append(f"column {c} {why} but has {n} null value(s)")
-    if WEIGHT in raw.column_names and raw.column(WEIGHT).null_count:
-        reasons.append(f"column _weight has {raw.column(WEIGHT).null_count} null value(s); "
-                       "leave the column out for +1")
-    if WEIGHT in raw.column_names:
-        w = raw.column(WEIGHT)
-        out = pc.filter(w, pc.or_(pc.greater(w, MAX_WEIGHT), pc.less(w, -MAX_WEIGHT)))
-        if len(out):
-            reasons.append(WEIGHT_RANGE.describe(len(out), out[0].as_py()))
-        deletes = pc.filter(w, pc.less(w, 0)) if inserts_only else []
-        if len(deletes):
-            reasons.append(WEIGHT_DELETE.describe(len(deletes), deletes[0].as_py()))
-    return reasons
+def read_snapshot(spec: InputSpec, item: InputFile) -> tuple[pa.Table, int]:
+    """A full snapshot (a file, or a folder of data files) as a Z-set of +1 rows, and its bytes."""
+    if not exists(item.path):
+        raise InputRefused([(item.path, "the snapshot disappeared before it was read")], spec.name)
+    parts = read_files(spec, data_files(item.path), declared(spec, allow_weight=False))
+    return _union(parts, schema(spec)), sum(f.size for f, _ in parts)
 
 
-def _typed(raw: pa.Table, target: pa.Schema) -> pa.Table:
-    """Declared columns cast to their types (lossless widenings, checked above), then the weight."""
-    columns = []
-    for f in target:
-        if f.name == WEIGHT:
-            w = raw.column(WEIGHT) if WEIGHT in raw.column_names else pa.array([1] * raw.num_rows, pa.int64())
-            columns.append(w.cast(pa.int64()))
-        else:
-            col = raw.column(f.name)
-            if pa.types.is_dictionary(col.type):
-                col = col.cast(col.type.value_type)
-            columns.append(col.cast(f.type))
-    return pa.Table.from_arrays(columns, schema=target)
+def snapshot_delta(new: pa.Table, previous: TraceFiles | None) -> pa.Table:
+    """``D``: the new snapshot minus the previous value (the snapshot trace), consolidated."""
+    if previous is None:
+        return consolidate(new)
+    old = previous.read_all()
+    old = old.select(new.column_names).cast(new.schema)
+    return consolidate(pa.concat_tables([new, negate(old)]))
+
+
+def read_input(spec: InputSpec, files: Sequence[InputFile], state: TraceSource,
+               policy: ExecutionPolicy | None = None) -> ArrowInputChange:
+    """Read (and check) the files of one input as the Spark step does (``runtime/inputs.read_input``)."""
+    if not files:
+        return ArrowInputChange(None)
+    trace = input_trace(spec)
+    if is_snapshot(spec):
+        newest, nbytes = read_snapshot(spec, files[-1])
+        return ArrowInputChange(snapshot_delta(newest, state.trace_files(snapshot_trace(spec.name))), trace,
+                                bytes_read=nbytes)
+    if spec.kind == "cdc":
+        return _cdc_change(spec, files, state.trace_files(keyed_trace(spec.name)), policy or ExecutionPolicy(), trace)
+    table, nbytes = read_changes(spec, files)
+    return ArrowInputChange(table, bytes_read=nbytes)
+
+
+def _cdc_change(spec: InputSpec, files: Sequence[InputFile], keyed: TraceFiles | None, policy: ExecutionPolicy,
+                trace) -> ArrowInputChange:
+    d = cdc_records.declaration(spec)
+    parts = read_files(spec, files, d, cdc_records.envelope_reader(spec))
+    nbytes = sum(f.size for f, _ in parts)
+    records = cdc_records.with_order(parts, spec)
+    if records is None:  # files without a record
+        return ArrowInputChange(schema(spec).empty_table(), trace, bytes_read=nbytes)
+    old = cdc_records.old_rows(spec, records, keyed, policy)
+    delta, unknown = cdc_records.apply_records(spec, records, old)
+    policy_name = spec.source.cdc.unknown_key  # type: ignore[union-attr]
+    if policy_name == "refuse" and unknown:
+        raise cdc_records.unknown_refusal(spec, d.types, unknown)
+    counted = len(unknown) if policy_name == "count" else 0
+    return ArrowInputChange(delta.select(schema(spec).names).cast(schema(spec)), trace, counted, nbytes)

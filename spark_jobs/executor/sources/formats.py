@@ -69,13 +69,13 @@ def _short(value: Any) -> str:
 
 # ---- checks every format shares ------------------------------------------------------------
 
-def _null_check(name: str, why: str = "is declared not nullable") -> Check:
+def null_check(name: str, why: str = "is declared not nullable") -> Check:
     return Check(f"null:{name}", lambda n, _x: f"column {name} {why} but has {n} null value(s)")
 
 
-_WEIGHT_NULL = Check("weight:null", lambda n, _x: f"column _weight has {n} null value(s); "
+WEIGHT_NULL = Check("weight:null", lambda n, _x: f"column _weight has {n} null value(s); "
                                                   "leave the column out for +1")
-_WEIGHT_INT = Check("weight:int", lambda n, x: f"column _weight must hold integers: {n} value(s) "
+WEIGHT_INT = Check("weight:int", lambda n, x: f"column _weight must hold integers: {n} value(s) "
                                                f"are not, e.g. {_short(x)}")
 # |_weight| <= 2^31 - 1: a join multiplies two weights and a trace sums many, and both must stay
 # far inside a long (2^63) for any realistic history; change batches use small weights anyway.
@@ -101,15 +101,15 @@ WEIGHT_DELETE = Check("weight:delete", lambda n, x: f"{n} row(s) delete (negativ
                                                     "but the source is append_only: it only inserts")
 
 
-def _one_of_check(name: str, values: tuple[str, ...]) -> Check:
+def one_of_check(name: str, values: tuple[str, ...]) -> Check:
     return Check(f"one_of:{name}", lambda n, x: f"column {name}: {n} value(s) are not one of "
                                                 f"{', '.join(values)}, e.g. {_short(x)}")
 
 
 def shared_checks(d: Declared) -> list[Check]:
-    checks = [_null_check(c, *([d.null_reasons[c]] if c in d.null_reasons else [])) for c in d.not_null]
-    checks += [_one_of_check(c, values) for c, values in d.one_of.items()]
-    checks += [_WEIGHT_NULL, _WEIGHT_INT, WEIGHT_RANGE] if d.allow_weight else []
+    checks = [null_check(c, *([d.null_reasons[c]] if c in d.null_reasons else [])) for c in d.not_null]
+    checks += [one_of_check(c, values) for c, values in d.one_of.items()]
+    checks += [WEIGHT_NULL, WEIGHT_INT, WEIGHT_RANGE] if d.allow_weight else []
     return checks + ([WEIGHT_DELETE] if d.inserts_only else [])
 
 
@@ -144,8 +144,8 @@ def plan_parquet(spark: SparkSession, files: Sequence[InputFile], d: Declared) -
         reasons = list(footer.problems) + column_problems(found, d.types, d.allow_weight)
         must_hold = list(d.not_null) + ([WEIGHT] if d.allow_weight and WEIGHT in found else [])
         counts = {c: footer.null_counts.get(c) for c in must_hold}
-        reasons += [_null_check(c, *([d.null_reasons[c]] if c in d.null_reasons else [])).describe(n, None)
-                    if c != WEIGHT else _WEIGHT_NULL.describe(n, None) for c, n in counts.items() if n]
+        reasons += [null_check(c, *([d.null_reasons[c]] if c in d.null_reasons else [])).describe(n, None)
+                    if c != WEIGHT else WEIGHT_NULL.describe(n, None) for c, n in counts.items() if n]
         weights = footer.weight_range if d.allow_weight and WEIGHT in found else (0, 0)
         reasons += weight_range_problems(weights)
         if reasons:
@@ -171,7 +171,7 @@ def _parquet_group(spark: SparkSession, files: Sequence[InputFile], schema: Stru
     checks = {f"null:{c}": (_col(c).isNull(), None) for c in d.not_null}
     weight = _col(WEIGHT).cast(LongType()) if has_weight else F.lit(1).cast(LongType())
     if has_weight:
-        checks[_WEIGHT_NULL.key] = (_col(WEIGHT).isNull(), None)
+        checks[WEIGHT_NULL.key] = (_col(WEIGHT).isNull(), None)
         checks[WEIGHT_RANGE.key] = (_out_of_range(weight), _col(WEIGHT))
         checks.update(_delete_check(d, weight))
     typed = {c: _col(c).cast(t) for c, t in d.types.items()}
@@ -196,18 +196,18 @@ def _parse_csv_value(raw: Column, t: DataType, options: Mapping[str, Any]) -> Co
     return value
 
 
-def _cast_check(name: str, t: DataType) -> Check:
+def cast_check(name: str, t: DataType) -> Check:
     return Check(f"cast:{name}", lambda n, x: f"column {name}: {n} value(s) are not a valid "
                                               f"{type_label(t)}, e.g. {_short(x)}")
 
 
-_MALFORMED = Check("malformed", lambda n, x: f"{n} malformed row(s) (wrong number of fields), "
+MALFORMED = Check("malformed", lambda n, x: f"{n} malformed row(s) (wrong number of fields), "
                                              f"e.g. {_short(x)}")
 
 
 def plan_csv(spark: SparkSession, files: Sequence[InputFile], d: Declared) -> ReadPlan:
     """Header checked in the driver; values read as strings, then cast and checked in Spark."""
-    plan = ReadPlan(checks=[_MALFORMED] + [_cast_check(c, t) for c, t in d.types.items()
+    plan = ReadPlan(checks=[MALFORMED] + [cast_check(c, t) for c, t in d.types.items()
                                            if not isinstance(t, StringType)] + shared_checks(d))
     layouts: dict[tuple[str, ...], list[InputFile]] = defaultdict(list)
     for f in files:
@@ -239,7 +239,7 @@ def _csv_group(spark: SparkSession, files: Sequence[InputFile], header: tuple[st
     # number of fields only when all the columns are read.
     every = F.concat_ws(",", *[_col(h) for h in header])
     checks: dict[str, tuple[Column, Column | None]] = {
-        _MALFORMED.key: (_col(CORRUPT).isNotNull(), F.coalesce(_col(CORRUPT), every))}
+        MALFORMED.key: (_col(CORRUPT).isNotNull(), F.coalesce(_col(CORRUPT), every))}
     for c, t in d.types.items():
         if not isinstance(t, StringType):
             checks[f"cast:{c}"] = (_col(c).isNotNull() & typed[c].isNull(), _col(c))
@@ -248,8 +248,8 @@ def _csv_group(spark: SparkSession, files: Sequence[InputFile], header: tuple[st
     weight = F.lit(1).cast(LongType())
     if WEIGHT in header:
         weight = _col(WEIGHT).try_cast(LongType())
-        checks[_WEIGHT_NULL.key] = (_col(WEIGHT).isNull(), None)
-        checks[_WEIGHT_INT.key] = (_col(WEIGHT).isNotNull() & weight.isNull(), _col(WEIGHT))
+        checks[WEIGHT_NULL.key] = (_col(WEIGHT).isNull(), None)
+        checks[WEIGHT_INT.key] = (_col(WEIGHT).isNotNull() & weight.isNull(), _col(WEIGHT))
         checks[WEIGHT_RANGE.key] = (_out_of_range(weight), _col(WEIGHT))
         checks.update(_delete_check(d, weight))
     return Group(frame, typed, weight, checks)
@@ -257,19 +257,19 @@ def _csv_group(spark: SparkSession, files: Sequence[InputFile], header: tuple[st
 
 # ---- JSON lines --------------------------------------------------------------------------------
 
-def _corrupt_check(d: Declared) -> Check:
+def corrupt_check(d: Declared) -> Check:
     return Check("corrupt", lambda n, x: f"{diagnose_json_line(x, d.types)}: {n} bad line(s), "
                                          f"e.g. {_short(x)}")
 
 
-_EXTRA_KEYS = Check("extra", lambda _n, xs: "unexpected column(s) "
-                    + name_list(sorted({k for x in xs for k in x.split("\n")})), all_examples=True)
+EXTRA_KEYS = Check("extra", lambda _n, xs: "unexpected column(s) "
+                   + name_list(sorted({k for x in xs for k in x.split("\n")})), all_examples=True)
 
 
 def plan_json(spark: SparkSession, files: Sequence[InputFile], d: Declared) -> ReadPlan:
     """Lines read as text and parsed with the declared schema, so corrupt lines and unexpected
     keys are both visible to the one check aggregate."""
-    plan = ReadPlan(checks=[_corrupt_check(d), _EXTRA_KEYS] + shared_checks(d))
+    plan = ReadPlan(checks=[corrupt_check(d), EXTRA_KEYS] + shared_checks(d))
     files = [f for f in files if f.size > 0]
     if files:
         plan.groups.append(_json_group(spark, files, d))
@@ -299,8 +299,8 @@ def _json_group(spark: SparkSession, files: Sequence[InputFile], d: Declared) ->
     if d.allow_weight:
         parsed = row[WEIGHT].try_cast(LongType())
         weight = F.coalesce(parsed, F.lit(1).cast(LongType()))
-        checks[_WEIGHT_NULL.key] = (ok & F.array_contains("__keys", WEIGHT) & row[WEIGHT].isNull(), None)
-        checks[_WEIGHT_INT.key] = (ok & row[WEIGHT].isNotNull() & parsed.isNull(), row[WEIGHT])
+        checks[WEIGHT_NULL.key] = (ok & F.array_contains("__keys", WEIGHT) & row[WEIGHT].isNull(), None)
+        checks[WEIGHT_INT.key] = (ok & row[WEIGHT].isNotNull() & parsed.isNull(), row[WEIGHT])
         checks[WEIGHT_RANGE.key] = (ok & _out_of_range(parsed), row[WEIGHT])
         checks.update(_delete_check(d, weight))
     return Group(frame, {c: row[c] for c in d.types}, weight, checks)

@@ -115,7 +115,8 @@ def parse_date(text: str) -> int | None:
     year, month, day = sign * segments[0], segments[1], segments[2]
     if not 1 <= month <= 12 or not 1 <= day <= int(days_in_month(np.array([year]), np.array([month]))[0]):
         return None
-    return int(days_from_civil(np.array([year]), np.array([month]), np.array([day]))[0])
+    days = int(days_from_civil(np.array([year]), np.array([month]), np.array([day]))[0])
+    return days if -2**31 <= days < 2**31 else None  # localDateToDays: toIntExact, else no date
 
 
 def parse_timestamp_literal(text: str) -> int | None:

@@ -26,6 +26,7 @@ FALSE_STRINGS = frozenset({"f", "false", "n", "no", "0"})
 # java.lang.Character.isWhitespace or isISOControl, by code point (UTF8String.trimAll).
 _JAVA_SPACE = frozenset([*range(0x00, 0x21), *range(0x7F, 0xA0), 0x1680, *range(0x2000, 0x2007),
                          *range(0x2008, 0x200B), 0x2028, 0x2029, 0x205F, 0x3000])
+_JAVA_TRIMMED = "".join(map(chr, range(0x21)))
 _JAVA_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 
@@ -238,16 +239,27 @@ def _decimal_to_integral(child: Node, src: SparkType, to: SparkType, lo: int, hi
     return kernel
 
 
-def _string_to_integral(to: SparkType, lo: int, hi: int):
-    width_lo, width_hi = (INTEGRAL_BOUNDS["bigint"] if to.name == "bigint" else INTEGRAL_BOUNDS["int"])
+def integral_text(s: str, to: SparkType) -> int | None:
+    """``UTF8String.toLongExact`` (``toIntExact`` for the narrower types, then their range): the
+    value of a trimmed ``[+-]digits`` string that fits ``to``; None where Spark's cast fails."""
+    lo, hi = INTEGRAL_BOUNDS[to.name]
+    if len(s) <= 18 and s.isascii() and s.isdigit():  # the common case: plain ASCII digits, nothing to trim
+        value = int(s)
+        return value if value <= hi else None
+    raw = trim_bytes(s.encode("utf-8"))
+    body = raw[1:] if raw[:1] in (b"-", b"+") else raw
+    if not body or not body.isdigit():  # bytes.isdigit: ASCII digits only
+        return None
+    if len(body.lstrip(b"0")) > 19:  # past any long (and past what int() parses: 4,300 digits)
+        return None
+    value = -int(body) if raw[:1] == b"-" else int(body)
+    return value if lo <= value <= hi else None
 
+
+def _string_to_integral(to: SparkType, lo: int, hi: int):
     def parse(s: str) -> int:
-        raw = trim_bytes(s.encode("utf-8"))
-        body = raw[1:] if raw[:1] in (b"-", b"+") else raw
-        if not body or not body.isdigit():  # bytes.isdigit: ASCII digits only
-            raise invalid(s, to)
-        value = -int(body) if raw[:1] == b"-" else int(body)
-        if not width_lo <= value <= width_hi or not lo <= value <= hi:
+        value = integral_text(s, to)
+        if value is None:
             raise invalid(s, to)
         return value
 
@@ -295,18 +307,29 @@ def _decimal_to_decimal(src: SparkType, to: SparkType):
     return kernel
 
 
+def decimal_text(s: str) -> tuple[int, int] | None:
+    """A trimmed ``java.math.BigDecimal`` string as (unscaled value, scale); None where Spark's
+    cast finds no number."""
+    text = s.strip(_JAVA_TRIMMED)  # java.lang.String.trim
+    if not _JAVA_DECIMAL.fullmatch(text):
+        return None
+    mantissa, _, exponent = text.replace("E", "e").partition("e")
+    if len(exponent.lstrip("+-")) > 9:
+        return None
+    whole, _, frac = mantissa.lstrip("+-").partition(".")
+    if len((whole + frac).lstrip("0")) > 1000:  # int() reads 4,300 digits at most: Spark decides these
+        raise ExpressionFailed("NUMERIC_VALUE_OUT_OF_RANGE", f"a decimal string of {len(whole + frac)} digits")
+    value = int((whole + frac) or "0")  # int() reads any Unicode decimal digit, as Java does
+    value = -value if mantissa.startswith("-") else value
+    return value, len(frac) - int(exponent or 0)
+
+
 def _string_to_decimal(to: SparkType):
     def parse(s: str) -> int:
-        text = s.strip("".join(map(chr, range(0x21))))  # java.lang.String.trim
-        if not _JAVA_DECIMAL.fullmatch(text):
+        parsed = decimal_text(s)
+        if parsed is None:
             raise invalid(s, to)
-        mantissa, _, exponent = text.replace("E", "e").partition("e")
-        if len(exponent.lstrip("+-")) > 9:
-            raise invalid(s, to)
-        whole, _, frac = mantissa.lstrip("+-").partition(".")
-        value = int((whole + frac) or "0")  # int() reads any Unicode decimal digit, as Java does
-        value = -value if mantissa.startswith("-") else value
-        scale = len(frac) - int(exponent or 0)
+        value, scale = parsed
         if decimals.digits(value) - scale > decimals.MAX_DIGITS:
             raise ExpressionFailed("NUMERIC_VALUE_OUT_OF_RANGE", f"{s!r} is out of the decimal range")
         return decimals.to_precision(value, scale, to.precision, to.scale)
@@ -317,19 +340,22 @@ def _string_to_decimal(to: SparkType):
     return kernel
 
 
+def boolean_text(s: str) -> bool | None:
+    """Spark's string -> boolean: t/true/y/yes/1 and f/false/n/no/0, any case, trimmed; None otherwise."""
+    word = trim_all(s).lower()
+    return True if word in TRUE_STRINGS else False if word in FALSE_STRINGS else None
+
+
 def _string_to_boolean(a: pa.Array, ok: np.ndarray) -> pa.Array:
     out = []
     for s, k in zip(a.to_pylist(), ok):
         if not k:
             out.append(None)
             continue
-        word = trim_all(s).lower()
-        if word in TRUE_STRINGS:
-            out.append(True)
-        elif word in FALSE_STRINGS:
-            out.append(False)
-        else:
+        value = boolean_text(s)
+        if value is None:
             raise invalid(s, BOOLEAN)
+        out.append(value)
     return pa.array(out, pa.bool_())
 
 
