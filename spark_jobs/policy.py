@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 ENGINES = ("auto", "spark", "arrow")
+DRIVER_ACCESS = ("auto", "always", "never")
 LOOKUPS = ("sorted", "cached", "scan")
 
 
@@ -100,6 +101,11 @@ class ExecutionPolicy:
     """Every threshold of a step, and the engine choice (``execution:`` in a profile)."""
 
     engine: str = "auto"  # auto | spark | arrow (see ``engine_for``)
+    # may this process (the CLI, an Airflow task: Spark's driver or a Connect client) read and
+    # write the state and the input files itself, with pyarrow? auto: when the data root is on
+    # this machine or an object store pyarrow opens (s3://, gs://, abfs://); never: every step on
+    # Spark (the files live where only the cluster sees them); always: also hdfs:// (libhdfs here)
+    driver_access: str = "auto"
     # a change up to this many rows is "small": it is broadcast to look state up, and a Spark step
     # runs without adaptive execution, with two shuffle partitions
     small_change_rows: int = 200_000
@@ -118,6 +124,9 @@ class ExecutionPolicy:
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"execution.engine: {self.engine!r} is not one of {', '.join(ENGINES)}")
+        if self.driver_access not in DRIVER_ACCESS:
+            raise ValueError(f"execution.driver_access: {self.driver_access!r} is not one of "
+                             f"{', '.join(DRIVER_ACCESS)}")
         if self.recursion.lookup not in LOOKUPS:
             raise ValueError(f"execution.recursion.lookup: {self.recursion.lookup!r} is not one of "
                              f"{', '.join(LOOKUPS)}")
@@ -126,31 +135,33 @@ class ExecutionPolicy:
         """A change small enough to broadcast for lookups (and run a Spark step without AQE)."""
         return rows <= self.small_change_rows
 
-    def engine_for(self, change_rows: int | None, *, first_step: bool, local_profile: bool,
+    def engine_for(self, change_rows: int | None, *, first_step: bool, driver_reach: str | None = None,
                    unsupported: str | None = None) -> tuple[str, str]:
         """The engine of a step, and why: ``(engine, reason)``.
 
         ``change_rows``: rows of the step's input changes (None: unknown without reading them);
-        ``first_step``: nothing is committed yet (a load); ``local_profile``: Spark runs in this
-        process (a cluster or Spark Connect profile keeps Spark); ``unsupported``: why the step
-        cannot run on Arrow at all (an operator or input without Arrow kernels), if it cannot.
-        ``engine: arrow`` is honoured whenever the step can run on Arrow at all.
+        ``first_step``: nothing is committed yet (a load); ``driver_reach``: why this process
+        cannot read and write the state and inputs itself (None: it can, whatever the profile:
+        local, cluster or Spark Connect); ``unsupported``: why the step cannot run on Arrow at all
+        (an operator or input without Arrow kernels), if it cannot. ``engine: arrow`` is honoured
+        whenever the step can run on Arrow at all.
         """
         if self.engine == "spark":
             return "spark", "the profile sets execution.engine: spark"
         if unsupported is not None:
             return "spark", unsupported
+        if driver_reach is not None:
+            return "spark", driver_reach
         if self.engine == "arrow":
             return "arrow", "the profile sets execution.engine: arrow"
-        if not local_profile:
-            return "spark", "a cluster or Spark Connect profile runs every step on Spark"
-        if first_step:
-            return "spark", "the first step loads the inputs"
         if change_rows is None:
-            return "spark", "the size of the change is unknown"
-        if change_rows > self.arrow.max_change_rows:
-            return "spark", f"{change_rows} changed rows > execution.arrow.max_change_rows ({self.arrow.max_change_rows})"
-        return "arrow", f"{change_rows} changed rows <= execution.arrow.max_change_rows"
+            return "spark", "the first step loads the inputs" if first_step else "the size of the change is unknown"
+        limit = self.arrow.max_change_rows
+        if change_rows > limit:
+            what = "a load of " if first_step else ""
+            return "spark", f"{what}{change_rows} changed rows > execution.arrow.max_change_rows ({limit})"
+        what = "a load of " if first_step else ""
+        return "arrow", f"{what}{change_rows} changed rows <= execution.arrow.max_change_rows"
 
 
 def _section(cls: type, raw: Any, where: str) -> Any:

@@ -376,7 +376,7 @@ def test_the_size_of_a_text_change_is_known_without_spark(tmp_path):
     """The engine choice needs the change's rows: Parquet footers, text files' lines (a large
     compressed file is not estimated), a snapshots input's newest snapshot."""
     from spark_jobs.executor.arrow.readers.sizes import change_rows
-    from spark_jobs.runtime.inprocess import change_rows as step_rows
+    from spark_jobs.runtime.step_engines import change_rows as step_rows
 
     write(tmp_path, "c/a.csv", "id,name,amount\n1,a,1\n2,b,2\n")
     write(tmp_path, "c/b.csv.gz", "id,name,amount\r\n3,c,3\r\n")

@@ -34,16 +34,28 @@ def test_bad_settings_are_refused_by_name(raw, message):
 def test_the_engine_of_a_step():
     auto = ExecutionPolicy()
     small = auto.arrow.max_change_rows
-    assert auto.engine_for(small, first_step=False, local_profile=True)[0] == "arrow"
-    assert auto.engine_for(small + 1, first_step=False, local_profile=True) == (
+    assert auto.engine_for(small, first_step=False)[0] == "arrow"
+    assert auto.engine_for(small + 1, first_step=False) == (
         "spark", f"{small + 1} changed rows > execution.arrow.max_change_rows ({small})")
-    assert auto.engine_for(10, first_step=True, local_profile=True)[0] == "spark"  # a load
-    assert auto.engine_for(10, first_step=False, local_profile=False)[0] == "spark"  # a cluster
-    assert auto.engine_for(10, first_step=False, local_profile=True, unsupported="csv") == ("spark", "csv")
+    assert auto.engine_for(10, first_step=True) == (  # a small load runs in-process too
+        "arrow", "a load of 10 changed rows <= execution.arrow.max_change_rows")
+    assert auto.engine_for(None, first_step=True) == ("spark", "the first step loads the inputs")
+    assert auto.engine_for(None, first_step=False) == ("spark", "the size of the change is unknown")
+    # a cluster or Connect profile whose files this process reaches runs small steps in-process;
+    # one whose files only the cluster sees does not
+    assert auto.engine_for(10, first_step=False, driver_reach="not here") == ("spark", "not here")
+    assert auto.engine_for(10, first_step=False, unsupported="csv") == ("spark", "csv")
     forced = ExecutionPolicy(engine="arrow")
-    assert forced.engine_for(10**9, first_step=True, local_profile=False)[0] == "arrow"
-    assert forced.engine_for(1, first_step=False, local_profile=True, unsupported="csv")[0] == "spark"
-    assert ExecutionPolicy(engine="spark").engine_for(1, first_step=False, local_profile=True)[0] == "spark"
+    assert forced.engine_for(10**9, first_step=True)[0] == "arrow"
+    assert forced.engine_for(10, first_step=True, driver_reach="not here")[0] == "spark"
+    assert forced.engine_for(1, first_step=False, unsupported="csv")[0] == "spark"
+    assert ExecutionPolicy(engine="spark").engine_for(1, first_step=False)[0] == "spark"
+
+
+def test_driver_access_is_checked():
+    with pytest.raises(ValueError, match="execution.driver_access"):
+        policy_from_profile({"execution": {"driver_access": "sometimes"}})
+    assert policy_from_profile({"execution": {"driver_access": "never"}}).driver_access == "never"
 
 
 def test_the_default_profile_reads():

@@ -93,14 +93,17 @@ def jvm_stderr_logged() -> Iterator[None]:
 
 
 def open_spark(rt) -> None:
-    """Start the circuit's Spark session (a Connect channel, or a local/cluster driver whose
-    JVM logs to stdout and whose stderr is logged at INFO)."""
-    if rt.config.spark.mode == "connect":
-        rt.spark  # noqa: B018
-        return
-    quiet_jvm_startup()
-    with jvm_stderr_logged():
-        rt.spark  # noqa: B018
+    """How this task starts the circuit's Spark session if a step needs one (most in-process
+    steps do not): a Connect channel as is, a local/cluster driver whose JVM logs to stdout and
+    whose stderr is logged at INFO."""
+    def opener(start):
+        if rt.config.spark.mode == "connect":
+            return start()
+        quiet_jvm_startup()
+        with jvm_stderr_logged():
+            return start()
+
+    rt.spark_opener = opener
 
 
 def execute(step: str, circuit: str, run_id: str, stage: str | None = None, mode: str = "incremental",
@@ -115,8 +118,7 @@ def execute(step: str, circuit: str, run_id: str, stage: str | None = None, mode
         raise ValueError(f"unknown step {step!r}; expected one of {STEPS}")
     t1 = time.perf_counter()
     rt = open_circuit(circuit, load_config(config))
-    if step != "plan":
-        open_spark(rt)  # the session (JVM or Connect channel) is opening cost, not work
+    open_spark(rt)  # started when (if) the step needs Spark: an in-process step never does
     t2 = time.perf_counter()
     summary = timestep.run_task(rt, step, run_id, stage, mode)
     t3 = time.perf_counter()

@@ -25,7 +25,8 @@ from spark_jobs.executor.sources.checks import FILE_COL, own_path
 from spark_jobs.executor.sources.reading import read_changes_located
 from spark_jobs.ir.incrementalize import bag_integrals
 from spark_jobs.spec.model import WEIGHT
-from spark_jobs.state.arrow_fs import is_local, normalize, uri_join
+from spark_jobs.runtime.reach import driver_reach
+from spark_jobs.state.arrow_fs import normalize, uri_join
 from spark_jobs.state.fs import filesystem_for
 
 ON_NEGATIVE = ("refuse", "quarantine")
@@ -82,8 +83,8 @@ def check_deltas(rt, timestep: int, deltas: dict[str, DataFrame], deleted: Mappi
     refused: list[InputRefused] = []
     quarantined: list[Quarantined] = []
     trace_files = getattr(state, "trace_files", None)
-    # the driver may stream a large integral only where the state is on this machine's disk
-    driver_scan = rt.config.spark.mode == "local" and is_local(rt.store.root)
+    # the driver may stream a large integral only where this process reaches the state itself
+    driver_scan = driver_reach(rt) is None
     for name, integral_id in bag_integrals(rt.compiled.incremental).items():
         if name not in deltas or not deleted.get(name):
             continue

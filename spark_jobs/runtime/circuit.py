@@ -65,6 +65,9 @@ class CircuitRuntime:
     path: str
     lease: Any = None  # the writer's lease while this process holds it (runtime/writer.py)
     spark_log_level: str | None = None  # set on the session when (if) a step starts it (the CLI's)
+    # how this process starts its session when (if) a step needs one: ``opener(start)`` calls
+    # ``start()`` and returns the session (an Airflow task logs a local JVM's start-up output)
+    spark_opener: Any = None
 
     def attach_lease(self, lease) -> None:
         """Hold ``lease`` (None: none): the store checks it before cleaning up or committing."""
@@ -84,7 +87,7 @@ class CircuitRuntime:
         from spark_jobs.executor.spark.session import get_spark
         from spark_jobs.executor.spark.parse_check import check_circuit
 
-        spark = get_spark(self.config)
+        spark = self.spark_opener(lambda: get_spark(self.config)) if self.spark_opener else get_spark(self.config)
         if self.spark_log_level and self.config.spark.mode != "connect":
             spark.sparkContext.setLogLevel(self.spark_log_level)
         check_circuit(spark, self.compiled.spec)

@@ -226,6 +226,7 @@ class InputChange:
     delta: DataFrame | None
     trace: tuple[str, tuple[str, ...]] | None = None
     unknown_keys: int = 0  # cdc records of unknown keys, ignored and counted (unknown_key: count)
+    bytes_read: int = 0  # bytes this process read itself (an in-process reader; Spark's reads are not counted)
 
 
 def read_input(spark, spec: InputSpec, files: list[InputFile], state: InputState,

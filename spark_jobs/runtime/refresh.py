@@ -57,6 +57,11 @@ def view_delta(store, view: str, new: DataFrame) -> DataFrame:
     return new if old is None else zset.consolidate(zset.plus(new, zset.negate(old)))
 
 
+def schemas(view_schemas: Mapping[str, str]) -> dict[str, StructType]:
+    """Each view's schema from its JSON (``Work.view_schemas``: whichever engine computed it)."""
+    return {view: StructType.fromJson(json.loads(text)) for view, text in view_schemas.items()}
+
+
 def forget_consumed(txn) -> None:
     """A refresh reads every retained file again and records exactly those as consumed."""
     for name in list(txn.previous.inputs if txn.previous is not None else {}):

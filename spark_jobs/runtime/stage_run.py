@@ -63,10 +63,15 @@ class RunValues:
         fs = self.rt.committed.fs
         return fs.join(run_dir(self.rt, self.run_id), "stages", stage)
 
-    def value(self, node_id: str) -> "DataFrame":
-        """A value another stage produced: in memory (this process) or staged (an earlier task)."""
+    def value(self, node_id: str, engine: str = "spark") -> Any:
+        """A value another stage produced (in memory in this process, or staged by an earlier
+        task), as ``engine`` reads it: a DataFrame, or a pyarrow table with its staged types."""
         from spark_jobs.runtime import staging
 
+        if engine == "arrow":
+            if node_id not in self.tables:
+                self.tables[node_id] = staging.read_value_table(staging.Staged.from_dict(self.staged[node_id]))
+            return self.tables[node_id]
         if node_id not in self.frames:
             if node_id in self.tables:
                 data = self.staged[node_id]
@@ -75,6 +80,14 @@ class RunValues:
                 st = staging.Staged.from_dict(self.staged[node_id])
                 self.frames[node_id] = staging.read_staged(self.rt.spark, st, self.rt.committed.fs.spark_uri(st.path))
         return self.frames[node_id]
+
+    def engine(self, spark_small: bool):
+        """The engine a stage runs on first: the plan's choice (Arrow falls back to Spark per stage)."""
+        from spark_jobs.runtime.step_engines import ArrowSteps, SparkSteps
+
+        if self.plan.get("engine") == "arrow":
+            return ArrowSteps(self.rt)
+        return SparkSteps(self.rt, full=self.full, small=spark_small, persist=False)
 
     def load_journals(self, stages: list[Stage]) -> None:
         """Learn where earlier tasks staged their values."""
@@ -85,11 +98,16 @@ class RunValues:
 
 
 @contextmanager
-def stage_jobs(spark, circuit: str, stage: str) -> Iterator[None]:
+def stage_jobs(rt: CircuitRuntime, engine, stage: str) -> Iterator[None]:
     """Submit the stage's Spark jobs under a name the Spark UI shows: a job group and description
-    on a classic session; a job tag on Spark Connect (which sets its own group per request)."""
+    on a classic session; a job tag on Spark Connect (which sets its own group per request). An
+    in-process stage starts no session (it may still fall back to Spark: its jobs are unnamed)."""
     from spark_jobs.executor.spark.local_relations import is_connect
 
+    if engine.name != "spark":
+        yield
+        return
+    spark, circuit = rt.spark, rt.name
     tag = f"dbsp-{circuit}-{stage}".replace(",", "_")
     if is_connect(spark):
         spark.addTag(tag)
@@ -165,149 +183,117 @@ def operator_rows(run: RunValues, stage: Stage, rows: dict[str, int], written: d
     return out
 
 
-def check_inputs(run: RunValues, inputs: dict[str, "DataFrame"], files: dict[str, list], clock: "StepClock") -> list:
-    """What ``dbsp step`` does with the changes this stage read, through the same functions:
-    the late rows of a timed input counted, then left out (``step.count_inputs``; ``clock``
-    records them, and a late row under ``on_late: refuse`` refuses the run), then the bag check
-    (``bag.check_deltas``): a delete of a row never inserted refuses the run (``InputRefused``,
-    file and row named) or is quarantined. ``inputs`` is corrected in place. As in ``dbsp
-    step``, the changes are counted first (one job, which also brings small changes to the
-    driver for the lookups) and an input without deletes is not looked up; inputs neither check
-    covers are not counted."""
+def evaluate_stage(run: RunValues, stage: Stage, spark_small: bool = False) -> dict:
+    """Evaluate one stage of the run on the plan's engine and stage its results durably; returns
+    its journal's summary. A stage the in-process engine cannot serve runs on Spark (before it
+    stages anything), and its journal says so."""
+    from spark_jobs.executor.engine import NotLocal
+    from spark_jobs.runtime.step_engines import SparkSteps
+
+    engine = run.engine(spark_small)
+    reason = run.plan.get("engine_reason") or ""
+    if engine.name == "arrow":
+        import pyarrow as pa
+
+        try:
+            return _evaluate_stage(run, stage, engine, reason)
+        except (NotLocal, pa.ArrowException) as why:
+            what = "" if isinstance(why, NotLocal) else "Arrow refused: "
+            reason = f"in-process on Arrow was not possible: {what}{why}"
+    return _evaluate_stage(run, stage, SparkSteps(run.rt, full=run.full, small=spark_small, persist=False), reason)
+
+
+def _counted(run: RunValues, engine, inputs: dict[str, Any], clock: "StepClock") -> dict[str, Any]:
+    """The changes phases 2-3 look at: on Spark only those the clock or the bag check needs (a
+    count is a job); in-process all of them (counting a table is free)."""
+    if engine.name == "arrow":
+        return inputs
     from spark_jobs.ir.incrementalize import bag_integrals
-    from spark_jobs.runtime.bag import check_deltas
-    from spark_jobs.runtime.step import count_inputs, ins_del
 
     bagged = bag_integrals(run.rt.compiled.incremental)
-    counted = {n: df for n, df in inputs.items() if n in bagged or clock.timed(n)}
-    if not counted:
-        return []
-    counts, local = count_inputs(run.rt.spark, clock, counted, files, run.rt.config.policy)
-    inputs.update(local or counted)  # late rows left out
-    return check_deltas(run.rt, run.plan["timestep"], inputs, {n: ins_del(r)[1] for n, r in counts.items()},
-                        files, run.state)
+    return {n: df for n, df in inputs.items() if n in bagged or clock.timed(n)}
 
 
-def evaluate_stage(run: RunValues, stage: Stage) -> dict:
-    """Evaluate one stage of the run and stage its results durably; returns its journal."""
-    from spark_jobs.executor.spark import zset
-    from spark_jobs.executor.evaluate import evaluate_step, trace_kind
-    from spark_jobs.executor.sources import InputFile, spark_schema
-    from spark_jobs.runtime import refresh, staging
+def _evaluate_stage(run: RunValues, stage: Stage, engine, reason: str) -> dict:
+    from spark_jobs.executor.evaluate import trace_kind
+    from spark_jobs.executor.sources import InputFile
+    from spark_jobs.runtime import recipe
     from spark_jobs.runtime.errors import input_errors
     from spark_jobs.runtime.event_time import StepClock, describe
-    from spark_jobs.runtime.inputs import read_input
 
     rt, p = run.rt, run.plan
-    spark, circuit, store, fs = rt.spark, rt.compiled.incremental, rt.store, rt.committed.fs
+    circuit, fs = rt.compiled.incremental, rt.committed.fs
     started = time.perf_counter()
     stage_dir = run.stage_dir(stage.name)
     if fs.exists(stage_dir):
         fs.remove_tree(stage_dir)  # a killed earlier attempt
     journal: dict[str, Any] = {"updates": [], "outputs": {}, "consumed": {}, "inputs": {}, "values": {},
-                               "event_time": {}}
+                               "event_time": {}, "engine": engine.name, "engine_reason": reason}
     seconds: dict[str, float] = {}
-    values: dict[str, DataFrame] = {}
+    values: dict[str, Any] = {}
     updates: dict[str, Any] = {}
-    outputs: dict[str, DataFrame] = {}
-    foreign: dict[str, DataFrame] = {}
+    outputs: dict[str, Any] = {}
+    first_step = run.full or p["timestep"] == 1
 
-    def outside(node_id: str) -> "DataFrame":
-        """Values produced outside this stage: committed state, or another stage's delta."""
+    def outside(node_id: str) -> Any:
+        """Values produced outside this stage: another stage's delta (staged), or a value this
+        engine rebuilds from committed state and staged deltas (an integral, a delay, a node of
+        another stage reached by looking state up)."""
         if node_id in values:
             return values[node_id]
         node = circuit[node_id]
-        if is_state_backed(circuit, node_id):
-            if node.op == "delay":
-                prev = run.state.read(node.inputs[0])
-                return prev if prev is not None else zset.empty_like(outside(node.inputs[0]))
-            prev, delta = run.state.read(node_id), outside(node.inputs[0])
-            return delta if prev is None else zset.plus(prev, delta)
-        if node_id in run.staged or node_id in run.tables:
-            return run.value(node_id)
+        if not is_state_backed(circuit, node_id) and (node_id in run.staged or node_id in run.tables):
+            return run.value(node_id, engine.name)
         if node.op == "input":  # every input another stage reads is staged
             raise RuntimeError(f"input {node_id!r} of run {run.run_id!r} was not staged by its stage")
-        if node_id not in foreign:  # inside another stage and not staged (e.g. reached by
-            # narrowing walking upstream): planned again from what is staged, lazily
-            foreign[node_id] = evaluate_step(circuit, {}, run.state, first_step=run.full or p["timestep"] == 1,
-                                             input_schemas=schemas, spark=spark, only={node_id},
-                                             external=outside, policy=rt.config.policy).values[node_id]
-        return foreign[node_id]
+        result = engine.evaluate({}, run.state, first_step=first_step, full=run.full, only={node_id},
+                                 external=outside)
+        values[node_id] = result.values[node_id]
+        return values[node_id]
 
-    schemas = {name: spark_schema(inp) for name, inp in rt.compiled.spec.inputs.items()}
-    planned = {name: [InputFile.from_dict(f) for f in p["inputs"].get(name, [])]
-               for name in (circuit[n].param("name") or n for n in stage.nodes if circuit[n].op == "input")}
-    notes: list[str] = []
+    names = [circuit[n].param("name") or n for n in stage.nodes if circuit[n].op == "input"]
+    planned = {name: [InputFile.from_dict(f) for f in p["inputs"].get(name, [])] for name in names}
     clock = StepClock(rt.compiled.spec.inputs, rt.committed.manifest(), fresh=run.full)  # timed inputs' watermarks
-    # a Spark error reading one of the planned files (in any job of the stage) refuses it by name
-    with input_errors(planned), stage_jobs(spark, rt.name, stage.name):
-        inputs: dict[str, DataFrame] = {}
-        for node_id in stage.nodes:  # an input stage reads (and checks) the planned files, once
-            node = circuit[node_id]
-            if node.op != "input":
-                continue
+    scratch = recipe.Work(p["timestep"], clock, engine.name, reason, mode=p["mode"])
+    try:
+        # a Spark error reading one of the planned files (in any job of the stage) refuses it by name
+        with input_errors(planned), stage_jobs(rt, engine, stage.name):
             t0 = time.perf_counter()
-            name = node.param("name") or node_id
-            files = planned[name]
-            change = read_input(spark, rt.compiled.spec.inputs[name], files, run.state, rt.config.policy)
-            if change.delta is not None:
-                inputs[name] = change.delta
-                journal["consumed"][name] = [f.record() for f in files]
-                journal["inputs"][name] = {"files": [f.path for f in files], "unknown_keys": change.unknown_keys}
-            seconds[node_id] = time.perf_counter() - t0
-        quarantined = check_inputs(run, inputs, planned, clock)
-        journal["event_time"] = clock.journal()  # for the check (report lines) and the commit (watermarks)
-        for name, late in clock.seen.items():
-            journal["inputs"][name].update(late_rows=late.rows, late=describe(late))  # as `dbsp step` says it
-        if quarantined:
-            journal["quarantined"] = {q.input: q.to_dict() for q in quarantined}
-            notes += [q.note() for q in quarantined]
-        for node_id in stage.nodes:  # one node at a time: planning seconds per operator
+            inputs, own = recipe.read_inputs(rt, engine, names, planned, run.state, scratch)  # phase 1, once
+            counted = _counted(run, engine, inputs, clock)
+            if counted:
+                recipe.check_inputs(rt, engine, counted, planned, run.state, scratch)  # phases 2-3
+                inputs.update(counted)  # late rows left out, bag corrections
+            for name in inputs:
+                journal["consumed"][name] = scratch.consumed[name]
+                journal["inputs"][name] = {"files": [f.path for f in planned[name]],
+                                           "unknown_keys": scratch.unknown_keys.get(name, 0)}
+            for node_id in stage.nodes:
+                if circuit[node_id].op == "input":
+                    seconds[node_id] = (time.perf_counter() - t0) / max(len(names), 1)
+            journal["event_time"] = clock.journal()  # for the check (report lines) and the commit (watermarks)
+            for name, late in clock.seen.items():
+                journal["inputs"][name].update(late_rows=late.rows, late=describe(late))  # as `dbsp step` says it
+            if scratch.quarantined:
+                journal["quarantined"] = scratch.quarantined
+            notes = list(scratch.notes)
+            for node_id in stage.nodes:  # phase 4, one node at a time: seconds per operator
+                t0 = time.perf_counter()
+                result = engine.evaluate(inputs, run.state, first_step=first_step, full=run.full,
+                                         only={node_id}, external=outside)
+                values.update(result.values)
+                updates.update(result.updates)
+                outputs.update(result.outputs)
+                seconds[node_id] = seconds.get(node_id, 0.0) + time.perf_counter() - t0
+            for view, value in list(outputs.items()):
+                if run.full:  # the change of the view = new view - old view (where comparable)
+                    outputs[view] = engine.view_delta(view, value)
             t0 = time.perf_counter()
-            result = evaluate_step(circuit, inputs, run.state, first_step=run.full or p["timestep"] == 1,
-                                   input_schemas=schemas, spark=spark, only={node_id}, external=outside,
-                                   policy=rt.config.policy)
-            values.update(result.values)
-            updates.update(result.updates)
-            outputs.update(result.outputs)
-            seconds[node_id] = seconds.get(node_id, 0.0) + time.perf_counter() - t0
-        for view, df in list(outputs.items()):
-            if run.full:  # the change of the view = new view - old view (where comparable)
-                outputs[view] = refresh.view_delta(store, view, df)
-
-        # everything later tasks need, plus the row count of every other delta, in one job
-        frames: dict[str, DataFrame] = {}
-        keys: dict[str, str] = {}  # journal key -> frame key (one DataFrame is staged once)
-
-        def want(key: str, df: "DataFrame") -> None:
-            for fk, seen in frames.items():
-                if seen is df:
-                    keys[key] = fk
-                    return
-            frames[key] = df
-            keys[key] = key
-
-        for node_id in stage.nodes:
-            if node_id in run.needed:
-                want(f"value/{node_id}", values[node_id])
-        for node_id, update in updates.items():
-            want(f"state/{node_id}", update.df)
-        for view, df in outputs.items():
-            want(f"output/{view}", df)
-        held = {n: fk for n in stage.nodes for fk, df in frames.items() if values.get(n) is df}
-        counted = {n: values[n] for n in stage.nodes  # (the integral I(x) is state plus delta: not counted)
-                   if n in values and n not in held and not is_state_backed(circuit, n)} if count_all() else {}
-        t0 = time.perf_counter()
-        tables, counts = staging.collect_tables(spark, frames, rt.config.policy.local_change_rows, counted,
-                                                rt.config.policy.collect_extra_rows)
-        written: dict[str, staging.Staged] = {}
-        for key, df in frames.items():
-            path = fs.join(stage_dir, *[safe_name(part) for part in key.split("/", 1)])
-            if tables is not None:
-                written[key] = staging.write_table(tables[key], path + ".parquet", df.schema.json())
-            else:
-                written[key] = staging.write_frame(df, path, fs.spark_uri(path))
-        spark_seconds = time.perf_counter() - t0
+            written, tables, counts, held, keys = _stage_values(run, stage, engine, stage_dir, values, updates,
+                                                                outputs)
+            engine_seconds = time.perf_counter() - t0
+    finally:
+        engine.release()
     failpoint("after_state_write")
 
     staged = {key: written[fk] for key, fk in keys.items()}
@@ -331,11 +317,10 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
             st = staged.get(f"value/{node_id}")
             journal["inputs"][name].update(inserted=st.inserted if st else None,
                                            deleted=st.deleted if st else None)
-            own = input_trace(rt.compiled.spec.inputs[name])
-            if own is not None:  # snapshot, cdc keyed rows: the change is appended to that trace
+            if name in own:  # snapshot, cdc keyed rows: the change is appended to that trace
                 if st is None:
                     raise RuntimeError(f"the change of input {name!r} was not staged (run {run.run_id!r})")
-                trace_id, sort_by = own
+                trace_id, sort_by = own[name]
                 journal["updates"].append({"trace": trace_id, "op": "replace" if run.full else "append",
                                            "kind": "zset", "keys": [], "sort_by": list(sort_by),
                                            "staged": st.to_dict()})
@@ -343,14 +328,61 @@ def evaluate_stage(run: RunValues, stage: Stage) -> dict:
 
     counts.update({n: written[fk].rows for n, fk in held.items() if written[fk].rows is not None})
     operators = operator_rows(run, stage, counts, {n: staged[f"state/{n}"].rows for n in updates}, seconds)
-    summary = {"stage": stage.name, "timestep": p["timestep"], "mode": p["mode"],
+    summary = {"stage": stage.name, "timestep": p["timestep"], "mode": p["mode"], "engine": engine.name,
                "staged_as": "arrow" if tables is not None else "spark", "operators": operators,
                "inputs": journal["inputs"], "views": {v: {"inserted": staged[f"output/{v}"].inserted,
                                                           "deleted": staged[f"output/{v}"].deleted}
                                                       for v in outputs},
                **({"notes": notes} if notes else {}),
-               "spark_seconds": round(spark_seconds, 3),
+               "spark_seconds": round(engine_seconds, 3) if engine.name == "spark" else 0.0,
                "seconds": round(time.perf_counter() - started, 3)}
     journal["summary"] = summary
     write_json(rt, journal_path(rt, run.run_id, stage.name), journal)
     return summary
+
+
+def _stage_values(run: RunValues, stage: Stage, engine, stage_dir: str, values: dict[str, Any],
+                  updates: dict[str, Any], outputs: dict[str, Any]):
+    """Stage everything later tasks need: the deltas other stages read, the state updates and
+    the view deltas (one value staged once). On Spark, small results come to the driver in ONE
+    job and pyarrow writes them (larger ones: a Spark write each); in-process, pyarrow writes the
+    tables. Returns (written, tables, counts, held, keys)."""
+    from spark_jobs.runtime import staging
+
+    rt, circuit, fs = run.rt, run.rt.compiled.incremental, run.rt.committed.fs
+    frames: dict[str, Any] = {}
+    keys: dict[str, str] = {}  # journal key -> frame key (one value is staged once)
+
+    def want(key: str, value: Any) -> None:
+        for fk, seen in frames.items():
+            if seen is value:
+                keys[key] = fk
+                return
+        frames[key] = value
+        keys[key] = key
+
+    for node_id in stage.nodes:
+        if node_id in run.needed:
+            want(f"value/{node_id}", values[node_id])
+    for node_id, update in updates.items():
+        want(f"state/{node_id}", update.df)
+    for view, value in outputs.items():
+        want(f"output/{view}", value)
+    held = {n: fk for n in stage.nodes for fk, value in frames.items() if values.get(n) is value}
+    if engine.name == "arrow":
+        tables, counts = dict(frames), {n: values[n].num_rows for n in stage.nodes
+                                        if n in values and n not in held and not is_state_backed(circuit, n)
+                                        and hasattr(values[n], "num_rows")}
+    else:
+        counted = {n: values[n] for n in stage.nodes  # (the integral I(x) is state plus delta: not counted)
+                   if n in values and n not in held and not is_state_backed(circuit, n)} if count_all() else {}
+        tables, counts = staging.collect_tables(rt.spark, frames, rt.config.policy.local_change_rows, counted,
+                                                rt.config.policy.collect_extra_rows)
+    written: dict[str, staging.Staged] = {}
+    for key, value in frames.items():
+        path = fs.join(stage_dir, *[safe_name(part) for part in key.split("/", 1)])
+        if tables is not None:
+            written[key] = staging.write_table(tables[key], path + ".parquet", engine.schema_json(value))
+        else:
+            written[key] = staging.write_frame(value, path, fs.spark_uri(path))
+    return written, tables, counts, held, keys

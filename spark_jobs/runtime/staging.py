@@ -101,6 +101,22 @@ def read_table(path: str) -> pa.Table:
         return pq.read_table(fh)
 
 
+def read_value_table(staged: Staged) -> pa.Table:
+    """A staged value as a pyarrow table with the Arrow types of its staged Spark schema (what
+    the in-process engine and the store's pyarrow writes expect), however it was staged: one
+    Parquet file (arrow) or a directory Spark wrote."""
+    from spark_jobs.state.arrow_trace import arrow_schema
+
+    schema = arrow_schema(staged.schema)
+    if staged.form == ARROW:
+        table = read_table(staged.path)
+    else:
+        loc = locate(staged.path)
+        table = pq.read_table(loc.inner, filesystem=loc.fs) if loc.fs.get_file_info(loc.inner).type.name != "NotFound" \
+            else schema.empty_table()
+    return table.select(schema.names).cast(schema) if table.schema != schema else table
+
+
 def spark_schema(schema_json: str):
     from pyspark.sql.types import StructType
 

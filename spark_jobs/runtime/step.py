@@ -1,10 +1,12 @@
 """One timestep of a circuit in one process (`dbsp step` / `dbsp run`): read the input changes,
 evaluate Q^Δ, check the view deltas, write state and view deltas, commit one manifest.
 
-The execution policy picks the engine of each step (``ExecutionPolicy.engine_for``): a small
-change runs in-process on Arrow (``inprocess.py``: no Spark job, no JVM started), a load, a
-large change or a cluster profile on Spark (below). A step Arrow cannot serve runs on Spark, and
-its report (and manifest) says which engine ran it and why.
+The phases are the timestep recipe's (``recipe.py``); this module supplies what `dbsp step`
+adds: the lease, the choice of files and engine, and running every phase in this process. The
+execution policy picks the engine of each step (``ExecutionPolicy.engine_for``): a small change
+runs in-process on Arrow (``step_engines.ArrowSteps``: no Spark job, no JVM started), a load, a
+large change or a cluster profile on Spark (``step_engines.SparkSteps``). A step Arrow cannot
+serve runs on Spark, and its report (and manifest) says which engine ran it and why.
 
 Everything is written before the manifest; a crash anywhere before the manifest's rename leaves
 the circuit at the previous timestep, and the next step cleans up what the crashed one wrote.
@@ -18,35 +20,24 @@ from typing import Callable
 
 from pyspark.sql import DataFrame
 
-from spark_jobs.executor.evaluate import evaluate_step, trace_kind
+from spark_jobs.executor.engine import NotLocal
 from spark_jobs.executor.spark.local_relations import collect_local
 from spark_jobs.executor.spark.session import step_conf
-from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
-from spark_jobs.executor.engine import NotLocal
-from spark_jobs.policy import ExecutionPolicy
-from spark_jobs.runtime import inprocess
+from spark_jobs.executor.sources import InputFile, InputRefused
 from spark_jobs.executor.sources.lateness import change_totals, on_time
 from spark_jobs.executor.sources.reading import refuse_late
+from spark_jobs.policy import ExecutionPolicy
+from spark_jobs.runtime import recipe, step_engines
 from spark_jobs.runtime.circuit import CircuitRuntime
-from spark_jobs.executor.sources.discovery import InputScan
-from spark_jobs.publish import publish_views
-from spark_jobs.quality import mark_committed
-from spark_jobs.runtime import refresh
-from spark_jobs.runtime.bag import announce, check_deltas
 from spark_jobs.runtime.errors import input_errors
-from spark_jobs.runtime.state_bounds import bound_state
-from spark_jobs.runtime.event_time import StepClock, describe as describe_late, iso
+from spark_jobs.runtime.event_time import StepClock, iso
 from spark_jobs.runtime.failures import step_failures
-from spark_jobs.runtime.feeds import publish_feeds
-from spark_jobs.runtime.step_types import InputReport, StepReport, StoreReader
-from spark_jobs.state.arrow_fs import is_local
-from spark_jobs.runtime.inputs import (choose_inputs, count_unknown_keys, keep_consumed_records,
-                                      pending_inputs as _pending, read_input)
-from spark_jobs.runtime.quality_gate import check_timestep, quality_dir
+from spark_jobs.runtime.inputs import ChosenInputs, choose_inputs, pending_inputs as _pending
+from spark_jobs.runtime.reach import driver_reach
 from spark_jobs.runtime.refresh import EmptyState
-from spark_jobs.runtime.retention import after_commit
+from spark_jobs.runtime.step_types import InputReport, StepReport, StoreReader
 from spark_jobs.runtime.writer import process_lease
-from spark_jobs.state.failpoints import failpoint
+from spark_jobs.state.manifest import Manifest
 from spark_jobs.state.retention import Removed
 
 Progress = Callable[[str], None]
@@ -104,32 +95,32 @@ def ins_del(row: dict | None) -> tuple[int, int]:
     return (int(row.get("ins") or 0), int(row.get("del") or 0)) if row else (0, 0)
 
 
-def _chosen_inputs(rt: CircuitRuntime, full_refresh: bool, say: Progress
-                   ) -> tuple[dict[str, list[InputFile]], dict[str, InputScan]]:
-    """The files this step reads, and (incremental) each input's scan; a consumed file whose
+def _chosen_inputs(rt: CircuitRuntime, full_refresh: bool, say: Progress) -> ChosenInputs:
+    """The files this step reads and (incremental) each input's scan; a consumed file whose
     content changed refuses the step."""
     chosen = choose_inputs(rt.compiled.spec.inputs, rt.config.data_root, rt.store.manifest(),
                            rt.config.allowed_input_roots, full_refresh=full_refresh,
                            pruned=Removed.read(rt.store).inputs if full_refresh else None)
     for note in chosen.notes():
         say(note)
-    return chosen.files, chosen.scans
+    return chosen
 
 
 def choose_engine(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full_refresh: bool = False
                   ) -> tuple[str, str]:
     """The engine of this step and why (``ExecutionPolicy.engine_for``, from the change's size in
-    the input files' footers, whether state exists, and the profile), read without Spark. A full
-    refresh rebuilds every state from all retained files: a load, on Spark."""
+    the input files' footers, whether state exists, and whether this process reaches the files),
+    read without Spark. A full refresh rebuilds every state from all retained files: a load, on
+    Spark."""
     policy = rt.config.policy
-    local = rt.config.spark.mode == "local" and is_local(rt.store.root)
     if full_refresh:
         why: str | None = "a full refresh rebuilds the state from every retained file (a load)"
     else:
-        why = inprocess.unsupported(rt, pending) if policy.engine != "spark" else None
-    rows = inprocess.change_rows(pending, rt.compiled.spec.inputs) if why is None and policy.engine == "auto" else None
-    first = rt.store.last_committed() == 0
-    return policy.engine_for(rows, first_step=first, local_profile=local, unsupported=why)
+        why = step_engines.unsupported(rt, pending) if policy.engine != "spark" else None
+    reach = driver_reach(rt) if why is None and policy.engine != "spark" else None
+    rows = step_engines.change_rows(pending, rt.compiled.spec.inputs) if why is None and reach is None and policy.engine == "auto" else None
+    first = rt.committed.last_committed() == 0
+    return policy.engine_for(rows, first_step=first, driver_reach=reach, unsupported=why)
 
 
 def run_step(rt: CircuitRuntime, progress: Progress | None = None, *, full_refresh: bool = False) -> StepReport:
@@ -149,155 +140,65 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None, *, full_refre
 
 
 def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files: dict) -> StepReport:
-    report = _commit_step(rt, say, full_refresh, read_files)
-    record_commit(rt, rt.store.manifest())
-    say(f"timestep {report.timestep}: publishing views")
-    report.published = publish_views(rt, progress=say)  # a failed view: committed, the next run repairs
-    note = after_commit(rt)  # after publishing: retention keeps the deltas a table has not caught up with
-    if note:
-        report.notes.append(note)
+    chosen = _chosen_inputs(rt, full_refresh, say)
+    read_files.update(chosen.files)
+    engine, reason = choose_engine(rt, chosen.files, full_refresh=full_refresh)
+    manifest, computed, seconds = _commit_step(rt, chosen, engine, reason, say, full_refresh)
+    done = recipe.after_commit(rt, manifest, say)  # a failed view: committed, the next run repairs it
+    report = recipe.step_report(rt, manifest, computed, seconds, chosen.notes())
+    report.published = done.report
+    if done.retention:
+        report.notes.append(done.retention)
     return report
 
 
-def record_commit(rt: CircuitRuntime, manifest) -> None:
-    """What follows a commit on either engine, in `dbsp step` and a DAG run's commit task (also
-    on a retried commit, which may have crashed before it): the quality report says its timestep
-    committed; the change files of ``feed: true`` views are written."""
-    mark_committed(quality_dir(rt), manifest.timestep)
-    publish_feeds(rt, manifest)
-
-
-def _commit_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files: dict) -> StepReport:
-    """Run and commit the next timestep on the engine the policy picks (Spark if Arrow cannot)."""
-    pending, scans = _chosen_inputs(rt, full_refresh, say)
-    read_files.update(pending)
-    engine, reason = choose_engine(rt, pending, full_refresh=full_refresh)
+def _commit_step(rt: CircuitRuntime, chosen: ChosenInputs, engine: str, reason: str, say: Progress,
+                 full_refresh: bool) -> tuple[Manifest, recipe.Computed, float]:
+    """Compute and commit the next timestep on ``engine``; a step Arrow cannot serve (an operator,
+    a type, a size, a delete past what an input holds) runs on Spark, before anything is written."""
     if engine == "arrow":
         import pyarrow as pa
 
         before = rt.store.last_committed()
         try:
-            return inprocess.run_in_process(rt, pending, scans, say, reason)
+            return _compute_and_commit(rt, step_engines.ArrowSteps(rt), chosen, reason, say, False)
         except (NotLocal, pa.ArrowException) as why:  # a type or size Arrow does not take: Spark does
             if rt.store.last_committed() != before:  # (never after the commit point)
                 raise
             what = "" if isinstance(why, NotLocal) else "Arrow refused: "
             reason = f"in-process on Arrow was not possible: {what}{why}"
             log.info("timestep runs on Spark: %s", reason)
-    return _run_on_spark(rt, pending, scans, say, reason, full_refresh)
+    spark = step_engines.SparkSteps(rt, full=full_refresh, driver_writes=driver_reach(rt) is None)
+    return _compute_and_commit(rt, spark, chosen, reason, say, full_refresh)
 
 
-def _run_on_spark(rt: CircuitRuntime, pending: dict[str, list[InputFile]], scans: dict[str, InputScan],
-                  say: Progress, reason: str, full_refresh: bool) -> StepReport:
+def _compute_and_commit(rt: CircuitRuntime, engine: "recipe.StepEngine", chosen: ChosenInputs, reason: str,
+                        say: Progress, full: bool) -> tuple[Manifest, recipe.Computed, float]:
+    """The recipe's phases 1-6 in this process, holding one transaction."""
     started = time.time()
     store = rt.store
-    spec = rt.compiled.spec
-    cached: list[DataFrame] = []
-    notes: list[str] = [n for s in scans.values() for n in s.notes]
-    state = EmptyState() if full_refresh else StoreReader(store)
-    with store.begin(refresh=full_refresh) as txn:
-        t = txn.timestep
-        if full_refresh:
-            refresh.forget_consumed(txn)
-        keep_consumed_records(txn, scans)
-        say(f"timestep {t}: reading inputs" + (" (full refresh: every retained file)" if full_refresh else ""))
-        clock = StepClock(spec.inputs, txn.previous, fresh=full_refresh)
-        deltas: dict[str, DataFrame] = {}
-        reports: list[InputReport] = []
-        refused: list[InputRefused] = []
-        own_traces: dict[str, tuple[str, tuple[str, ...]]] = {}  # input -> (its trace, sort columns)
-        for name, inp in spec.inputs.items():
-            report = InputReport(name, [f.path for f in pending[name]])
-            reports.append(report)
-            try:
-                change = read_input(rt.spark, inp, pending[name], state, rt.config.policy)
-            except InputRefused as exc:  # keep going: report every refused file of the step at once
-                refused.append(exc)
-                continue
-            if change.delta is not None:
-                delta = change.delta
-                if change.trace is not None:  # the delta is also appended to the input's own trace
-                    delta = delta.cache()
-                    cached.append(delta)
-                    own_traces[name] = change.trace  # gets the on-time rows: the input as the circuit saw it
-                deltas[name] = delta
-                txn.consume(name, [f.record() for f in pending[name]])
-                count_unknown_keys(txn, name, change.unknown_keys, restart=full_refresh and inp.kind == "cdc")
-                report.unknown_keys = change.unknown_keys
-        if refused:
-            raise InputRefused.combine(refused)
-        policy = rt.config.policy
-        counts, local = count_inputs(rt.spark, clock, deltas, pending, policy)  # late rows counted, then left out
-        clock.commit(txn)
-        bound_state(txn, rt.compiled.incremental, clock)
-        if local is not None:
-            deltas = local
-        # late rows are out of the deltas already: the bag check judges what the circuit sees
-        deleted = {n: ins_del(r)[1] for n, r in counts.items()}
-        announce(rt, t, deleted, say)
-        quarantined = check_deltas(rt, t, deltas, deleted, pending, state)
-        if quarantined:
-            txn.set_meta("quarantined", {q.input: q.to_dict() for q in quarantined})
-            notes += [q.note() for q in quarantined]
-        if local is None:  # too large for the driver: computed once, by the next job
-            for name, df in deltas.items():
-                if not any(df is c for c in cached):
-                    deltas[name] = df.cache()
-                    cached.append(deltas[name])
-        for report in reports:
-            report.inserted, report.deleted = ins_del(counts.get(report.name))
-            if report.name in clock.seen:
-                report.late = describe_late(clock.seen[report.name])
-        small = not full_refresh and policy.small_change(sum(sum(ins_del(row)) for row in counts.values()))
-        say(f"timestep {t}: evaluating {len(rt.compiled.incremental.nodes)} operators")
-        schemas = {name: spark_schema(inp) for name, inp in spec.inputs.items()}
-        with step_conf(rt.spark, small):
-            # persist: a delta read by several operators and state writes is computed once
-            result = evaluate_step(rt.compiled.incremental, deltas, state,
-                                   first_step=full_refresh or t == 1, input_schemas=schemas,
-                                   broadcast_deltas=small, persist=True, policy=policy, spark=rt.spark)
-            try:
-                outputs = result.outputs
-                previous = None
-                if full_refresh:
-                    notes += refresh.start(txn, store, {v: df.schema for v, df in outputs.items()})
-                    previous = {v: refresh.old_view(store, v, df) for v, df in outputs.items()}
-                    outputs = {v: refresh.view_delta(store, v, df) for v, df in outputs.items()}
-                # small view deltas are computed once, to the driver (with the jobs they need);
-                # the gate then looks the previous view up by them without a broadcast job
-                views = collect_local(rt.spark, outputs, policy.local_change_rows)[0] if small else None
-                if views is None:
-                    views = {view: df.cache() for view, df in outputs.items()}
-                    cached.extend(views.values())
-                outputs = views
-                say(f"timestep {t}: checking view deltas")
-                gate = check_timestep(rt, t, outputs, deltas, previous, late=clock.report())
-                say(f"timestep {t}: writing state")
-                appends = []
-                for name, (trace_id, sort_by) in own_traces.items():  # an input's integral: its own trace
-                    if full_refresh:  # rebuilt from every retained file: the whole integral
-                        txn.replace(trace_id, deltas[name], kind="zset", sort_by=sort_by)
-                    else:
-                        appends.append((trace_id, deltas[name], "zset", (), sort_by))
-                for node_id, update in result.updates.items():
-                    kind = trace_kind(rt.compiled.incremental, node_id)
-                    if full_refresh or update.kind == "replace":
-                        txn.replace(node_id, update.df, kind=kind, keys=tuple(update.keys), sort_by=update.sort_by)
-                    else:
-                        appends.append((node_id, update.df, kind, tuple(update.keys), update.sort_by))
-                txn.write_deltas(appends, outputs, batched=small)  # small: one write job for all
-                failpoint("mid_step")
-                if full_refresh:
-                    txn.set_meta("mode", "full_refresh")
-                txn.set_meta("engine", "spark")
-                txn.set_meta("engine_reason", reason)
-                txn.set_meta("bytes_read_driver", state.bytes_read())
-                manifest = txn.commit()
-            finally:
-                result.release()
-    for df in cached:
-        df.unpersist()
-    views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))
-             for view, info in (manifest.outputs or {}).items()}
-    return StepReport(rt.name, manifest.timestep, reports, views, time.time() - started, gate.summary(),
-                      engine="spark", engine_reason=reason, bytes_read=state.bytes_read(), notes=notes)
+    state = EmptyState() if full else StoreReader(store)
+    with store.begin(refresh=full) as txn:
+        txn.in_process = engine.name == "arrow"
+        work = recipe.Work(txn.timestep, StepClock(rt.compiled.spec.inputs, txn.previous, fresh=full),
+                           engine.name, reason, mode="full_refresh" if full else "incremental",
+                           records=chosen.records())
+        try:
+            computed = recipe.compute(rt, engine, work, chosen.files, state, say)
+            say(f"timestep {work.timestep}: writing state")
+            work.batched = bool(getattr(engine, "small", False))
+            work.bytes_read = (work.bytes_read or 0) + state.bytes_read()
+            manifest = recipe.commit(rt, txn, work)
+        finally:
+            engine.release()
+    return manifest, computed, time.time() - started
+
+
+def record_commit(rt: CircuitRuntime, manifest) -> None:
+    """What follows a commit on either engine before publishing (``recipe.after_commit``)."""
+    from spark_jobs.quality import mark_committed
+    from spark_jobs.runtime.feeds import publish_feeds
+    from spark_jobs.runtime.quality_gate import quality_dir
+
+    mark_committed(quality_dir(rt), manifest.timestep)
+    publish_feeds(rt, manifest)

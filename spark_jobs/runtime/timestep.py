@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.runtime.failures import step_failures
 from spark_jobs.runtime import refresh
-from spark_jobs.runtime.inputs import choose_inputs, record_input_paths, source_paths
+from spark_jobs.runtime.inputs import choose_inputs
 from spark_jobs.runtime.stage_run import RunValues, evaluate_stage
 from spark_jobs.runtime.staging import journal_path, read_json, run_dir, staging_root, write_json
 from spark_jobs.runtime.stages import Stage, stage_graph
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from spark_jobs.runtime.event_time import StepClock
 
 MODES = ("incremental", "full_refresh")
-# a DAG run's stages are Spark jobs in their tasks (the in-process engine is `dbsp step`'s)
+# the reason a run's manifest gives when its plan recorded none (a plan written by an older version)
 DAG_ENGINE_REASON = "a DAG run computes its stages on Spark, one task per stage or per run"
 STEPS = ("plan", "stage", "stages", "check", "commit")
 
@@ -109,17 +109,20 @@ def _plan(rt: CircuitRuntime, run_id: str, mode: str) -> dict:
     existing = read_json(rt, path)
     if existing and existing["timestep"] == t and existing["mode"] == mode:
         return existing
-    from spark_jobs.runtime.inprocess import change_rows
+    from spark_jobs.runtime.step import choose_engine
+    from spark_jobs.runtime.step_engines import change_rows
 
     full = mode == "full_refresh"  # refused (CannotRebuild) once retention removed consumed change files
     chosen = choose_inputs(rt.compiled.spec.inputs, rt.config.data_root, store.manifest(),
                            rt.config.allowed_input_roots, full_refresh=full,
                            pruned=Removed.read(store).inputs if full else None)
     empty = mode == "incremental" and not any(chosen.files.values())
+    engine, reason = choose_engine(rt, chosen.files, full_refresh=full)
     data = {"run_id": run_id, "timestep": t, "mode": mode, "created_at": time.time(), "empty": empty,
             "inputs": {name: [f.as_dict() for f in files] for name, files in chosen.files.items()},
             "consumed_records": chosen.records(), "notes": chosen.notes(),
-            "change_rows": None if full else change_rows(chosen.files)}
+            "change_rows": None if full else change_rows(chosen.files, rt.compiled.spec.inputs),
+            "engine": engine, "engine_reason": reason}
     if is_skipped(rt, data):
         return data  # the DAG skips the rest of the run: nothing to stage, nothing to clean
     if store.fs.exists(staging_root(rt)):
@@ -158,7 +161,7 @@ def is_small(rt: CircuitRuntime, p: dict) -> bool:
     """Do this run's tasks run with the small-change Spark settings (no AQE, 2 shuffle partitions,
     broadcasts of the deltas), as ``dbsp step`` does for a change of at most
     ``execution.small_change_rows`` rows? The plan counted the rows in the Parquet footers
-    (``inprocess.change_rows``, no data read); else it guesses them from the files' sizes."""
+    (``step_engines.change_rows``, no data read); else it guesses them from the files' sizes."""
     if p["mode"] == "full_refresh":
         return False
     rows = p.get("change_rows")
@@ -181,12 +184,9 @@ def _run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
     if done is not None:
         return done
     stage, stages = _stage(rt, stage_name)
-    from spark_jobs.executor.spark.session import step_conf
-
     run = RunValues(rt, run_id, p)
     run.load_journals(stages)
-    with step_conf(rt.spark, is_small(rt, p)):
-        return evaluate_stage(run, stage)
+    return evaluate_stage(run, stage, is_small(rt, p))
 
 
 def run_stages(rt: CircuitRuntime, run_id: str) -> dict:
@@ -206,12 +206,8 @@ def _run_stages(rt: CircuitRuntime, run_id: str) -> dict:
     stages = stage_graph(rt.compiled)
     run = RunValues(rt, run_id, p)
     run.load_journals(stages)
-    from spark_jobs.executor.spark.session import step_conf
-
-    summaries = []
-    with step_conf(rt.spark, is_small(rt, p)):
-        for stage in stages:
-            summaries.append(_done(rt, run_id, stage.name) or evaluate_stage(run, stage))
+    small = is_small(rt, p)
+    summaries = [_done(rt, run_id, stage.name) or evaluate_stage(run, stage, small) for stage in stages]
     return {"timestep": p["timestep"], "mode": p["mode"], "stages": summaries,
             "seconds": round(time.perf_counter() - started, 3)}
 
@@ -261,23 +257,36 @@ def _check(rt: CircuitRuntime, run_id: str) -> dict:
         name = node.param("name") or node.id
         if node.op == "input" and rt.compiled.spec.inputs[name].expectations and node.id in values:
             staged_inputs[name] = values[node.id]
-    local = {}  # changes staged as Arrow: GE checks them with pandas, no Spark job
-    for prefix, found in (("view", staged_views), ("input", staged_inputs)):
-        for name, st in found.items():
-            if st["form"] == staging.ARROW:
-                local[f"{prefix}:{name}"] = staging.read_table(st["path"])
-    views = {v: _read(rt, st) for v, st in staged_views.items()}
-    inputs = {n: _read(rt, st) for n, st in staged_inputs.items()}
-    from spark_jobs.executor.spark.session import step_conf
-
-    read = time.perf_counter()
+    late = _clock(rt, p, journals).report()  # a line per timed input, as in `dbsp step`
+    staged_all = [*staged_views.values(), *staged_inputs.values()]
     try:
-        with step_conf(rt.spark, is_small(rt, p)):
-            previous = None
-            if p["mode"] == "full_refresh":  # the deltas were taken against comparable old views only
-                previous = {v: refresh.old_view(rt.store, v, df) for v, df in views.items()}
-            late = _clock(rt, p, journals).report()  # a line per timed input, as in `dbsp step`
-            report = check_timestep(rt, p["timestep"], views, inputs, previous, late=late, local=local)
+        if p["mode"] != "full_refresh" and all(st["form"] == staging.ARROW for st in staged_all):
+            # every change is a small Arrow file: the gate runs in this process (as for an in-process
+            # step), the previous views looked up in their traces' row groups; no Spark session
+            from spark_jobs.runtime.quality_gate import check_timestep_tables
+            from spark_jobs.runtime.step_types import StoreReader
+
+            views = {v: staging.read_value_table(staging.Staged.from_dict(st)) for v, st in staged_views.items()}
+            inputs = {n: staging.read_value_table(staging.Staged.from_dict(st)) for n, st in staged_inputs.items()}
+            read = time.perf_counter()
+            report = check_timestep_tables(rt, p["timestep"], views, inputs, StoreReader(rt.committed).trace_files,
+                                           late=late)
+        else:
+            local = {}  # changes staged as Arrow: GE checks them with pandas, no Spark job
+            for prefix, found in (("view", staged_views), ("input", staged_inputs)):
+                for name, st in found.items():
+                    if st["form"] == staging.ARROW:
+                        local[f"{prefix}:{name}"] = staging.read_table(st["path"])
+            views = {v: _read(rt, st) for v, st in staged_views.items()}
+            inputs = {n: _read(rt, st) for n, st in staged_inputs.items()}
+            from spark_jobs.executor.spark.session import step_conf
+
+            read = time.perf_counter()
+            with step_conf(rt.spark, is_small(rt, p)):
+                previous = None
+                if p["mode"] == "full_refresh":  # the deltas were taken against comparable old views only
+                    previous = {v: refresh.old_view(rt.store, v, df) for v, df in views.items()}
+                report = check_timestep(rt, p["timestep"], views, inputs, previous, late=late, local=local)
     except QualityGateFailed as exc:
         raise QualityGateFailed(exc.report, explain_failure(rt, p, exc.report)) from None
     return {"timestep": p["timestep"], "summary": report.summary(), "failed": len(report.failed),
@@ -331,90 +340,96 @@ def commit(rt: CircuitRuntime, run_id: str) -> dict:
 
 
 def _commit(rt: CircuitRuntime, run_id: str) -> dict:
-    from spark_jobs.executor.spark.session import step_conf
-    from spark_jobs.publish import publish_views
-    from spark_jobs.runtime.state_bounds import bound_state
-    from spark_jobs.runtime.step import count_unknown_keys, record_commit
+    from spark_jobs.runtime import recipe
 
     done = _committed_by(rt, run_id)
     if done is not None:  # a retry: the commit is durable; the report's mark, feeds, tables and retention may not be
         manifest = rt.committed.manifest(done)
-        record_commit(rt, manifest)
-        published = publish_views(rt).raise_if_failed().summary()
+        after = recipe.after_commit(rt, manifest, strict=True, cleanup=lambda: _drop_staging(rt, run_id))
         return dict(commit_summary(rt, manifest), note="already committed by an earlier attempt",
-                    published=published, **_retention(rt))
+                    published=after.report.summary(), **_retention(after))
     started = time.perf_counter()
     p = load_plan(rt, run_id)
     journals = _journals(rt, run_id)
     full = p["mode"] == "full_refresh"
-    notes = list(p.get("notes") or [])
+    engine, reason = _run_engine(p, journals)
     with rt.store.begin(refresh=full) as txn:
         if txn.timestep != p["timestep"]:
             raise RuntimeError(f"run {run_id!r} planned timestep {p['timestep']} but the store is at "
                                f"{txn.timestep - 1}; re-run the plan")
-        if full:
-            refresh.forget_consumed(txn)
-        for name, records in (p.get("consumed_records") or {}).items():
-            txn.set_consumed(name, records)
-        record_input_paths(txn, source_paths(rt.compiled.spec.inputs))
-        appends, outputs, quarantined = [], {}, {}
+        txn.in_process = engine == "arrow"
+        work = recipe.Work(p["timestep"], _clock(rt, p, journals, txn.previous), engine, reason, mode=p["mode"],
+                           run_id=run_id, records=dict(p.get("consumed_records") or {}),
+                           notes=list(p.get("notes") or []))
         for j in journals.values():
             for view, st in j["outputs"].items():
-                outputs[view] = _read(rt, st)
-            quarantined.update(j.get("quarantined") or {})
-            notes += j["summary"].get("notes") or []
-        if full:
-            notes += refresh.start(txn, rt.store, {v: df.schema for v, df in outputs.items()})
-        for j in journals.values():
+                work.outputs[view] = _value(rt, st)
+                work.view_schemas[view] = st["schema"]
+            work.quarantined.update(j.get("quarantined") or {})
+            work.notes += j["summary"].get("notes") or []
             for u in j["updates"]:
-                df, keys, sort_by = _read(rt, u["staged"]), tuple(u["keys"]), tuple(u.get("sort_by", ()))
-                if u["op"] == "replace":
-                    txn.replace(u["trace"], df, kind=u["kind"], keys=keys, sort_by=sort_by)
-                else:
-                    appends.append((u["trace"], df, u["kind"], keys, sort_by))
+                work.writes.append(recipe.Write(u["trace"], _value(rt, u["staged"]), u["kind"], tuple(u["keys"]),
+                                                tuple(u.get("sort_by", ())), u["op"] == "replace"))
             for name, files in j["consumed"].items():
-                txn.consume(name, files)
+                work.consumed[name] = files
             for name, counts in j["inputs"].items():
-                restart = full and rt.compiled.spec.inputs[name].kind == "cdc"
-                count_unknown_keys(txn, name, int(counts.get("unknown_keys") or 0), restart=restart)
-        clock = _clock(rt, p, journals, txn.previous)
-        clock.commit(txn)  # every timed input's watermark, late rows
-        bound_state(txn, rt.compiled.incremental, clock)  # state no later row can reach: dropped
+                work.unknown_keys[name] = int(counts.get("unknown_keys") or 0)
         rows = _change_rows(journals)
+        work.batched = not full and rows is not None and rt.config.policy.small_change(rows)
         read = time.perf_counter()
-        small = not full and rows is not None and rt.config.policy.small_change(rows)
-        with step_conf(rt.spark, small):
-            txn.write_deltas(appends, outputs, batched=small)
-            txn.set_meta("run_id", run_id)
-            txn.set_meta("mode", p["mode"])
-            txn.set_meta("engine", "spark")  # as `dbsp step` records its engine
-            txn.set_meta("engine_reason", DAG_ENGINE_REASON)
-            if quarantined:
-                txn.set_meta("quarantined", quarantined)
-            manifest = txn.commit()
+        if any(not _is_table(w.value) for w in work.writes) or any(not _is_table(v) for v in work.outputs.values()):
+            from spark_jobs.executor.spark.session import step_conf
+
+            with step_conf(rt.spark, work.batched):
+                manifest = recipe.commit(rt, txn, work)
+        else:  # every value is an Arrow table: written by pyarrow, no Spark session
+            manifest = recipe.commit(rt, txn, work)
     written = time.perf_counter()
-    record_commit(rt, manifest)
-    rt.committed.fs.remove_tree(run_dir(rt, run_id))
-    feeds = time.perf_counter()
-    # after the commit point: a crash here is repaired by the next run
-    published = publish_views(rt).raise_if_failed().summary()
-    published_at = time.perf_counter()
-    kept = _retention(rt)  # after publishing: retention keeps the deltas a table has not caught up with
+    # after the commit point: a crash here is repaired by the next run (or this task's retry)
+    after = recipe.after_commit(rt, manifest, strict=True, cleanup=lambda: _drop_staging(rt, run_id))
     summary = commit_summary(rt, manifest)
-    notes += [f"input {name}: {text}" for name, text in summary.get("late", {}).items()  # as `dbsp step` notes them
-              if summary["late_rows"][name]]
-    return dict(summary, notes=notes + list(kept.values()), published=published, **kept,
-                phases=_phases(started, read=read, write=written, feeds=feeds, publish=published_at,
-                               retention=time.perf_counter()))
+    notes = work.notes + [f"input {name}: {text}" for name, text in summary.get("late", {}).items()  # as `dbsp step` notes them
+                          if summary["late_rows"][name]]
+    kept = _retention(after)
+    return dict(summary, notes=notes + list(kept.values()), published=after.report.summary(), **kept,
+                engine=engine, engine_reason=reason,
+                phases=dict(_phases(started, read=read, write=written), **after.phases))
 
 
-def _retention(rt: CircuitRuntime) -> dict[str, str]:
-    """Retention after a commit, as `dbsp step` applies it (``retention.after_commit``):
-    ``{"retention": note}`` when something was removed."""
-    from spark_jobs.runtime.retention import after_commit
+def _drop_staging(rt: CircuitRuntime, run_id: str) -> None:
+    rt.committed.fs.remove_tree(run_dir(rt, run_id))
 
-    note = after_commit(rt)
-    return {"retention": note} if note else {}
+
+def _is_table(value) -> bool:
+    import pyarrow as pa
+
+    return isinstance(value, pa.Table)
+
+
+def _value(rt: CircuitRuntime, data: dict):
+    """A staged value as the commit writes it: a small one as a pyarrow table (no Spark), a
+    large one (written by Spark) as a DataFrame."""
+    from spark_jobs.runtime import staging
+
+    st = staging.Staged.from_dict(data)
+    return staging.read_value_table(st) if st.form == staging.ARROW else _read(rt, data)
+
+
+def _run_engine(p: dict, journals: dict[str, dict]) -> tuple[str, str]:
+    """The engine a run's manifest records: ``arrow`` when every stage ran in-process, else
+    ``spark``, with the reason (the plan's, or why a stage could not run in-process)."""
+    engines = {j.get("engine", "spark") for j in journals.values()}
+    if engines == {"arrow"} or (not journals and p.get("engine") == "arrow"):
+        return "arrow", str(p.get("engine_reason") or "")
+    fallback = [j.get("engine_reason") for j in journals.values()
+                if j.get("engine") == "spark" and j.get("engine_reason") and p.get("engine") == "arrow"]
+    return "spark", str(fallback[0] if fallback else (p.get("engine_reason") or DAG_ENGINE_REASON))
+
+
+def _retention(after) -> dict[str, str]:
+    """Retention's note after a commit (``recipe.after_commit``): ``{"retention": note}`` when
+    something was removed."""
+    return {"retention": after.retention} if after.retention else {}
 
 
 def commit_summary(rt: CircuitRuntime, manifest) -> dict:

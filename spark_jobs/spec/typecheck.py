@@ -21,6 +21,8 @@ from typing import Iterable, Sequence
 
 from sqlglot import exp
 
+from spark_jobs.errors import DbspError
+
 from .columns import Resolution, join_layout
 from .errors import Problem
 from .model import CircuitSpec, NodeSpec
@@ -104,8 +106,9 @@ def wider(a: SqlType, b: SqlType) -> SqlType:
     return a
 
 
-class TypeProblem(Exception):
-    """A type error inside an expression (the message names the part and its types)."""
+class TypeProblem(DbspError):
+    """A type error inside an expression (the message names the part and its types); internal:
+    validation turns it into a ``Problem`` naming the file, line and node."""
 
 
 # ---- expressions ----------------------------------------------------------------------------------

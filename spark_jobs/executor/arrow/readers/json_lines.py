@@ -25,6 +25,7 @@ from typing import Any, Callable
 from spark_jobs.executor.arrow.compiler import decimals
 from spark_jobs.executor.arrow.compiler.sql_types import INTEGRAL_BOUNDS, SparkType
 from spark_jobs.executor.engine import NotLocal
+from spark_jobs.errors import DbspError
 
 from . import text_values as tv
 
@@ -36,8 +37,9 @@ _SPECIAL_STRINGS = {"NaN": math.nan, "+INF": math.inf, "+Infinity": math.inf, "I
                     "-INF": -math.inf, "-Infinity": -math.inf}
 
 
-class Failed(Exception):
-    """A JSON value Spark's reader cannot convert to its column's type: the line is corrupt."""
+class Failed(DbspError):
+    """A JSON value Spark's reader cannot convert to its column's type: the line is corrupt
+    (internal: the reader turns it into the file's refusal)."""
 
 
 class Number(str):

@@ -1,0 +1,362 @@
+"""One timestep, one recipe: the order of its phases, written once for every path.
+
+A timestep is always the same phases, in the same order:
+
+1. **inputs**: read each input's pending files as a change (an input that keeps a trace of its
+   own, snapshots and cdc, also hands its change to that trace); every refused file of the step
+   is reported at once;
+2. **clock**: the late rows of timed inputs are counted and left out (or refuse the step);
+3. **bag check**: deletes of rows an input never held are refused or quarantined;
+4. **evaluate** Q^Δ on the changes and the committed state;
+5. **quality gate** on the view deltas (and declared input expectations);
+6. **commit**: state updates, view deltas, consumed files, watermarks, state bounds, metadata,
+   then the manifest, atomically (``commit``);
+7. **after the commit**: the quality report is marked committed, feeds are written, views are
+   published, retention runs (``after_commit``).
+
+What differs between paths is only *where* phases 1-5 run, and that is the ``StepEngine`` a
+path passes: ``engines.SparkSteps`` (DataFrames) or ``engines.ArrowSteps`` (pyarrow tables in
+this process). `dbsp step` runs every phase in one process (``compute`` then ``commit``); a DAG
+run splits them into tasks (``timestep.py``: the plan chooses the files, the stage tasks run
+phases 1-4 for their operators, ``check`` phase 5, ``commit`` phases 6-7), and each task calls
+the same functions here. So a concern of the commit (a manifest key, a bound, a counter) is
+written once, in ``commit``, and holds on every path.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+
+from spark_jobs.executor.sources import InputFile, InputRefused
+from spark_jobs.runtime.bag import Quarantined, announce
+from spark_jobs.runtime.event_time import StepClock, describe as describe_late
+from spark_jobs.runtime.state_bounds import bound_state
+from spark_jobs.runtime.step_types import InputReport, StepReport
+from spark_jobs.state.failpoints import failpoint
+
+if TYPE_CHECKING:
+    from spark_jobs.quality import GateReport
+    from spark_jobs.runtime.circuit import CircuitRuntime
+    from spark_jobs.runtime.inputs import InputChange
+    from spark_jobs.state.manifest import Manifest
+    from spark_jobs.state.store import Transaction
+
+Progress = Callable[[str], None]
+MODES = ("incremental", "full_refresh")
+
+
+class StepEngine(Protocol):
+    """Where phases 1-5 of a timestep run: the engine-specific half of the recipe.
+
+    Values (changes, view deltas, state updates) are the engine's: Spark DataFrames or pyarrow
+    tables. A method the engine cannot serve raises ``NotLocal`` before anything is written."""
+
+    name: str  # "spark" | "arrow"
+
+    def read_input(self, name: str, files: Sequence[InputFile], state: Any) -> "InputChange":
+        """Phase 1 for one input: its change (None when no file arrived), own trace, bytes read."""
+
+    def count(self, clock: StepClock, deltas: dict[str, Any], files: Mapping[str, Sequence[InputFile]]
+              ) -> dict[str, tuple[int, int]]:
+        """Phase 2: leave the late rows out of ``deltas`` (in place, counted on ``clock``) and
+        return each change's (rows inserted, rows deleted)."""
+
+    def check_bags(self, timestep: int, deltas: dict[str, Any], deleted: Mapping[str, int],
+                   files: Mapping[str, Sequence[InputFile]], state: Any) -> list[Quarantined]:
+        """Phase 3: refuse (``InputRefused``) or quarantine deletes below zero (``deltas`` in place)."""
+
+    def evaluate(self, deltas: Mapping[str, Any], state: Any, *, first_step: bool, full: bool,
+                 only: Any = None, external: Any = None) -> Any:
+        """Phase 4: the ``StepResult`` of Q^Δ (``only``/``external``: one stage of a DAG run)."""
+
+    def view_delta(self, view: str, new: Any) -> Any:
+        """A full refresh's change of a view: new value minus the committed one (where comparable)."""
+
+    def settle(self, outputs: dict[str, Any], writes: list["Write"], checked: dict[str, Any]
+               ) -> tuple[dict[str, Any], list["Write"], dict[str, Any]]:
+        """The view deltas, state updates and the input changes the gate checks, as the gate and
+        the writes read them: each computed once (Spark: a small step's all at once, to this
+        process as Arrow tables, so the gate and the writes run no job)."""
+
+    def gate(self, timestep: int, outputs: Mapping[str, Any], deltas: Mapping[str, Any],
+             full: bool, late: Sequence[Any], state: Any) -> "GateReport":
+        """Phase 5: the quality gate; raises ``QualityGateFailed`` on a failed `fail` check."""
+
+    def schema_json(self, value: Any) -> str:
+        """A value's Spark schema as JSON (staging, refresh)."""
+
+    def release(self) -> None:
+        """Drop what the engine cached for the step (after the writes)."""
+
+
+# ---- what a timestep commits --------------------------------------------------------------------
+@dataclass
+class Write:
+    """One state update: ``value`` appended to trace ``trace`` (or replacing it)."""
+
+    trace: str
+    value: Any  # a DataFrame or a pyarrow table
+    kind: str = "zset"
+    keys: tuple[str, ...] = ()
+    sort_by: tuple[str, ...] = ()
+    replace: bool = False
+
+
+@dataclass
+class Work:
+    """Everything one timestep commits, whichever path and engine computed it."""
+
+    timestep: int
+    clock: StepClock
+    engine: str
+    engine_reason: str
+    mode: str = "incremental"
+    writes: list[Write] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)  # view -> consolidated delta
+    consumed: dict[str, list[dict]] = field(default_factory=dict)  # input -> records of the files read
+    records: dict[str, list[dict]] = field(default_factory=dict)  # consumed records a scan rewrote
+    unknown_keys: dict[str, int] = field(default_factory=dict)  # cdc records of unknown keys, per input
+    quarantined: dict[str, dict] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    run_id: str | None = None
+    bytes_read: int | None = None
+    batched: bool = False  # Spark: write every delta-sized value in one job
+    view_schemas: dict[str, str] = field(default_factory=dict)  # full refresh: each view's schema JSON
+
+    @property
+    def full(self) -> bool:
+        return self.mode == "full_refresh"
+
+
+def commit(rt: "CircuitRuntime", txn: "Transaction", work: Work) -> "Manifest":
+    """Phase 6: write ``work`` into ``txn`` and publish the manifest (the commit point).
+
+    The one place that decides what a committed timestep records: every path comes here."""
+    from spark_jobs.runtime import refresh
+    from spark_jobs.runtime.inputs import count_unknown_keys, record_input_paths, source_paths
+
+    if txn.timestep != work.timestep:
+        raise RuntimeError(f"timestep {work.timestep} was computed, but the store is at {txn.timestep - 1}")
+    spec = rt.compiled.spec
+    if work.full:
+        refresh.forget_consumed(txn)  # a refresh records exactly the files it read again
+        work.notes += refresh.start(txn, rt.store, refresh.schemas(work.view_schemas))
+    for name, records in work.records.items():
+        txn.set_consumed(name, records)
+    record_input_paths(txn, source_paths(spec.inputs))  # so a later step can say an input's folder moved
+    for name, records in work.consumed.items():
+        txn.consume(name, records)
+    for name in spec.inputs:
+        restart = work.full and spec.inputs[name].kind == "cdc"
+        count_unknown_keys(txn, name, int(work.unknown_keys.get(name, 0)), restart=restart)
+    work.clock.commit(txn)  # every timed input's watermark and late rows
+    bound_state(txn, rt.compiled.incremental, work.clock)  # state no later row can reach: dropped
+    if all_tables(work):  # nothing here needs Spark: compactions and merges by pyarrow too (up to a size)
+        txn.in_process = True
+    write_values(txn, work.writes, work.outputs, batched=work.batched)
+    failpoint("mid_step")
+    txn.set_meta("mode", work.mode)
+    txn.set_meta("engine", work.engine)
+    txn.set_meta("engine_reason", work.engine_reason)
+    if work.run_id is not None:
+        txn.set_meta("run_id", work.run_id)
+    if work.bytes_read is not None:
+        txn.set_meta("bytes_read", int(work.bytes_read))
+    if work.quarantined:
+        txn.set_meta("quarantined", work.quarantined)
+    return txn.commit()
+
+
+def all_tables(work: Work) -> bool:
+    """Is every value ``work`` writes a pyarrow table (the commit needs no Spark session)?"""
+    import pyarrow as pa
+
+    return all(isinstance(v, pa.Table) for v in [*(w.value for w in work.writes), *work.outputs.values()])
+
+
+def write_values(txn: "Transaction", writes: Sequence[Write], outputs: Mapping[str, Any], *,
+                 batched: bool) -> None:
+    """State updates and view deltas into ``txn``: pyarrow tables written by pyarrow, DataFrames
+    by Spark (the delta-sized ones of a small step in one job: ``batched``)."""
+    import pyarrow as pa
+
+    appends = []
+    for w in writes:
+        if isinstance(w.value, pa.Table):
+            write = txn.replace_table if w.replace else txn.append_table
+            write(w.trace, w.value, kind=w.kind, keys=w.keys, sort_by=w.sort_by)
+        elif w.replace:
+            txn.replace(w.trace, w.value, kind=w.kind, keys=w.keys, sort_by=w.sort_by)
+        else:
+            appends.append((w.trace, w.value, w.kind, w.keys, w.sort_by))
+    frames = {}
+    for view, value in outputs.items():
+        if isinstance(value, pa.Table):
+            txn.write_output_table(view, value)
+        else:
+            frames[view] = value
+    if appends or frames:
+        txn.write_deltas(appends, frames, batched=batched)
+
+
+@dataclass
+class Published:
+    """What phase 7 did: the publish report, retention's note (if anything was removed), and
+    the seconds of its parts (for the benchmark)."""
+
+    report: Any
+    retention: str | None
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+def after_commit(rt: "CircuitRuntime", manifest: "Manifest", say: Progress | None = None, *,
+                 strict: bool = False, cleanup: Callable[[], None] | None = None) -> Published:
+    """Phase 7, after the manifest (and again by a retried DAG commit, which may have crashed
+    anywhere in it): the quality report says its timestep committed, ``feed: true`` views get
+    their change files, ``cleanup`` runs (a DAG run's staging), the views are published, then
+    retention (after publishing: it keeps the deltas a table has not caught up with).
+    ``strict``: a view that failed to publish raises (a DAG task fails and is retried); else it
+    stays committed and the next run repairs its table."""
+    from spark_jobs.publish import publish_views
+    from spark_jobs.quality import mark_committed
+    from spark_jobs.runtime.feeds import publish_feeds
+    from spark_jobs.runtime.quality_gate import quality_dir
+    from spark_jobs.runtime.retention import after_commit as retention
+
+    started = time.perf_counter()
+    mark_committed(quality_dir(rt), manifest.timestep)
+    publish_feeds(rt, manifest)
+    if cleanup is not None:
+        cleanup()
+    fed = time.perf_counter()
+    if say is not None:
+        say(f"timestep {manifest.timestep}: publishing views")
+    report = publish_views(rt, progress=say)
+    if strict:
+        report.raise_if_failed()
+    published = time.perf_counter()
+    note = retention(rt)
+    return Published(report, note, {"feeds": round(fed - started, 3), "publish": round(published - fed, 3),
+                                    "retention": round(time.perf_counter() - published, 3)})
+
+
+# ---- phases 1-5 in one process ------------------------------------------------------------------
+@dataclass
+class Computed:
+    """Phases 1-5 of one timestep: what to commit, and what to report."""
+
+    work: Work
+    reports: list[InputReport]
+    gate: "GateReport"
+
+
+def read_inputs(rt: "CircuitRuntime", engine: StepEngine, names: Sequence[str],
+                files: Mapping[str, Sequence[InputFile]], state: Any, work: Work,
+                reports: list[InputReport] | None = None) -> tuple[dict[str, Any], dict[str, tuple]]:
+    """Phase 1 for ``names``: their changes (inputs without a new file have none), and the own
+    trace of each input that keeps one; consumed files, unknown keys and bytes go to ``work``.
+    Every refused file of these inputs is reported at once (``InputRefused``)."""
+    deltas: dict[str, Any] = {}
+    own: dict[str, tuple] = {}
+    refused: list[InputRefused] = []
+    for name in names:
+        listed = list(files.get(name, ()))
+        report = InputReport(name, [f.path for f in listed])
+        if reports is not None:
+            reports.append(report)
+        if not listed:
+            continue
+        try:
+            change = engine.read_input(name, listed, state)
+        except InputRefused as exc:  # keep going: report every refused file of the step at once
+            refused.append(exc)
+            continue
+        if change.delta is None:
+            continue
+        deltas[name] = change.delta
+        work.consumed[name] = [f.record() for f in listed]
+        if change.unknown_keys:
+            work.unknown_keys[name] = change.unknown_keys
+            report.unknown_keys = change.unknown_keys
+        if change.trace is not None:  # the input's own trace gets the on-time rows, as the circuit saw them
+            own[name] = change.trace
+        work.bytes_read = (work.bytes_read or 0) + int(getattr(change, "bytes_read", 0) or 0)
+    if refused:
+        raise InputRefused.combine(refused)
+    return deltas, own
+
+
+def check_inputs(rt: "CircuitRuntime", engine: StepEngine, deltas: dict[str, Any],
+                 files: Mapping[str, Sequence[InputFile]], state: Any, work: Work,
+                 reports: Sequence[InputReport] = (), say: Progress | None = None) -> dict[str, tuple[int, int]]:
+    """Phases 2 and 3: late rows counted and left out, then the bag check; ``deltas`` corrected
+    in place, quarantines noted in ``work``. Returns each change's (inserted, deleted)."""
+    counts = engine.count(work.clock, deltas, files)
+    for report in reports:
+        report.inserted, report.deleted = counts.get(report.name, (0, 0))
+        if report.name in work.clock.seen:
+            report.late = describe_late(work.clock.seen[report.name])
+    deleted = {name: c[1] for name, c in counts.items()}
+    if say is not None:
+        announce(rt, work.timestep, deleted, say)
+    for q in engine.check_bags(work.timestep, deltas, deleted, files, state):
+        work.quarantined[q.input] = q.to_dict()
+        work.notes.append(q.note())
+    return counts
+
+
+def state_writes(rt: "CircuitRuntime", result: Any, deltas: Mapping[str, Any], own: Mapping[str, tuple],
+                 full: bool) -> list[Write]:
+    """The state updates of an evaluated step: each input's own trace gets its change, each
+    stateful operator its update (a full refresh replaces every trace: it rebuilt them whole)."""
+    from spark_jobs.executor.evaluate import trace_kind
+
+    writes = [Write(trace, deltas[name], "zset", (), tuple(sort_by), full)
+              for name, (trace, sort_by) in own.items()]
+    for node_id, update in result.updates.items():
+        writes.append(Write(node_id, update.df, trace_kind(rt.compiled.incremental, node_id),
+                            tuple(update.keys), tuple(update.sort_by), full or update.kind == "replace"))
+    return writes
+
+
+def compute(rt: "CircuitRuntime", engine: StepEngine, work: Work, files: Mapping[str, Sequence[InputFile]],
+            state: Any, say: Progress) -> Computed:
+    """Phases 1-5 of ``work.timestep`` on ``engine``, filling ``work`` with what to commit."""
+    t, spec = work.timestep, rt.compiled.spec
+    say(f"timestep {t}: reading inputs" + (" (full refresh: every retained file)" if work.full else "")
+        + (" (in-process)" if engine.name == "arrow" else ""))
+    reports: list[InputReport] = []
+    deltas, own = read_inputs(rt, engine, list(spec.inputs), files, state, work, reports)
+    check_inputs(rt, engine, deltas, files, state, work, reports, say)
+    circuit = rt.compiled.incremental
+    say(f"timestep {t}: evaluating {len(circuit.nodes)} operators" + (" (Arrow)" if engine.name == "arrow" else ""))
+    result = engine.evaluate(deltas, state, first_step=work.full or t == 1, full=work.full)
+    outputs = dict(result.outputs)
+    if work.full:
+        work.view_schemas = {v: engine.schema_json(value) for v, value in outputs.items()}
+        outputs = {v: engine.view_delta(v, value) for v, value in outputs.items()}
+    writes = state_writes(rt, result, deltas, own, work.full)
+    checked = {n: d for n, d in deltas.items() if spec.inputs[n].expectations}  # declared input expectations
+    outputs, writes, checked = engine.settle(outputs, writes, checked)
+    say(f"timestep {t}: checking view deltas")
+    gate = engine.gate(t, outputs, checked, work.full, work.clock.report(), state)
+    work.outputs = outputs
+    work.writes = writes
+    return Computed(work, reports, gate)
+
+
+def step_report(rt: "CircuitRuntime", manifest: "Manifest", computed: Computed, seconds: float,
+                notes: Sequence[str]) -> StepReport:
+    """What `dbsp step` prints of a committed timestep."""
+    work = computed.work
+    views = {view: (int(info.rows_inserted or 0), int(info.rows_deleted or 0))
+             for view, info in (manifest.outputs or {}).items()}
+    return StepReport(rt.name, manifest.timestep, computed.reports, views, seconds, computed.gate.summary(),
+                      engine=work.engine, engine_reason=work.engine_reason, bytes_read=work.bytes_read,
+                      notes=[*notes, *work.notes])
+
+
+__all__ = ["Computed", "MODES", "Published", "StepEngine", "Work", "Write", "after_commit", "check_inputs",
+           "commit", "compute", "read_inputs", "state_writes", "step_report",
+           "write_values"]

@@ -1,0 +1,299 @@
+"""The two engines a timestep's phases 1-5 run on (``recipe.StepEngine``).
+
+- ``SparkSteps``: values are Spark DataFrames (a local session, a cluster's driver, or a Spark
+  Connect client). Small changes are brought to the driver once (``count``) so that lookups need
+  no broadcast job, and the session runs with the small-change settings (no AQE, few shuffle
+  partitions) from the evaluation to the writes.
+- ``ArrowSteps``: values are pyarrow tables in this process; no Spark job, no JVM. Whatever it
+  cannot do (an operator without an Arrow kernel, a late row under ``on_late: refuse``, a bag
+  check that fails) raises ``NotLocal`` before anything is written, and the caller runs the step
+  (or the stage) on Spark, which refuses naming the files or quarantines.
+
+Everything else of a timestep, in particular all of its commit, is the recipe's (``recipe.py``).
+"""
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from spark_jobs.executor.engine import NotLocal
+from spark_jobs.executor.sources import InputFile
+from spark_jobs.runtime.bag import Quarantined
+from spark_jobs.runtime.event_time import StepClock
+from spark_jobs.runtime.inputs import InputChange
+
+if TYPE_CHECKING:
+    from spark_jobs.quality import GateReport
+    from spark_jobs.runtime.circuit import CircuitRuntime
+
+
+class SparkSteps:
+    """Phases 1-5 on Spark DataFrames (see the module docstring)."""
+
+    name = "spark"
+
+    def __init__(self, rt: "CircuitRuntime", *, full: bool = False, small: bool | None = None,
+                 persist: bool = True, driver_writes: bool = False) -> None:
+        self.rt = rt
+        self.full = full
+        self.small = bool(small) if small is not None else False  # set by ``count`` unless given
+        self._small_given = small is not None
+        self.persist = persist
+        self.cached: list[Any] = []
+        self.results: list[Any] = []
+        self.local = False  # the changes were brought to the driver (``count``)
+        self.settled_arrow = False  # the step's values came to this process as Arrow (``settle``)
+        # this process reads and writes the state itself (``step.driver_reach``): a small step's
+        # values are written by pyarrow, not by a Spark job
+        self.driver_writes = driver_writes
+        self._stack = ExitStack()
+        self._conf_set = False
+
+    @property
+    def spark(self):
+        return self.rt.spark
+
+    def read_input(self, name: str, files: Sequence[InputFile], state: Any) -> InputChange:
+        from spark_jobs.runtime.inputs import read_input
+
+        change = read_input(self.spark, self.rt.compiled.spec.inputs[name], list(files), state,
+                            self.rt.config.policy)
+        if change.delta is not None and change.trace is not None:  # also appended to the input's own trace
+            change.delta = change.delta.cache()
+            self.cached.append(change.delta)
+        return change
+
+    def count(self, clock: StepClock, deltas: dict[str, Any], files: Mapping[str, Sequence[InputFile]]
+              ) -> dict[str, tuple[int, int]]:
+        from spark_jobs.runtime.step import count_inputs, ins_del
+
+        if not deltas:
+            return {}
+        policy = self.rt.config.policy
+        counts, local = count_inputs(self.spark, clock, deltas, files, policy)  # late rows counted, then left out
+        if local is not None:
+            deltas.update(local)
+            self.local = True
+        out = {name: ins_del(row) for name, row in counts.items()}
+        if not self._small_given:
+            self.small = not self.full and policy.small_change(sum(sum(c) for c in out.values()))
+        return out
+
+    def check_bags(self, timestep: int, deltas: dict[str, Any], deleted: Mapping[str, int],
+                   files: Mapping[str, Sequence[InputFile]], state: Any) -> list[Quarantined]:
+        from spark_jobs.runtime.bag import check_deltas
+
+        return check_deltas(self.rt, timestep, deltas, deleted, files, state)
+
+    def _conf(self) -> None:
+        if not self._conf_set:
+            from spark_jobs.executor.spark.session import step_conf
+
+            self._stack.enter_context(step_conf(self.spark, self.small))
+            self._conf_set = True
+
+    def evaluate(self, deltas: Mapping[str, Any], state: Any, *, first_step: bool, full: bool,
+                 only: Any = None, external: Any = None) -> Any:
+        from spark_jobs.executor.evaluate import evaluate_step
+        from spark_jobs.executor.sources import spark_schema
+
+        self._conf()
+        deltas = dict(deltas)
+        if not self.local and only is None:  # too large for the driver: each change computed once
+            for name, df in deltas.items():
+                if not any(df is c for c in self.cached):
+                    deltas[name] = df.cache()
+                    self.cached.append(deltas[name])
+        schemas = {name: spark_schema(inp) for name, inp in self.rt.compiled.spec.inputs.items()}
+        result = evaluate_step(self.rt.compiled.incremental, deltas, state, first_step=first_step,
+                               input_schemas=schemas, broadcast_deltas=self.small if only is None else True,
+                               persist=self.persist and only is None, policy=self.rt.config.policy,
+                               spark=self.spark, only=only, external=external)
+        self.results.append(result)
+        return result
+
+    def view_delta(self, view: str, new: Any) -> Any:
+        from spark_jobs.runtime import refresh
+
+        return refresh.view_delta(self.rt.store, view, new)
+
+    def settle(self, outputs: dict[str, Any], writes: list[Any], checked: dict[str, Any]
+               ) -> tuple[dict[str, Any], list[Any], dict[str, Any]]:
+        """A small step's view deltas, state updates and checked input changes come to this
+        process as Arrow tables in ONE job (``collect_arrow``): the gate then runs on them and
+        pyarrow writes them, so the step's Spark jobs are that one and the input count's. Where
+        this process cannot write the state itself, or the values are too many rows, the view
+        deltas are computed once (to the driver, or cached) and Spark writes."""
+        from spark_jobs.executor.spark.local_relations import collect_arrow, collect_local
+
+        policy = self.rt.config.policy
+        if self.small and not self.full and self.driver_writes:
+            frames = {f"output/{v}": df for v, df in outputs.items()}
+            frames.update({f"write/{i}": w.value for i, w in enumerate(writes)})
+            frames.update({f"input/{n}": df for n, df in checked.items()})
+            tables = collect_arrow(self.spark, frames, policy.local_change_rows)[0] if frames else {}
+            if tables is not None:
+                typed = {key: _typed(tables[key], frames[key]) for key in frames}
+                self.settled_arrow = True
+                for i, w in enumerate(writes):
+                    w.value = typed[f"write/{i}"]
+                return ({v: typed[f"output/{v}"] for v in outputs}, writes,
+                        {n: typed[f"input/{n}"] for n in checked})
+        if self.small and outputs:
+            local = collect_local(self.spark, outputs, policy.local_change_rows)[0]
+            if local is not None:
+                return local, writes, checked
+        settled = {view: df.cache() for view, df in outputs.items()}
+        self.cached.extend(settled.values())
+        return settled, writes, checked
+
+    def gate(self, timestep: int, outputs: Mapping[str, Any], deltas: Mapping[str, Any], full: bool,
+             late: Sequence[Any], state: Any) -> "GateReport":
+        from spark_jobs.runtime import refresh
+        from spark_jobs.runtime.quality_gate import check_timestep
+
+        if self.settled_arrow:  # the changes are Arrow tables here: the in-process gate, no job
+            from spark_jobs.runtime.quality_gate import check_timestep_tables
+
+            return check_timestep_tables(self.rt, timestep, dict(outputs), dict(deltas), state.trace_files,
+                                         late=late)
+        previous = {v: refresh.old_view(self.rt.store, v, df) for v, df in outputs.items()} if full else None
+        return check_timestep(self.rt, timestep, dict(outputs), dict(deltas), previous, late=late)
+
+    def schema_json(self, value: Any) -> str:
+        return value.schema.json()
+
+    def release(self) -> None:
+        for result in self.results:
+            result.release()
+        for df in self.cached:
+            df.unpersist()
+        self.results.clear()
+        self.cached.clear()
+        self._stack.close()
+        self._conf_set = False
+
+
+class ArrowSteps:
+    """Phases 1-5 on pyarrow tables in this process (see the module docstring)."""
+
+    name = "arrow"
+
+    def __init__(self, rt: "CircuitRuntime") -> None:
+        self.rt = rt
+        self._engine = None
+
+    @property
+    def engine(self):
+        if self._engine is None:
+            from spark_jobs.executor.arrow.kernels import ArrowEngine
+
+            self._engine = ArrowEngine(self.rt.config.policy, self.rt.config.session_timezone)
+        return self._engine
+
+    def read_input(self, name: str, files: Sequence[InputFile], state: Any) -> InputChange:
+        from spark_jobs.executor.arrow import inputs as arrow_inputs
+
+        spec = self.rt.compiled.spec.inputs[name]
+        why = arrow_inputs.unsupported(spec, self.rt.config.session_timezone)
+        if why:
+            raise NotLocal(why)
+        change = arrow_inputs.read_input(spec, files, state, self.rt.config.policy)
+        return InputChange(change.table, change.trace, change.unknown_keys, change.bytes_read)
+
+    def count(self, clock: StepClock, deltas: dict[str, Any], files: Mapping[str, Sequence[InputFile]]
+              ) -> dict[str, tuple[int, int]]:
+        from spark_jobs.executor.arrow import lateness as arrow_late
+        from spark_jobs.state.arrow_trace import weight_totals
+
+        counts = {}
+        for name, table in list(deltas.items()):
+            if clock.timed(name):
+                column, mark = clock.column(name), clock.watermark(name)
+                clock.record(name, arrow_late.change_totals(table, column, mark))
+                deltas[name] = arrow_late.on_time(table, column, mark)
+            counts[name] = weight_totals(deltas[name])
+        if clock.refused():
+            raise NotLocal("late rows under on_late: refuse (the refusal names their files)")
+        return counts
+
+    def check_bags(self, timestep: int, deltas: dict[str, Any], deleted: Mapping[str, int],
+                   files: Mapping[str, Sequence[InputFile]], state: Any) -> list[Quarantined]:
+        from spark_jobs.runtime.bag import check_tables
+
+        check_tables(self.rt, deltas, deleted, state)  # NotLocal when a delete goes below zero
+        return []
+
+    def evaluate(self, deltas: Mapping[str, Any], state: Any, *, first_step: bool, full: bool,
+                 only: Any = None, external: Any = None) -> Any:
+        from spark_jobs.executor.arrow import inputs as arrow_inputs
+        from spark_jobs.executor.evaluate import evaluate_step
+
+        if full:
+            raise NotLocal("a full refresh rebuilds every state from all retained files: a load, on Spark")
+        schemas = {name: arrow_inputs.schema(inp) for name, inp in self.rt.compiled.spec.inputs.items()}
+        return evaluate_step(self.rt.compiled.incremental, deltas, state, first_step=first_step,
+                             input_schemas=schemas, engine=self.engine, only=only, external=external)
+
+    def view_delta(self, view: str, new: Any) -> Any:
+        raise NotLocal("a full refresh runs on Spark")
+
+    def settle(self, outputs: dict[str, Any], writes: list[Any], checked: dict[str, Any]
+               ) -> tuple[dict[str, Any], list[Any], dict[str, Any]]:
+        return outputs, writes, checked
+
+    def gate(self, timestep: int, outputs: Mapping[str, Any], deltas: Mapping[str, Any], full: bool,
+             late: Sequence[Any], state: Any) -> "GateReport":
+        from spark_jobs.runtime.quality_gate import check_timestep_tables
+
+        return check_timestep_tables(self.rt, timestep, dict(outputs), dict(deltas), state.trace_files, late=late)
+
+    def schema_json(self, value: Any) -> str:
+        from spark_jobs.state.arrow_trace import spark_schema_json
+
+        return spark_schema_json(value.schema)
+
+    def release(self) -> None:
+        return None
+
+
+def _typed(table: Any, frame: Any) -> Any:
+    """A table collected from Spark with the Arrow types the in-process engine and the store
+    use for ``frame``'s Spark schema (one mapping whichever engine wrote a file)."""
+    from spark_jobs.state.arrow_trace import arrow_of
+
+    schema = arrow_of(frame.schema)
+    return table if table.schema == schema else table.select(schema.names).cast(schema)
+
+
+def unsupported(rt: "CircuitRuntime", pending: Mapping[str, Sequence[InputFile]]) -> str | None:
+    """Why a step cannot run in-process at all (None: it may try)."""
+    from spark_jobs.executor.arrow import inputs as arrow_inputs
+    from spark_jobs.ir.operator import operator
+
+    for name, files in pending.items():
+        if files:
+            why = arrow_inputs.unsupported(rt.compiled.spec.inputs[name], rt.config.session_timezone)
+            if why:
+                return why
+    for node in rt.compiled.incremental:
+        if operator(node.op).kernel("arrow") is None:
+            return f"operator {node.op!r} (node {node.id!r}) has no Arrow kernel"
+    return None
+
+
+def change_rows(pending: Mapping[str, Sequence[InputFile]], inputs: Mapping[str, Any]) -> int | None:
+    """Rows of the step's input files (Parquet footers, text lines counted; None: unknown);
+    ``inputs``: the circuit's input specs by name."""
+    from spark_jobs.executor.arrow import inputs as arrow_inputs
+
+    total = 0
+    for name, files in pending.items():
+        rows = arrow_inputs.change_rows(inputs[name], files)
+        if rows is None:
+            return None
+        total += rows
+    return total
+
+
+__all__ = ["ArrowSteps", "SparkSteps", "change_rows", "unsupported"]
