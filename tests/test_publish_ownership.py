@@ -158,3 +158,12 @@ def test_reset_refuses_a_state_folder_that_is_a_link(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 1 and "is a symbolic link" in err and "Traceback" not in err, err
     assert (state / "victim" / "manifests").is_dir()
+
+
+def test_the_leftover_of_an_interrupted_create_is_not_a_squatter(tmp_path):
+    """A create killed before its first commit leaves an empty _delta_log: the view's next publish
+    creates its table there (it does not refuse its own leftover forever)."""
+    owner = _circuit(tmp_path, "owner")
+    (_views(tmp_path) / "owner" / "v" / "_delta_log").mkdir(parents=True)
+    _, published = _step(tmp_path, owner)
+    assert not published.failed and published.results[0].after == 1

@@ -96,7 +96,9 @@ def claim_problem(root: str, uri: str, circuit: str, view: str, circuits: Iterab
         if depth < len(parts) - 1 and _is_table(fs, here):
             return (f"{here} holds {owner_of(_outer(root, base, here), storage_options)}: view {view!r} of "
                     f"circuit {circuit!r} may not publish a table inside it")
-    found = _children(fs, here)
+    # a _delta_log alone is what a create that was interrupted leaves (a readable table there was
+    # opened before this check): the view may create its table over it
+    found = [i for i in _children(fs, here) if i.base_name != DELTA_LOG]
     if found:
         nested = _nested_table(fs, here)
         what = (f"{owner_of(_outer(root, base, nested), storage_options)} (at {nested})" if nested
