@@ -49,6 +49,7 @@ case "${1:-}" in
       --conf "spark.pyspark.python=${PYSPARK_PYTHON:-/opt/dbsp/venv/bin/python}" \
       --conf spark.sql.session.timeZone=UTC \
       --conf spark.sql.codegen.cache.maxEntries=2000 \
+      --conf spark.hadoop.fs.file.impl=org.apache.hadoop.fs.RawLocalFileSystem \
       "${extra[@]}"
     ;;
   *)

@@ -138,6 +138,9 @@ cmd_start() {
       # generated-class cache: Spark's default (100) is smaller than one step's classes, so
       # every step would recompile them all (spark_jobs/executor/session.py ENGINE_STATIC_CONF)
       --conf spark.sql.codegen.cache.maxEntries=2000
+      # local files without Hadoop's checksum layer, which cannot open a file named a:b.parquet
+      # (spark_jobs/executor/session.py ENGINE_STATIC_CONF)
+      --conf spark.hadoop.fs.file.impl=org.apache.hadoop.fs.RawLocalFileSystem
       # clients read this static setting from the server: on (Spark's default), every PySpark
       # call of a client walks its Python stack to report call sites (spark_jobs/executor/session.py)
       --conf spark.python.sql.dataFrameDebugging.enabled=false

@@ -111,7 +111,15 @@ def test_symlinks_inside_the_data_root_are_fine(tmp_path):
     (root / "inbox").mkdir(parents=True)
     os.symlink(root / "landing", root / "inbox" / "t")
     os.symlink(root / "landing" / "a.parquet", root / "landing" / "b.parquet")
-    assert [f.name for f in pending_files(_spec("inbox/t"), str(root), [])] == ["a.parquet", "b.parquet"]
+    os.symlink(root / "landing" / "a.parquet", root / "c.parquet")
+    os.symlink(root / "c.parquet", root / "landing" / "d.parquet")
+    # b.parquet is a second name of a.parquet: each real file is listed once (test_input_links.py);
+    # d.parquet leads (through c.parquet) to the same file
+    assert [f.name for f in pending_files(_spec("inbox/t"), str(root), [])] == ["a.parquet"]
+    _parquet(root / "elsewhere" / "e.parquet")
+    os.symlink(root / "elsewhere" / "e.parquet", root / "landing" / "e.parquet")
+    listed = pending_files(_spec("inbox/t"), str(root), [])
+    assert [(f.name, f.linked) for f in listed] == [("a.parquet", False), ("e.parquet", True)]
     # a data root that is itself reached through a link is compared by its real path
     os.symlink(root, tmp_path / "alias")
     assert len(pending_files(_spec("inbox/t"), str(tmp_path / "alias"), [])) == 2

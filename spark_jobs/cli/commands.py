@@ -355,7 +355,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
         path = find_circuit_file(args.circuit, config)
         compiled = compile_file(path, config.allowed_input_roots)
         name = compiled.spec.name
-    from spark_jobs.publish import published_tables, remove_tables
+    from spark_jobs.publish import published_tables, removal_problems, remove_tables
     from spark_jobs.runtime.circuit import state_root
     from spark_jobs.state.fs import filesystem_for
 
@@ -366,6 +366,11 @@ def cmd_reset(args: argparse.Namespace) -> int:
     root = fs.normalize(root)
     with _user_errors():
         tables = published_tables(config, compiled.spec)
+    refused = removal_problems(config, compiled.spec)
+    if fs.is_link(root):
+        refused.append(f"its state folder {root} is a symbolic link (to {os.path.realpath(root)}), not its own")
+    if refused:
+        raise UserError(f"refusing to reset {name}: " + "; ".join(refused) + "; nothing was deleted")
     if not fs.exists(root) and not tables:
         print(f"{name}: nothing to reset ({root} does not exist)")
         return 0

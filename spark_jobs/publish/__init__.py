@@ -23,6 +23,7 @@ from spark_jobs.config import Config
 from spark_jobs.errors import DbspError, EXIT_FAILED
 from spark_jobs.publish.delta import (PublishError, commit_change, create, open_table, overwrite,
                                       published_timestep, remove, version_timesteps)
+from spark_jobs.publish.ownership import claim_problem, removal_problem
 from spark_jobs.publish.targets import Target, targets
 from spark_jobs.spec.model import CircuitSpec
 from spark_jobs.state.arrow_read import arrow_schema, read_delta, read_view
@@ -86,7 +87,8 @@ class PublishReport:
         return self
 
 
-def _catch_up(target: Target, store, last: int, say: Callable[[str], None]) -> TableResult:
+def _catch_up(target: Target, store, last: int, say: Callable[[str], None],
+              circuits: Callable[[], set[str]] = set) -> TableResult:
     result = TableResult(target.view, target.uri)
     table = open_table(target)
     if table is None:
@@ -94,6 +96,9 @@ def _catch_up(target: Target, store, last: int, say: Callable[[str], None]) -> T
         if schema is None:  # no row yet: nothing says its column types; created with its first rows
             result.note = "no table yet: the view has had no row"
             return result
+        if target.root and (why := claim_problem(target.root, target.uri, target.circuit, target.view,
+                                                 circuits(), target.storage_options)):
+            raise PublishError(why)
         table = create(target, schema)
     result.before = result.after = published_timestep(table, target)
     pruned = Removed.read(store).view_deltas_through.get(safe_name(target.view), 0)
@@ -130,7 +135,7 @@ def publish(config: Config, spec: CircuitSpec, store, progress: Callable[[str], 
         if views is not None and target.view not in views:
             continue
         try:
-            report.results.append(_catch_up(target, store, last, say))
+            report.results.append(_catch_up(target, store, last, say, lambda: known_circuits(config)))
         except (PublishError, OSError) as exc:
             report.results.append(TableResult(target.view, target.uri, error=str(exc)))
         except Exception as exc:  # deltalake's own errors (a conflicting writer, storage, ...)
@@ -173,11 +178,36 @@ def table_states(config: Config, spec: CircuitSpec) -> list[tuple[str, str, str]
     return out
 
 
+def removal_problems(config: Config, spec: CircuitSpec) -> list[str]:
+    """Why some of this circuit's tables may not be deleted whole (another table inside): checked
+    by ``dbsp reset`` before it deletes anything."""
+    return [why for t in targets(config, spec) if _ours(t) and (why := removal_problem(t.uri))]
+
+
 def remove_tables(config: Config, spec: CircuitSpec) -> list[str]:
     """Delete the tables this circuit published (``dbsp reset``; other tables stay); returns
     their locations."""
     return [t.uri for t in targets(config, spec) if _ours(t) and remove(t)]
 
 
-__all__ = ["PublishError", "PublishFailed", "PublishReport", "Target", "TableResult", "publish",
-           "publish_views", "published_tables", "remove_tables", "table_states", "targets", "version_timesteps"]
+def known_circuits(config: Config) -> set[str]:
+    """Names of the circuits known to this profile: a circuit file in its circuits folder, or a
+    state folder under its state root (a circuit that has run). The views root's folder of each is
+    its own (``ownership.py``)."""
+    import os
+
+    from spark_jobs.state.fs import filesystem_for
+
+    names: set[str] = set()
+    if os.path.isdir(config.circuits_dir):
+        names |= {f.rsplit(".", 1)[0] for f in os.listdir(config.circuits_dir) if f.endswith((".yaml", ".yml"))}
+    state = config.resolved_state_root
+    try:
+        names |= {n for n in filesystem_for(state).listdir(state) if not n.startswith((".", "_"))}
+    except OSError:
+        pass
+    return names
+
+
+__all__ = ["PublishError", "PublishFailed", "PublishReport", "Target", "TableResult", "known_circuits", "publish",
+           "publish_views", "published_tables", "removal_problems", "remove_tables", "table_states", "targets", "version_timesteps"]

@@ -71,9 +71,11 @@ def open_table(target: Target):
         return None
     table = dl.DeltaTable(target.uri, storage_options=target.storage_options or None)
     if table.transaction_version(target.app_id) is None:
-        raise PublishError(f"{target.uri} holds a Delta table that view {target.view!r} of circuit "
-                           f"{target.circuit!r} did not publish; move it, or set outputs.{target.view}."
-                           f"publish.path to another place")
+        from spark_jobs.publish.ownership import owner_of
+
+        raise PublishError(f"{target.uri} holds {owner_of(target.uri, target.storage_options)}, not the table "
+                           f"of view {target.view!r} of circuit {target.circuit!r}; move it, or set "
+                           f"outputs.{target.view}.publish.path to another place")
     return table
 
 
@@ -244,9 +246,14 @@ def version_timesteps(uri: str, storage_options: dict[str, str] | None = None) -
 
 
 def remove(target: Target) -> bool:
-    """Delete the target's table if this circuit's view published it; True if it did."""
+    """Delete the target's table if this circuit's view published it; True if it did. A folder
+    that holds another table too is not deleted (``PublishError``)."""
     if open_table(target) is None:
         return False
+    from spark_jobs.publish.ownership import removal_problem
+
+    if why := removal_problem(target.uri):
+        raise PublishError(why)
     if "://" in target.uri:
         import pyarrow.fs as pafs
 

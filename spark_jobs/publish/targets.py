@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 
 from spark_jobs.config import Config
+from spark_jobs.spec.keys import publish_location
 from spark_jobs.spec.model import CircuitSpec
 
 # deltalake (object_store) names some stores differently from Hadoop
@@ -26,6 +27,7 @@ class Target:
     uri: str  # a local path or an object store URI, as deltalake takes it
     key: tuple[str, ...] = ()  # MERGE by this key; () = the view as a bag of rows
     storage_options: dict[str, str] = field(default_factory=dict)
+    root: str = ""  # the views root the table is under (ownership.py checks the place against it)
 
     @property
     def app_id(self) -> str:
@@ -50,7 +52,7 @@ def targets(config: Config, spec: CircuitSpec) -> list[Target]:
     for view, output in spec.outputs.items():
         if not output.publish.enabled:
             continue
-        rel = output.publish.path or f"{spec.name}/{view}"
-        out.append(Target(spec.name, view, deltalake_uri(f"{root}/{rel.strip('/')}"), tuple(output.key),
-                          dict(config.views.storage_options)))
+        rel = publish_location(spec.name, view, output.publish.path)
+        out.append(Target(spec.name, view, deltalake_uri(f"{root}/{rel}"), tuple(output.key),
+                          dict(config.views.storage_options), deltalake_uri(root)))
     return out

@@ -19,6 +19,7 @@ from typing import Iterator, Mapping, Sequence
 from urllib.parse import quote
 
 from spark_jobs.executor.sources import InputFile, InputRefused
+from spark_jobs.executor.sources.checks import own_key, spark_path_key
 
 _CONDITION = re.compile(r"\[([A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)?)\]")
 # Error conditions of values, not of the engine (Spark's error classes; ANSI mode raises them)
@@ -26,6 +27,7 @@ DATA_CONDITIONS = ("ARITHMETIC_OVERFLOW", "DIVIDE_BY_ZERO", "CAST_OVERFLOW", "CA
                    "NUMERIC_VALUE_OUT_OF_RANGE", "DATETIME_OVERFLOW", "INVALID_ARRAY_INDEX",
                    "INVALID_FRACTION_OF_SECOND", "BINARY_ARITHMETIC_OVERFLOW", "INTERVAL_ARITHMETIC_OVERFLOW",
                    "DECIMAL_PRECISION_EXCEEDS_MAX_PRECISION", "INVALID_PARAMETER_VALUE", "ROUND_OVERFLOW")
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:/[^\s'\"]+")  # a path Spark quotes in its message (no spaces: encoded)
 _READ_FAILED = ("FAILED_READ_FILE", "Encountered error while reading file", "CANNOT_READ_FILE_FOOTER")
 
 
@@ -63,7 +65,8 @@ def unreadable_input(exc: BaseException, files: Sequence[InputFile]) -> InputRef
     text = _text(exc)
     if not any(marker in text for marker in _READ_FAILED):
         return None
-    named = [f for f in files if f.path in text or quote(f.path) in text]
+    reported = {spark_path_key(u.rstrip(".,;")) for u in _URI.findall(text)}  # Spark's URI-encoded form
+    named = [f for f in files if f.path in text or quote(f.path) in text or own_key(f.path) in reported]
     if not named:
         return None
     reason = f"cannot be read although its header or footer looked valid (corrupt data?): {root_cause(exc)}"

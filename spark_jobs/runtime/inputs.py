@@ -10,7 +10,7 @@ from spark_jobs.errors import DbspError, EXIT_FAILED
 from spark_jobs.executor.sources import InputFile, read_changes, read_snapshot, snapshot_delta, spark_schema
 from spark_jobs.executor.sources.cdc import KeyedState, cdc_change
 from spark_jobs.executor.sources.checks import InputRefused
-from spark_jobs.executor.sources.discovery import InputScan, fingerprint_of, scan_input
+from spark_jobs.executor.sources.discovery import InputScan, fingerprint_of, refuse_shared, scan_input
 from spark_jobs.executor.sources.own_traces import input_trace, is_snapshot, keyed_trace, snapshot_trace
 from spark_jobs.policy import ExecutionPolicy
 from spark_jobs.runtime.input_folders import missing_folders
@@ -30,10 +30,13 @@ def consumed_records(manifest, input_name: str) -> list[dict]:
 def scan_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest, allowed_roots: Sequence[str] = (),
                 *, fingerprints: bool = True) -> Scans:
     """Every input's folder against what the committed timesteps consumed (``scan_input``);
-    ``allowed_roots``: the profile's ``inputs.allowed_roots``."""
-    return Scans({name: scan_input(spec, data_root, consumed_records(manifest, name), allowed_roots=allowed_roots,
-                                   fingerprints=fingerprints)
-                  for name, spec in spec_inputs.items()}, source_paths(spec_inputs))
+    ``allowed_roots``: the profile's ``inputs.allowed_roots``. A file two inputs list is refused
+    (``refuse_shared``)."""
+    scans = Scans({name: scan_input(spec, data_root, consumed_records(manifest, name), allowed_roots=allowed_roots,
+                                    fingerprints=fingerprints)
+                   for name, spec in spec_inputs.items()}, source_paths(spec_inputs))
+    refuse_shared(scans)
+    return scans
 
 
 def refuse_changed(scans: dict[str, InputScan]) -> None:

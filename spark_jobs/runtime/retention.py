@@ -122,7 +122,9 @@ def prune_inputs(rt: "CircuitRuntime", store, rule: Retention | None, now: datet
     timestep that ``rule`` no longer keeps; input -> the files. A consumed record names its file
     below the input's folder (``InputFile.record``) and the timestep that consumed it; only files
     the folder lists now are candidates (nothing outside it is touched), and a record without a
-    timestep (format 1, not migrated by a step yet) is kept. Snapshot sources are left alone:
+    timestep (format 1, not migrated by a step yet) is kept. A file reached through a symbolic
+    link (it is someone else's), or that is not the one consumed (its size or time differ from the
+    record), is kept too. Snapshot sources are left alone:
     their newest snapshot is the input's state, older ones are never read again."""
     from spark_jobs.executor.sources.discovery import remove_file, scan_input  # (imports Spark's modules)
 
@@ -138,8 +140,8 @@ def prune_inputs(rt: "CircuitRuntime", store, rule: Retention | None, now: datet
             continue
         scan = scan_input(spec, rt.config.data_root, manifest.consumed(name),
                           allowed_roots=rt.config.allowed_input_roots, fingerprints=False)
-        old = {n for n, rec in scan.consumed.by_name.items() if 0 < int(rec.get("timestep", 0)) <= through}
-        paths = [f.path for f in scan.listed if f.name in old]
+        old = {n: rec for n, rec in scan.consumed.by_name.items() if 0 < int(rec.get("timestep", 0)) <= through}
+        paths = [f.path for f in scan.listed if f.name in old and _own_consumed(f, old[f.name])]
         if paths:
             found[name] = paths
     if dry_run or not found:
@@ -154,6 +156,14 @@ def prune_inputs(rt: "CircuitRuntime", store, rule: Retention | None, now: datet
         for path in paths:
             remove_file(path)
     return found
+
+
+def _own_consumed(listed, record: dict) -> bool:  # noqa: ANN001 (discovery.InputFile)
+    """May retention delete ``listed``? Only a file below the input's own folder, not reached
+    through a symbolic link, and still the file that was consumed (same size and time)."""
+    if listed.linked:
+        return False
+    return int(record.get("size", -1)) == listed.size and float(record.get("mtime", -1.0)) == listed.mtime
 
 
 def after_commit(rt: "CircuitRuntime") -> str:

@@ -23,10 +23,25 @@ class Problem:
     node: str | None
     message: str
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", shorten(self.message))
+
     def __str__(self) -> str:
         if self.node is None:
             return f"{self.file}:{self.line}: {self.message}"
         return f"{self.file}:{self.line}: node '{self.node}': {self.message}"
+
+
+MAX_MESSAGE_CHARS = 1_000
+
+
+def shorten(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """A message cut in the middle when longer than ``limit`` (it may quote a text of the circuit,
+    up to a megabyte): the start says what, the end says why."""
+    if len(message) <= limit:
+        return message
+    keep = (limit - 40) // 2
+    return f"{message[:keep]} ... ({len(message) - 2 * keep:,} characters cut) ... {message[-keep:]}"
 
 
 class CircuitError(DbspError):

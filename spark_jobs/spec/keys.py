@@ -37,6 +37,34 @@ def key_problems(spec: CircuitSpec, doc: "Document", columns: dict[str, tuple[st
         if out.publish.path is not None and (why := _path_problem(out.publish.path)):
             problems.append(Problem(spec.path, doc.line(("outputs", name, "publish", "path")), name,
                                     f"publish.path: {why}"))
+    return problems + _shared_places(spec, doc)
+
+
+def publish_location(circuit: str, view: str, path: str | None) -> str:
+    """Where a view is published below the views root, normalized (``victim//v/`` is
+    ``victim/v``): ``outputs.<view>.publish.path``, else ``<circuit>/<view>``."""
+    return posixpath.normpath((path or f"{circuit}/{view}").strip("/"))
+
+
+def _shared_places(spec: CircuitSpec, doc: "Document") -> list[Problem]:
+    """Two published views of the circuit in one place, or one inside the other (compared
+    normalized and ignoring case: one folder on a case-insensitive file system)."""
+    places = {name: publish_location(spec.name, name, out.publish.path)
+              for name, out in spec.outputs.items() if out.publish.enabled
+              and (out.publish.path is None or _path_problem(out.publish.path) is None)}
+    problems = []
+    seen: list[tuple[str, str]] = []
+    for name, place in places.items():
+        folded = place.casefold()
+        for other, other_place in seen:
+            o = other_place.casefold()
+            if folded == o or folded.startswith(o + "/") or o.startswith(folded + "/"):
+                how = "the same place as" if folded == o else "nested with"
+                problems.append(Problem(spec.path, doc.line(("outputs", name, "publish", "path")),
+                                        name, f"publish.path: view {name!r} would be published to {place}, {how} "
+                                              f"view {other!r} ({other_place}): each view needs a place of its own"))
+                break
+        seen.append((name, place))
     return problems
 
 

@@ -23,7 +23,8 @@ from .errors import CircuitError, Problem
 from .expressions import ExpressionError, parse_aggregate
 from .model import (DEFAULT_CDC_OPS, DEFAULT_ORCHESTRATION_TASKS, ON_INPUTS, RANKS, CdcOptions, CircuitSpec, Column,
                     Expectation, InputSpec, NodeSpec, Orchestration, OutputSpec, PublishSpec, Source, TopKSpec)
-from .sql import parse_query
+from .sql import ParsedQuery, Position, SqlError, parse_query
+from .sql_limits import QueryBudget, line_col, query_problem
 from .time import event_time_of, window_of, within_of
 from .validate import schema_problems, semantic_problems
 
@@ -214,7 +215,7 @@ def _field_lines(raw: dict[str, Any], path: YamlPath, doc: Document) -> dict[str
 
 
 def build_node(name: str, raw: Any, path: YamlPath, doc: Document, broken: frozenset[str],
-               problems: list[Problem]) -> NodeSpec:
+               problems: list[Problem], budget: QueryBudget | None = None) -> NodeSpec:
     """A ``NodeSpec`` from its YAML mapping; aggregate strings are parsed here."""
     label = doc.node_of(path) or name
     if not isinstance(raw, dict):
@@ -246,7 +247,7 @@ def build_node(name: str, raw: Any, path: YamlPath, doc: Document, broken: froze
     outputs: tuple[str, ...] = ()
     query, parsed = _str(raw.get("query")), None
     if op == "sql" and query is not None:
-        parsed = parse_query(query)
+        parsed = limited_parse(query, budget)
         lines.update(_query_lines(query, doc.scalars.get(path + ("query",))))
     if op == "topk":
         extra = {"topk": topk_spec(raw, lines, lambda key, message: problems.append(
@@ -254,7 +255,8 @@ def build_node(name: str, raw: Any, path: YamlPath, doc: Document, broken: froze
     if op == "recursive":
         raw_body, raw_outputs = raw.get("body"), raw.get("outputs")
         if isinstance(raw_body, dict):
-            body = {k: build_node(k, v, path + ("body", k), doc, broken, problems) for k, v in raw_body.items()}
+            body = {k: build_node(k, v, path + ("body", k), doc, broken, problems, budget)
+                    for k, v in raw_body.items()}
         outputs = (raw_outputs,) if isinstance(raw_outputs, str) else _strs(raw_outputs)
         extra = {"body": raw_body, "outputs": raw_outputs}
     return NodeSpec(
@@ -266,6 +268,18 @@ def build_node(name: str, raw: Any, path: YamlPath, doc: Document, broken: froze
         within=within_of(raw.get("within")) if op == "join" else None,
         stream=_str(raw.get("stream")) if op == "join" else None, extra=extra, body=body,
         outputs=outputs, query=query, tables=parsed.tables if parsed else (), sql=parsed, field_lines=lines)
+
+
+def limited_parse(query: str, budget: QueryBudget | None = None) -> ParsedQuery:
+    """``parse_query``, unless the text is past a bound of ``sql_limits`` (checked first: the
+    parser would overflow Python's stack or take too long), which becomes the query's error."""
+    found = query_problem(query)
+    if found is None and budget is not None and (over := budget.spend(query)):
+        found = (over, 0)
+    if found is None:
+        return parse_query(query)
+    why, offset = found
+    return ParsedQuery(query, None, error=SqlError(why, Position(*line_col(query, offset))))
 
 
 _ORDER = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)(?:\s+(ASC|DESC))?(?:\s+NULLS\s+(FIRST|LAST))?\s*$", re.I)
@@ -423,7 +437,8 @@ def build_spec(doc: Document, broken: frozenset[str] = frozenset()) -> tuple[Cir
     nodes = data.get("nodes") if isinstance(data.get("nodes"), dict) else {}
     schedule, schedule_assets = build_schedule(data.get("schedule"), inputs)
     settings = data.get("settings")
-    built = {k: build_node(k, v, ("nodes", k), doc, broken, problems) for k, v in nodes.items()}
+    budget = QueryBudget()
+    built = {k: build_node(k, v, ("nodes", k), doc, broken, problems, budget) for k, v in nodes.items()}
     known = {n.lower(): n for n in list(inputs) + list(nodes)}
     built = {k: replace(n, tables=tuple(known.get(t.lower(), t) for t in n.tables)) if n.tables else n
              for k, n in built.items()}  # SQL names are case-insensitive: the circuit's spelling
@@ -454,8 +469,13 @@ def check_text(text: str, path: str = "<string>", allowed_roots: Sequence[str] =
         return None, doc.problems + [Problem(path, 1, None, f"the top level must be a mapping with keys "
                                                              f"name, inputs, nodes and outputs; got {got}")]
     structural, broken = schema_problems(doc)
-    spec, parse_problems = build_spec(doc, broken)
-    problems = doc.problems + structural + parse_problems + semantic_problems(spec, doc, broken, allowed_roots)
+    try:
+        spec, parse_problems = build_spec(doc, broken)
+        problems = doc.problems + structural + parse_problems + semantic_problems(spec, doc, broken, allowed_roots)
+    except RecursionError:  # past what sql_limits.py and yaml_limits.py measure: one message, not a traceback
+        return None, doc.problems + structural + [Problem(path, 1, None, (
+            "the circuit nests too deeply to be checked (a query or an expression with very long chains or deep "
+            "nesting): split it into more nodes"))]
     unique = list(dict.fromkeys(problems))
     return spec, sorted(unique, key=lambda p: p.line)
 

@@ -36,6 +36,7 @@ from sqlglot.errors import ParseError, TokenError
 from spark_jobs.errors import DbspError
 
 from . import sql_functions as catalog
+from .sql_limits import nesting_problem
 
 MAX_EXPRESSION_CHARS = 10_000
 
@@ -119,8 +120,10 @@ def parse(text: str) -> tuple[exp.Expression, bool]:
     """The parse tree of one expression and whether the text holds comments; raises
     ``ExpressionError`` when it is not exactly one readable expression."""
     if len(text) > MAX_EXPRESSION_CHARS:
-        raise ExpressionError(f"the expression is {len(text)} characters long; at most "
-                              f"{MAX_EXPRESSION_CHARS} are allowed")
+        raise ExpressionError(f"the expression is {len(text):,} characters long; at most "
+                              f"{MAX_EXPRESSION_CHARS:,} are allowed")
+    if deep := nesting_problem(text):
+        raise ExpressionError(deep[0])
     dialect = _dialect()
     try:
         tokens = dialect.tokenize(text)

@@ -23,7 +23,7 @@ from jsonschema import Draft202012Validator, ValidationError
 
 from .columns import Resolution, resolve
 from .errors import Problem, did_you_mean, listing
-from . import sql_check, sql_functions
+from . import expectation_rules, sql_check, sql_functions
 from .keys import key_problems
 from .paths import source_path_problem
 from .reader_options import option_problems
@@ -505,11 +505,19 @@ def _bare_function(name: str) -> str:
 
 
 def _expectation_forms(spec: CircuitSpec) -> list[Problem]:
-    """Expectation arguments that carry SQL must carry it in the one form that is checked."""
+    """Each expectation's name, arguments and argument types (``expectation_rules.py``: no SQL
+    but a row condition, which must carry it in the one form that is checked)."""
+    types = {inp.name: {c.name: c.type for c in inp.columns} for inp in spec.inputs.values()}
     owners = [(inp.name, inp.expectations) for inp in spec.inputs.values()]
     owners += [(out.name, out.expectations) for out in spec.outputs.values()]
-    return [Problem(spec.path, exp.line, owner, why)
-            for owner, exps in owners for exp in exps if (why := condition_problem(exp))]
+    found = []
+    for owner, exps in owners:
+        for exp in exps:
+            whys = expectation_rules.problems(exp, types.get(owner))
+            if not whys and (why := condition_problem(exp)):
+                whys = [why]
+            found += [Problem(spec.path, exp.line, owner, why) for why in whys]
+    return found
 
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -124,6 +124,10 @@ class ArrowFileSystem:
     def listdir(self, path: str) -> list[str]:
         return sorted(i.base_name for i in self._infos(path))
 
+    def is_link(self, path: str) -> bool:
+        """Object stores and HDFS as pyarrow lists them have no symbolic links."""
+        return False
+
     def makedirs(self, path: str) -> None:
         loc = locate(path)
         loc.fs.create_dir(loc.inner, recursive=True)

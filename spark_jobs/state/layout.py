@@ -121,9 +121,19 @@ class Layout:
         return f"{OUTPUTS}/{safe_name(view)}"
 
     def data_dirs(self, top: str) -> list[str]:
-        """Root-relative paths of all data directories under 'traces' or 'outputs'."""
+        """Root-relative paths of all data directories under 'traces' or 'outputs'. A symbolic
+        link is not the store's own (cleanup would delete its target's files): skipped."""
         out = []
         for group in self.fs.listdir(self.fs.join(self.root, top)):
+            if self.through_link(f"{top}/{group}"):
+                continue
             for name in self.fs.listdir(self.fs.join(self.root, top, group)):
-                out.append(f"{top}/{group}/{name}")
+                if not self.fs.is_link(self.fs.join(self.root, top, group, name)):
+                    out.append(f"{top}/{group}/{name}")
         return out
+
+    def through_link(self, rel: str) -> bool:
+        """Does the root-relative path pass through (or end in) a symbolic link? Then it is not
+        the store's own, and cleanup and retention leave it alone."""
+        parts = rel.split("/")
+        return any(self.fs.is_link(self.abs("/".join(parts[:i + 1]))) for i in range(len(parts)))

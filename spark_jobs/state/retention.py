@@ -157,6 +157,8 @@ def collect(store: "StateStore", view_rule: Rule | None, now: datetime | None = 
                 listed |= store.manifest(t).referenced_dirs()  # type: ignore[union-attr]
         for view_dir in store.fs.listdir(store.fs.join(store.root, L.OUTPUTS)):
             top = f"{L.OUTPUTS}/{view_dir}"
+            if store.layout.through_link(top):  # not the store's own: never delete through it
+                continue
             view_through = min(through, floor_of.get(view_dir, through))
             if view_through < through:
                 out.held_for_readers[view_dir] = view_through
@@ -165,6 +167,8 @@ def collect(store: "StateStore", view_rule: Rule | None, now: datetime | None = 
                 if t is None or t > view_through:
                     continue
                 rel = f"{top}/{name}"
+                if store.fs.is_link(store.layout.abs(rel)):
+                    continue
                 if rel in listed:
                     out.kept_listed[view_dir] = out.kept_listed.get(view_dir, 0) + 1
                 else:

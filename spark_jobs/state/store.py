@@ -357,7 +357,7 @@ class StateStore:
             keep |= self.manifest(x).referenced_dirs()  # type: ignore[union-attr]
         keep = L.with_parents(keep)
         for rel in sorted(garbage - keep):
-            if rel.startswith(L.TRACES + "/"):
+            if rel.startswith(L.TRACES + "/") and not self.layout.through_link(rel):
                 self.fs.remove_tree(self.layout.abs(rel))
 
     # ---- inspection ------------------------------------------------------------------------

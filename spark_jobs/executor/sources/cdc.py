@@ -31,10 +31,11 @@ from spark_jobs.policy import ExecutionPolicy
 from spark_jobs.spec.model import WEIGHT, InputSpec
 from spark_jobs.state.lookup import TraceFiles
 
-from .checks import FILE_COL, Check, Group, InputRefused, spark_path_key
-from .discovery import InputFile, spark_uri
+from .checks import FILE_COL, Check, Group, InputRefused, plain_path, spark_path_key
+from .discovery import InputFile, read_files
 from .formats import CORRUPT, PLANNERS, Declared, ReadPlan, shared_checks, value_checks
 from .reading import checked_groups, declared
+from .schema_check import name_list
 from .spark_types import parse_type, spark_schema
 
 OP = "__op"  # the operation code as written
@@ -83,7 +84,7 @@ def _envelope_checks(d: Declared, value_names: Sequence[str]) -> list[Check]:
     bad_line = Check("corrupt", lambda n, x: f"{n} line(s) are not JSON objects of the declared "
                                              f"types, e.g. {x!r:.200}")
     extra = Check("extra", lambda _n, xs: "unexpected column(s): "
-                  + ", ".join(sorted({k for x in xs for k in x.split("\n")}))
+                  + name_list(sorted({k for x in xs for k in x.split("\n")}))
                   + f" (declared: {', '.join(value_names)})", all_examples=True)
     return [bad_line, extra] + shared_checks(d)
 
@@ -109,12 +110,10 @@ def _plan_envelope(spec: InputSpec) -> Callable[[SparkSession, Sequence[InputFil
         schema = StructType([StructField(c, d.types[c]) for c in top]
                             + [StructField(h, row_type) for h in halves] + [StructField(CORRUPT, StringType())])
         opts = d.reader_options(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT)
-        text = spark.read.text([spark_uri(f.path) for f in files])
-        frame = (text.where(~F.trim("value").isin("", "null"))
-                 .select(F.from_json("value", schema, opts).alias(_ENVELOPE_TOP), "value",
-                         *[F.json_object_keys(F.get_json_object("value", f"$.{h}")).alias(f"__keys_{h}")
-                           for h in halves], F.json_object_keys("value").alias("__keys"),
-                         F.col("_metadata.file_path").alias(FILE_COL)))
+        frame = read_files(spark.read, "text", files, lambda text: text.where(~F.trim("value").isin("", "null")).select(
+            F.from_json("value", schema, opts).alias(_ENVELOPE_TOP), "value",
+            *[F.json_object_keys(F.get_json_object("value", f"$.{h}")).alias(f"__keys_{h}") for h in halves],
+            F.json_object_keys("value").alias("__keys"), F.col("_metadata.file_path").alias(FILE_COL)))
         rec = F.col(_ENVELOPE_TOP)
         ok = rec[CORRUPT].isNull()
 
@@ -206,8 +205,10 @@ def old_rows(spark: SparkSession, spec: InputSpec, records: DataFrame, state: Ke
 # ---- records -> change ----------------------------------------------------------------------------
 
 def _order(spec: InputSpec) -> list[Column]:
+    """Sequence, then the file's plain path string (not Spark's URI-encoded one, in which
+    ``x%20b`` sorts after ``x!b``), then the position in the file."""
     seq = spec.source.cdc.sequence  # type: ignore[union-attr]
-    return ([_col(seq)] if seq else []) + [F.col(FILE_COL), F.col(POS)]
+    return ([_col(seq)] if seq else []) + [plain_path(F.col(FILE_COL)), F.col(POS)]
 
 
 def apply_records(spec: InputSpec, records: DataFrame, old: DataFrame) -> tuple[DataFrame, DataFrame]:

@@ -87,7 +87,7 @@ def zset_of(groups: Sequence[Group], names: Sequence[str], weight: str, *, with_
 def own_path(spark_path: str, paths: Iterable[str]) -> str:
     """The path among ``paths`` (ours) that Spark reports as ``spark_path``."""
     key = spark_path_key(spark_path)
-    return next((p for p in paths if _own_path_key(p) == key), key)
+    return next((p for p in paths if own_key(p) == key), key)
 
 
 def spark_path_key(spark_path: str) -> str:
@@ -98,7 +98,15 @@ def spark_path_key(spark_path: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{unquote(parts.path)}"
 
 
-def _own_path_key(path: str) -> str:
+def plain_path(spark_path: Column) -> Column:
+    """``spark_path_key`` in Spark: the file Spark reports (``file:/a%20b``, its path URI-encoded)
+    as its plain path string (``file:/a b``), so files compare as their names do. A ``+`` is a
+    literal plus in a URI path (``url_decode`` would read it as a space)."""
+    return F.coalesce(F.try_url_decode(F.replace(spark_path, F.lit("+"), F.lit("%2B"))), spark_path)
+
+
+def own_key(path: str) -> str:
+    """Our path (plain, or a URI) in the form ``spark_path_key`` gives Spark's."""
     return normalize(path) if is_local(path) else path
 
 
@@ -124,7 +132,7 @@ def failed_checks(groups: Sequence[Group], checks: Sequence[Check],
         aggs.append((F.array_sort(F.collect_set(example)) if chk.all_examples else F.min(example)).alias(f"__x{i}"))
         any_bad = any_bad | (F.col(f"__n{i}") > 0)
     found = rows.groupBy(FILE_COL).agg(*aggs).where(any_bad).collect()
-    by_key = {_own_path_key(p): p for p in paths}
+    by_key = {own_key(p): p for p in paths}
     problems = []
     for row in found:
         path = by_key.get(spark_path_key(row[FILE_COL]), spark_path_key(row[FILE_COL]))

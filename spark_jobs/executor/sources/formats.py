@@ -18,8 +18,8 @@ from pyspark.sql.types import (DataType, DateType, DecimalType, LongType, String
 from spark_jobs.spec.model import WEIGHT
 
 from .checks import FILE_COL, Check, Group
-from .discovery import InputFile, spark_uri
-from .schema_check import (UnreadableFile, column_problems, csv_header, diagnose_json_line,
+from .discovery import InputFile, read_files
+from .schema_check import (UnreadableFile, column_problems, csv_header, diagnose_json_line, name_list,
                            header_problems, read_parquet_footer)
 from .spark_types import type_label
 
@@ -165,8 +165,8 @@ def plan_parquet(spark: SparkSession, files: Sequence[InputFile], d: Declared) -
 def _parquet_group(spark: SparkSession, files: Sequence[InputFile], schema: StructType,
                    d: Declared, needs_checks: bool) -> Group:
     # Reading with the file's own schema skips Spark's schema-inference job.
-    frame = (spark.read.schema(schema).options(**d.reader_options())
-             .parquet(*[spark_uri(f.path) for f in files]).select("*", _file_path()))
+    frame = read_files(spark.read.schema(schema).options(**d.reader_options()), "parquet", files,
+                       lambda df: df.select("*", _file_path()))
     has_weight = WEIGHT in schema.fieldNames()
     checks = {f"null:{c}": (_col(c).isNull(), None) for c in d.not_null}
     weight = _col(WEIGHT).cast(LongType()) if has_weight else F.lit(1).cast(LongType())
@@ -233,8 +233,7 @@ def _csv_group(spark: SparkSession, files: Sequence[InputFile], header: tuple[st
     schema = StructType([StructField(h, StringType()) for h in header] + [StructField(CORRUPT, StringType())])
     opts = d.reader_options(header="true", enforceSchema="true", mode="PERMISSIVE",
                             columnNameOfCorruptRecord=CORRUPT)
-    frame = (spark.read.schema(schema).options(**opts).csv([spark_uri(f.path) for f in files])
-             .select("*", _file_path()))
+    frame = read_files(spark.read.schema(schema).options(**opts), "csv", files, lambda df: df.select("*", _file_path()))
     typed = {c: _parse_csv_value(_col(c), t, d.options) for c, t in d.types.items()}
     # The example names every column: with CSV column pruning, Spark flags a row with a wrong
     # number of fields only when all the columns are read.
@@ -264,7 +263,7 @@ def corrupt_check(d: Declared) -> Check:
 
 
 EXTRA_KEYS = Check("extra", lambda _n, xs: "unexpected column(s) "
-                    + ", ".join(sorted({k for x in xs for k in x.split("\n")})), all_examples=True)
+                   + name_list(sorted({k for x in xs for k in x.split("\n")})), all_examples=True)
 
 
 def plan_json(spark: SparkSession, files: Sequence[InputFile], d: Declared) -> ReadPlan:
@@ -284,10 +283,9 @@ def _json_group(spark: SparkSession, files: Sequence[InputFile], d: Declared) ->
         fields.append(StructField(WEIGHT, StringType()))  # raw text: "1.5" is reported, not dropped
     schema = StructType(fields + [StructField(CORRUPT, StringType())])
     opts = d.reader_options(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT)
-    text = spark.read.text([spark_uri(f.path) for f in files])
-    frame = (text.where(F.trim("value") != "")
-             .select(F.from_json("value", schema, opts).alias("__row"),
-                     F.json_object_keys("value").alias("__keys"), "value", _file_path()))
+    frame = read_files(spark.read, "text", files, lambda text: text.where(F.trim("value") != "").select(
+        F.from_json("value", schema, opts).alias("__row"), F.json_object_keys("value").alias("__keys"), "value",
+        _file_path()))
     row = F.col("__row")
     ok = row[CORRUPT].isNull()
     extra = F.array_except(F.col("__keys"), F.array(*[F.lit(a) for a in allowed]))

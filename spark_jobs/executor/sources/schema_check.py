@@ -7,7 +7,7 @@ import csv
 import io
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -26,16 +26,32 @@ class UnreadableFile(DbspError):
     """The file cannot be read as its format at all; the message is the reason."""
 
 
+MAX_NAMED = 10  # a refusal names at most this many columns of one kind, then counts the rest
+MAX_NAME_CHARS = 80
+
+
+def name_list(names: Sequence[str], limit: int = MAX_NAMED) -> str:
+    """``a, b, c`` for a few names; the first ``limit`` and how many more for a long list (a CSV
+    header of 100,000 columns must not make a 6 MB message)."""
+    shown = [n if len(n) <= MAX_NAME_CHARS else n[:MAX_NAME_CHARS] + "..." for n in names[:limit]]
+    more = len(names) - len(shown)
+    return ", ".join(shown) + (f" and {more:,} more" if more > 0 else "")
+
+
 def column_problems(found: Mapping[str, DataType | None], declared: Mapping[str, DataType],
                     allow_weight: bool) -> list[str]:
     """Why a file's columns (types None = unknown, as in CSV) do not fit the declared ones."""
     extra = [n for n in found if n not in declared and not (allow_weight and n == WEIGHT)]
     reasons = []
+    lowered = {e.lower(): e for e in reversed(extra)}
     for name in declared:
         if name not in found:
-            twin = next((e for e in extra if e.lower() == name.lower()), None)
+            twin = lowered.get(name.lower())
             hint = f" (the file has {twin}: names are case-sensitive)" if twin else ""
             reasons.append(f"missing column {name}{hint}")
+    if len(extra) > MAX_NAMED:
+        reasons.append(f"{len(extra):,} unexpected columns: {name_list(extra)} (declared: {name_list(list(declared))})")
+        extra = []
     for name in extra:
         hint = " (a snapshot has no _weight: each row counts once)" if name == WEIGHT else ""
         reasons.append(f"unexpected column {name}{hint}")
@@ -146,14 +162,20 @@ def _null_count(md: pq.FileMetaData, leaf: int | None) -> int | None:
 
 # ---- CSV -------------------------------------------------------------------------------------
 
+HEADER_BYTES = 1 << 20  # a header is read from this much of the file's start
+
 def csv_header(path: str, options: Mapping[str, Any]) -> list[str] | None:
     """The column names in the first record of a CSV file; None for an empty (0-byte) file."""
     try:
-        head = open_text_head(path)
+        head = open_text_head(path, HEADER_BYTES)
     except (pa.ArrowException, OSError, EOFError) as exc:
         raise UnreadableFile(f"cannot read the file ({exc})") from None
     if not head:
         return None
+    if len(head) >= HEADER_BYTES and b"\n" not in head and b"\r" not in head:
+        fields = head.count(b",") + 1
+        raise UnreadableFile(f"its header line is longer than {HEADER_BYTES >> 20} MiB (at least {fields:,} "
+                             f"fields before the cut): not a CSV file of the declared columns")
     encoding = str(options.get("encoding") or options.get("charset") or "utf-8")
     if encoding.lower().replace("-", "") == "utf8":
         encoding = "utf-8-sig"  # drop a byte-order mark
@@ -173,11 +195,13 @@ def csv_header(path: str, options: Mapping[str, Any]) -> list[str] | None:
 
 
 def header_problems(header: list[str]) -> list[str]:
-    seen, dups = set(), []
+    seen, dups = set(), {}
     for name in header:
-        if name in seen and name not in dups:
-            dups.append(name)
+        if name in seen:
+            dups[name] = None
         seen.add(name)
+    if len(dups) > MAX_NAMED:
+        return [f"{len(dups):,} duplicate columns in the header: {name_list(list(dups))}"]
     return [f"duplicate column {n} in the header" for n in dups]
 
 
@@ -202,11 +226,41 @@ def _json_fits(value: Any, dt: DataType) -> bool:
     return True
 
 
+MAX_JSON_DEPTH = 1000  # Spark's JSON parser (Jackson's StreamReadConstraints) refuses deeper nesting
+
+
+def json_depth(line: str) -> int:
+    """How deep a line nests ``[``/``{`` outside strings, without recursion (``json.loads`` of a
+    line nested 100,000 deep raises RecursionError), in its first MiB of text."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in line[:1 << 20]:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
 def diagnose_json_line(line: str, declared: Mapping[str, DataType]) -> str:
     """Why Spark flagged a JSON line as corrupt, as precisely as the line allows."""
+    depth = json_depth(line)
+    if depth > MAX_JSON_DEPTH:
+        return (f"a line nests JSON arrays or objects {depth:,} levels deep (the reader follows at most "
+                f"{MAX_JSON_DEPTH})")
     try:
         obj = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return "a line is not valid JSON"
     if not isinstance(obj, dict):
         return "a line is not a JSON object"

@@ -25,7 +25,15 @@ RUNTIME_CONF = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
 # projections), so every step evicted the last one's and recompiled all of them with Janino:
 # ~120 compiles of 20-40 ms each, about half the step's time. With room for a few circuits'
 # worth, a warm step compiles only what it has never seen.
-ENGINE_STATIC_CONF = {"spark.sql.codegen.cache.maxEntries": "2000"}
+#
+# Local files are read and written through Hadoop's raw local file system, without its checksum
+# layer: that layer names a file's checksum `.<name>.crc` and parses the name as a URI, so a file
+# named `a:b.parquet` (a timestamped export) failed with "Relative path in absolute URI" (Spark
+# then said "corrupt data?"). Any name POSIX allows is readable this way; nothing of the engine
+# reads the .crc files (input fingerprints, Parquet footers and the manifests' records say what a
+# file is).
+ENGINE_STATIC_CONF = {"spark.sql.codegen.cache.maxEntries": "2000",
+                      "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem"}
 
 
 def compiled_classes(spark) -> int:

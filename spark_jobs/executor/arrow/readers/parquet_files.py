@@ -50,8 +50,12 @@ def read_file(path: str, d: Declared, target: pa.Schema) -> tuple[pa.Table | Non
     if reasons:
         return None, reasons
     loc = locate(path)
-    with loc.fs.open_input_file(loc.inner) as fh:
-        raw = pq.read_table(fh, columns=[c for c in [*d.types, WEIGHT] if c in found])
+    try:
+        with loc.fs.open_input_file(loc.inner) as fh:
+            raw = pq.read_table(fh, columns=[c for c in [*d.types, WEIGHT] if c in found])
+    except (pa.ArrowException, OSError) as exc:  # corrupt pages behind a valid footer: as Spark says it
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return None, [f"cannot be read although its header or footer looked valid (corrupt data?): {first}"]
     reasons = _row_problems(raw, d)
     return (None, reasons) if reasons else (_typed(raw, target), [])
 
