@@ -71,7 +71,8 @@ def write_dags_folder(folder: Path) -> None:
     for dag_file in (PROJECT_ROOT / "dags").glob("*.py"):
         (folder / dag_file.name).symlink_to(dag_file)
     (folder / f"{BASELINE}.py").write_text(BASELINE_DAG)
-TARGETS = {"per_stage": 20.0, "per_step": 12.0, "empty": 5.0, "overhead": 1.0}  # seconds (issue #16)
+# seconds: per_step and empty from issue #25 (a DAG run in a few seconds), the others from #16
+TARGETS = {"per_stage": 20.0, "per_step": 4.0, "empty": 1.0, "overhead": 1.0}
 
 
 def _log(msg: str) -> None:
@@ -92,6 +93,17 @@ class QuarterAmounts(RevenueGenerator):
     def _new_order(self) -> dict:
         order = super()._new_order()
         return dict(order, amount=round(order["amount"] * 4) / 4)
+
+
+W1 = PROJECT_ROOT / "bench" / "circuits" / "w1_tpch.yaml"
+W1_DAG = "w1_step"
+
+
+def write_w1_circuit(folder: Path) -> str:
+    """W1 (TPC-H Q3) as a per_step DAG reading ``w1/inbox/...`` of the data root."""
+    text = W1.read_text().replace("name: bench_w1_tpch", f"name: {W1_DAG}").replace("path: inbox/", "path: w1/inbox/")
+    (folder / f"{W1_DAG}.yaml").write_text(text + "\nschedule: none\n")
+    return W1_DAG
 
 
 def write_circuits(folder: Path) -> dict[str, str]:
@@ -148,7 +160,10 @@ class Bench:
                     value = None
                 if isinstance(value, dict):
                     timing = value.get("timing") or {}
-                    one = [value] if "spark_seconds" in value else value.get("stages") or []
+                    staged = value.get("stages")
+                    if isinstance(staged, dict):  # per_step's one task: every phase's summary
+                        staged = staged.get("stages")
+                    one = [value] if "spark_seconds" in value else staged or []
                     stages = [{"stage": st.get("stage"), "seconds": st.get("seconds"),
                                "spark_seconds": st.get("spark_seconds")} for st in one if isinstance(st, dict)]
             queued, start = _parse(ti.get("queued_when")), _parse(ti.get("start_date"))
@@ -156,12 +171,21 @@ class Bench:
             tasks.append({"task": ti["task_id"], "state": ti["state"], "duration": ti.get("duration"),
                           "queue_delay": round(start - queued, 3) if start and queued else None,
                           "timing": timing, "stages": stages,
-                          "phases": value.get("phases") if isinstance(value, dict) else None,
+                          "phases": _phases(value),
                           "overhead": round(ti["duration"] - work, 3) if ti.get("duration") and work is not None else None})
         return {"dag_id": dag_id, "run_id": run_id, "wall": round(wall, 2) if wall is not None else None,
                 "airflow_seconds": round(_parse(run["end_date"]) - _parse(run["start_date"]), 2),
                 "queued_to_end": round(_parse(run["end_date"]) - _parse(run["queued_at"]), 2),
                 "run_type": run["run_type"], "note": run.get("note"), "tasks": tasks}
+
+
+def _phases(value: Any) -> dict | None:
+    """The commit's seconds per phase, from a commit task or per_step's one task."""
+    if not isinstance(value, dict):
+        return None
+    if isinstance(value.get("commit"), dict):
+        value = value["commit"]
+    return value.get("phases")
 
 
 def median(values: list[float]) -> float | None:
@@ -203,6 +227,14 @@ def summarize(results: dict) -> dict:
         out[mode]["stages"] = {name: {"seconds": median([x["seconds"] for x in xs]),
                                       "spark_seconds": median([x["spark_seconds"] for x in xs])}
                                for name, xs in per_stage.items()}
+    if results.get("w1"):
+        out["w1"] = {"trigger_to_success_median": median([r["wall"] for r in results["w1"]]),
+                     "trigger_to_success_all": [r["wall"] for r in results["w1"]],
+                     "empty_median": median([r["wall"] for r in results["w1_empty"]]),
+                     "empty_all": [r["wall"] for r in results["w1_empty"]],
+                     "task_duration_median": median([t["duration"] for r in results["w1"] for t in r["tasks"]]),
+                     "work_median": median([t["timing"].get("work") for r in results["w1"] for t in r["tasks"]]),
+                     "load_wall": (results.get("w1_load") or {}).get("wall")}
     sched = results["scheduled"]
     base = results.get("baseline") or []
     out["baseline"] = {"trigger_to_success_median": median([r["wall"] for r in base]),
@@ -243,10 +275,22 @@ def markdown(results: dict) -> str:
     sched = s["scheduled_empty"]["queued_to_end_median"]
     lines.append(f"| empty **scheduled** run (cron), queued -> end, s | | {sched} | {TARGETS['empty']} | "
                  f"{ok(sched, TARGETS['empty'])} |")
+    if s.get("w1"):
+        w = s["w1"]
+        lines.append(f"| W1 (TPC-H Q3) SF{meta['w1_sf']:g}, {meta['w1_rows']}-row change, per_step, trigger -> "
+                     f"success, s | | {w['trigger_to_success_median']} | {TARGETS['per_step']} | "
+                     f"{ok(w['trigger_to_success_median'], TARGETS['per_step'])} |")
+        lines.append(f"| W1 empty run, trigger -> success, s | | {w['empty_median']} | {TARGETS['empty']} | "
+                     f"{ok(w['empty_median'], TARGETS['empty'])} |")
     lines += ["", f"All runs, trigger -> success (s): per_stage {s['per_stage']['trigger_to_success_all']}, "
                   f"per_step {s['per_step']['trigger_to_success_all']}; empty: per_stage "
                   f"{s['per_stage']['empty_all']}, per_step {s['per_step']['empty_all']}; scheduled empty "
                   f"(queued -> end): {s['scheduled_empty']['all']}.", ""]
+    if s.get("w1"):
+        w = s["w1"]
+        lines += [f"W1: runs {w['trigger_to_success_all']} s, empty {w['empty_all']} s; the one task's "
+                  f"duration median {w['task_duration_median']} s, of which work {w['work_median']} s; the "
+                  f"load (first run, not measured) took {w['load_wall']} s.", ""]
     b = s.get("baseline") or {}
     if b.get("task_duration_median") is not None:
         lines += [f"Baseline, a DAG with one task that does nothing (no dbsp code) in the same Airflow: "
@@ -276,12 +320,40 @@ def markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
+def w1_runs(bench: "Bench", dag: str, args: argparse.Namespace, results: dict) -> None:
+    """W1 at ``--w1-sf``: the load (one run, not measured), then ``--runs`` runs of
+    ``--w1-rows`` changed rows after a warm-up, then ``--runs`` empty runs."""
+    from bench.generators import TpchGenerator
+
+    bench.api.wait_for_dag(dag)
+    bench.api.unpause(dag)
+    gen = TpchGenerator(str(bench.data / "w1"), args.w1_sf)
+    gen.initial()
+    t0 = time.time()
+    load = bench.run(dag, timeout=3600)
+    _log(f"W1 SF{args.w1_sf:g} load: {load['wall']} s ({time.time() - t0:.0f} s)")
+    results["w1_load"] = load
+    for i in range(args.runs + 1):
+        gen.change(args.w1_rows)
+        r = bench.run(dag)
+        _log(f"W1 run {i}{' (warm-up)' if i == 0 else ''}: {r['wall']} s")
+        if i:
+            results["w1"].append(r)
+    for _ in range(args.runs):
+        r = bench.run(dag)
+        _log(f"W1 empty run: {r['wall']} s")
+        results["w1_empty"].append(r)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.airflow", description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=5, help="measured runs per mode (and empty runs per mode)")
     p.add_argument("--scheduled", type=int, default=3, help="empty scheduled (cron) runs to wait for")
     p.add_argument("--out", default=str(RESULTS))
     p.add_argument("--name", default="airflow")
+    p.add_argument("--w1-sf", type=float, default=3.0,
+                   help="also time W1 (TPC-H Q3) runs of --w1-rows changed rows at this scale factor (0: skip)")
+    p.add_argument("--w1-rows", type=int, default=1000)
     args = p.parse_args(argv)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT_ROOT, capture_output=True,
                             text=True).stdout.strip()
@@ -289,9 +361,11 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(), "python": platform.python_version(), "runs": args.runs,
             "loadavg_start": list(os.getloadavg())}
     results: dict[str, Any] = {"meta": meta, "runs": {m: [] for m in MODES}, "empty": {m: [] for m in MODES},
-                               "scheduled": []}
+                               "scheduled": [], "w1": [], "w1_empty": []}
+    meta.update(w1_sf=args.w1_sf, w1_rows=args.w1_rows)
     with tempfile.TemporaryDirectory(prefix="dbsp-bench-airflow-") as tmp:
         bench = Bench(Path(tmp))
+        w1 = write_w1_circuit(bench.circuits) if args.w1_sf else None
         t0 = time.time()
         bench.api = bench.airflow.start()
         meta["airflow_start_s"] = round(time.time() - t0, 1)
@@ -328,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
                 for r in sorted(done, key=lambda r: r["queued_at"])[:args.scheduled]:
                     results["scheduled"].append(bench.describe(dag, r["dag_run_id"], None))
                 _log(f"scheduled empty runs: {[r['queued_to_end'] for r in results['scheduled']]}")
+            if w1:
+                w1_runs(bench, w1, args, results)
             bench.api.wait_for_dag(BASELINE)
             bench.api.unpause(BASELINE)
             for _ in range(args.runs):

@@ -62,7 +62,7 @@ def drive_the_ui(base: str, user: str, password: str, dag_id: str, shots: Path, 
 
             page.get_by_role("button", name="Show Graph (Press g)").click()
             graph = page.locator(".react-flow")
-            expect(graph.get_by_text("quality_check", exact=True)).to_be_visible()
+            expect(graph.get_by_text("timestep", exact=True)).to_be_visible()
             found["graph"] = graph.inner_text()
             page.screenshot(path=str(shots / "04-graph.png"))
 
@@ -94,7 +94,7 @@ def drive_the_ui(base: str, user: str, password: str, dag_id: str, shots: Path, 
 
             # the task's extra link: under "Extra Links" on its Details tab (the log, on the first
             # tab, also says "quality report", so match the link itself)
-            page.goto(f"{base}/dags/{dag_id}/runs/{run_id}/tasks/commit/details")
+            page.goto(f"{base}/dags/{dag_id}/runs/{run_id}/tasks/timestep/details")
             link = page.get_by_role("link", name="Quality report", exact=True).first
             expect(link).to_be_visible()
             found["extra_link"], found["extra_link_href"] = link.inner_text(), link.get_attribute("href")

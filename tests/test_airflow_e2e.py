@@ -294,7 +294,7 @@ def test_the_readme_walkthrough(world):
                 assert "**timestep 2** (incremental) committed: +" in run["note"], run["note"]
                 assert re.search(r"\| by_region \| \d+ \| \d+ \|", run["note"]), run["note"]
                 links = world.api.call("GET", f"/api/v2/dags/my_view/dagRuns/{run['dag_run_id']}"
-                                              "/taskInstances/quality_check/links")
+                                              "/taskInstances/timestep/links")
                 assert links["extra_links"].get("Quality report") == "/dbsp/quality/my_view/", links
         elif command == "dbsp step my_view":
             assert "timestep 1" in text, text
@@ -358,7 +358,7 @@ def test_per_stage_timesteps_equal_a_recompute_a_killed_stage_is_retried_and_per
         assert world.show(REVENUE, view) == expected[view], view
     # the same circuit with every stage in one task, over the same files in one timestep
     run_id = world.run(REVENUE_STEP)
-    assert set(world.states(REVENUE_STEP, run_id)) == {"plan", "stages", "quality_check", "commit"}
+    assert set(world.states(REVENUE_STEP, run_id)) == {"timestep"}  # per_step: the whole timestep in one task
     for view in ("by_region", "order_extremes", "big_spenders"):
         assert world.show(REVENUE_STEP, view) == expected[view], view
 
@@ -379,14 +379,14 @@ def test_a_failed_expectation_blocks_the_commit_and_names_the_file(world):
     _payments(world, "payments-0003.parquet", good[:1])
     run_id = world.run(CHECKED, expect="failed")
     tis = {ti["task_id"]: ti for ti in world.api.task_instances(CHECKED, run_id)}
-    assert tis["quality_check"]["state"] == "failed" and tis["quality_check"]["try_number"] == 1  # not retried
-    assert tis["commit"]["state"] == "upstream_failed"
-    log = task_log(world.home, CHECKED, run_id, "quality_check")
+    assert tis["timestep"]["state"] == "failed" and tis["timestep"]["try_number"] == 1  # not retried
+    log = task_log(world.home, CHECKED, run_id, "timestep")
     assert any("FAIL" in line and "expect_column_values_to_be_between" in line for line in log), log
     named = [line for line in log if "rows from" in line]
     assert named and "payments-0002.parquet" in named[0] and "payments-0003" not in named[0], log
     assert store.last_committed() == 1  # the manifest did not advance
-    assert "failed** at `quality_check`" in world.note(CHECKED, run_id)
+    note = world.note(CHECKED, run_id)
+    assert "failed** at `timestep` (check) — the quality gate stopped the commit" in note, note
 
     fixed = [{"payment_id": 6, "amount": 5.0}, {"payment_id": 7, "amount": 3.0}]
     _payments(world, "payments-0002.parquet", fixed)  # replaces the bad file (atomic rename)
@@ -444,7 +444,7 @@ def test_the_ui_in_a_browser(world):
     assert "dbsp_view_is_set" in found["quality_page"] and "PASS" in found["quality_page"]
     assert found["quality_link"] == f"/dbsp/quality/{REVENUE_STEP}/" and found["extra_link"] == "Quality report"
     assert found["extra_link_href"] == found["quality_link"], found
-    assert "stages" in found["graph"] and found["import_errors_badge"]
+    assert "timestep" in found["graph"] and found["import_errors_badge"]
 
 
 def test_stop_leaves_no_process_behind(world):

@@ -55,11 +55,9 @@ def test_one_dag_per_circuit_with_one_task_for_all_stages(circuits_env):
         assert dag.params["mode"] == "incremental"
         assert dag.params.get_param("mode").schema["enum"] == ["incremental", "full_refresh"]
         assert c.spec.orchestration.tasks == "per_step"  # the default
-        assert set(dag.task_ids) == {"plan", "stages", "quality_check", "commit"}
-        assert dag.get_task("stages").upstream_task_ids == {"plan"}
-        assert dag.get_task("quality_check").upstream_task_ids == {"stages"}
-        assert dag.get_task("commit").upstream_task_ids == {"quality_check"}
-        assert {a.name for a in dag.get_task("commit").outlets} == {f"{name}.{v}" for v in c.spec.outputs}
+        assert set(dag.task_ids) == {"timestep"}  # the whole timestep in one task: no task-to-task hops
+        assert dag.get_task("timestep").retries == 2
+        assert {a.name for a in dag.get_task("timestep").outlets} == {f"{name}.{v}" for v in c.spec.outputs}
         assert "State" in dag.doc_md and c.spec.text.strip() in dag.doc_md
 
 
@@ -139,7 +137,7 @@ def test_schedules_on_assets_inputs_and_other_circuits_views(circuits_env, tmp_p
     assert isinstance(chained.timetable, AssetOrTimeSchedule)
     names = {a.name for a in chained.timetable.asset_condition.objects}
     assert names == {"paper_example.v", "chained.inputs"}
-    commit = bag.dags["paper_example"].get_task("commit")
+    commit = bag.dags["paper_example"].get_task("timestep")  # per_step: the one task commits
     assert "paper_example.v" in {a.name for a in commit.outlets}  # the producer of that asset
 
 
@@ -310,6 +308,30 @@ def test_an_empty_plan_skips_the_rest_of_the_run_unless_empty_steps_commit(monke
     assert sorted(skipped.value.tasks) == ["commit", "quality_check", "stages"]
     assert pushed[tasks.PLAN_XCOM_KEY]["empty"] is True  # the run note says why nothing was committed
     assert tasks.run_step("plan", "c.yaml", commit_empty=True, **context)["empty"] is True
+
+
+def test_an_empty_one_task_timestep_is_skipped_unless_empty_steps_commit(monkeypatch):
+    """per_step: the timestep task of a run with no new input file ends as skipped (the grid shows
+    it), leaving the plan for the run's note; with commit_empty it commits the empty step."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from spark_jobs.orchestration import tasks
+
+    pushed = {}
+
+    class TI:
+        def xcom_push(self, key, value):
+            pushed[key] = value
+
+    plan = {"timestep": 3, "mode": "incremental", "empty": True, "inputs": {"orders": []}}
+    monkeypatch.setattr(tasks, "execute", lambda *a, **k: {"plan": dict(plan), "skipped": True})
+    context = {"run_id": "scheduled__1", "params": {}, "ti": TI()}
+    with pytest.raises(AirflowSkipException):
+        tasks.run_step("timestep", "c.yaml", **context)
+    assert pushed[tasks.PLAN_XCOM_KEY]["empty"] is True  # the run note says why nothing was committed
+    committed = {"plan": dict(plan), "commit": {"timestep": 3, "mode": "incremental", "views": {}}}
+    monkeypatch.setattr(tasks, "execute", lambda *a, **k: dict(committed))
+    assert tasks.run_step("timestep", "c.yaml", commit_empty=True, **context)["commit"]["timestep"] == 3
 
 
 def test_an_alias_bomb_is_an_import_error_for_its_circuit_only_and_quick(circuits_env, tmp_path):

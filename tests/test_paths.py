@@ -8,8 +8,8 @@ its own data root:
   written by pyarrow (the lean Spark path);
 - ``cli-spark-remote``: `dbsp step` on Spark with ``execution.driver_access: never`` (Spark writes
   everything, as where only the cluster sees the files);
-- ``dag-per_step``: a DAG run's tasks (plan, stages, check, commit) as Airflow runs them, on the
-  engine the plan picks (in-process here, and no Spark session is opened);
+- ``dag-per_step``: a DAG run's one task (``timestep``: plan, stages, check, commit) as Airflow
+  runs it, on the engine the plan picks (in-process here, and no Spark session is opened);
 - ``dag-per_stage-spark``: one task per stage, every stage on Spark.
 
 After every timestep the committed view deltas (rows, weights, column types) and every trace's
@@ -75,9 +75,15 @@ def _step(path: str, rt, t: int) -> str:
     if path.startswith("cli"):
         return run_step(rt).engine
     run_id = f"run-{t}"
+    if path == "dag-per_step":
+        phases = []
+        done = timestep.run_task(rt, "timestep", run_id, on_phase=lambda name, _s: phases.append(name))
+        assert phases == ["plan", "stages", "check", "commit"] and not done.get("skipped"), (phases, done)
+        assert timestep.run_task(rt, "timestep", run_id)["commit"]["note"]  # a retry changes nothing
+        return rt.committed.manifest().meta["engine"]
     plan = timestep.run_task(rt, "plan", run_id)
     assert not plan.get("empty")
-    run_stage_tasks(rt, run_id, "per_step" if path == "dag-per_step" else "per_stage")
+    run_stage_tasks(rt, run_id, "per_stage")
     timestep.run_task(rt, "check", run_id)
     timestep.run_task(rt, "commit", run_id)
     return rt.committed.manifest().meta["engine"]
@@ -127,3 +133,5 @@ def test_every_path_commits_the_same_timestep(spark, tmp_path, seed):
             keys = set(rt.committed.manifest().meta)
             assert {"mode", "engine", "engine_reason"} <= keys, (p, keys)
             assert keys - {"run_id", "bytes_read"} == expected_keys - {"run_id", "bytes_read"}, (p, keys)
+    empty = timestep.run_task(rts["dag-per_step"], "timestep", "run-empty")  # no new file: nothing staged
+    assert empty["skipped"] and rts["dag-per_step"].committed.last_committed() == 6

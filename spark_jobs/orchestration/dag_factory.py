@@ -3,11 +3,12 @@
 ``build_dags()`` reads every ``*.yaml`` in the circuits folder and returns ``{dag_id: DAG}``.
 The tasks depend on the circuit's ``orchestration.tasks``:
 
-    per_step:   plan >> stages >> quality_check >> commit
+    per_step:   timestep (plan, every stage, the check and the commit in one task)
     per_stage:  plan >> inputs.<input stages> >> stages.<operator stages> >> quality_check >> commit
 
-``plan`` skips the rest of a run when no input has a new file; ``commit`` updates one Asset per
-view (``assets.py``), so other circuits can be scheduled on them; a schedule may name assets.
+An empty run (no input has a new file) is skipped: ``timestep`` itself, or everything after
+``plan``; the task that commits updates one Asset per view (``assets.py``), so other circuits can
+be scheduled on them; a schedule may name assets.
 
 A circuit that does not validate must not hide the others. Airflow's DagBag calls
 ``dag.validate()`` on every DAG of a file before bagging it and records an exception there as the
@@ -159,10 +160,10 @@ def _make_task(dag: DAG, sub: Submission, circuit: LoadedCircuit, task_id: str, 
             application_args=tasks.stage_main_args(circuit.path, step, stage, sub.profile),
             name=f"dbsp-{circuit.name}-{stage or step}", **common)
     kwargs: dict[str, Any] = {"step": step, "circuit": circuit.path, "stage": stage}
-    if step == "plan":
+    if step in ("plan", "timestep"):
         kwargs["commit_empty"] = circuit.compiled.spec.orchestration.commit_empty
     # the return value is a summary for XCom; the log already shows it as tables
-    operator = DbspReportingTaskOperator if step in ("check", "commit") else DbspTaskOperator
+    operator = DbspReportingTaskOperator if step in ("check", "commit", "timestep") else DbspTaskOperator
     return operator(python_callable=tasks.run_step, op_kwargs=kwargs, show_return_value_in_logs=False, **common)
 
 
@@ -173,7 +174,7 @@ def task_ids(stages: list[Stage]) -> dict[str, str]:
 
 def _docs(circuit: LoadedCircuit, ids: dict[str, str], sub: Submission, config: Config) -> str:
     spec = circuit.compiled.spec
-    shown = ids if spec.orchestration.tasks == "per_stage" else {s.name: "stages" for s in circuit.stages}
+    shown = ids if spec.orchestration.tasks == "per_stage" else {s.name: "timestep" for s in circuit.stages}
     svg = circuit_svg(circuit.compiled.incremental, circuit.stages, shown, f"Incremental circuit of {spec.name}")
     image = docs.publish_svg(circuit.name, svg)
     return docs.dag_doc(circuit.path, circuit.compiled, circuit.stages, ids, sub.describe(config), image)
@@ -196,21 +197,24 @@ def build_dag(circuit: LoadedCircuit, config: Config, views: dict[str, list[str]
                                           "after editing the circuit)")},
         default_args={"owner": "dbsp", "retries": RETRIES, "retry_delay": retry_delay()},
     )
+    outlets = [assets.view_asset(config, circuit.name, v) for v in spec.outputs]
+    if per_step or not circuit.stages:
+        # one task: the whole timestep in one process (no task-to-task hops; a small step runs
+        # in-process and never starts Spark); skipped when no input has a new file
+        _make_task(dag, sub, circuit, "timestep", "timestep", outlets=outlets,
+                   doc="The whole timestep in one process: plans it (last committed + 1, the new "
+                       "input files; skipped when there are none), runs every operator stage ("
+                       + ", ".join(f"`{s.name}`" for s in circuit.stages) + "), the quality gate, "
+                       "and commits the manifest, then publishes the views and updates their Assets.")
+        return dag
     plan = _make_task(dag, sub, circuit, "plan", "plan",
                       doc="Freezes this run's timestep (last committed + 1) and its input files; "
                           "skips the rest of the run when no input has a new file.")
     check = _make_task(dag, sub, circuit, "quality_check", "check",
                        doc="Great Expectations and the Z-set checks on the staged view deltas.")
-    commit = _make_task(dag, sub, circuit, "commit", "commit",
-                        outlets=[assets.view_asset(config, circuit.name, v) for v in spec.outputs],
+    commit = _make_task(dag, sub, circuit, "commit", "commit", outlets=outlets,
                         doc="Publishes the manifest (the only step that makes the timestep visible) "
                             "and updates the view Assets.")
-    if per_step or not circuit.stages:
-        step = _make_task(dag, sub, circuit, "stages", "stages",
-                          doc="Every operator stage of the timestep, in order: " + ", ".join(
-                              f"`{s.name}`" for s in circuit.stages))
-        plan >> step >> check >> commit
-        return dag
     groups: dict[str, TaskGroup] = {}
     made: dict[str, Any] = {}
     for s in circuit.stages:

@@ -37,7 +37,7 @@ def _xcoms(session, dag_run) -> dict[tuple[str, str], object]:
 
     rows = session.scalars(select(XComModel).where(XComModel.dag_id == dag_run.dag_id,
                                                    XComModel.run_id == dag_run.run_id,
-                                                   XComModel.task_id.in_(("plan", "commit"))))
+                                                   XComModel.task_id.in_(("plan", "commit", "timestep"))))
     return {(x.task_id, x.key): XComModel.deserialize_value(x) for x in rows}
 
 
@@ -55,22 +55,26 @@ def annotate(dag_run, succeeded: bool) -> str | None:
     from sqlalchemy.orm import object_session
 
     from spark_jobs.orchestration import run_note
-    from spark_jobs.orchestration.tasks import PLAN_XCOM_KEY
+    from spark_jobs.orchestration.tasks import FAILED_PHASE_XCOM_KEY, PLAN_XCOM_KEY
 
     session = object_session(dag_run)
     if session is None or not _is_dbsp(session, dag_run) or dag_run.note:
         return None  # a note a person wrote stays
     found = _xcoms(session, dag_run)
-    plan = found.get(("plan", "return_value")) or found.get(("plan", PLAN_XCOM_KEY))
+    whole = found.get(("timestep", "return_value"))  # per_step: one task returns every phase
+    whole = whole if isinstance(whole, dict) else {}
+    plan = (found.get(("plan", "return_value")) or found.get(("plan", PLAN_XCOM_KEY)) or whole.get("plan")
+            or found.get(("timestep", PLAN_XCOM_KEY)))
     plan = plan if isinstance(plan, dict) else None
     if succeeded:
-        commit = found.get(("commit", "return_value"))
+        commit = found.get(("commit", "return_value")) or whole.get("commit")
         note = run_note.success_note(dag_run.dag_id, commit if isinstance(commit, dict) else None, plan)
     else:
         failed = sorted(ti.task_id for ti in dag_run.get_task_instances(state=["failed", "upstream_failed"],
                                                                         session=session)
                         if ti.state == "failed")
-        note = run_note.failure_note(dag_run.dag_id, plan, failed)
+        phase = found.get(("timestep", FAILED_PHASE_XCOM_KEY))
+        note = run_note.failure_note(dag_run.dag_id, plan, failed, phase if isinstance(phase, str) else None)
     if note:
         dag_run.note = note
     return note

@@ -34,10 +34,13 @@ def success_note(dag_id: str, commit: dict | None, plan: dict | None) -> str | N
     return None
 
 
-def failure_note(dag_id: str, plan: dict | None, failed: list[str]) -> str:
+def failure_note(dag_id: str, plan: dict | None, failed: list[str], phase: str | None = None) -> str:
+    """A run that failed at ``failed`` (task ids); ``phase``: where a one-task timestep stopped."""
     what = f"timestep {plan['timestep']} ({plan.get('mode', 'incremental')})" if plan else "this run"
     where = ", ".join(f"`{t}`" for t in failed) or "a task"
-    gate = " — the quality gate stopped the commit" if "quality_check" in failed else ""
+    if phase:
+        where += f" ({phase})"
+    gate = " — the quality gate stopped the commit" if "quality_check" in failed or phase == "check" else ""
     return _fit([f"**{what} failed** at {where}{gate}; nothing was committed "
                  "(the circuit stays at its last committed timestep).", "",
                  f"[quality report]({quality_url(dag_id)})"])

@@ -24,9 +24,10 @@ from spark_jobs.orchestration import logs
 
 log = logging.getLogger(__name__)
 
-STEPS = ("plan", "stage", "stages", "check", "commit")
+STEPS = ("plan", "stage", "stages", "check", "commit", "timestep")
 MODES = ("incremental", "full_refresh")  # = spark_jobs.runtime.timestep.MODES (not imported: pyspark)
 PLAN_XCOM_KEY = "dbsp_plan"  # the plan of a run the plan task skips (else: its return value)
+FAILED_PHASE_XCOM_KEY = "dbsp_failed_phase"  # where a one-task timestep stopped (plan, stages, check, commit)
 
 # Fault injection for tests and drills: with DBSP_ALLOW_FAILPOINTS=1 in the workers' environment,
 # a run triggered with conf {"dbsp_failpoint": {"task": "stages.x", "point": "mid_step",
@@ -107,7 +108,7 @@ def open_spark(rt) -> None:
 
 
 def execute(step: str, circuit: str, run_id: str, stage: str | None = None, mode: str = "incremental",
-            config: str | None = None) -> dict:
+            config: str | None = None, on_phase=None) -> dict:
     """Run one step of the timestep ``run_id`` against the runtime contract; adds ``timing``."""
     t0 = time.perf_counter()
     from spark_jobs.config import load_config
@@ -120,7 +121,7 @@ def execute(step: str, circuit: str, run_id: str, stage: str | None = None, mode
     rt = open_circuit(circuit, load_config(config))
     open_spark(rt)  # started when (if) the step needs Spark: an in-process step never does
     t2 = time.perf_counter()
-    summary = timestep.run_task(rt, step, run_id, stage, mode)
+    summary = timestep.run_task(rt, step, run_id, stage, mode, on_phase)
     t3 = time.perf_counter()
     summary["timing"] = {"imports": round(t1 - t0, 3), "open": round(t2 - t1, 3), "work": round(t3 - t2, 3)}
     return summary
@@ -190,6 +191,35 @@ def _on_commit(summary: dict, context: dict[str, Any]) -> None:
         events[asset].extra = commit_extra(summary, view)
 
 
+def _log_phase(name: str, summary: dict) -> None:
+    """A one-task timestep's log, written as each phase ends (the task logs its phases' tables
+    while it runs, as the separate tasks of ``per_stage`` do)."""
+    if name == "plan" and isinstance(summary.get("inputs"), dict):
+        _log_lines(logs.plan_lines(summary))
+    elif name == "stages":
+        for one in summary.get("stages", []):
+            _log_lines(logs.stage_lines(one))
+    elif name == "check":
+        _log_lines(str(summary.get("summary") or summary.get("skipped") or "").splitlines())
+        log.info("quality report: %s", summary.get("report"))
+
+
+def _on_timestep(summary: dict, result: dict, context: dict[str, Any]) -> None:
+    """A one-task timestep ended: an empty run is marked skipped (nothing committed), a committed
+    one attaches what it changed to the view assets' events."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    if summary.get("skipped"):
+        log.info("no input has new files: nothing is committed (set orchestration.commit_empty: true "
+                 "to commit empty timesteps)")
+        ti = context.get("ti")
+        if ti is not None:  # a skipped task returns nothing: the run's note needs the plan
+            ti.xcom_push(key=PLAN_XCOM_KEY, value=result.get("plan"))
+        raise AirflowSkipException("no input has new files")
+    if summary.get("commit"):
+        _on_commit(summary["commit"], context)
+
+
 def run_step(step: str, circuit: str, stage: str | None = None, config: str | None = None,
              commit_empty: bool = False, **context: Any) -> dict:
     """PythonOperator callable: one step in this process (Spark local, Connect or cluster driver)."""
@@ -201,8 +231,10 @@ def run_step(step: str, circuit: str, stage: str | None = None, config: str | No
     what = f"{step} {stage}" if stage else step
     log.info("dbsp %s: circuit %s, run %s, mode %s", what, circuit, run_id, mode)
     try:
-        summary = execute(step, circuit, run_id, stage, mode, config)
+        extra = {"on_phase": _log_phase} if step == "timestep" else {}  # its log follows its phases
+        summary = execute(step, circuit, run_id, stage, mode, config, **extra)
     except DbspError as exc:
+        _note_phase(context, exc)
         if exc.retryable:  # Airflow retries the task (spark_jobs/errors.py says which errors may)
             raise
         for line in str(exc).splitlines():
@@ -210,22 +242,36 @@ def run_step(step: str, circuit: str, stage: str | None = None, config: str | No
         log.error("dbsp %s failed; not retried: retrying cannot fix this (%s)", what, type(exc).__name__)
         give_up(circuit, run_id, config, exc)
         raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        _note_phase(context, exc)
+        raise
     result = compact(summary)
     if step == "plan":
         _on_plan(summary, result, {**context, "commit_empty": commit_empty})
     elif step == "stage":
         _log_lines(logs.stage_lines(summary))
     elif step == "stages":
-        for one in summary.get("stages", []):
-            _log_lines(logs.stage_lines(one))
+        _log_phase("stages", summary)
     elif step == "check":
-        _log_lines(str(summary.get("summary") or summary.get("skipped") or "").splitlines())
-        log.info("quality report: %s", summary.get("report"))
+        _log_phase("check", summary)
     elif step == "commit":
         _on_commit(summary, context)
+    elif step == "timestep":
+        _on_timestep(summary, result, context)
     timing = result.get("timing") or {}
     log.info("dbsp %s: %s", what, ", ".join(f"{k} {v:.2f} s" for k, v in timing.items()))
     return result
+
+
+def _note_phase(context: dict[str, Any], exc: BaseException) -> None:
+    """Where a one-task timestep stopped (the run's note says "the quality gate stopped it")."""
+    phase = getattr(exc, "dbsp_phase", None) or getattr(exc.__cause__, "dbsp_phase", None)
+    ti = context.get("ti")
+    if phase and ti is not None:
+        try:
+            ti.xcom_push(key=FAILED_PHASE_XCOM_KEY, value=phase)
+        except Exception:  # noqa: BLE001 - the note is a nicety; the failure is what matters
+            log.debug("could not record the failed phase", exc_info=True)
 
 
 def stage_main_args(circuit: str, step: str, stage: str | None, config: str | None) -> list[str]:
@@ -233,7 +279,7 @@ def stage_main_args(circuit: str, step: str, stage: str | None, config: str | No
     args = ["--circuit", circuit, "--run-id", "{{ run_id }}", "--step", step]
     if stage:
         args += ["--stage", stage]
-    if step == "plan":
+    if step in ("plan", "timestep"):
         args += ["--mode", "{{ params.mode }}"]
     if config:
         args += ["--config", config]

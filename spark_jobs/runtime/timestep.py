@@ -42,7 +42,7 @@ is skipped as empty.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.runtime.failures import step_failures
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 MODES = ("incremental", "full_refresh")
 # the reason a run's manifest gives when its plan recorded none (a plan written by an older version)
 DAG_ENGINE_REASON = "a DAG run computes its stages on Spark, one task per stage or per run"
-STEPS = ("plan", "stage", "stages", "check", "commit")
+STEPS = ("plan", "stage", "stages", "check", "commit", "timestep")
 
 
 def _committed_by(rt: CircuitRuntime, run_id: str) -> int | None:
@@ -447,15 +447,47 @@ def commit_summary(rt: CircuitRuntime, manifest) -> dict:
             "quality_report": quality_report_path(rt, manifest.timestep)}
 
 
+def run_timestep(rt: CircuitRuntime, run_id: str, mode: str = "incremental",
+                 on_phase: "Callable[[str, dict], None] | None" = None) -> dict:
+    """The whole timestep of a run in this process (``orchestration.tasks: per_step``, one task):
+    plan, every stage, the check, the commit, each as its own task would run it (idempotent per
+    run id, so a retry resumes where the earlier attempt stopped). ``on_phase(name, summary)`` is
+    called as each phase ends (the task logs its table then, not at the end). Returns
+    ``{"plan", "stages", "check", "commit"}`` (``skipped``: an empty run, nothing staged)."""
+    report = on_phase or (lambda _name, _summary: None)
+    phase = "plan"
+    try:
+        p = plan(rt, run_id, mode=mode)
+        report("plan", p)
+        out: dict = {"plan": p}
+        if is_skipped(rt, p):
+            return dict(out, skipped=True)
+        if not p.get("already_committed"):
+            phase = "stages"
+            out["stages"] = run_stages(rt, run_id)
+            report("stages", out["stages"])
+            phase = "check"
+            out["check"] = check(rt, run_id)
+            report("check", out["check"])
+        phase = "commit"
+        out["commit"] = commit(rt, run_id)
+        report("commit", out["commit"])
+        return out
+    except BaseException as exc:
+        exc.dbsp_phase = phase  # type: ignore[attr-defined] - where the run stopped, for its note
+        raise
+
+
 def run_task(rt: CircuitRuntime, step: str, run_id: str, stage: str | None = None,
-             mode: str = "incremental") -> dict:
+             mode: str = "incremental", on_phase: "Callable[[str, dict], None] | None" = None) -> dict:
     """Dispatch one task of a DAG run (the Airflow callables and spark-submit both come here).
     A value refused inside a job or a full disk ends the task with one message (``step_failures``)."""
     with step_failures(rt):
-        return _run_task(rt, step, run_id, stage, mode)
+        return _run_task(rt, step, run_id, stage, mode, on_phase)
 
 
-def _run_task(rt: CircuitRuntime, step: str, run_id: str, stage: str | None, mode: str) -> dict:
+def _run_task(rt: CircuitRuntime, step: str, run_id: str, stage: str | None, mode: str,
+              on_phase: "Callable[[str, dict], None] | None" = None) -> dict:
     if step == "plan":
         return plan(rt, run_id, mode=mode)
     if step == "stage":
@@ -468,4 +500,6 @@ def _run_task(rt: CircuitRuntime, step: str, run_id: str, stage: str | None, mod
         return check(rt, run_id)
     if step == "commit":
         return commit(rt, run_id)
+    if step == "timestep":
+        return run_timestep(rt, run_id, mode, on_phase)
     raise ValueError(f"unknown step {step!r}; expected one of {STEPS}")
