@@ -105,7 +105,7 @@ def _view_ok(rt, want) -> dict[str, Any]:
     return {"ok": differing == 0, "rows": int(len(got)), "differing": differing}
 
 
-def run(sf: float, sizes: list[int], work: Path, inprocess: bool) -> dict[str, Any]:
+def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3) -> dict[str, Any]:
     from bench.generators import TpchGenerator
     from spark_jobs.config import PROJECT_ROOT
     from spark_jobs.runtime.circuit import open_circuit
@@ -126,25 +126,43 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool) -> dict[str, A
     points = []
     for size in sizes:
         before = os.getloadavg()
-        written = gen.change(size)
-        _copy_batch(source, roots, gen.batch)
-        point: dict[str, Any] = {"change_rows": written.total, "requested": size,
-                                 "input_rows": sum(gen.state_rows().values())}
-        for mode, rt in rts.items():
-            report = run_step(rt)
-            meta = rt.committed.manifest().meta
-            point[mode] = {"seconds": round(report.seconds, 3), "mode": report.mode, "engine": report.engine,
-                           "reason": report.mode_reason, "estimate": (meta.get("cost") or {}).get("estimate")}
-            _log(f"{written.total} rows, {mode}: {report.seconds:.2f} s ({report.mode}, {report.engine})")
-        want = _reference(gen, work / "reference")
-        point["view_ok"] = {mode: _view_ok(rt, want) for mode, rt in rts.items()}
+        point: dict[str, Any] = {"requested": size, "steps": [], "view_ok": []}
+        for rep in range(reps):  # each rep: a new change of this size, the modes in a rotated order
+            written = gen.change(size)
+            _copy_batch(source, roots, gen.batch)
+            order = list(MODES)[rep % len(MODES):] + list(MODES)[:rep % len(MODES)]
+            step: dict[str, Any] = {"change_rows": written.total}
+            for mode in order:
+                rt = rts[mode]
+                report = run_step(rt)
+                meta = rt.committed.manifest().meta
+                step[mode] = {"seconds": round(report.seconds, 3), "mode": report.mode, "engine": report.engine,
+                              "reason": report.mode_reason, "estimate": (meta.get("cost") or {}).get("estimate")}
+                _log(f"{written.total} rows, {mode}: {report.seconds:.2f} s ({report.mode}, {report.engine})")
+            want = _reference(gen, work / "reference")  # after EVERY step: each root's view against DuckDB
+            point["view_ok"].append({mode: _view_ok(rt, want) for mode, rt in rts.items()})
+            point["steps"].append(step)
+        steps = point["steps"]
+        point["change_rows"] = int(median([s["change_rows"] for s in steps]))
+        point["input_rows"] = sum(gen.state_rows().values())
+        for mode in MODES:
+            point[mode] = {"seconds": round(median([s[mode]["seconds"] for s in steps]), 3),
+                           "mode": "/".join(sorted({s[mode]["mode"] for s in steps})),
+                           "engine": "/".join(sorted({s[mode]["engine"] for s in steps})),
+                           "estimate": steps[-1][mode]["estimate"], "reason": steps[-1][mode]["reason"]}
         best = min(point["incremental"]["seconds"], point["recompute"]["seconds"])
         point["policy_over_best"] = round(point["policy"]["seconds"] / best, 2) if best else None
+        point["views_right"] = all(v["ok"] for check in point["view_ok"] for v in check.values())
         point["loadavg_before"], point["loadavg_after"] = before, os.getloadavg()
         points.append(point)
-        _log(f"  policy / min = {point['policy_over_best']}; views right: "
-             f"{all(v['ok'] for v in point['view_ok'].values())}")
-    return {"sf": sf, "load_rows": loaded.total, "load": load, "points": points}
+        _log(f"  {size}: policy / min = {point['policy_over_best']}; views right: {point['views_right']}")
+    return {"sf": sf, "load_rows": loaded.total, "load": load, "reps": reps, "points": points}
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
@@ -152,8 +170,9 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
              f"{meta['when']}, commit {meta['commit']}, {meta['cores']} cores, engines: "
              f"{'in-process (--inprocess)' if meta['inprocess'] else 'as the policy sends them'}; "
              f"load average {meta['loadavg_before'][0]:.1f} before, {meta['loadavg_after'][0]:.1f} after. "
-             "**Measured under load** (the machine is shared with other agents' work): one run per "
-             "figure; the seconds are `dbsp step`'s (read, check, evaluate, commit).", "",
+             "**Measured under load** (the machine is shared with other agents' work): one run; each "
+             f"figure is the median of {result['reps']} steps of that size (each a new change, the three "
+             "modes in a rotated order); the seconds are `dbsp step`'s (read, check, evaluate, commit).", "",
              f"Load: {result['load_rows']:,} rows ("
              + ", ".join(f"{m} {v['seconds']} s" for m, v in result["load"].items()) + ").", "",
              "| change rows | incremental s | recompute s | policy s (its choice) | policy / min | "
@@ -162,15 +181,15 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
     for p in result["points"]:
         est = p["policy"].get("estimate") or {}
         guess = f"{est.get('incremental', '-')} / {est.get('recompute', '-')}" if est else "-"
-        ok = all(v["ok"] for v in p["view_ok"].values())
+        ok = p["views_right"]
         lines.append(f"| {p['change_rows']:,} | {p['incremental']['seconds']} | {p['recompute']['seconds']} | "
                      f"{p['policy']['seconds']} ({p['policy']['mode']}) | {p['policy_over_best']} | {guess} | "
-                     f"{'yes' if ok else 'NO: ' + json.dumps(p['view_ok'])} | "
+                     f"{'yes' if ok else 'NO: ' + json.dumps(p['view_ok'], default=str)} | "
                      f"{p['loadavg_before'][0]:.1f} -> {p['loadavg_after'][0]:.1f} |")
     worst = max((p["policy_over_best"] or 0 for p in result["points"]), default=0)
     lines += ["", f"Worst policy / min(incremental, recompute): **{worst}** over {len(result['points'])} sizes.",
-              "Views right: after every size, each of the three roots' view equals DuckDB's Q3 over the "
-              "integrated inputs (revenue within 1e-9 relative)."]
+              "Views right: after every step of every size, each of the three roots' view equals DuckDB's Q3 "
+              "over the integrated inputs (revenue within 1e-9 relative)."]
     return "\n".join(lines) + "\n"
 
 
@@ -179,7 +198,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sf", type=float, default=0.2, help="TPC-H scale factor (default 0.2; keep <= 1 here)")
     parser.add_argument("--sizes", help="changed rows per step, comma-separated (default "
                                         + ",".join(map(str, DEFAULT_SIZES)) + ")")
-    parser.add_argument("--smoke", action="store_true", help="SF 0.001 and three small sizes")
+    parser.add_argument("--reps", type=int, default=3, help="steps per size (a new change each; median)")
+    parser.add_argument("--smoke", action="store_true", help="SF 0.001, three small sizes, one step each")
     parser.add_argument("--no-inprocess", dest="inprocess", action="store_false",
                         help="leave the engine thresholds at the profile's (large steps on Spark)")
     parser.add_argument("--out", help="results folder (default bench/results)")
@@ -191,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     sf = 0.001 if args.smoke else args.sf
     before = os.getloadavg()
     with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
-        result = run(sf, sizes, Path(tmp), args.inprocess)
+        result = run(sf, sizes, Path(tmp), args.inprocess, 1 if args.smoke else max(1, args.reps))
     commit = os.popen(f"git -C {PROJECT_ROOT} rev-parse --short HEAD 2>/dev/null").read().strip()
     meta = {"when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit,
             "cores": os.cpu_count(), "loadavg_before": before, "loadavg_after": os.getloadavg(),
