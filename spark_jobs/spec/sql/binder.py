@@ -397,6 +397,8 @@ class Binder:
         """A row expression as Spark SQL over the scope's columns (no aggregates, no subqueries
         other than scalar ones already joined in): the author's text with columns replaced.
         ``resolve`` overrides which column a name means."""
+        if id(node) in self.scalars:  # the whole expression is a subquery computed as a column
+            return column_sql(self.scalars[id(node)])
         aggs = aggregates_of(node)
         if aggs:
             raise SqlError(f"aggregate function '{describe(aggs[0])}' in {what}: aggregates belong in the "
