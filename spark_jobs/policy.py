@@ -110,7 +110,7 @@ class CostPolicy:
     margin: float = 1.2
     # auto never recomputes a step whose change holds fewer rows than this: a small step's cost is
     # its fixed part on either mode, where the model's noise, not the data, would decide
-    min_change_rows: int = 50_000
+    min_change_rows: int = 10_000
     history: int = 24  # past steps' measured costs kept in the manifest (meta.cost.history)
     # a recompute over at most this many integrated input rows runs in-process (Arrow); more: Spark
     arrow_rows: int = 5_000_000

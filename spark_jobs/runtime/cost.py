@@ -84,24 +84,27 @@ def default_rate(mode: str, engine: str) -> Rate:
 
 
 def fit(samples: Sequence[Sample], default: Rate) -> Rate:
-    """The rate of ``samples`` (all of one mode and engine): least squares when their sizes differ,
-    else the default's shape scaled through their mean; never a negative fixed cost or rate."""
+    """The rate of ``samples`` (all of one mode and engine), robust to a loaded machine's noise:
+    the default's shape scaled by the samples' median ratio to it; where their sizes spread (and
+    some are large enough for the per-row part to show: at least the fixed part), the per-row
+    rate by least squares, held within 4x of the scaled default's; then the fixed part the
+    median of what each sample leaves. Never negative."""
     if not samples:
         return default
+    n = len(samples)
+    ratios = sorted(s.seconds / max(default.seconds(s.rows), 1e-9) for s in samples)
+    scale = ratios[n // 2]
+    per_row = default.per_row * scale
     xs = [float(s.rows) for s in samples]
     ys = [float(s.seconds) for s in samples]
-    n = len(samples)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if n >= 2 and sxx > 0 and max(xs) >= 2 * max(min(xs), 1):  # sizes spread enough to read a slope
+    big = [x for x in xs if default.per_row * x >= default.fixed]
+    if big and max(xs) >= 2 * max(min(xs), 1.0):
+        mx, my = sum(xs) / n, sum(ys) / n
+        sxx = sum((x - mx) ** 2 for x in xs)
         slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-        if slope > 0:
-            fixed = my - slope * mx
-            if fixed >= 0:
-                return Rate(fixed, slope, n)
-            return Rate(0.0, sum(ys) / max(sum(xs), 1.0), n)  # through the origin
-    scale = my / max(default.seconds(int(mx)), 1e-9)  # one size seen: the default's shape, scaled
-    return Rate(default.fixed * scale, default.per_row * scale, n)
+        per_row = min(max(slope, per_row / 4), per_row * 4)
+    left = sorted(max(0.0, y - per_row * x) for x, y in zip(xs, ys))
+    return Rate(left[n // 2], per_row, n)
 
 
 def speed(history: Sequence[Sample]) -> float:
