@@ -81,14 +81,21 @@ def _spark_key(v: Any) -> Any:
     return (0, v)
 
 
+def _count(n: int) -> int:
+    """A count (a sum of weights) within bigint; beyond, Spark's checked sum refuses the step."""
+    if not -2**63 < n < 2**63:
+        raise NotLocal(f"a count of {n} is outside bigint: Spark reports it")
+    return n
+
+
 def _value(func: str, distinct: bool, values: list[Any] | None, weights: list[int]) -> Any:
     if func == "count":
         if values is None:
-            return sum(weights)
+            return _count(sum(weights))
         present = [(v, w) for v, w in zip(values, weights) if v is not None]
         if distinct:
             return len({_spark_key(v) for v, _ in present})
-        return sum(w for _, w in present)
+        return _count(sum(w for _, w in present))
     present = [v for v in values or () if v is not None]
     if func in ("min", "max"):
         return _pick(func, present)
