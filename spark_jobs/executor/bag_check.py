@@ -47,6 +47,7 @@ from spark_jobs.executor.spark.kernels import to_arrow
 from spark_jobs.executor.spark.session import step_conf, temporary_conf
 from spark_jobs.executor.spark.zset import WEIGHT, col
 from spark_jobs.policy import BagCheckPolicy, ExecutionPolicy, NarrowPolicy
+from spark_jobs.state.float_keys import canonical
 from spark_jobs.state.lookup import TooMany, TraceFiles
 
 MAX_EXAMPLES = 5
@@ -101,17 +102,9 @@ def find_negatives(spark: SparkSession, delta: DataFrame, integral: DataFrame | 
         return _on_spark(delta, integral)
 
 
-def _normalized(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Floats as Spark groups them: -0.0 is 0.0 and every NaN is one NaN."""
-    if not pa.types.is_floating(column.type):
-        return column
-    zeroed = pc.if_else(pc.equal(column, 0), pa.scalar(0.0, column.type), column)
-    return pc.if_else(pc.is_nan(zeroed), pa.scalar(float("nan"), column.type), zeroed)
-
-
 def _as_spark_groups(table: pa.Table) -> pa.Table:
     """``table`` with its float columns ``_normalized``, so tuples compare as in Spark."""
-    return pa.table([_normalized(table.column(c)) for c in table.column_names], schema=table.schema)
+    return pa.table([canonical(table.column(c)) for c in table.column_names], schema=table.schema)
 
 
 def _tagged(table: pa.Table, cols: list[str], before: bool) -> pa.Table:

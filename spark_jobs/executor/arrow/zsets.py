@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from spark_jobs.executor import weights
 from spark_jobs.executor.engine import NotLocal
 from spark_jobs.spec.model import WEIGHT
+from spark_jobs.state.float_keys import canonical, canonical_columns, canonical_value, member
 
 _PLAIN = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*|`(?:[^`]|``)+`)$")
 
@@ -68,7 +69,9 @@ def group_sums(table: pa.Table, keys: Sequence[str], columns: Sequence[str]) -> 
     """``group_by(keys).aggregate([(c, "sum") ...])`` of int64 weight columns, checked: Arrow's
     hash sum wraps around silently, so when ``rows × max |w|`` could leave the weight range the
     sums are taken exactly (as decimals) and one outside the range refuses the step
-    (``weights.WeightOutOfRange``, an example group named)."""
+    (``weights.WeightOutOfRange``, an example group named). Float keys group as in Spark
+    (``float_keys``: -0.0 is 0.0, one NaN), and come out canonical, as Spark's GROUP BY gives them."""
+    table = canonical_columns(table, keys)
     risky = [c for c in columns if table.num_rows * _max_abs(table.column(c)) > weights.MAX_WEIGHT]
     if not risky:
         return table.group_by(keys, use_threads=False).aggregate([(c, "sum") for c in columns])
@@ -147,6 +150,7 @@ def join(left: pa.Table, right: pa.Table, left_keys: Sequence[str], right_keys: 
                            **{c: rhs.column(c).take(ri) for c in rhs.column_names}})
     else:
         lk, rk = [ln[k] for k in left_keys], [rn[k] for k in right_keys]
+        lhs, rhs = canonical_columns(lhs, lk), canonical_columns(rhs, rk)  # Spark's float equality
         if null_safe:  # <=>: Arrow's join matches no NULL, so NULL-ness becomes a key of its own
             lhs, rhs, lk, rk = _null_safe_keys(lhs, rhs, lk, rk)
         joined = lhs.join(rhs, keys=lk, right_keys=rk, join_type="inner", coalesce_keys=False, use_threads=False)
@@ -199,21 +203,16 @@ def semi(table: pa.Table, probe: pa.Table, keys: Sequence[str], probe_keys: Sequ
         return table.slice(0, 0)
     if len(keys) == 1:
         values = probe.column(probe_keys[0])
-        wanted = pc.unique(values.cast(table.schema.field(keys[0]).type))
-        return table.filter(pc.is_in(table.column(keys[0]), value_set=wanted, skip_nulls=False))
+        wanted = pc.unique(canonical(values.cast(table.schema.field(keys[0]).type)))
+        return table.filter(pc.fill_null(member(table.column(keys[0]), wanted), False))
     wanted = set(zip(*[map(_as_key, probe.column(k).to_pylist()) for k in probe_keys]))
     have = zip(*[map(_as_key, table.column(k).to_pylist()) for k in keys])
     return table.filter(pa.array([t in wanted for t in have], pa.bool_()))
 
 
-_NAN = object()
-
-
 def _as_key(value: object) -> object:
     """A value as Spark compares keys: NaN equals NaN, -0.0 equals 0.0 (Python: NaN != NaN)."""
-    if isinstance(value, float):
-        return _NAN if value != value else value + 0.0
-    return value
+    return canonical_value(value)
 
 
 def with_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
