@@ -66,8 +66,8 @@ def outside_rows(column: "pa.ChunkedArray | pa.Array") -> tuple[int, str] | None
     if not is_time(t):
         return None
     unit = t.unit if pa.types.is_timestamp(t) else ("D" if pa.types.is_date32(t) else "ms")
-    raw = pc.cast(column, pa.int64() if not pa.types.is_date32(t) else pa.int32()).to_numpy(zero_copy_only=False)
-    raw = raw[~np.isnan(raw)] if raw.dtype.kind == "f" else raw  # NULLs
+    ints = pc.drop_null(pc.cast(column, pa.int64() if not pa.types.is_date32(t) else pa.int32()))
+    raw = ints.to_numpy(zero_copy_only=False) if len(ints) else np.zeros(0, np.int64)  # (no float: exact)
     if not len(raw):
         return None
     per = {"s": 10**6, "ms": 10**3, "us": 1, "ns": 1, "D": 86_400 * 10**6}[unit]
