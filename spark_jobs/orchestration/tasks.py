@@ -199,6 +199,8 @@ def _log_phase(name: str, summary: dict) -> None:
     elif name == "stages":
         for one in summary.get("stages", []):
             _log_lines(logs.stage_lines(one))
+        if summary.get("skipped"):  # a recomputed run: its commit computes the timestep
+            _log_lines([str(summary["skipped"])])
     elif name == "check":
         _log_lines(str(summary.get("summary") or summary.get("skipped") or "").splitlines())
         log.info("quality report: %s", summary.get("report"))
