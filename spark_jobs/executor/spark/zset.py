@@ -171,8 +171,8 @@ def key_prefilter(df_col: str, keys_df: DataFrame, key_col: str, null_safe: bool
     rows left with a shuffle inside the job. ``null_safe`` also keeps NULLs of ``df_col`` when a
     key is NULL. A superset filter: the caller still joins on every key."""
     values = local_values(keys_df, key_col, in_list_max) if is_local(keys_df) else None
-    if values is None:
-        return None
+    if values is None or any(isinstance(v, float) and v != v for v in values):
+        return None  # NaN: Parquet statistics leave NaN out, so a pushed-down IN (NaN) skips its rows
     literals = [_sql_literal(v) for v in values if v is not None]
     if any(lit is None for lit in literals):
         return None
