@@ -25,14 +25,9 @@ def reserved_column_problem(name: str) -> str | None:
                 f"internal columns: choose another name")
     return None
 
-# Operators a user may write in `nodes.<name>.op`.
-UNARY_OPS = ("select", "map", "filter", "distinct", "aggregate", "topk", "delay", "integrate", "differentiate")
+# The ops a user may write in `nodes.<name>.op` are registered by their modules (``spec/ops/``,
+# ``node_ops.op_names()``), each with its YAML form.
 RANKS = ("row_number", "rank", "dense_rank")  # the rank functions of a `topk` node
-BINARY_OPS = ("join", "product", "antijoin", "difference", "intersect")
-NARY_OPS = ("union", "union_all")
-SCOPE_OPS = ("recursive",)
-SQL_OPS = ("sql",)
-ALL_OPS = UNARY_OPS + BINARY_OPS + NARY_OPS + SCOPE_OPS + SQL_OPS
 
 SOURCE_KINDS = ("changes", "snapshots", "cdc", "append_only")
 SOURCE_FORMATS = ("parquet", "csv", "json", "jsonl")  # jsonl: another name for json (JSON lines)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from spark_jobs.ir.bounds import Floor, Floors, combine, own_time_floor, plain_column
 from spark_jobs.ir.builder import Builder, BodyBuilder
-from spark_jobs.ir.graph import Circuit, Node
+from spark_jobs.ir.graph import Circuit, Node, make_node
 from spark_jobs.ir.operator import ALWAYS, INPUTS, LINEAR, Operator, builtin_kernels, operator, register
+from spark_jobs.spec.model import NodeSpec
 
 AS_IS = "linear: applied to the delta as is"
 
@@ -103,3 +104,19 @@ NEGATE = register(Operator(
     "negate", arity=1, linearity=LINEAR, symbol="−", summary="every weight negated",
     incremental=rule_linear, nested=nested_as_is, note=AS_IS, delta_form=same_on_the_change, floor=same_floor,
     kernels=builtin_kernels("negate", loop="linear")))
+
+
+# ---- YAML ops compiled to these operators (their spec/ops/ modules name these functions) -----
+
+def from_select(c: Circuit, n: NodeSpec, cols: dict, ctx: object) -> Node:
+    """``select`` / ``map``: the linear map of the columns' expressions."""
+    return c.add(make_node(n.name, "map", [n.input], cols[n.name], columns=n.columns))
+
+
+def from_filter(c: Circuit, n: NodeSpec, cols: dict, ctx: object) -> Node:
+    return c.add(make_node(n.name, "filter", [n.input], cols[n.name], is_set=c[n.input].is_set, where=n.where))
+
+
+def from_union_all(c: Circuit, n: NodeSpec, cols: dict, ctx: object) -> Node:
+    """``union_all``: the Z-set sum of its inputs."""
+    return c.add(make_node(n.name, "plus", n.references, cols[n.name]))
