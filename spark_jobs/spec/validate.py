@@ -15,7 +15,6 @@ wrong field does not also surface as a string of follow-on errors.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from jsonschema import Draft202012Validator, ValidationError
@@ -42,9 +41,19 @@ _TYPE_WORDS = {"string": "a string", "array": "a list", "object": "a mapping", "
                "integer": "an integer", "number": "a number", "null": "nothing (null)"}
 
 
-@lru_cache(maxsize=1)
 def _validator() -> Draft202012Validator:
-    return Draft202012Validator(circuit_schema())
+    return _validator_of(circuit_schema())
+
+
+_VALIDATORS: dict[int, Draft202012Validator] = {}
+
+
+def _validator_of(schema: dict[str, Any]) -> Draft202012Validator:
+    """One validator per assembled schema (``schema.circuit_schema`` keeps the schema itself)."""
+    if id(schema) not in _VALIDATORS:
+        _VALIDATORS.clear()
+        _VALIDATORS[id(schema)] = Draft202012Validator(schema)
+    return _VALIDATORS[id(schema)]
 
 
 # ---- layer 1: the JSON Schema --------------------------------------------------------------

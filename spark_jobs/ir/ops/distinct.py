@@ -48,7 +48,7 @@ DISTINCT_NESTED = register(Operator(
     "distinct_nested", arity=2, linearity=NONLINEAR, symbol="H (2-D)", in_body_only=True,
     summary="a body distinct on 2-D deltas: inputs (Δx, I(Δx))",
     note="distinct in 2-D: touched tuples only, 4 looked-up values each",
-    kernels=builtin_kernels(None, loop="distinct_nested")))
+    kernels=builtin_kernels(None, loop="distinct_nested", typed="first_type", probe="distinct_probes")))
 
 
 # ---- the YAML op compiled to it (spec/ops/stream.py names this function) ---------------------

@@ -88,7 +88,7 @@ JOIN = register(Operator(
     "join", arity=2, linearity=BILINEAR, symbol="⋈", positive=INPUTS, insert_only=INPUTS,
     distinct_moves=frozenset({"delay", "once"}),
     summary="inner equi-join (or product); weights multiply", incremental=rule_bilinear, nested=nested_join,
-    lookup=join_keys, uses=_side, delta_form=delta_form, forgets=_forgets, kernels=builtin_kernels("join")))
+    lookup=join_keys, uses=_side, delta_form=delta_form, forgets=_forgets, kernels=builtin_kernels("join", narrow="join_keys")))
 # insert_only=INPUTS: over insert-only inputs all three terms of the rule are products of
 # non-negative Z-sets (a change, or the integral of non-negative changes), so the change is too
 
@@ -96,7 +96,7 @@ JOIN_NESTED = register(Operator(
     "join_nested", arity=4, linearity=BILINEAR, symbol="⋈ (2-D)", in_body_only=True,
     summary="a body join on 2-D deltas: inputs (Δa, Δb, I(Δa), I(Δb))",
     note="Δ(a⋈b) in 2-D: 4 terms over (this/earlier timestep) × (this/earlier iteration)",
-    kernels=builtin_kernels(None, loop="join_nested")))
+    kernels=builtin_kernels(None, loop="join_nested", typed="join_type", probe="join_probes")))
 
 
 # ---- the YAML ops compiled to joins (spec/ops/join.py names these functions) -----------------

@@ -80,30 +80,30 @@ def plus_floor(circuit: Circuit, node: Node, column: str, floors: Floors) -> Flo
 INPUT = register(Operator(
     "input", arity=0, linearity=LINEAR, symbol="in", positive=ALWAYS, insert_only=append_only_input,
     summary="the change of an input relation (its value in the query circuit)",
-    incremental=rule_input, delta_form=same_on_the_change, floor=input_floor, kernels=builtin_kernels("input")))
+    incremental=rule_input, delta_form=same_on_the_change, floor=input_floor, kernels=builtin_kernels("input", narrow="input_keys")))
 
 MAP = register(Operator(
     "map", arity=1, linearity=LINEAR, symbol="map", positive=INPUTS, insert_only=INPUTS,
     distinct_moves=frozenset({"once"}),
     summary="computed columns, weights unchanged (select)", incremental=rule_linear, nested=nested_as_is,
-    note=AS_IS, delta_form=same_on_the_change, floor=map_floor, kernels=builtin_kernels("map", loop="linear")))
+    note=AS_IS, delta_form=same_on_the_change, floor=map_floor, kernels=builtin_kernels("map", loop="linear", body="body_map", narrow="map_keys")))
 
 FILTER = register(Operator(
     "filter", arity=1, linearity=LINEAR, symbol="σ", positive=INPUTS, insert_only=INPUTS,
     distinct_moves=frozenset({"delay", "once"}),
     summary="rows whose predicate is true", incremental=rule_linear, nested=nested_as_is, note=AS_IS,
-    delta_form=same_on_the_change, floor=same_floor, kernels=builtin_kernels("filter", loop="linear")))
+    delta_form=same_on_the_change, floor=same_floor, kernels=builtin_kernels("filter", loop="linear", body="body_filter", narrow="same_keys")))
 
 PLUS = register(Operator(
     "plus", arity=None, linearity=LINEAR, symbol="+", positive=INPUTS, insert_only=INPUTS,
     distinct_moves=frozenset({"once"}),
     summary="Z-set addition (UNION ALL)", incremental=rule_linear, nested=nested_as_is, note=AS_IS,
-    delta_form=plus_form, floor=plus_floor, kernels=builtin_kernels("plus", loop="plus")))
+    delta_form=plus_form, floor=plus_floor, kernels=builtin_kernels("plus", loop="plus", narrow="plus_keys")))
 
 NEGATE = register(Operator(
     "negate", arity=1, linearity=LINEAR, symbol="−", summary="every weight negated",
     incremental=rule_linear, nested=nested_as_is, note=AS_IS, delta_form=same_on_the_change, floor=same_floor,
-    kernels=builtin_kernels("negate", loop="linear")))
+    kernels=builtin_kernels("negate", loop="linear", body="body_negate", narrow="same_keys")))
 
 
 # ---- YAML ops compiled to these operators (their spec/ops/ modules name these functions) -----

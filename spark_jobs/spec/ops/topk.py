@@ -4,12 +4,28 @@ rank_column}``; its fields are kept in ``extra["topk"]`` (a ``TopKSpec``). Compi
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..columns import Issue, Lookup, missing, reserved
-from ..model import RANKS, NodeSpec, TopKSpec
+from ..model import NodeSpec
 from ..node_ops import REF, Loading, NodeOp, column_list, register
 from ..typecheck import INT
+
+RANKS = ("row_number", "rank", "dense_rank")  # the rank functions of a `topk` node
+
+
+@dataclass(frozen=True)
+class TopKSpec:
+    """A `topk` node's fields: per group of ``partition_by``, the rows ranked <= ``k`` by
+    ``order_by`` ((column, desc, nulls_first), ...) with ``rank`` (row_number | rank | dense_rank)."""
+
+    partition_by: tuple[str, ...]
+    order_by: tuple[tuple[str, bool, bool], ...]
+    k: int
+    rank: str = "row_number"
+    rank_column: str | None = None
+
 
 FIELDS = {
     "input": REF,
