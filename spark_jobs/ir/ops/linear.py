@@ -86,13 +86,15 @@ MAP = register(Operator(
     "map", arity=1, linearity=LINEAR, symbol="map", positive=INPUTS, insert_only=INPUTS,
     distinct_moves=frozenset({"once"}),
     summary="computed columns, weights unchanged (select)", incremental=rule_linear, nested=nested_as_is,
-    note=AS_IS, delta_form=same_on_the_change, floor=map_floor, kernels=builtin_kernels("map", loop="linear", body="body_map", narrow="map_keys")))
+    note=AS_IS, delta_form=same_on_the_change, floor=map_floor, kernels=builtin_kernels("map", loop="linear", body="body_map",
+                                                narrow="map_keys")))
 
 FILTER = register(Operator(
     "filter", arity=1, linearity=LINEAR, symbol="σ", positive=INPUTS, insert_only=INPUTS,
     distinct_moves=frozenset({"delay", "once"}),
     summary="rows whose predicate is true", incremental=rule_linear, nested=nested_as_is, note=AS_IS,
-    delta_form=same_on_the_change, floor=same_floor, kernels=builtin_kernels("filter", loop="linear", body="body_filter", narrow="same_keys")))
+    delta_form=same_on_the_change, floor=same_floor, kernels=builtin_kernels("filter", loop="linear", body="body_filter",
+                                                narrow="same_keys")))
 
 PLUS = register(Operator(
     "plus", arity=None, linearity=LINEAR, symbol="+", positive=INPUTS, insert_only=INPUTS,
@@ -103,7 +105,8 @@ PLUS = register(Operator(
 NEGATE = register(Operator(
     "negate", arity=1, linearity=LINEAR, symbol="−", summary="every weight negated",
     incremental=rule_linear, nested=nested_as_is, note=AS_IS, delta_form=same_on_the_change, floor=same_floor,
-    kernels=builtin_kernels("negate", loop="linear", body="body_negate", narrow="same_keys")))
+    kernels=builtin_kernels("negate", loop="linear", body="body_negate",
+                                                narrow="same_keys")))
 
 
 # ---- YAML ops compiled to these operators (their spec/ops/ modules name these functions) -----

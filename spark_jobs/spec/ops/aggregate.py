@@ -47,7 +47,8 @@ def load(raw: dict, loading: Loading) -> dict[str, Any]:
     return {"aggregates": tuple(found), "window": window_of(raw.get("window"))}
 
 
-def columns(node: NodeSpec, lookup: Lookup, known: tuple[str, ...]) -> tuple[tuple[str, ...] | None, list[Issue]]:
+def columns(node: NodeSpec, lookup: Lookup,
+            known: tuple[str, ...]) -> tuple[tuple[str, ...] | None, list[Issue]]:
     """The ``group_by`` columns, then the aggregate names (a window's two columns first)."""
     src = lookup(node.input or "")
     issues = [] if src is None else missing(node.group_by, src, "group_by", f"input '{node.input}'")
@@ -102,7 +103,8 @@ def types(typer: Any, label: str, node: NodeSpec, scope: dict) -> dict | None:
     return out
 
 
-def sites(label: str, node: NodeSpec, lookup: Lookup | None = None, known: tuple[str, ...] = ()) -> Iterator[ExpressionSite]:
+def sites(label: str, node: NodeSpec, lookup: Lookup | None = None,
+          known: tuple[str, ...] = ()) -> Iterator[ExpressionSite]:
     for agg in node.aggregates:
         if agg.arg:
             yield ExpressionSite(label, node.line_of(f"aggregates.{agg.name}"), f"aggregate '{agg.name}'",

@@ -10,7 +10,8 @@ from ..node_ops import REF, NodeOp, register
 from ..sites import ExpressionSite
 
 
-def columns(node: NodeSpec, lookup: Lookup, known: tuple[str, ...]) -> tuple[tuple[str, ...] | None, list[Issue]]:
+def columns(node: NodeSpec, lookup: Lookup,
+            known: tuple[str, ...]) -> tuple[tuple[str, ...] | None, list[Issue]]:
     """The input's columns."""
     return lookup(node.input or ""), []
 
@@ -25,7 +26,8 @@ def types(typer: Any, label: str, node: NodeSpec, scope: dict) -> dict | None:
     return src
 
 
-def sites(label: str, node: NodeSpec, lookup: Lookup | None = None, known: tuple[str, ...] = ()) -> Iterator[ExpressionSite]:
+def sites(label: str, node: NodeSpec, lookup: Lookup | None = None,
+          known: tuple[str, ...] = ()) -> Iterator[ExpressionSite]:
     if node.where is not None:
         yield ExpressionSite(label, node.line_of("where"), "where", node.where, node.input or "", "node")
 

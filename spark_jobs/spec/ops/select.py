@@ -29,7 +29,8 @@ def load(raw: dict, loading: Loading) -> dict[str, Any]:
     return {"columns": tuple((c, c) for c in names if isinstance(c, str))}
 
 
-def columns(node: NodeSpec, lookup: Lookup, known: tuple[str, ...]) -> tuple[tuple[str, ...] | None, list[Issue]]:
+def columns(node: NodeSpec, lookup: Lookup,
+            known: tuple[str, ...]) -> tuple[tuple[str, ...] | None, list[Issue]]:
     """The keys of ``columns``, in the order written; each name once."""
     names = tuple(n for n, _ in node.columns)
     issues = reserved(names, "columns")
@@ -48,7 +49,8 @@ def types(typer: Any, label: str, node: NodeSpec, scope: dict) -> dict | None:
             for i, (name, expr) in enumerate(node.columns)}
 
 
-def sites(label: str, node: NodeSpec, lookup: Lookup | None = None, known: tuple[str, ...] = ()) -> Iterator[ExpressionSite]:
+def sites(label: str, node: NodeSpec, lookup: Lookup | None = None,
+          known: tuple[str, ...] = ()) -> Iterator[ExpressionSite]:
     for i, (name, expr) in enumerate(node.columns):
         yield ExpressionSite(label, node.line_of(_key(node, i, name)), f"column '{name}'", expr, node.input or "", "node")
 
