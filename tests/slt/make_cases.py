@@ -127,8 +127,60 @@ REFUSED = [
 ]
 
 
+SUBQUERIES = [
+    # scalar, correlated, in SELECT / WHERE / CASE / arithmetic; count's empty group is 0
+    ("I", "SELECT (SELECT count(*) FROM t1 AS x WHERE x.b < t1.b) FROM t1"),
+    ("II", "SELECT a, (SELECT count(*) FROM t1 AS x WHERE x.c > t1.c AND x.d < t1.d) FROM t1"),
+    ("II", "SELECT a, (SELECT max(x) FROM t2 WHERE t2.x < t1.a) FROM t1"),
+    ("II", "SELECT a, (SELECT sum(x) FROM t2 WHERE t2.x = t1.b) FROM t1"),
+    ("II", "SELECT a, (SELECT count(y) FROM t2 WHERE t2.x = t1.a) + 1 FROM t1"),
+    ("II", "SELECT a, coalesce((SELECT min(x) FROM t2 WHERE t2.x > t1.e), -1) FROM t1"),
+    ("II", "SELECT a, (SELECT coalesce(max(x), 0) + count(*) FROM t2 WHERE t2.x >= t1.a) FROM t1"),
+    ("I", "SELECT a FROM t1 WHERE b < (SELECT count(*) FROM t1 AS x WHERE x.a < t1.a)"),
+    ("I", "SELECT a FROM t1 WHERE (SELECT count(*) FROM t2 WHERE t2.x = t1.a) = 0"),
+    ("I", "SELECT a FROM t1 WHERE c > (SELECT avg(c) FROM t1 AS x WHERE x.b = t1.b)"),
+    ("I", "SELECT CASE WHEN a > (SELECT count(*) FROM t2 WHERE x < t1.c) THEN a ELSE -a END FROM t1"),
+    ("II", "SELECT a, (SELECT count(*) FROM t1 AS x WHERE x.b IS NOT DISTINCT FROM t1.b) FROM t1"),
+    ("II", "SELECT a, (SELECT count(DISTINCT y) FROM t2 WHERE t2.x <= t1.a) FROM t1"),
+    # correlated refs two levels down
+    ("II", "SELECT a, (SELECT count(*) FROM t2 WHERE t2.x < t1.a AND EXISTS "
+           "(SELECT 1 FROM t1 AS u WHERE u.b = t2.x AND u.c < t1.c)) FROM t1"),
+    ("I", "SELECT a FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.b AND t2.x < "
+          "(SELECT count(*) FROM t1 AS u WHERE u.a < t1.a))"),
+    # EXISTS / IN / NOT EXISTS / NOT IN under OR, NOT, CASE, in SELECT
+    ("I", "SELECT a FROM t1 WHERE b > 4 OR EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.a)"),
+    ("I", "SELECT a FROM t1 WHERE NOT EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.a) OR c = 1"),
+    ("I", "SELECT a FROM t1 WHERE NOT (EXISTS (SELECT 1 FROM t2 WHERE t2.x > t1.a))"),
+    ("II", "SELECT a, CASE WHEN EXISTS (SELECT 1 FROM t2 WHERE x = a) THEN 1 ELSE 0 END FROM t1"),
+    ("IT", "SELECT a, a IN (SELECT x FROM t2) FROM t1"),
+    ("IT", "SELECT a, a NOT IN (SELECT x FROM t2) FROM t1"),
+    ("IT", "SELECT a, a NOT IN (SELECT x FROM t2 WHERE x IS NOT NULL) FROM t1"),
+    ("IT", "SELECT a, b IN (SELECT x FROM t2 WHERE t2.x < t1.a) FROM t1"),
+    ("I", "SELECT a FROM t1 WHERE a IN (SELECT x FROM t2) OR b = 5"),
+    ("I", "SELECT a FROM t1 WHERE a NOT IN (SELECT x FROM t2 WHERE t2.x <> t1.b)"),
+    ("I", "SELECT a FROM t1 WHERE b NOT IN (SELECT x FROM t2 WHERE t2.x < t1.a AND x IS NOT NULL)"),
+    ("I", "SELECT a FROM t1 WHERE CASE WHEN b IN (SELECT x FROM t2) THEN c ELSE d END > 2"),
+    ("I", "SELECT a FROM t1 WHERE EXISTS (SELECT count(*) FROM t2 WHERE t2.x = t1.a)"),
+    ("I", "SELECT a FROM t1 WHERE EXISTS (SELECT x FROM t2 WHERE t2.x <= t1.a GROUP BY x HAVING count(*) > 1)"),
+    ("I", "SELECT a FROM t1 WHERE a IN (SELECT max(x) FROM t2 WHERE t2.x <= t1.b + 3)"),
+    ("I", "SELECT a FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.a AND t2.z > 0)"),
+    ("II", "SELECT b, count(*) FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.x >= t1.a) GROUP BY b"),
+    ("II", "SELECT b, (SELECT count(*) FROM t2) FROM t1 GROUP BY b"),
+    ("I", "SELECT a FROM t1 WHERE a > (SELECT min(x) FROM t2) AND b IN (SELECT x FROM t2)"),
+]
+
+REFUSED_SUBQUERIES = [
+    "SELECT (SELECT x FROM t2 WHERE t2.x = t1.a) FROM t1",
+    "SELECT b, (SELECT count(*) FROM t2 WHERE t2.x = t1.b) FROM t1 GROUP BY b",
+    "SELECT a FROM t1 WHERE (a, b) IN (SELECT x, x FROM t2) OR c = 1",
+    "SELECT a, (SELECT max(x) FROM t2 WHERE t2.x < t1.a ORDER BY 1 LIMIT 1) FROM t1",
+    "SELECT a FROM t1 WHERE EXISTS (SELECT x FROM t2 WHERE t2.x = t1.a UNION SELECT b FROM t1 AS u)",
+]
+
+
 def main() -> None:
     write("basic.test", BASIC, REFUSED)
+    write("subqueries.test", SUBQUERIES, REFUSED_SUBQUERIES)
 
 
 if __name__ == "__main__":
