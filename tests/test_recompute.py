@@ -286,3 +286,19 @@ def test_asked_for_recompute_on_the_cli_and_as_a_dag_runs_mode(tmp_path):
                 assert output_delta(rts[k], view) == output_delta(rts["plain"], view), (t, k, view)
         for k in ("cli", "dag"):
             assert _traces(rts[k]) == _traces(rts["plain"]), (t, k)
+
+
+def test_the_benchmark_runs_and_checks_every_step(tmp_path):
+    """`python -m bench.recompute --smoke`: three sizes on three roots, every view right."""
+    import json
+
+    from bench import recompute as bench
+
+    bench.main(["--smoke", "--out", str(tmp_path), "--work-dir", str(tmp_path)])
+    result = json.loads((tmp_path / "recompute-smoke.json").read_text())
+    assert [p["requested"] for p in result["points"]] == list(bench.SMOKE_SIZES)
+    for point in result["points"]:
+        assert point["views_right"], point["view_ok"]
+        assert point["recompute"]["mode"] == "recompute" and point["incremental"]["mode"] == "incremental"
+        assert point["policy_over_best"] is not None
+    assert "under load" in (tmp_path / "recompute-smoke.md").read_text().lower()
