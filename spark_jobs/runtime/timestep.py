@@ -59,7 +59,9 @@ if TYPE_CHECKING:
 
     from spark_jobs.runtime.event_time import StepClock
 
-MODES = ("incremental", "full_refresh")
+# recompute: this run recomputes its views from the integrated inputs whatever the cost model says
+# (where the circuit can be: ``recompute.py``); its plan records mode incremental, path recompute
+MODES = ("incremental", "full_refresh", "recompute")
 # the reason a run's manifest gives when its plan recorded none (a plan written by an older version)
 DAG_ENGINE_REASON = "a DAG run computes its stages on Spark, one task per stage or per run"
 STEPS = ("plan", "stage", "stages", "check", "commit", "timestep")
@@ -107,7 +109,7 @@ def _plan(rt: CircuitRuntime, run_id: str, mode: str) -> dict:
     t = store.last_committed() + 1
     path = store.fs.join(run_dir(rt, run_id), "plan.json")
     existing = read_json(rt, path)
-    if existing and existing["timestep"] == t and existing["mode"] == mode:
+    if existing and existing["timestep"] == t and existing.get("requested", existing["mode"]) == mode:
         return existing
     from spark_jobs.runtime.step import choose_path
 
@@ -116,8 +118,10 @@ def _plan(rt: CircuitRuntime, run_id: str, mode: str) -> dict:
                            rt.config.allowed_input_roots, full_refresh=full,
                            pruned=Removed.read(store).inputs if full else None)
     empty = mode == "incremental" and not any(chosen.files.values())
-    way = choose_path(rt, chosen.files, full_refresh=full)  # incremental or recompute (cost.py), and the engine
-    data = {"run_id": run_id, "timestep": t, "mode": mode, "created_at": time.time(), "empty": empty,
+    # incremental or recompute (cost.py, or the run's mode), and the engine
+    way = choose_path(rt, chosen.files, full_refresh=full, recompute=mode == "recompute")
+    data = {"run_id": run_id, "timestep": t, "mode": "full_refresh" if full else "incremental", "requested": mode,
+            "created_at": time.time(), "empty": empty,
             "inputs": {name: [f.as_dict() for f in files] for name, files in chosen.files.items()},
             "consumed_records": chosen.records(), "notes": chosen.notes(),
             "change_rows": None if full else way.change_rows,

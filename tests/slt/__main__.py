@@ -34,30 +34,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write every query's outcome here")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--accept-only", action="store_true", help="only compile each query: accepted / refused")
+    ap.add_argument("--sample", type=int, default=1, help="run only every n-th accepted query (by line)")
     args = ap.parse_args(argv)
-    opts = Options(oracle=args.oracle, steps=args.steps, chunk=args.chunk, seed=args.seed,
+    opts = Options(oracle=args.oracle, steps=args.steps, chunk=args.chunk, seed=args.seed, accept_only=args.accept_only,
+                   sample=args.sample,
                    log=None if args.quiet else (lambda s: print("  " + s, file=sys.stderr, flush=True)))
     oracle = None
     totals: Counter = Counter()
     reasons: Counter = Counter()
     dumps = []
     bad = False
-    header = f"{'file':<28}{'queries':>8}{'accepted':>10}{'agree':>8}{'wrong':>7}{'error':>7}{'oracle_err':>11}{'refused':>9}{'unsupp':>8}   expected (vs the file)"
+    header = f"{'file':<28}{'queries':>8}{'accepted':>10}{'agree':>8}{'wrong':>7}{'error':>7}{'oracle_err':>11}{'refused':>9}{'unsupp':>8}{'not run':>9}   expected (vs the file)"
     print(header)
     for path in _files(args.paths):
         started = time.time()
-        if oracle is None:
+        if oracle is None and not args.accept_only:
             from tests.slt.runner import DuckOracle, SparkOracle
 
             oracle = SparkOracle() if args.oracle == "spark" else DuckOracle()
         rep = run_file(path, opts, oracle)
         s = rep.summary()
-        for k in ("queries", "accepted", "agree", "wrong", "error", "oracle_error", "refused", "unsupported"):
+        for k in ("queries", "accepted", "agree", "wrong", "error", "oracle_error", "refused", "unsupported", "not_run"):
             totals[k] += s[k]
         reasons.update(rep.refusals())
         bad |= bool(s["wrong"] or s["error"])
         print(f"{s['file']:<28}{s['queries']:>8}{s['accepted']:>10}{s['agree']:>8}{s['wrong']:>7}{s['error']:>7}"
-              f"{s['oracle_error']:>11}{s['refused']:>9}{s['unsupported']:>8}   {s['expected']} "
+              f"{s['oracle_error']:>11}{s['refused']:>9}{s['unsupported']:>8}{s['not_run']:>9}   {s['expected']} "
               f"({time.time() - started:.0f} s)", flush=True)
         for o in rep.outcomes:
             if o.status in ("wrong", "error"):
@@ -67,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     q = totals["queries"] or 1
     print(f"{'TOTAL':<28}{totals['queries']:>8}{totals['accepted']:>10}{totals['agree']:>8}{totals['wrong']:>7}"
           f"{totals['error']:>7}{totals['oracle_error']:>11}{totals['refused']:>9}{totals['unsupported']:>8}"
+          f"{totals['not_run']:>9}"
           f"   accepted {100 * totals['accepted'] / q:.1f}%")
     if reasons:
         print("refusals by reason:")
