@@ -96,8 +96,9 @@ class ArrowLoopKernels:
         schema = (cur if cur is not None else before).select(cols).schema.append(pa.field(WEIGHT, pa.int64()))
         if not rows:
             return schema.empty_table()
-        sums = zsets.total(rows).group_by(cols, use_threads=False).aggregate([(g, "sum") for g in tags])
+        sums = zsets.group_sums(zsets.total(rows), cols, tags)
         o, oi, b, c = (sums.column(f"{g}_sum").to_numpy(zero_copy_only=False) for g in tags)
+        zsets.check_additions([o, oi, b, c], lambda at: {k: sums.column(k)[at].as_py() for k in cols})
         d = crossing(o, oi, b, c, lambda v: (v > 0).astype(np.int64))
         out = pa.table([sums.column(k) for k in cols] + [pa.array(d, pa.int64())], names=cols + [WEIGHT])
         return out.filter(pc.not_equal(out.column(WEIGHT), 0)).cast(schema)

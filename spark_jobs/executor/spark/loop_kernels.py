@@ -30,7 +30,7 @@ from spark_jobs.executor.loop import ITER, DEPTH, JoinSpec, Loop, ScopeStep, cro
 from spark_jobs.executor.spark import linear
 from spark_jobs.executor.spark.join import join as join_frames
 from spark_jobs.executor.spark.session import temporary_conf
-from spark_jobs.executor.spark.zset import WEIGHT, col, data_columns, local_plus, restrict
+from spark_jobs.executor.spark.zset import WEIGHT, checked_sum, col, data_columns, local_plus, restrict
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.ir.operator import operator
 from spark_jobs.policy import RecursionPolicy
@@ -192,7 +192,7 @@ class SparkLoopKernels:
             rows.append(tagged(old, o=F.when(col(ITER) < i, w).otherwise(zero),
                                oi=F.when(col(ITER) == i, w).otherwise(zero)))
         sums = total(rows, self.single).groupBy(*[col(k) for k in cols]).agg(
-            *[F.sum(c).alias(c) for c in (_O, _OI, _B, _C)])
+            *[checked_sum(c, cols).alias(c) for c in (_O, _OI, _B, _C)])
         d = crossing(*(F.col(n) for n in (_O, _OI, _B, _C)), lambda v: F.when(v > 0, F.lit(1)).otherwise(F.lit(0)))
         return sums.select(*[col(k) for k in cols], d.cast("long").alias(WEIGHT)).where(col(WEIGHT) != 0)
 
