@@ -16,11 +16,14 @@ def test_a_step_on_spark_prints_no_banner_and_each_line_once(tmp_path):
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
     subprocess.run([sys.executable, "-m", "spark_jobs.examples.generators", "--data-root", str(data / "my_view")],
                    cwd=ROOT, env=env, check=True, capture_output=True)
+    profile = tmp_path / "spark.yaml"  # every step on Spark (a step this small would run in-process), so a JVM starts
+    profile.write_text((ROOT / "config" / "local.yaml").read_text().replace("engine: auto ", "engine: spark "))
     out = subprocess.run([sys.executable, "-m", "spark_jobs.cli.main", "step", str(tmp_path / "my_view.yaml"),
-                          "--data-root", str(data)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+                          "--data-root", str(data), "--config", str(profile)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr
     text = out.stdout + out.stderr
-    assert "engine: Spark" in text  # a snapshot input: the step ran on Spark, so a JVM started
+    assert "engine: Spark" in text, text
     for banner in ("Using Spark's default log4j profile", "Setting default log level", "To adjust logging level",
                    "NativeCodeLoader"):
         assert banner not in text, text
@@ -28,4 +31,4 @@ def test_a_step_on_spark_prints_no_banner_and_each_line_once(tmp_path):
     assert len([line for line in lines if "published timestep(s)" in line]) == 1, text
     # a long phase says what it got as it goes: files and rows read, views being checked
     assert "timestep 1: read input orders: 1 file(s), 60 rows" in lines, text
-    assert "timestep 1: read input customers: 1 file(s)," in text and "checking view deltas (1 view(s))" in text, text
+    assert "timestep 1: read input customers: 1 file(s)," in text and "checking view deltas (1 view(s), 1 input(s) with expectations)" in text, text
