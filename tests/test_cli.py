@@ -80,7 +80,7 @@ def test_user_errors_keep_their_exit_codes():
     for exc, code in ((InputRefused([("f.jsonl", "bad")], "orders"), 2), (QualityGateFailed.__new__(QualityGateFailed), 3),
                       (PublishError("no"), 1), (ConnectServerUnreachable("no Spark Connect server at sc://x"), 1)):
         if isinstance(exc, QualityGateFailed):
-            exc.report = Report()
+            exc.report, exc.context = Report(), ""
         with pytest.raises(UserError) as err, _user_errors():
             raise exc
         assert err.value.exit_code == code

@@ -16,14 +16,14 @@ def test_a_step_on_spark_prints_no_banner_and_each_line_once(tmp_path):
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
     subprocess.run([sys.executable, "-m", "spark_jobs.examples.generators", "--data-root", str(data / "my_view")],
                    cwd=ROOT, env=env, check=True, capture_output=True)
-    profile = tmp_path / "spark.yaml"  # every step on Spark (a step this small would run in-process), so a JVM starts
-    profile.write_text((ROOT / "config" / "local.yaml").read_text().replace("engine: auto ", "engine: spark "))
+    # small first steps run in-process now: a profile that sends every step to Spark starts the JVM
+    profile = tmp_path / "spark.yaml"
+    profile.write_text((ROOT / "config" / "local.yaml").read_text().replace("engine: auto ", "engine: spark"))
     out = subprocess.run([sys.executable, "-m", "spark_jobs.cli.main", "step", str(tmp_path / "my_view.yaml"),
-                          "--data-root", str(data), "--config", str(profile)], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=900)
+                          "--data-root", str(data), "--config", str(profile)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr
     text = out.stdout + out.stderr
-    assert "engine: Spark" in text, text
+    assert "engine: Spark" in text  # the step ran on Spark, so a JVM started
     for banner in ("Using Spark's default log4j profile", "Setting default log level", "To adjust logging level",
                    "NativeCodeLoader"):
         assert banner not in text, text

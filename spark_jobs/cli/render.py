@@ -17,6 +17,8 @@ def step_report(report) -> str:
     if engine:
         where = "in-process (Arrow)" if engine == "arrow" else "Spark"
         lines.append(f"  engine: {where}" + (f": {report.engine_reason}" if report.engine_reason else ""))
+    if getattr(report, "mode_reason", ""):  # incremental or recomputed, and why (the cost model)
+        lines.append(f"  mode: {report.mode}: {report.mode_reason}")
     for inp in report.inputs:
         if inp.files:
             lines.append(f"  input {inp.name}: +{inp.inserted} -{inp.deleted} rows ({inp.note})")

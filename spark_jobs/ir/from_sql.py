@@ -192,8 +192,9 @@ class Lowering:
     def _join(self, rel: P.Join, node_id: str | None) -> str:
         left, right = self.lower(rel.left), self.lower(rel.right)
         if rel.kind == "inner":
-            return self.join(left, right, rel.left_keys, rel.right_keys, False, rel.left_out, rel.right_out,
+            return self.join(left, right, rel.left_keys, rel.right_keys, rel.null_safe, rel.left_out, rel.right_out,
                              rel.sql, node_id)
+        assert not rel.null_safe, "null-safe keys are for inner joins"
         lf = self.filter(left, rel.left_only, f"(left side) {rel.sql}") if rel.left_only else left
         rf = self.filter(right, rel.right_only, f"(right side) {rel.sql}") if rel.right_only else right
         inner = self.join(lf, rf, rel.left_keys, rel.right_keys, False, rel.left_out, rel.right_out,
@@ -240,10 +241,11 @@ class Lowering:
         left, right = self.lower(rel.left), self.lower(rel.right)
         if rel.residual is None:
             keyset = self.keyset(right, rel.right_keys, f"(keys) {rel.sql}")
-            semi = self.semijoin(left, keyset, rel.left_keys, rel.right_keys, False,
+            semi = self.semijoin(left, keyset, rel.left_keys, rel.right_keys, rel.null_safe,
                                  rel.sql if not rel.anti else f"(rows with a match) {rel.sql}",
                                  None if rel.anti else node_id)
         else:
+            assert not rel.null_safe, "null-safe keys are for semijoins without a residual"
             idcols = _dedup(list(rel.left_keys) + list(rel.residual_left))
             probe = self.project(left, idcols, f"(columns the match reads) {rel.sql}")
             pairs = self.join(probe, right, rel.left_keys, rel.right_keys, False, identity(idcols), rel.right_out,

@@ -215,7 +215,8 @@ def build_dag(circuit: LoadedCircuit, config: Config, views: dict[str, list[str]
         params={"mode": Param("incremental", type="string", enum=list(tasks.MODES), title="mode",
                               description="incremental: apply the new input changes; full_refresh: "
                                           "rebuild all state from the retained input files (also "
-                                          "after editing the circuit)")},
+                                          "after editing the circuit); recompute: recompute the views "
+                                          "from the integrated inputs the state keeps")},
         default_args={"owner": "dbsp", "retries": RETRIES, "retry_delay": retry_delay()},
         allowed_run_types=RUN_TYPES,
     )

@@ -131,7 +131,8 @@ def dag_doc(path: str, compiled: CompiledCircuit, stages: Sequence, task_ids: Ma
         _timestep_text(per_step),
         "**Trigger → Run Parameters:** `mode` = `incremental` (default) or `full_refresh` (rebuild "
         "all state from the retained input files, also after editing the circuit; the committed view "
-        "deltas are new view − old view).",
+        "deltas are new view − old view), or `recompute` (the views recomputed from the integrated "
+        "inputs the state keeps).",
         f"- **Circuit file:** `{path}`\n- **Schedule:** {schedule}\n- **Tasks:** `{spec.orchestration.tasks}`"
         f"\n- **Spark:** {submission}\n- **Fingerprint:** `{compiled.fingerprint}`",
     ]

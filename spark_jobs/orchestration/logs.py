@@ -62,8 +62,10 @@ def plan_lines(plan: dict) -> list[str]:
     rows = [(name, len(files), ", ".join(f["path"].rsplit("/", 1)[-1] for f in files[:5])
              + (f" (+{len(files) - 5} more)" if len(files) > 5 else ""))
             for name, files in plan["inputs"].items()]
+    way = plan.get("path") or {}  # incremental or recomputed, and why (the cost model: runtime/cost.py)
+    chosen = [f"mode: {way.get('mode')}: {way['mode_reason']}"] if way.get("mode_reason") else []
     return [f"timestep {plan['timestep']} ({plan['mode']}):", *table(("input", "new files", "files"), rows, right=(1,)),
-            *note_lines(plan)]
+            *chosen, *note_lines(plan)]
 
 
 def commit_lines(summary: dict) -> list[str]:

@@ -25,7 +25,7 @@ from spark_jobs.orchestration import logs
 log = logging.getLogger(__name__)
 
 STEPS = ("plan", "stage", "stages", "check", "commit", "timestep")
-MODES = ("incremental", "full_refresh")  # = spark_jobs.runtime.timestep.MODES (not imported: pyspark)
+MODES = ("incremental", "full_refresh", "recompute")  # = spark_jobs.runtime.timestep.MODES (not imported: pyspark)
 PLAN_XCOM_KEY = "dbsp_plan"  # the plan of a run the plan task skips (else: its return value)
 FAILED_PHASE_XCOM_KEY = "dbsp_failed_phase"  # where a one-task timestep stopped (plan, stages, check, commit)
 
@@ -284,6 +284,8 @@ def run_step(step: str, circuit: str, stage: str | None = None, config: str | No
     elif step == "stages":
         for one in summary.get("stages", []):
             _log_lines(logs.stage_lines(one))
+        if summary.get("skipped"):  # a recomputed run: its commit computes the timestep
+            _log_lines([str(summary["skipped"])])
     elif step == "check":
         _log_phase("check", summary)
     elif step == "commit":

@@ -130,7 +130,13 @@ class HadoopHandler(pafs.FileSystemHandler):
             raise OSError(f"rename {src} -> {dest} failed")
 
     def rename_new(self, src: str, dest: str) -> None:
-        """Rename that never replaces: HDFS refuses atomically when ``dest`` exists."""
+        """Rename that never replaces: HDFS refuses atomically when ``dest`` exists.
+
+        A local file system under Hadoop (RawLocalFileSystem, which the session uses for file
+        names with ':') renames with POSIX rename(2), which replaces: check first there too.
+        """
+        if self._fs.exists(self._p(dest)):
+            raise FileExistsError(f"{dest} exists already: another writer committed it")
         if not self._fs.rename(self._p(src), self._p(dest)):
             if self._fs.exists(self._p(dest)):
                 raise FileExistsError(f"{dest} exists already: another writer committed it")
