@@ -169,7 +169,10 @@ def choose_path(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full
     if full_refresh:
         return Path("full_refresh", engine, reason)
     policy = rt.config.policy
-    rows = step_engines.change_rows(pending, rt.compiled.spec.inputs)
+    try:
+        rows = step_engines.change_rows(pending, rt.compiled.spec.inputs)
+    except (OSError, ValueError, NotLocal):  # a file this process cannot open: the size is unknown
+        rows = None
     if rt.committed.last_committed() == 0:  # a load: Q over the inputs already (recorded as a recompute's cost)
         return Path("incremental", engine, reason, "the first step loads the inputs", None, rows, 0)
     held = recomputing.input_rows(rt)
