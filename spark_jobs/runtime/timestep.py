@@ -204,16 +204,17 @@ def _run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
     return evaluate_stage(run, stage, is_small(rt, p))
 
 
-def run_stages(rt: CircuitRuntime, run_id: str) -> dict:
+def run_stages(rt: CircuitRuntime, run_id: str, on_stage: "Callable[[dict], None] | None" = None) -> dict:
     """Every stage of this run in this process, in order (``orchestration.tasks: per_step``).
 
     The values a stage hands to the next stay in memory as Arrow tables; they are staged all the
-    same, so that a retry after a crash resumes at the first unfinished stage."""
+    same, so that a retry after a crash resumes at the first unfinished stage. ``on_stage(summary)``
+    is called as each stage ends (the task logs the stage's table then, not at the end)."""
     with run_lease(rt, run_id):
-        return _run_stages(rt, run_id)
+        return _run_stages(rt, run_id, on_stage or (lambda _summary: None))
 
 
-def _run_stages(rt: CircuitRuntime, run_id: str) -> dict:
+def _run_stages(rt: CircuitRuntime, run_id: str, on_stage: "Callable[[dict], None]") -> dict:
     started = time.perf_counter()
     p = load_plan(rt, run_id)
     if p.get("already_committed"):
@@ -224,7 +225,10 @@ def _run_stages(rt: CircuitRuntime, run_id: str) -> dict:
     run = RunValues(rt, run_id, p)
     run.load_journals(stages)
     small = is_small(rt, p)
-    summaries = [_done(rt, run_id, stage.name) or evaluate_stage(run, stage, small) for stage in stages]
+    summaries = []
+    for stage in stages:
+        summaries.append(_done(rt, run_id, stage.name) or evaluate_stage(run, stage, small))
+        on_stage(summaries[-1])
     return {"timestep": p["timestep"], "mode": p["mode"], "stages": summaries,
             "seconds": round(time.perf_counter() - started, 3)}
 
@@ -506,7 +510,8 @@ def run_timestep(rt: CircuitRuntime, run_id: str, mode: str = "incremental",
     """The whole timestep of a run in this process (``orchestration.tasks: per_step``, one task):
     plan, every stage, the check, the commit, each as its own task would run it (idempotent per
     run id, so a retry resumes where the earlier attempt stopped). ``on_phase(name, summary)`` is
-    called as each phase ends (the task logs its table then, not at the end). Returns
+    called as each phase ends, and ``on_phase("stage", summary)`` as each stage ends (the task
+    logs its table then, not at the end). Returns
     ``{"plan", "stages", "check", "commit"}`` (``skipped``: an empty run, nothing staged)."""
     report = on_phase or (lambda _name, _summary: None)
     phase = "plan"
@@ -518,7 +523,7 @@ def run_timestep(rt: CircuitRuntime, run_id: str, mode: str = "incremental",
             return dict(out, skipped=True)
         if not p.get("already_committed"):
             phase = "stages"
-            out["stages"] = run_stages(rt, run_id)
+            out["stages"] = run_stages(rt, run_id, on_stage=lambda summary: report("stage", summary))
             report("stages", out["stages"])
             phase = "check"
             out["check"] = check(rt, run_id)
