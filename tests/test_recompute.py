@@ -75,6 +75,10 @@ def test_choose_picks_the_cheaper_with_a_margin_and_honours_the_settings():
     assert cost.choose(CostPolicy(), big, "input x keeps no integral").mode == "incremental"
     assert cost.choose(CostPolicy(recompute="always"), est, None).mode == "recompute"
     assert cost.choose(CostPolicy(min_change_rows=3_000_000), big, None).mode == "incremental"
+    small_part = cost.Estimate(100_000, 1_500_000, "arrow", 5.0, "arrow", 1.0, 0)  # 6.7% of the inputs
+    picked = cost.choose(CostPolicy(), small_part, None)
+    assert picked.mode == "incremental" and "min_change_fraction" in picked.reason
+    assert cost.choose(CostPolicy(min_change_fraction=0.05), small_part, None).mode == "recompute"
     close = cost.Estimate(10**6, 1, "arrow", 1.1, "arrow", 1.0, 0)
     assert cost.choose(CostPolicy(margin=1.2), close, None).mode == "incremental"
     assert cost.choose(CostPolicy(margin=1.0), close, None).mode == "recompute"
@@ -255,3 +259,50 @@ def test_the_policy_recomputes_a_change_larger_than_the_state(tmp_path):
         assert f"mode: {report.mode}: " in step_report(report), step_report(report)
     assert {t: m for t, (m, _) in modes.items()} == {1: "incremental", 2: "incremental", 3: "recompute"}, modes
     assert "recompute is cheaper" in modes[3][1] and "from 2 past steps" in modes[3][1], modes[3]
+
+
+def test_asked_for_recompute_on_the_cli_and_as_a_dag_runs_mode(tmp_path):
+    """`dbsp step --recompute` (``run_step(recompute=True)``) and a DAG run triggered with mode
+    ``recompute`` recompute whatever the cost model would say, and commit the same timestep as
+    an incremental step; the DAG plan records an incremental run whose path is a recompute."""
+    from spark_jobs.runtime import timestep
+
+    circuit = tmp_path / "paths.yaml"
+    circuit.write_text(CIRCUIT)
+    rts = {k: open_circuit(str(circuit), config(tmp_path / k)) for k in ("plain", "cli", "dag")}
+    rng = random.Random(9)
+    bags = {name: Bag(cols, domain, rng) for name, (cols, domain) in INPUTS.items()}
+    for t in (1, 2, 3):
+        for name, bag in bags.items():
+            change = bag.change(10, 4)
+            for root in rts:
+                write_change(str(tmp_path / root), name, t, bag.columns, change)
+        run_step(rts["plain"])
+        report = run_step(rts["cli"], recompute=t > 1)
+        run = timestep.run_task(rts["dag"], "timestep", f"run-{t}", mode="recompute" if t > 1 else "incremental")
+        if t > 1:
+            assert report.mode == "recompute" and report.mode_reason == "asked for (--recompute)"
+            assert run["plan"]["mode"] == "incremental" and run["plan"]["path"]["mode"] == "recompute", run["plan"]
+            assert run["stages"].get("skipped") and run["commit"]["mode"] == "recompute", run
+            assert timestep.run_task(rts["dag"], "timestep", f"run-{t}", mode="recompute")["commit"]["note"]
+        for view in rts["plain"].compiled.spec.outputs:
+            for k in ("cli", "dag"):
+                assert output_delta(rts[k], view) == output_delta(rts["plain"], view), (t, k, view)
+        for k in ("cli", "dag"):
+            assert _traces(rts[k]) == _traces(rts["plain"]), (t, k)
+
+
+def test_the_benchmark_runs_and_checks_every_step(tmp_path):
+    """`python -m bench.recompute --smoke`: three sizes on three roots, every view right."""
+    import json
+
+    from bench import recompute as bench
+
+    bench.main(["--smoke", "--out", str(tmp_path), "--work-dir", str(tmp_path)])
+    result = json.loads((tmp_path / "recompute-smoke.json").read_text())
+    assert [p["requested"] for p in result["points"]] == list(bench.SMOKE_SIZES)
+    for point in result["points"]:
+        assert point["views_right"], point["view_ok"]
+        assert point["recompute"]["mode"] == "recompute" and point["incremental"]["mode"] == "incremental"
+        assert point["policy_over_best"] is not None
+    assert "under load" in (tmp_path / "recompute-smoke.md").read_text().lower()

@@ -31,12 +31,14 @@ Every IR node keeps the SQL fragment it implements in its ``sql`` param (explain
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from spark_jobs.ir.graph import Circuit, Node, make_node
 from spark_jobs.ir.ops.window import add_window_assign
 from spark_jobs.ir.scope import DEFAULT_MAX_ITERATIONS, delta0, feedback_id, finish_scope
+from spark_jobs.spec.model import NodeSpec
 from spark_jobs.spec.sql import plan as P
+from spark_jobs.spec.sql.node import bind_node
 from spark_jobs.spec.time import WindowSpec
 
 ONE = "__one"  # the column of a one-row flag relation
@@ -327,3 +329,9 @@ def lower_sql(circuit: Circuit, name: str, rel: P.Rel, max_iterations: int = DEF
     """Add the IR nodes of an sql node's plan; the last one has the node's name."""
     lowering = Lowering(circuit, name, max_iterations)
     return circuit[lowering.lower(rel, name)]
+
+
+def from_yaml(circuit: Circuit, node: NodeSpec, columns: dict, ctx: Any) -> Node:
+    """An ``sql`` node of a circuit file (``spec/ops/sql.py`` names this function): its plan,
+    bound once at validation and kept on the node, lowered."""
+    return lower_sql(circuit, node.name, bind_node(node.sql, columns.get, list(columns)), ctx.max_iterations)

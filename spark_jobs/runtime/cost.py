@@ -22,14 +22,15 @@ from spark_jobs.policy import CostPolicy
 
 MODES = ("incremental", "recompute")
 
-# (mode, engine) -> (fixed seconds, seconds per row) before any history: W1 in-process, a
-# 1,000-row change 0.23 s and a 100k-row one 2.8-4 s (the bag check included); Spark's floor is
-# seconds, its SF10 recompute 11.6 s over 76.5M rows; a recompute in-process decodes and joins
-# its integrals at about a microsecond per row
+# (mode, engine) -> (fixed seconds, seconds per row) before any history. In-process, from W1
+# (bench.recompute, SF 0.05, load ~25 on 2 cores): an incremental step of 10k / 100k / 1M changed
+# rows 0.3 / 1.4 / 5 s (the bag check grows with the state: 2.8 s for 100k rows at SF10 on a quiet
+# machine), a recompute 1.5-2 s over 0.4-1.4M integrated rows, the load of 382k rows 1-2 s. Spark:
+# a floor of seconds, the SF10 recompute 11.6 s over 76.5M rows. History replaces them quickly.
 DEFAULTS: dict[tuple[str, str], tuple[float, float]] = {
-    ("incremental", "arrow"): (0.2, 40e-6),
+    ("incremental", "arrow"): (0.15, 15e-6),
     ("incremental", "spark"): (2.0, 60e-6),
-    ("recompute", "arrow"): (0.3, 1.0e-6),
+    ("recompute", "arrow"): (0.5, 2.0e-6),
     ("recompute", "spark"): (2.0, 0.15e-6),
 }
 
@@ -178,6 +179,10 @@ def choose(policy: CostPolicy, est: Estimate | None, cannot: str | None) -> Choi
     if est.change_rows < policy.min_change_rows:
         return Choice("incremental", f"a change of {est.change_rows} rows < execution.cost.min_change_rows "
                                      f"({policy.min_change_rows}): {says}", est)
+    if est.change_rows < policy.min_change_fraction * est.input_rows:
+        return Choice("incremental", f"a change of {est.change_rows} rows < execution.cost.min_change_fraction "
+                                     f"({policy.min_change_fraction}) of the {est.input_rows} integrated rows: "
+                                     f"{says}", est)
     if est.incremental > policy.margin * est.recompute:
         return Choice("recompute", f"recompute is cheaper: {says}", est)
     return Choice("incremental", f"incremental is cheaper: {says}", est)

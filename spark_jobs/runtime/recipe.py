@@ -349,6 +349,10 @@ def check_inputs(rt: "CircuitRuntime", engine: StepEngine, deltas: dict[str, Any
             report.late = describe_late(work.clock.seen[report.name])
     deleted = {name: c[1] for name, c in counts.items()}
     if say is not None:
+        for report in reports:  # a long read shows what it read as it goes, not only at the end
+            if report.files:
+                say(f"timestep {work.timestep}: read input {report.name}: {len(report.files)} file(s), "
+                    f"{report.inserted + report.deleted:,} rows")
         announce(rt, work.timestep, deleted, say)
     for q in engine.check_bags(work.timestep, deltas, deleted, files, state):
         work.quarantined[q.input] = q.to_dict()
@@ -397,7 +401,8 @@ def compute(rt: "CircuitRuntime", engine: StepEngine, work: Work, files: Mapping
         outputs = {v: engine.view_delta(v, value) for v, value in outputs.items()}
     writes = state_writes(rt, result, evaluated, own, work.full or work.recompute)
     outputs, writes, checked = engine.settle(outputs, writes, checked)
-    say(f"timestep {t}: checking view deltas")
+    say(f"timestep {t}: checking view deltas ({len(outputs)} view(s)"
+        + (f", {len(checked)} input(s) with expectations)" if checked else ")"))
     gate = engine.gate(t, outputs, checked, work.full, work.clock.report(), state)
     work.outputs = outputs
     work.writes = writes

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from pyspark.sql import DataFrame
@@ -154,24 +154,32 @@ class Path:
                                                "change_rows", "input_rows")})
 
 
-def choose_path(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full_refresh: bool = False) -> Path:
+def choose_path(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full_refresh: bool = False,
+                recompute: bool = False) -> Path:
     """The mode and engine of this step, read without Spark: the engine of an incremental step
     (``choose_engine``), then the cost model (``cost.choose``): incremental, or recomputed from
     the integrated inputs when that is estimated cheaper (``execution.cost``), on Arrow when the
-    integrated inputs are few enough (``execution.cost.arrow_rows``) and the step may run in-process."""
-    from spark_jobs.runtime import cost, recompute
+    integrated inputs are few enough (``execution.cost.arrow_rows``) and the step may run in-process.
+    ``recompute``: recompute whatever the model says (`dbsp step --recompute`), where possible."""
+    from spark_jobs.runtime import cost
+    from spark_jobs.runtime import recompute as recomputing
+    from spark_jobs.runtime.recompute import why_not as recompute_why_not
 
     engine, reason = choose_engine(rt, pending, full_refresh=full_refresh)
     if full_refresh:
         return Path("full_refresh", engine, reason)
     policy = rt.config.policy
-    rows = step_engines.change_rows(pending, rt.compiled.spec.inputs)
+    try:
+        rows = step_engines.change_rows(pending, rt.compiled.spec.inputs)
+    except (OSError, ValueError, NotLocal):  # a file this process cannot open: the size is unknown
+        rows = None
     if rt.committed.last_committed() == 0:  # a load: Q over the inputs already (recorded as a recompute's cost)
         return Path("incremental", engine, reason, "the first step loads the inputs", None, rows, 0)
-    held = recompute.input_rows(rt)
-    if not any(pending.values()):
+    held = recomputing.input_rows(rt)
+    if not any(pending.values()) and not recompute:
         return Path("incremental", engine, reason, "no input changed", None, rows, held)
-    cannot = recompute.why_not(rt) if policy.cost.recompute != "never" else None
+    settings = replace(policy.cost, recompute="always") if recompute else policy.cost
+    cannot = recompute_why_not(rt) if settings.recompute != "never" else None
     est = None
     rengine = "spark"
     if rows is not None:
@@ -180,7 +188,9 @@ def choose_path(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full
         rengine = "arrow" if inprocess and held + rows <= policy.cost.arrow_rows else "spark"
         history = cost.history_of((rt.committed.manifest().meta or {}) if rt.committed.manifest() else None)
         est = cost.estimate(history, rows, held, engine, rengine)
-    choice = cost.choose(policy.cost, est, cannot)
+    choice = cost.choose(settings, est, cannot)
+    if recompute and choice.mode == "recompute":
+        choice = cost.Choice("recompute", "asked for (--recompute)", est)
     if choice.mode == "recompute":
         why = ("the profile sets execution.engine: spark" if policy.engine == "spark" else
                f"{held + (rows or 0)} integrated rows "
@@ -189,7 +199,8 @@ def choose_path(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full
     return Path("incremental", engine, reason, choice.reason, est, rows, held)
 
 
-def run_step(rt: CircuitRuntime, progress: Progress | None = None, *, full_refresh: bool = False) -> StepReport:
+def run_step(rt: CircuitRuntime, progress: Progress | None = None, *, full_refresh: bool = False,
+             recompute: bool = False) -> StepReport:
     """Run and commit the next timestep (last committed + 1) on the engine the policy picks,
     holding the circuit's lease, then publish the views (``spark_jobs.publish``: no Spark; a view
     that fails to publish stays committed, and the next run repairs its table). ``seconds`` is the
@@ -197,18 +208,21 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None, *, full_refre
 
     ``full_refresh``: rebuild every state from the retained input files under the circuit as it
     is now (also after an edit of the circuit: see ``refresh.py``); the view deltas committed
-    are new view - old view. A value refused inside a job raises ``ValueRefused``, a full disk
-    ``StorageFull``: one message each, nothing committed.
+    are new view - old view. ``recompute``: recompute the views from the integrated inputs the
+    state keeps, whatever the cost model says (``recompute.py``; a circuit that cannot be stays
+    incremental, and the report says why). A value refused inside a job raises ``ValueRefused``,
+    a full disk ``StorageFull``: one message each, nothing committed.
     """
     with process_lease(rt), step_failures(rt):
         with input_errors({}) as files:
-            return _run_step(rt, progress or (lambda _msg: None), full_refresh, files)
+            return _run_step(rt, progress or (lambda _msg: None), full_refresh, files, recompute)
 
 
-def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files: dict) -> StepReport:
+def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files: dict,
+              recompute: bool = False) -> StepReport:
     chosen = _chosen_inputs(rt, full_refresh, say)
     read_files.update(chosen.files)
-    path = choose_path(rt, chosen.files, full_refresh=full_refresh)
+    path = choose_path(rt, chosen.files, full_refresh=full_refresh, recompute=recompute)
     manifest, computed, seconds = commit_path(rt, chosen.files, chosen.records(), path, say)
     done = recipe.after_commit(rt, manifest, say)  # a failed view: committed, the next run repairs it
     report = recipe.step_report(rt, manifest, computed, seconds, chosen.notes())

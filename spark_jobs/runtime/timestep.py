@@ -59,7 +59,9 @@ if TYPE_CHECKING:
 
     from spark_jobs.runtime.event_time import StepClock
 
-MODES = ("incremental", "full_refresh")
+# recompute: this run recomputes its views from the integrated inputs whatever the cost model says
+# (where the circuit can be: ``recompute.py``); its plan records mode incremental, path recompute
+MODES = ("incremental", "full_refresh", "recompute")
 # the reason a run's manifest gives when its plan recorded none (a plan written by an older version)
 DAG_ENGINE_REASON = "a DAG run computes its stages on Spark, one task per stage or per run"
 STEPS = ("plan", "stage", "stages", "check", "commit", "timestep")
@@ -107,7 +109,7 @@ def _plan(rt: CircuitRuntime, run_id: str, mode: str) -> dict:
     t = store.last_committed() + 1
     path = store.fs.join(run_dir(rt, run_id), "plan.json")
     existing = read_json(rt, path)
-    if existing and existing["timestep"] == t and existing["mode"] == mode:
+    if existing and existing["timestep"] == t and existing.get("requested", existing["mode"]) == mode:
         return existing
     from spark_jobs.runtime.step import choose_path
 
@@ -116,8 +118,10 @@ def _plan(rt: CircuitRuntime, run_id: str, mode: str) -> dict:
                            rt.config.allowed_input_roots, full_refresh=full,
                            pruned=Removed.read(store).inputs if full else None)
     empty = mode == "incremental" and not any(chosen.files.values())
-    way = choose_path(rt, chosen.files, full_refresh=full)  # incremental or recompute (cost.py), and the engine
-    data = {"run_id": run_id, "timestep": t, "mode": mode, "created_at": time.time(), "empty": empty,
+    # incremental or recompute (cost.py, or the run's mode), and the engine
+    way = choose_path(rt, chosen.files, full_refresh=full, recompute=mode == "recompute")
+    data = {"run_id": run_id, "timestep": t, "mode": "full_refresh" if full else "incremental", "requested": mode,
+            "created_at": time.time(), "empty": empty,
             "inputs": {name: [f.as_dict() for f in files] for name, files in chosen.files.items()},
             "consumed_records": chosen.records(), "notes": chosen.notes(),
             "change_rows": None if full else way.change_rows,
@@ -200,16 +204,17 @@ def _run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
     return evaluate_stage(run, stage, is_small(rt, p))
 
 
-def run_stages(rt: CircuitRuntime, run_id: str) -> dict:
+def run_stages(rt: CircuitRuntime, run_id: str, on_stage: "Callable[[dict], None] | None" = None) -> dict:
     """Every stage of this run in this process, in order (``orchestration.tasks: per_step``).
 
     The values a stage hands to the next stay in memory as Arrow tables; they are staged all the
-    same, so that a retry after a crash resumes at the first unfinished stage."""
+    same, so that a retry after a crash resumes at the first unfinished stage. ``on_stage(summary)``
+    is called as each stage ends (the task logs the stage's table then, not at the end)."""
     with run_lease(rt, run_id):
-        return _run_stages(rt, run_id)
+        return _run_stages(rt, run_id, on_stage or (lambda _summary: None))
 
 
-def _run_stages(rt: CircuitRuntime, run_id: str) -> dict:
+def _run_stages(rt: CircuitRuntime, run_id: str, on_stage: "Callable[[dict], None]") -> dict:
     started = time.perf_counter()
     p = load_plan(rt, run_id)
     if p.get("already_committed"):
@@ -220,7 +225,10 @@ def _run_stages(rt: CircuitRuntime, run_id: str) -> dict:
     run = RunValues(rt, run_id, p)
     run.load_journals(stages)
     small = is_small(rt, p)
-    summaries = [_done(rt, run_id, stage.name) or evaluate_stage(run, stage, small) for stage in stages]
+    summaries = []
+    for stage in stages:
+        summaries.append(_done(rt, run_id, stage.name) or evaluate_stage(run, stage, small))
+        on_stage(summaries[-1])
     return {"timestep": p["timestep"], "mode": p["mode"], "stages": summaries,
             "seconds": round(time.perf_counter() - started, 3)}
 
@@ -502,7 +510,8 @@ def run_timestep(rt: CircuitRuntime, run_id: str, mode: str = "incremental",
     """The whole timestep of a run in this process (``orchestration.tasks: per_step``, one task):
     plan, every stage, the check, the commit, each as its own task would run it (idempotent per
     run id, so a retry resumes where the earlier attempt stopped). ``on_phase(name, summary)`` is
-    called as each phase ends (the task logs its table then, not at the end). Returns
+    called as each phase ends, and ``on_phase("stage", summary)`` as each stage ends (the task
+    logs its table then, not at the end). Returns
     ``{"plan", "stages", "check", "commit"}`` (``skipped``: an empty run, nothing staged)."""
     report = on_phase or (lambda _name, _summary: None)
     phase = "plan"
@@ -514,7 +523,7 @@ def run_timestep(rt: CircuitRuntime, run_id: str, mode: str = "incremental",
             return dict(out, skipped=True)
         if not p.get("already_committed"):
             phase = "stages"
-            out["stages"] = run_stages(rt, run_id)
+            out["stages"] = run_stages(rt, run_id, on_stage=lambda summary: report("stage", summary))
             report("stages", out["stages"])
             phase = "check"
             out["check"] = check(rt, run_id)
