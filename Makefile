@@ -13,7 +13,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(PY)
 export PYSPARK_DRIVER_PYTHON ?= $(PY)
 
-.PHONY: help venv install test test-fast demo docs lint bench bench-smoke airflow clean
+.PHONY: help venv install test test-fast demo docs lint bench bench-smoke airflow clean slt
 
 help:
 	@echo "make demo        run the end-to-end demo on local Spark (installs first)"
@@ -23,6 +23,7 @@ help:
 	@echo "make install     create/refresh .venv from requirements.lock (alias: venv)"
 	@echo "make bench       benchmarks (BENCH_ARGS=... passes options to bench.run);  make bench-smoke: a quick run"
 	@echo "make airflow     local Airflow (standalone) with the project's DAGs"
+	@echo "make slt SLT_DIR=folder   sqllogictest files as maintained views (SLT_ARGS=--oracle duckdb ...)"
 	@echo "make lint        byte-compile + ruff if available"
 	@echo "make clean       remove .venv, caches and local Spark leftovers (keeps data/)"
 
@@ -58,11 +59,12 @@ lint: install
 	@if [ -x $(VENV)/bin/ruff ]; then $(VENV)/bin/ruff check .; else echo "   (ruff not installed; skipped)"; fi
 
 bench: install
-	@echo ">> bench: $(PY) -m bench.run $(BENCH_ARGS); $(PY) -m bench.recursion (W3); $(PY) -m bench.topk; $(PY) -m bench.append_only; $(PY) -m bench.airflow (DAG runs); $(PY) -m bench.nexmark"
+	@echo ">> bench: $(PY) -m bench.run $(BENCH_ARGS); $(PY) -m bench.recursion (W3); $(PY) -m bench.topk; $(PY) -m bench.append_only; $(PY) -m bench.recompute (incremental vs recompute vs policy); $(PY) -m bench.airflow (DAG runs); $(PY) -m bench.nexmark"
 	@$(PY) -m bench.run $(BENCH_ARGS)
 	@$(PY) -m bench.recursion
 	@$(PY) -m bench.topk
 	@$(PY) -m bench.append_only
+	@$(PY) -m bench.recompute
 	@$(PY) -m bench.airflow
 	@$(PY) -m bench.nexmark
 
@@ -70,6 +72,12 @@ bench-smoke: install
 	@echo ">> bench-smoke: $(PY) -m bench.run --smoke; $(PY) -m bench.recursion --smoke (W3)"
 	@$(PY) -m bench.run --smoke
 	@$(PY) -m bench.recursion --smoke
+
+SLT_DIR ?= tests/slt/cases
+SLT_ARGS ?=
+slt: install
+	@echo ">> slt: $(PY) -m tests.slt $(SLT_ARGS) $(SLT_DIR)"
+	@$(PY) -m tests.slt $(SLT_ARGS) $(SLT_DIR)
 
 airflow: install
 	@echo ">> airflow: scripts/airflow_local.sh"

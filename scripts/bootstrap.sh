@@ -131,19 +131,28 @@ if [ -f "$WHEELHOUSE/${WHEELS[0]}" ]; then
   log "using prebuilt pyspark wheels from $WHEELHOUSE"
 fi
 
+# uv's summary ("Resolved 180 packages", "Installed 150 packages in 9s"), not its list of every
+# package (" + name==version" lines, about 150 of them on a fresh venv); errors pass through.
+# DBSP_BOOTSTRAP_VERBOSE=1 shows the list.
+summary_only() {
+  if [ "${DBSP_BOOTSTRAP_VERBOSE:-0}" = "1" ]; then "$@"; return; fi
+  "$@" 2>&1 | { grep -vE '^ [-+~] ' || true; }
+  return "${PIPESTATUS[0]}"
+}
+
 T=$SECONDS
 log "uv pip install -r requirements.lock (exact pins; cold: downloads ~1 GB and builds pyspark)"
-if ! "$UV" pip install --python "$VPY" "${FIND_LINKS[@]}" -r requirements.lock; then
+if ! summary_only "$UV" pip install --python "$VPY" "${FIND_LINKS[@]}" -r requirements.lock; then
   [ ${#FIND_LINKS[@]} -gt 0 ] || die "uv pip install -r requirements.lock failed"
   log "install with the wheelhouse failed: dropping its pyspark wheels and retrying from the index"
   for w in "${WHEELS[@]}"; do rm -f "$WHEELHOUSE/$w"; done
-  "$UV" pip install --python "$VPY" -r requirements.lock || die "uv pip install -r requirements.lock failed"
+  summary_only "$UV" pip install --python "$VPY" -r requirements.lock || die "uv pip install -r requirements.lock failed"
 fi
 log "  dependencies done in $((SECONDS - T)) s"
 
 T=$SECONDS
 log "uv pip install --no-deps -e . (dbsp-spark, editable)"
-"$UV" pip install --python "$VPY" --no-deps -e .
+summary_only "$UV" pip install --python "$VPY" --no-deps -e .
 log "  project done in $((SECONDS - T)) s"
 
 # --- 6. verify --------------------------------------------------------------------------------

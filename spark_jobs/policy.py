@@ -19,6 +19,7 @@ from typing import Any, Mapping
 ENGINES = ("auto", "spark", "arrow")
 DRIVER_ACCESS = ("auto", "always", "never")
 LOOKUPS = ("sorted", "cached", "scan")
+RECOMPUTE = ("auto", "never", "always")
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,30 @@ class ArrowPolicy:
 
 
 @dataclass(frozen=True)
+class CostPolicy:
+    """When a step recomputes its views from the integrated inputs instead of evaluating Q^Δ
+    (``runtime/cost.py``: both costs estimated from the step's sizes and past steps' times)."""
+
+    # auto: the cheaper of the two by the cost model; never: always incremental; always: recompute
+    # every step that can be recomputed (tests, benchmarks, a circuit whose every step is large)
+    recompute: str = "auto"
+    # auto recomputes only when the incremental estimate exceeds margin x the recompute estimate
+    # (a recompute rewrites every trace: it must win clearly, not by the model's noise)
+    margin: float = 1.2
+    # auto never recomputes a step whose change holds fewer rows than this: a small step's cost is
+    # its fixed part on either mode, where the model's noise, not the data, would decide
+    min_change_rows: int = 10_000
+    # ...nor one whose change is less than this fraction of the integrated input rows: a recompute
+    # rewrites every trace, an incremental step writes in proportion to its change, and its
+    # lookups cannot read more than the state (W1 SF 0.2: a 100k-row change, 6.5% of the inputs,
+    # took 1.6 s incremental against 4.7-9 s recomputed, where the fitted model said otherwise)
+    min_change_fraction: float = 0.1
+    history: int = 24  # past steps' measured costs kept in the manifest (meta.cost.history)
+    # a recompute over at most this many integrated input rows runs in-process (Arrow); more: Spark
+    arrow_rows: int = 5_000_000
+
+
+@dataclass(frozen=True)
 class ExecutionPolicy:
     """Every threshold of a step, and the engine choice (``execution:`` in a profile)."""
 
@@ -120,6 +145,7 @@ class ExecutionPolicy:
     arrow: ArrowPolicy = field(default_factory=ArrowPolicy)
     bag_check: BagCheckPolicy = field(default_factory=BagCheckPolicy)
     state: StatePolicy = field(default_factory=StatePolicy)
+    cost: CostPolicy = field(default_factory=CostPolicy)
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -127,6 +153,9 @@ class ExecutionPolicy:
         if self.driver_access not in DRIVER_ACCESS:
             raise ValueError(f"execution.driver_access: {self.driver_access!r} is not one of "
                              f"{', '.join(DRIVER_ACCESS)}")
+        if self.cost.recompute not in RECOMPUTE:
+            raise ValueError(f"execution.cost.recompute: {self.cost.recompute!r} is not one of "
+                             f"{', '.join(RECOMPUTE)}")
         if self.recursion.lookup not in LOOKUPS:
             raise ValueError(f"execution.recursion.lookup: {self.recursion.lookup!r} is not one of "
                              f"{', '.join(LOOKUPS)}")
@@ -179,7 +208,7 @@ def _section(cls: type, raw: Any, where: str) -> Any:
     for name, value in raw.items():
         default = getattr(cls(), name)
         key = f"{where}.{name}"
-        if isinstance(default, (StatePolicy, NarrowPolicy, RecursionPolicy, ArrowPolicy, BagCheckPolicy)):
+        if isinstance(default, (StatePolicy, NarrowPolicy, RecursionPolicy, ArrowPolicy, BagCheckPolicy, CostPolicy)):
             values[name] = _section(type(default), value, key)
         elif isinstance(default, bool):
             if not isinstance(value, bool):

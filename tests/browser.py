@@ -9,6 +9,7 @@ Details tab.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -37,7 +38,9 @@ def drive_the_ui(base: str, user: str, password: str, dag_id: str, shots: Path, 
 
             page.goto(base + "/dags")
             page.get_by_placeholder("Search Dags").first.fill(dag_id)
-            expect(page.get_by_role("link", name=dag_id, exact=True).first).to_be_visible()
+            listed = page.get_by_role("link", name=re.compile(rf"^{re.escape(dag_id)}\b")).first
+            expect(listed).to_be_visible()
+            found["dag_list_name"] = listed.inner_text()  # the circuit's name and its description
             badge = page.get_by_role("button", name="Dag Import Error")
             found["import_errors_badge"] = badge.count() > 0
             page.screenshot(path=str(shots / "01-dags.png"))
@@ -57,8 +60,15 @@ def drive_the_ui(base: str, user: str, password: str, dag_id: str, shots: Path, 
             page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=image.element_handle())
             found["docs_image"] = image.get_attribute("src")
             found["docs_text"] = dialog.inner_text()
+            # the picture as shown: its scale, and so its text's size on screen (the SVG's font-size)
+            found["docs_scale"] = page.evaluate("img => img.getBoundingClientRect().width / img.naturalWidth",
+                                                image.element_handle())
+            found["docs_full_size_link"] = dialog.get_by_role("link", name="Open the picture at full size") \
+                .get_attribute("href")
             page.screenshot(path=str(shots / "03-docs.png"))
             page.keyboard.press("Escape")
+            shown = page.request.get(base + found["docs_full_size_link"])  # what the link opens
+            found["docs_full_size"] = (shown.status, shown.headers.get("content-type", ""), shown.text())
 
             page.get_by_role("button", name="Show Graph (Press g)").click()
             graph = page.locator(".react-flow")
@@ -70,6 +80,8 @@ def drive_the_ui(base: str, user: str, password: str, dag_id: str, shots: Path, 
             page.get_by_role("button", name="Trigger Dag").first.click()
             dialog = page.get_by_role("dialog")
             expect(dialog.get_by_text("Run Parameters")).to_be_visible()
+            backfill = dialog.locator("input[value=backfill]")  # Airflow 3.3 always draws the choice
+            found["backfill_offered"] = backfill.count() > 0 and backfill.first.is_enabled()
             page.screenshot(path=str(shots / "05-trigger.png"))
             dialog.get_by_role("button", name="Trigger", exact=True).click()
             run_id = finished_run(before)

@@ -1,7 +1,11 @@
-"""A new stateful IR operator in ONE module (a test fixture, not shipped): the largest value per group.
+"""A new stateful operator in ONE module (a test fixture, not shipped): the largest value per group.
 
-It shows what an operator module declares (docs/contributing/adding-an-operator.md) and that nothing
-outside it needs an edit: its IR facts and incremental rule, and its kernels for both engines.
+It shows what an operator declares (docs/contributing/adding-an-operator.md) and that nothing
+outside it needs an edit, on every surface: its YAML form (``op: top1`` in a circuit file: schema
+fragment, loading, output columns and types, translation to IR), its IR facts and incremental
+rule, and its kernels for both engines. A shipped operator splits the same parts over its modules
+by layer: ``spec/ops/top1.py`` (the YAML form), ``ir/ops/top1.py`` (the IR operator and the
+translation), ``executor/kernels/top1.py`` (the kernels).
 
 - ``top1`` (query circuit): per group of ``group_by``, the row with the largest ``value`` column
   (ties: the largest row). Params: group_by, value.
@@ -16,7 +20,12 @@ from typing import Any
 from spark_jobs.executor.engine import StateUpdate
 from spark_jobs.ir.builder import Builder
 from spark_jobs.ir.graph import Circuit, Node
+from spark_jobs.ir.graph import make_node
 from spark_jobs.ir.operator import ALWAYS, NONLINEAR, Operator, State, register, unregister
+from spark_jobs.spec import node_ops
+from spark_jobs.spec.columns import Issue, missing
+from spark_jobs.spec.model import NodeSpec
+from spark_jobs.spec.node_ops import REF, Loading, NodeOp, column_list
 
 
 def rule_top1(b: Builder, node: Node, deltas: list[str]) -> str:
@@ -123,12 +132,47 @@ TOP1_TOUCHED = Operator(
     kernels={"spark": spark_top1_touched, "arrow": arrow_top1_touched})
 
 
+# ---- its YAML form: `op: top1` with `input`, `group_by` and `value` -------------------------------
+
+def load_top1(raw: dict, loading: Loading) -> dict[str, Any]:
+    """``value`` is a field of its own: kept in ``extra`` (``input`` and ``group_by`` are common)."""
+    value = raw.get("value")
+    return {"extra": {"value": value if isinstance(value, str) else ""}}
+
+
+def top1_columns(node: NodeSpec, lookup: Any, known: tuple[str, ...]) -> tuple[tuple[str, ...] | None, list[Issue]]:
+    """The input's columns; the groups and the value must be input columns."""
+    src = lookup(node.input or "")
+    if src is None:
+        return None, []
+    issues = missing(node.group_by, src, "group_by", f"input '{node.input}'")
+    issues += missing((node.extra["value"],), src, "value", f"input '{node.input}'")
+    return src, issues
+
+
+def top1_from_yaml(c: Circuit, n: NodeSpec, cols: dict, ctx: Any) -> Node:
+    """The translation to IR (a shipped op keeps it in its IR module)."""
+    return c.add(make_node(n.name, "top1", [n.input], cols[n.name], is_set=True, group_by=n.group_by,
+                           value=n.extra["value"]))
+
+
+YAML_TOP1 = NodeOp(
+    "top1", 190, "The row with the largest value per group: {input, group_by: [cols], value: col}.",
+    {"input": REF, "group_by": column_list("a list of column names (the groups)"),
+     "value": {"type": "string", "minLength": 1, "title": "the column whose largest value is kept"}},
+    top1_columns, "tests.ops_example:top1_from_yaml", required=("input", "group_by", "value"), load=load_top1,
+    types=lambda typer, label, node, scope: scope.get(node.input))
+
+
 def install() -> None:
-    """Register the two operators (a shipped module does this at import, found by ``ir/ops``)."""
+    """Register the operators (a shipped module does this at import, found by ``ir/ops`` and
+    ``spec/ops``)."""
     register(TOP1)
     register(TOP1_TOUCHED)
+    node_ops.register(YAML_TOP1)
 
 
 def uninstall() -> None:
     unregister("top1")
     unregister("top1_touched")
+    node_ops.unregister("top1")

@@ -287,6 +287,7 @@ def test_the_readme_walkthrough(world):
         assert out.returncode in allowed, f"`{command}` failed ({out.returncode}):\n{text}"
         if command.startswith("python -m spark_jobs.examples.generators"):
             batches += 1
+            assert f"batch {batches} in " in text and "orders" in text, text
             if batches == 2:  # the DAG is unpaused: the files landing start a run (asset event)
                 run = world.wait_for_commit("my_view", 2)
                 assert run["run_type"] == "asset_triggered", run
@@ -295,8 +296,17 @@ def test_the_readme_walkthrough(world):
                 links = world.api.call("GET", f"/api/v2/dags/my_view/dagRuns/{run['dag_run_id']}"
                                               "/taskInstances/timestep/links")
                 assert links["extra_links"].get("Quality report") == "/dbsp/quality/my_view/", links
-        elif command == "dbsp step my_view":
-            assert "timestep 1" in text, text
+        elif command == "dbsp step my_view":  # quiet: no Spark banner, counts as it goes, each line once
+            assert "timestep 1" in text and "timestep 1: read input orders: 1 file(s), 60 rows" in text, text
+            assert "Using Spark's default log4j profile" not in text and "Setting default log level" not in text, text
+            said = [line.strip() for line in text.splitlines() if line.strip()]
+            assert len(said) == len(set(said)), text
+        elif command == "dbsp explain circuits/my_view.yaml":
+            assert "by_region" in text and "state" in text.lower(), text
+        elif command == "airflow dags details my_view":
+            assert "Revenue per region" in text, text  # the circuit's description
+        elif command == "airflow dags list-runs my_view":
+            assert "my_view" in text, text
         elif command == "dbsp show my_view by_region":
             assert "region" in text and "revenue" in text, text
         elif command == "dbsp status my_view":
@@ -351,7 +361,7 @@ def test_per_stage_timesteps_equal_a_recompute_a_killed_stage_is_retried_and_per
             assert tis["stages.enriched"]["try_number"] == 2, world.api.describe(REVENUE, run_id, world.home)
             assert all(ti["state"] == "success" for ti in tis.values())
     log = "\n".join(task_log(world.home, REVENUE, run_id, "stages.enriched"))
-    assert "operator" in log and "state rows read" in log and "enriched[ΔaΔb]" in log  # the stage's table
+    assert "operator" in log and "state read" in log and "enriched[ΔaΔb]" in log  # the stage's table
     expected = oracle.revenue_by_region(str(world.data / "revenue"))
     for view in ("by_region", "order_extremes", "big_spenders"):
         assert world.show(REVENUE, view) == expected[view], view
@@ -381,6 +391,12 @@ def test_a_failed_expectation_blocks_the_commit_and_names_the_file(world):
     assert tis["timestep"]["state"] == "failed" and tis["timestep"]["try_number"] == 1  # not retried
     log = task_log(world.home, CHECKED, run_id, "timestep")
     assert any("FAIL" in line and "expect_column_values_to_be_between" in line for line in log), log
+    # the failure starts with its summary (check, view, example row, files), once, no traceback
+    errors = [line for line in log if line.startswith("error: ")]
+    assert errors[0] == "error: quality gate failed at timestep 2: 1 failing check(s)", log
+    assert errors[1].startswith("error:   FAIL view:settled expect_column_values_to_be_between") and "e.g." in errors[1]
+    assert sum("FAIL view:settled" in line for line in log) == 1, log
+    assert not [line for line in log if "Traceback" in line or line.startswith("    at ")], log
     named = [line for line in log if "rows from" in line]
     assert named and "payments-0002.parquet" in named[0] and "payments-0003" not in named[0], log
     assert store.last_committed() == 1  # the manifest did not advance
@@ -410,6 +426,8 @@ def test_a_chained_circuit_runs_on_the_other_circuits_view(world):
         events = world.api.call("GET", "/api/v2/assets/events?source_dag_id=chain_up&limit=100")["asset_events"]
         extra = max(events, key=lambda e: e["timestamp"])["extra"]
         assert extra["timestep"] == i and {"rows_inserted", "rows_deleted", "mode"} <= set(extra), extra
+        assert extra["summary"] == (f"timestep {i} ({extra['mode']}): +{extra['rows_inserted']} / "
+                                    f"-{extra['rows_deleted']} rows"), extra
     per_x = world.show(UP, "per_x")
     assert world.show(DOWN, "many") == Counter({row: w for row, w in per_x.items() if row[1] >= 2})
 
@@ -440,6 +458,15 @@ def test_the_ui_in_a_browser(world):
     for view, change in world.store(REVENUE_STEP).manifest(committed).outputs.items():
         assert f"{view}\t{change.rows_inserted}\t{change.rows_deleted}" in found["note"], (view, found["note"])
     assert found["docs_image"].startswith("/dbsp/docs/revenue_step-") and "Incremental circuit" in found["docs_text"]
+    # the first hour: the diagram's text is readable as shown (>= 10 px after the modal's scaling),
+    # and its link opens it at full size with a legend that says what a colour is under per_step
+    status, kind, svg = found["docs_full_size"]
+    font = float(re.search(r'<svg [^>]*font-size="([\d.]+)"', svg).group(1))
+    assert font * found["docs_scale"] >= 10, (font, found["docs_scale"])
+    assert found["docs_full_size_link"] == found["docs_image"] and status == 200 and "svg" in kind, found
+    assert 'Colour: a stage of the one task "timestep" (per_step)' in svg and svg.count(">timestep<") == 0
+    assert found["dag_list_name"].startswith(f"{REVENUE_STEP} — Paid revenue"), found["dag_list_name"]
+    assert found["backfill_offered"] is False  # greyed out: a circuit has no backfill
     assert "dbsp_view_is_set" in found["quality_page"] and "PASS" in found["quality_page"]
     assert found["quality_link"] == f"/dbsp/quality/{REVENUE_STEP}/" and found["extra_link"] == "Quality report"
     assert found["extra_link_href"] == found["quality_link"], found

@@ -29,3 +29,6 @@ def test_a_step_on_spark_prints_no_banner_and_each_line_once(tmp_path):
         assert banner not in text, text
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     assert len([line for line in lines if "published timestep(s)" in line]) == 1, text
+    # a long phase says what it got as it goes: files and rows read, views being checked
+    assert "timestep 1: read input orders: 1 file(s), 60 rows" in lines, text
+    assert "timestep 1: read input customers: 1 file(s)," in text and "checking view deltas (1 view(s), 1 input(s) with expectations)" in text, text

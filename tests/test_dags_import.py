@@ -53,10 +53,13 @@ def test_one_dag_per_circuit_with_one_task_for_all_stages(circuits_env):
         assert dag.max_active_runs == 1 and dag.catchup is False and "dbsp" in dag.tags
         assert dag.schedule == c.spec.schedule  # None for circuits without a schedule
         assert dag.params["mode"] == "incremental"
-        assert dag.params.get_param("mode").schema["enum"] == ["incremental", "full_refresh"]
+        assert dag.params.get_param("mode").schema["enum"] == ["incremental", "full_refresh", "recompute"]
         assert c.spec.orchestration.tasks == "per_step"  # the default
         assert set(dag.task_ids) == {"timestep"}  # the whole timestep in one task: no task-to-task hops
         assert dag.get_task("timestep").retries == 2
+        assert dag.get_task("timestep").retry_policy is not None  # a failed check is not retried
+        assert "backfill" not in {str(getattr(t, "value", t)) for t in dag.allowed_run_types}  # no Backfill
+        assert dag.dag_display_name.startswith(f"{name} — {c.spec.description[:20]}")  # the list shows it
         assert {a.name for a in dag.get_task("timestep").outlets} == {f"{name}.{v}" for v in c.spec.outputs}
         assert "State" in dag.doc_md and c.spec.text.strip() in dag.doc_md
 
@@ -100,6 +103,35 @@ def test_the_docs_show_the_circuit_as_an_svg_drawn_at_parse_time(circuits_env, t
     assert {"inputs.orders", "stages.enriched", "view by_region"} <= texts
     assert svg.get("width").isdigit() and svg.get("viewBox").endswith(f"{svg.get('width')} {svg.get('height')}")  # an img scales it to fit
     assert "```text" not in dag.doc_md  # no wide fixed-width tables: Markdown tables wrap
+
+
+def test_the_legend_says_what_a_colour_is_in_each_orchestration_mode(tmp_path):
+    """per_step runs every stage in the one task ``timestep``: the legend names each stage once
+    (not "timestep" once per colour) and says whose stages they are; per_stage names the tasks.
+    The docs describe the tasks of the circuit's own mode and link the picture at full size."""
+    import xml.etree.ElementTree as ET
+
+    from spark_jobs.orchestration.dag_factory import task_ids
+    from spark_jobs.orchestration.docs import dag_doc
+    from spark_jobs.orchestration.svg import circuit_svg
+
+    (tmp_path / "per_stage.yaml").write_text((ROOT / "circuits" / "revenue_by_region.yaml").read_text()
+                                             + "\norchestration: {tasks: per_stage}\n")
+    c = compile_file(str(ROOT / "circuits" / "revenue_by_region.yaml"))
+    stages, ns = stage_graph(c), "{http://www.w3.org/2000/svg}text"
+    ids = task_ids(stages)
+    for per_step, heading, names in (
+            (True, 'Colour: a stage of the one task "timestep" (per_step)', {"input orders", "stage enriched"}),
+            (False, "Colour: the Airflow task computing it (per_stage)", {"inputs.orders", "stages.enriched"})):
+        texts = [t.text for t in ET.fromstring(circuit_svg(c.incremental, stages, ids, per_step=per_step)).iter(ns)]
+        assert heading in texts and names <= set(texts), texts
+        legend = texts[texts.index(heading) + 1:]
+        assert len(legend) == len(set(legend)) == len(stages) + 1 and "timestep" not in legend, legend
+        mode = c if per_step else compile_file(str(tmp_path / "per_stage.yaml"))
+        doc = dag_doc("c.yaml", mode, stages, ids, "local", "/dbsp/docs/x.svg")
+        assert "[Open the picture at full size](/dbsp/docs/x.svg)" in doc
+        assert ("phase of task `timestep`" in doc and "`quality_check`" not in doc) if per_step else \
+            ("| `stages.enriched` |" in doc and "phase of task" not in doc), doc
 
 
 def test_the_schedule_of_the_yaml(circuits_env, tmp_path):
@@ -263,8 +295,6 @@ def test_failpoints_are_armed_only_when_allowed_and_on_the_chosen_try(monkeypatc
 
 
 def test_task_callable_passes_mode_and_fails_fast_on_errors_retries_cannot_fix(monkeypatch):
-    from airflow.sdk.exceptions import AirflowFailException
-
     from spark_jobs.orchestration import tasks
     from spark_jobs.spec import Problem
 
@@ -281,8 +311,9 @@ def test_task_callable_passes_mode_and_fails_fast_on_errors_retries_cannot_fix(m
     assert tasks.run_step("plan", "c.yaml", **context) == {"timestep": 4, "mode": "full_refresh", "empty": False,
                                                           "inputs": {"orders": 2}}
     assert calls == [("plan", "c.yaml", "manual__1", None, "full_refresh")]
-    with pytest.raises(AirflowFailException, match="c.yaml:3: node 'v': bad"):
+    with pytest.raises(tasks.NotRetried) as failed:
         tasks.run_step("check", "c.yaml", **context)
+    assert "c.yaml:3: node 'v': bad" in str(failed.value.error)
 
 
 def test_an_empty_plan_skips_the_rest_of_the_run_unless_empty_steps_commit(monkeypatch):

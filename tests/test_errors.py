@@ -48,6 +48,7 @@ USER_ERRORS = {
     "spark_jobs.runtime.inputs:CannotRebuild": (EXIT_FAILED, True),
     "spark_jobs.services:ServiceError": (EXIT_FAILED, True),
     "spark_jobs.cli.commands:UserError": (EXIT_FAILED, True),  # its default; each raise may choose
+    "spark_jobs.orchestration.tasks:NotRetried": (EXIT_FAILED, False),  # its default; each carries its error's code
 }
 
 
@@ -187,9 +188,7 @@ def test_exit_codes_through_the_cli(tmp_path):
 
 def test_the_task_wrapper_fails_at_once_on_an_error_a_retry_cannot_fix(tmp_path, monkeypatch):
     """A real plan task of a DAG run while a `dbsp step` holds the circuit's lease: LeaseHeld is
-    not retryable, so the task fails for good (AirflowFailException) instead of retrying."""
-    from airflow.sdk.exceptions import AirflowFailException
-
+    not retryable, so the task fails for good (``NotRetried``: its retry policy fails it) instead of retrying."""
     from spark_jobs.orchestration import tasks
     from spark_jobs.runtime.circuit import state_root
     from spark_jobs.state.fs import LocalFileSystem
@@ -201,8 +200,9 @@ def test_the_task_wrapper_fails_at_once_on_an_error_a_retry_cannot_fix(tmp_path,
     (tmp_path / "c.yaml").write_text(CIRCUIT)
     lease = Lease(LocalFileSystem(), state_root(config(tmp_path), "errs"), new_owner(), circuit="errs").acquire()
     try:
-        with pytest.raises(AirflowFailException, match="LeaseHeld"):
+        with pytest.raises(tasks.NotRetried) as failed:
             tasks.run_step("plan", path, run_id="manual__1", params={})
+        assert type(failed.value.error).__name__ == "LeaseHeld" and failed.value.code == 4
     finally:
         lease.release()
 
@@ -212,8 +212,6 @@ def test_the_task_wrapper_retries_exactly_the_retryable_errors(monkeypatch, retr
     """Whatever the class, the wrapper reads ``retryable``: a retryable error reaches Airflow as
     raised (it retries the task), another fails the task for good. (``execute`` is replaced to
     raise a made-up error class: what is tested is the wrapper's reading of the attribute.)"""
-    from airflow.sdk.exceptions import AirflowFailException
-
     from spark_jobs.orchestration import tasks
 
     class Made(DbspError):
@@ -226,5 +224,5 @@ def test_the_task_wrapper_retries_exactly_the_retryable_errors(monkeypatch, retr
 
     monkeypatch.setattr(tasks, "execute", fail)
     monkeypatch.setattr(tasks, "give_up", lambda *a: None)  # no circuit to give a lease back for
-    with pytest.raises(Made if retryable else AirflowFailException):
+    with pytest.raises(Made if retryable else tasks.NotRetried):
         tasks.run_step("plan", "c.yaml", run_id="manual__1", params={})

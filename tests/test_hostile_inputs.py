@@ -51,6 +51,7 @@ def _csv(root, name: str, text: str) -> str:
 
 def _good(root, n: int) -> None:
     _parquet(root, f"good{n}.parquet", k=pa.array([n], pa.int64()), v=pa.array([1.5]), s=pa.array(["a"]))
+    os.makedirs(os.path.join(str(root), "inbox", "c"), exist_ok=True)  # input c: no file yet, an empty folder
 
 
 def _truncated(root) -> str:

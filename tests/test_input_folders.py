@@ -50,35 +50,34 @@ def test_a_missing_folder_is_named_with_a_close_existing_one(tmp_path):
     assert missing["customers"].suggestion == ""
 
 
-def test_a_missing_folder_is_said_before_the_step_and_refusable(tmp_path):
+def test_a_missing_folder_refuses_the_step_and_an_empty_one_is_no_changes(tmp_path):
     root = tmp_path / "data"
     spec = load_circuit_text(CIRCUIT)
     (root / "shop" / "inbox" / "orders").mkdir(parents=True)
-    chosen = choose_inputs(spec.inputs, str(root), None)
-    [note] = chosen.notes()
-    assert note.startswith("warning: input 'customers' reads folder 'shop/snapshots/customers', which does not exist")
-    assert chosen.files == {"orders": [], "customers": []}
-    with pytest.raises(InputRefused) as refused:  # the refusal, for when steps refuse (exit code 2)
-        refuse_missing_folders(spec.inputs, str(root))
-    assert refused.value.input_name == "customers"
-    [(path, reason)] = refused.value.problems
-    assert path == str(root / "shop" / "snapshots" / "customers") and "does not exist" in reason
+    for full_refresh in (False, True):
+        with pytest.raises(InputRefused) as refused:
+            choose_inputs(spec.inputs, str(root), None, full_refresh=full_refresh)
+        assert refused.value.input_name == "customers" and refused.value.exit_code == 2
+        [(path, reason)] = refused.value.problems
+        assert path == str(root / "shop" / "snapshots" / "customers")
+        assert reason.startswith("input 'customers' reads folder 'shop/snapshots/customers', which does not exist")
     (root / "shop" / "snapshots" / "customers").mkdir(parents=True)
     chosen = choose_inputs(spec.inputs, str(root), None)  # both empty: no changes, nothing to say
     assert chosen.files == {"orders": [], "customers": []} and chosen.notes() == []
     refuse_missing_folders(spec.inputs, str(root))
 
 
-def test_dbsp_step_says_which_input_folder_is_missing_before_it_steps(tmp_path, capsys):
+def test_dbsp_step_refuses_a_missing_input_folder_with_exit_code_2(tmp_path, capsys):
     root = tmp_path / "data"
     path = _write(tmp_path, CIRCUIT.replace("shop/inbox/orders", "shop/inbox/ordrs"))
     write_change(str(root / "shop"), "orders", 1, {"order_id": "long", "amount": "double"},
                  Counter({(1, 20.0): 1}))
     (root / "shop" / "snapshots" / "customers").mkdir(parents=True)
-    main(["step", path, "--data-root", str(root)])
+    assert main(["step", path, "--data-root", str(root)]) == 2
     err = capsys.readouterr().err
-    said = "warning: input 'orders' reads folder 'shop/inbox/ordrs', which does not exist (did you mean 'shop/inbox/orders'?)"
-    assert said in err and err.index(said) < err.index("timestep 1: reading inputs"), err
+    said = "input 'orders' reads folder 'shop/inbox/ordrs', which does not exist (did you mean 'shop/inbox/orders'?)"
+    assert said in err and str(root / "shop" / "inbox" / "ordrs") in err, err
+    assert "reading inputs" not in err, err
 
 
 def test_validate_with_a_data_root_checks_the_folders(tmp_path, capsys):
@@ -166,10 +165,8 @@ def test_a_step_says_when_an_input_moved_since_the_state_was_built(tmp_path):
     assert choose_inputs(spec.inputs, str(root), manifest).notes() == []  # unchanged: nothing to say
 
     moved = load_circuit_text(text.replace("shop/inbox/orders", "shop/v2/orders"))
-    notes = choose_inputs(moved.inputs, str(root), manifest).notes()  # the new folder does not exist yet
-    assert "(the state was built from 'shop/inbox/orders'); this step reads it as no changes" in notes[0], notes
-    with pytest.raises(InputRefused) as refused:
-        refuse_missing_folders(moved.inputs, str(root), manifest)
+    with pytest.raises(InputRefused) as refused:  # the new folder does not exist yet
+        choose_inputs(moved.inputs, str(root), manifest)
     assert "(the state was built from 'shop/inbox/orders')" in str(refused.value)
     (root / "shop" / "v2" / "orders").mkdir(parents=True)
     [note] = choose_inputs(moved.inputs, str(root), manifest).notes()

@@ -23,6 +23,7 @@ from spark_jobs.state.fs import LocalFileSystem
 from spark_jobs.errors import EXIT_LEASE_HELD
 from spark_jobs.state.lease import Lease, LeaseHeld, LeaseLost, LeaseRecord
 from tests import oracle
+from tests.policies import make_input_folders
 from tests.dag_tasks import TASK_MODES, run_stage_tasks
 from tests.test_state_remote_fs import store_fs  # noqa: F401 - a fixture: every store file system
 
@@ -211,6 +212,7 @@ def test_an_empty_run_skipped_by_its_plan_gives_the_lease_back(tmp_path):
     """No task follows a plan that skips its run, so the plan itself releases the run's lease
     (no Spark: the plan of a local state root starts none)."""
     rt = open_circuit(PAPER, load_config(data_root=str(tmp_path)))
+    make_input_folders(rt)  # empty folders: no new file (a missing folder would refuse the plan)
     p = timestep.plan(rt, "scheduled__1")
     assert p["empty"] and timestep.is_skipped(rt, p)
     assert os.listdir(tmp_path / "_dbsp" / "paper_example" / "lease") == []

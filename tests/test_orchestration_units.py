@@ -100,6 +100,7 @@ def test_consumed_files_are_not_announced(circuit, tmp_path):
 
     data = tmp_path / "data"
     write_parquet(str(data / "inbox" / "t" / "t-1.parquet"), [{"id": 1, "amount": 3.0}], ROWS)
+    (data / "snapshots" / "c").mkdir(parents=True)  # no snapshot yet: an empty folder (a missing one refuses a step)
     trigger = InputFilesTrigger(circuit_path=str(circuit), input_names=["t"], config_path="",
                                 data_root=str(data), poll_seconds=0.2)
     assert len(trigger.pending()) == 1
@@ -165,6 +166,10 @@ def test_log_tables_are_aligned_text():
     text = "\n".join(logs.stage_lines(summary))
     assert "stage paid (timestep 3, incremental)" in text and "\\u" not in text and "σ" in text
     assert "view v: +2 / -1 rows" in text
+    wide = dict(summary, operators=[dict(o, operator="enriched[ΔaΔb]", op="⋈", rows_in=1_234_567, rows_out=99_999,
+                                         state_read=2_000_000, state_written=1_000_000, seconds=12.5)
+                                    for o in summary["operators"]])
+    assert max(map(len, logs.stage_lines(wide))) <= 72, logs.stage_lines(wide)  # beside the panel's timestamp
 
 
 def test_the_preload_hook_installs_once_and_never_over_a_users_file(tmp_path, monkeypatch):
@@ -219,3 +224,40 @@ def test_the_docs_report_the_latest_airflow_benchmark():
     assert len(rows) >= 6 and all(row in readme for row in rows), [r for r in rows if r not in readme]
     stamp = bench[2].split(",")[0]  # "<date> <time> UTC": the run the page quotes
     assert stamp in readme, stamp
+
+
+def test_a_failed_check_ends_its_task_with_the_fail_lines_once_and_no_traceback(monkeypatch, caplog):
+    """The task log of a failed quality check starts with the FAIL summary (check, view, example
+    row, the input files behind it), says it once, and ends the task without a traceback: a
+    ``SystemExit`` (Airflow logs it as one "Task exited" line) that the tasks' retry policy
+    fails at once."""
+    import logging
+
+    from spark_jobs.orchestration import tasks
+    from spark_jobs.quality.report import CheckResult, GateReport, QualityGateFailed
+
+    check = CheckResult("expect_column_values_to_be_between", "view:settled", "fail", False,
+                        {"unexpected_count": 1, "element_count": 3, "examples": [{"amount": -3.0}],
+                         "kwargs": {"column": "amount", "min_value": 0}})
+    failed = QualityGateFailed(GateReport(4, [check]), "input files behind the failing checks:\n"
+                               "  view:settled expect_column_values_to_be_between: rows from payments-0002.parquet\n"
+                               "      /data/inbox/payments/payments-0002.parquet")
+
+    def fail(*args, **kwargs):
+        raise failed
+
+    monkeypatch.setattr(tasks, "execute", fail)
+    monkeypatch.setattr(tasks, "give_up", lambda *a: None)
+    with caplog.at_level(logging.INFO, logger=tasks.log.name), pytest.raises(tasks.NotRetried) as ended:
+        tasks.run_step("timestep", "c.yaml", run_id="manual__1", params={})
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert said[0] == "quality gate failed at timestep 4: 1 failing check(s)", said
+    assert said[1].startswith("  FAIL view:settled expect_column_values_to_be_between(column=amount, min_value=0)")
+    assert 'e.g. [{"amount": -3.0}]' in said[1] and "rows from payments-0002.parquet" in said[3], said
+    assert sum("FAIL view:settled" in r.getMessage() for r in caplog.records) == 1  # once
+    assert all(r.exc_info is None for r in caplog.records)
+    assert ended.value.code == 3 and ended.value.error is failed
+    assert ended.value.__cause__ is None and ended.value.__suppress_context__  # no chained traceback
+    policy = tasks.retry_policy()
+    assert policy.evaluate(ended.value, 1, 3).action.value == "fail"
+    assert policy.evaluate(RuntimeError("a lost executor"), 1, 3).action.value == "default"

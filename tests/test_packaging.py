@@ -89,3 +89,21 @@ def test_make_test_installs_chromium_for_the_browser_test_before_pytest(tmp_path
     run = subprocess.run(["bash", str(script)], capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin", "DBSP_CHROMIUM": str(tmp_path / "none"), "DBSP_NO_BROWSER": "1"})
     assert run.returncode == 0 and "browser test will be skipped" in run.stdout, run.stdout
+
+
+def test_the_installer_shows_its_summary_not_its_package_list():
+    """`make demo` on a fresh clone: uv's "Resolved/Installed N packages" lines, not one line per
+    package; the command's exit status is kept (scripts/bootstrap.sh: summary_only)."""
+    import subprocess
+
+    script = (ROOT / "scripts" / "bootstrap.sh").read_text()
+    function = re.search(r"^summary_only\(\) \{.*?^\}", script, re.S | re.M).group(0)
+    fake = ("fake() { echo 'Resolved 3 packages in 1ms'; echo 'Installed 2 packages in 2ms' >&2; "
+            "echo ' + pyspark==4.1.0'; echo ' - old==1'; echo ' ~ dbsp-spark==0.1'; return $1; }")
+    for status in (0, 3):
+        out = subprocess.run(["bash", "-c", f"set -euo pipefail\n{function}\n{fake}\nsummary_only fake {status} || "
+                              "echo \"failed $?\""], capture_output=True, text=True)
+        lines = out.stdout.splitlines()
+        assert lines[:2] == ["Resolved 3 packages in 1ms", "Installed 2 packages in 2ms"], out
+        assert not [line for line in lines if line.startswith((" +", " -", " ~"))], lines
+        assert (lines[2:] == ["failed 3"]) if status else (lines[2:] == [] and out.returncode == 0), out

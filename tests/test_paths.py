@@ -10,7 +10,11 @@ its own data root:
   everything, as where only the cluster sees the files);
 - ``dag-per_step``: a DAG run's one task (``timestep``: plan, stages, check, commit) as Airflow
   runs it, on the engine the plan picks (in-process here, and no Spark session is opened);
-- ``dag-per_stage-spark``: one task per stage, every stage on Spark.
+- ``dag-per_stage-spark``: one task per stage, every stage on Spark;
+- ``cli-recompute``: `dbsp step` recomputing every step after the first from the integrated inputs
+  (``execution.cost.recompute: always``, runtime/recompute.py), in-process;
+- ``dag-recompute``: a DAG run's one task doing the same (the plan chooses the recompute, the
+  commit task computes and commits it).
 
 After every timestep the committed view deltas (rows, weights, column types) and every trace's
 integrated value must be the same on every path, and the manifest records the same keys.
@@ -59,7 +63,8 @@ INPUTS = {
                {"id": KEYS, "cust": KEYS, "amount": KEYS, "status": STRINGS}),
     "customers": ({"cust": "long", "region": "string"}, {"cust": KEYS, "region": STRINGS}),
 }
-PATHS = ("cli-arrow", "cli-spark", "cli-spark-remote", "dag-per_step", "dag-per_stage-spark")
+PATHS = ("cli-arrow", "cli-spark", "cli-spark-remote", "dag-per_step", "dag-per_stage-spark", "cli-recompute",
+         "dag-recompute")
 
 
 def _config(path: str, root):
@@ -67,6 +72,8 @@ def _config(path: str, root):
         return config(root, engine="spark")
     if path in ("cli-spark-remote", "dag-per_stage-spark"):
         return config(root, engine="spark", driver_access="never")
+    if path.endswith("recompute"):
+        return config(root, cost={"recompute": "always"})
     return config(root)
 
 
@@ -75,10 +82,11 @@ def _step(path: str, rt, t: int) -> str:
     if path.startswith("cli"):
         return run_step(rt).engine
     run_id = f"run-{t}"
-    if path == "dag-per_step":
+    if path in ("dag-per_step", "dag-recompute"):
         phases = []
         done = timestep.run_task(rt, "timestep", run_id, on_phase=lambda name, _s: phases.append(name))
-        assert phases == ["plan", "stages", "check", "commit"] and not done.get("skipped"), (phases, done)
+        stages = ["stage"] * len(done["stages"].get("stages", []))  # each stage said as it ends, then the phase
+        assert phases == ["plan", *stages, "stages", "check", "commit"] and not done.get("skipped"), (phases, done)
         assert timestep.run_task(rt, "timestep", run_id)["commit"]["note"]  # a retry changes nothing
         return rt.committed.manifest().meta["engine"]
     plan = timestep.run_task(rt, "plan", run_id)
@@ -121,6 +129,11 @@ def test_every_path_commits_the_same_timestep(spark, tmp_path, seed):
         assert engines["cli-arrow"] == "arrow" and engines["dag-per_step"] == "arrow", engines
         assert engines["cli-spark"] == engines["cli-spark-remote"] == engines["dag-per_stage-spark"] == "spark"
         assert "spark" not in rts["dag-per_step"].__dict__, "an in-process DAG run opened a Spark session"
+        for p in ("cli-recompute", "dag-recompute"):
+            meta = rts[p].committed.manifest().meta
+            assert engines[p] == "arrow" and meta["mode"] == ("recompute" if t > 1 else "incremental"), (p, meta)
+            assert meta["cost"]["mode"] == meta["mode"] and (t == 1 or "always" in meta["cost"]["reason"]), meta
+        assert "spark" not in rts["dag-recompute"].__dict__, "an in-process DAG recompute opened a Spark session"
         want = rts["cli-spark-remote"]
         for view in want.compiled.spec.outputs:
             expected = output_delta(want, view)

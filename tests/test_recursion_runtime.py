@@ -21,6 +21,7 @@ from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
 from spark_jobs.spec import CircuitError, load_circuit_text
 from spark_jobs.spec.errors import Problem
+from tests.policies import make_input_folders
 from tests.test_recursion import closure
 
 pytestmark = pytest.mark.slow
@@ -80,6 +81,7 @@ def test_divergent_recursion_stops_at_the_limit_and_commits_nothing(spark, tmp_p
     path = tmp_path / "counter.yaml"
     path.write_text(COUNTER)
     rt = open_circuit(str(path), load_config(data_root=str(tmp_path / "data")))
+    make_input_folders(rt)  # no seeds yet: an empty folder
     run_step(rt)  # no seeds: the fixed point is empty, committed
     assert rt.store.last_committed() == 1
     _write(tmp_path / "data", "seeds", "s1.parquet", {(0,): 1}, ("n",))
@@ -192,6 +194,7 @@ def test_global_aggregate_over_a_recursive_node_with_a_bag_base_case(spark, tmp_
     path = tmp_path / "reach.yaml"
     path.write_text(REACH)
     rt = open_circuit(str(path), load_config(data_root=str(tmp_path / "data")))
+    make_input_folders(rt)  # no base rows at the first step: an empty folder
     rt.store.compact_fraction = 0.0
     edges: set[tuple[int, int]] = set()
     start: Counter = Counter()

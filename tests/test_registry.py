@@ -72,10 +72,10 @@ def _expected(bag: Counter) -> Counter:
     return Counter({r: 1 for r in best.values()})
 
 
-def _run(spark, tmp_path, engine: str, steps: list[Counter]) -> list[Counter]:
+def _run(spark, tmp_path, engine: str, steps: list[Counter], inc: Circuit | None = None) -> list[Counter]:
     """Each step on ``engine`` through evaluate_step, its state committed to a Parquet store; the
-    integrated view after each step."""
-    inc = incrementalize(_query())
+    integrated view after each step (of ``inc``, by default the incremental form of ``_query``)."""
+    inc = inc if inc is not None else incrementalize(_query())
     store = StateStore(lambda: spark, str(tmp_path / engine), "example", "fp")
     schema = "g long, v long, s string"
     arrow_schema = pa.schema([("g", pa.int64()), ("v", pa.int64()), ("s", pa.string()), ("_weight", pa.int64())])
@@ -101,6 +101,69 @@ def _run(spark, tmp_path, engine: str, steps: list[Counter]) -> list[Counter]:
         view = +view
         seen.append(Counter(view))
     return seen
+
+
+def _random_steps(seed: int) -> tuple[list[Counter], list[Counter]]:
+    """Changes of x (inserts and deletes of live rows, groups whose top row goes away) and the
+    expected view after each."""
+    rng = random.Random(seed)
+    bag: Counter = Counter()
+    steps, want = [], []
+    for _ in range(5):
+        change: Counter = Counter()
+        live = sorted(r for r, w in bag.items() for _ in range(w))
+        for row in rng.sample(live, min(2, len(live))):
+            change[row] -= 1
+        for _ in range(5):
+            change[(rng.randrange(3), rng.randrange(6), rng.choice("abc"))] += 1
+        change = Counter({r: w for r, w in change.items() if w})
+        for r, w in change.items():
+            bag[r] += w
+        bag = Counter({r: w for r, w in bag.items() if w > 0})
+        steps.append(change)
+        want.append(_expected(bag))
+    return steps, want
+
+
+TOP1_CIRCUIT = """\
+name: example
+inputs:
+  x:
+    schema: {g: long, v: long, s: string}
+    source: {kind: changes, path: x}
+nodes:
+  t: {op: top1, input: x, group_by: [g], value: v}
+outputs: [t]
+"""
+
+
+def test_a_new_yaml_op_needs_only_its_module(spark, tmp_path):
+    """``op: top1`` in a circuit file (tests/ops_example.py registers its YAML form, IR operator and
+    kernels; nothing else is edited): validated by the schema assembled with its fragment, its
+    problems named on its fields, its columns and types derived, compiled and explained, and run
+    in-process on random changes against a recompute."""
+    from spark_jobs.ir.compile import compile_spec
+    from spark_jobs.spec import load_circuit_text, output_columns
+    from spark_jobs.spec.loader import check_text
+    from tests.test_node_ops import missing_hooks
+
+    ops_example.install()
+    try:
+        assert missing_hooks(ops_example.YAML_TOP1) == []
+        problems = check_text(TOP1_CIRCUIT.replace("value: v", "value: w").replace("group_by: [g]", "group_by: [g], k: 3"))[1]
+        assert [p.message.split(";")[0] for p in problems] == ["unknown field 'k' for op 'top1'"], problems
+        problems = check_text(TOP1_CIRCUIT.replace("value: v", "value: w"))[1]
+        assert len(problems) == 1 and "column 'w' in 'value' is not a column of input 'x'" in problems[0].message
+        spec = load_circuit_text(TOP1_CIRCUIT)
+        assert output_columns(spec)["t"] == COLUMNS
+        compiled = compile_spec(spec, output_columns(spec))
+        assert [n.op for n in compiled.query] == ["input", "top1"]
+        assert "top1(touched)" in explain_text(compiled.incremental)
+        steps, want = _random_steps(7)
+        assert _run(spark, tmp_path, "arrow", steps, compiled.incremental) == want
+    finally:
+        ops_example.uninstall()
+    assert check_text(TOP1_CIRCUIT)[1], "once unregistered, op top1 is unknown again"
 
 
 def test_a_new_stateful_operator_needs_only_its_module(spark, tmp_path):

@@ -17,6 +17,7 @@ from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
 from spark_jobs.state import FingerprintMismatch, failpoints
 from tests import oracle
+from tests.policies import make_input_folders
 
 pytestmark = pytest.mark.slow
 PAPER = str(PROJECT_ROOT / "circuits" / "paper_example.yaml")
@@ -102,6 +103,7 @@ def test_bytes_written_by_a_small_step_do_not_grow_with_the_state(spark, tmp_pat
         root = tmp_path / f"s{size}"
         _write_t_rows(root / "inbox" / "t", "load.parquet", size)
         rt = _rt(PAPER, root)
+        make_input_folders(rt)  # r receives nothing: an empty folder
         run_step(rt)
         _write_t_rows(root / "inbox" / "t", "change.parquet", 10, start=size)
         run_step(rt)

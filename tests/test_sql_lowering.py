@@ -126,3 +126,20 @@ def test_with_recursive_becomes_a_recursive_scope():
     (scope,) = [n for n in c.incremental if n.op == "scope"]
     ops = {n.op for n in scope.body}
     assert {"feedback", "join_nested", "distinct_nested"} <= ops, ops
+
+
+def test_an_sql_node_is_bound_once(monkeypatch):
+    """Validation (columns, types, expressions, event time) and the IR's lowering all read the one
+    plan kept on the node's parsed query: the binder runs once per sql node, however many checks
+    read it."""
+    from spark_jobs.spec.sql import node as sql_node
+
+    calls: list[str] = []
+    bind = sql_node._bind
+    monkeypatch.setattr(sql_node, "_bind", lambda parsed, *a: calls.append(parsed.text) or bind(parsed, *a))
+    c = compile_text("name: t\n" + INPUTS + "nodes:\n"
+                     "  q: {op: sql, query: \"SELECT a.k, x + y AS z FROM a JOIN b ON a.k = b.k WHERE x > 0\"}\n"
+                     "  r: {op: sql, query: \"SELECT k, count(*) AS n FROM q GROUP BY k\"}\n"
+                     "outputs: [r]\n")
+    assert sorted(calls) == sorted({*calls}) and len(calls) == 2, calls
+    assert {n.id for n in c.query} >= {"q", "r"}

@@ -263,7 +263,8 @@ def cmd_step(args: argparse.Namespace) -> int:
         rt = opened["rt"] = open_circuit(args.circuit, _config(args))
         with process_lease(rt):  # before Spark starts: a second writer is refused at once
             _quiet_spark(rt, args.verbose)
-            report = run_step(rt, progress=_err, full_refresh=args.full_refresh)
+            report = run_step(rt, progress=_err, full_refresh=args.full_refresh,
+                              recompute=bool(getattr(args, "recompute", False)))
     print(render.step_report(report))
     return _published(report)
 

@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full-refresh", action="store_true",
                    help="rebuild all state from the retained input files (also after editing the circuit); "
                         "the committed view deltas are new view minus old view")
+    p.add_argument("--recompute", action="store_true",
+                   help="recompute the views from the integrated inputs the state keeps (not the input files), "
+                        "whatever the cost model says; committed as new view minus old view")
     p.add_argument("-v", "--verbose", action="store_true", help="keep Spark's own error logs on stderr")
     _common(p)
 

@@ -17,6 +17,8 @@ def step_report(report) -> str:
     if engine:
         where = "in-process (Arrow)" if engine == "arrow" else "Spark"
         lines.append(f"  engine: {where}" + (f": {report.engine_reason}" if report.engine_reason else ""))
+    if getattr(report, "mode_reason", ""):  # incremental or recomputed, and why (the cost model)
+        lines.append(f"  mode: {report.mode}: {report.mode_reason}")
     for inp in report.inputs:
         if inp.files:
             lines.append(f"  input {inp.name}: +{inp.inserted} -{inp.deleted} rows ({inp.note})")
@@ -117,8 +119,25 @@ def table_rows(table, columns: tuple[str, ...]) -> list[tuple]:
     if table is None or table.num_rows == 0:
         return []
     names = list(columns) + [WEIGHT]
-    values = [_naive(table.column(c).to_pylist()) for c in names]
+    values = [_naive(_python_values(table.column(c))) for c in names]
     return _sorted(list(zip(*values)))
+
+
+def _python_values(column) -> list:
+    """The column's values; a date or timestamp Python cannot hold (year 10000, year 0: refused
+    at input since, but state written before may hold one) as its ISO text, not a traceback."""
+    try:
+        return column.to_pylist()
+    except (OverflowError, ValueError):
+        import numpy as np
+        import pyarrow as pa
+
+        t = column.type
+        if not (pa.types.is_timestamp(t) or pa.types.is_date(t)):
+            raise
+        unit = t.unit if pa.types.is_timestamp(t) else ("D" if pa.types.is_date32(t) else "ms")
+        raw = column.cast(pa.int64() if not pa.types.is_date32(t) else pa.int32()).to_pylist()
+        return [None if r is None else str(np.datetime64(r, unit)) for r in raw]
 
 
 def _naive(values: list) -> list:

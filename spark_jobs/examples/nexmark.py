@@ -162,9 +162,11 @@ class NexmarkGenerator:
     # ---- files -------------------------------------------------------------------------------
     def write_batch(self, data_root: str, folder: str = "inbox/nexmark") -> NexmarkBatch:
         """Write the next batch as ``<folder>/<stream>/b<index>.parquet`` (streams without an event
-        in this batch get no file); returns the batch."""
+        in this batch get no file, but their folder exists: a step refuses a missing one); returns
+        the batch."""
         batch = self.next_batch()
         for stream, rows in batch.rows.items():
+            os.makedirs(os.path.join(data_root, folder, stream), exist_ok=True)
             if rows:
                 write_rows(os.path.join(data_root, folder, stream, f"b{batch.index:06d}.parquet"), rows,
                            SCHEMAS[stream])

@@ -41,12 +41,13 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
 from spark_jobs.executor.spark import zset
-from spark_jobs.executor.arrow.zsets import consolidate
+from spark_jobs.executor.arrow.zsets import consolidate, group_sums
 from spark_jobs.executor.engine import NotLocal
 from spark_jobs.executor.spark.kernels import to_arrow
 from spark_jobs.executor.spark.session import step_conf, temporary_conf
 from spark_jobs.executor.spark.zset import WEIGHT, col
 from spark_jobs.policy import BagCheckPolicy, ExecutionPolicy, NarrowPolicy
+from spark_jobs.state.float_keys import canonical
 from spark_jobs.state.lookup import TooMany, TraceFiles
 
 MAX_EXAMPLES = 5
@@ -101,17 +102,9 @@ def find_negatives(spark: SparkSession, delta: DataFrame, integral: DataFrame | 
         return _on_spark(delta, integral)
 
 
-def _normalized(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Floats as Spark groups them: -0.0 is 0.0 and every NaN is one NaN."""
-    if not pa.types.is_floating(column.type):
-        return column
-    zeroed = pc.if_else(pc.equal(column, 0), pa.scalar(0.0, column.type), column)
-    return pc.if_else(pc.is_nan(zeroed), pa.scalar(float("nan"), column.type), zeroed)
-
-
 def _as_spark_groups(table: pa.Table) -> pa.Table:
     """``table`` with its float columns ``_normalized``, so tuples compare as in Spark."""
-    return pa.table([_normalized(table.column(c)) for c in table.column_names], schema=table.schema)
+    return pa.table([canonical(table.column(c)) for c in table.column_names], schema=table.schema)
 
 
 def _tagged(table: pa.Table, cols: list[str], before: bool) -> pa.Table:
@@ -152,9 +145,9 @@ def negative_tuples(table: pa.Table, files: TraceFiles | None, policy: NarrowPol
         found = _as_spark_groups(found.cast(pa.schema([neg.schema.field(c) for c in cols] + [found.schema.field(WEIGHT)])))
         parts.append(_tagged(found, cols, before=True))
     total = pa.concat_tables(parts, promote_options="permissive")
-    sums = total.group_by(cols, use_threads=False).aggregate([(BEFORE, "sum"), (CHANGE, "sum")])
+    sums = group_sums(total, cols, [BEFORE, CHANGE])
     b, c = sums.column(f"{BEFORE}_sum"), sums.column(f"{CHANGE}_sum")
-    bad = sums.filter(pc.and_(pc.less(c, 0), pc.less(pc.add(b, c), 0)))
+    bad = sums.filter(pc.and_(pc.less(c, 0), pc.less(pc.add_checked(b, c), 0)))
     return bad.rename_columns(cols + [BEFORE, CHANGE]) if bad.num_rows else None
 
 
@@ -224,7 +217,8 @@ def _on_spark(delta: DataFrame, integral: DataFrame | None) -> Negatives | None:
         looked = zset.restrict(integral.select(*[col(c) for c in cols], col(WEIGHT)), deleting, cols, cols)
         parts = parts.unionByName(looked.select(*[col(c) for c in cols], col(WEIGHT).cast("long").alias(BEFORE),
                                                 zero.alias(CHANGE)))
-    sums = parts.groupBy(*[col(c) for c in cols]).agg(F.sum(BEFORE).alias(BEFORE), F.sum(CHANGE).alias(CHANGE))
+    sums = parts.groupBy(*[col(c) for c in cols]).agg(zset.checked_sum(BEFORE, cols).alias(BEFORE),
+                                                     zset.checked_sum(CHANGE, cols).alias(CHANGE))
     bad = sums.where((F.col(CHANGE) < 0) & (F.col(BEFORE) + F.col(CHANGE) < 0))
     with temporary_conf(delta.sparkSession, {"spark.sql.limit.initialNumPartitions": str(2 ** 20)}):
         rows = bad.limit(MAX_COLLECTED + 1).collect()

@@ -15,6 +15,7 @@ from typing import Any, Callable, Collection, Mapping, Protocol
 
 from spark_jobs.errors import DbspError
 from spark_jobs.executor.engine import Engine, NotLocal, StateUpdate
+from spark_jobs.executor.weights import evaluating
 from spark_jobs.ir.graph import Circuit, Node, state_of
 from spark_jobs.ir.operator import is_integral, operator
 from spark_jobs.policy import ExecutionPolicy
@@ -168,13 +169,15 @@ def evaluate_step(circuit: Circuit, inputs: Mapping[str, Any], state: StateReade
             if engine.name == "arrow":
                 raise NotLocal(f"operator {node.op!r} (node {node.id!r}) has no Arrow kernel")
             raise NotSupported(f"IR node {node.id!r}: no {engine.name} kernel for op {node.op!r}")
-        value = kernel(step, node)
-        step.result.values[node.id] = engine.settle(node, value, reused=node.id in reused)
+        with evaluating(node.id):  # a weight out of range names this node (``weights.py``)
+            value = kernel(step, node)
+            step.result.values[node.id] = engine.settle(node, value, reused=node.id in reused)
     for view, node_id in circuit.outputs.items():
         if only is not None and node_id not in only:
             continue
         value = step.value(node_id)
-        step.result.outputs[view] = value if operator(circuit[node_id].op).consolidated else engine.consolidate(value)
+        with evaluating(node_id):
+            step.result.outputs[view] = value if operator(circuit[node_id].op).consolidated else engine.consolidate(value)
     end = getattr(engine, "end", None)
     if end is not None:
         end()

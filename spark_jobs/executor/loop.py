@@ -310,23 +310,48 @@ def deeper_probes(loop: Loop, i: int) -> list[Any]:
     only be non-zero if one of these is non-empty. (Sums are not consolidated: a match may be
     spurious, which costs iterations, never facts.)"""
     found: list[Any] = []
-
-    def probe(trace: Any, changes: str, trace_keys: Sequence[str], keys: Sequence[str]) -> None:
-        b = loop.before[changes]
-        if trace is not None and not b.empty:
-            found.append(loop.k.lookup(trace, (i + 1, None), b.value, trace_keys, keys, b.small))
-
     for n in loop.body:
-        if n.op == "join_nested":
-            a, b, ta, tb = n.inputs
-            lk, rk = n.param("left_keys", ()), n.param("right_keys", ())
-            probe(loop.traces[ta], b, lk, rk)
-            probe(loop.traces[tb], a, rk, lk)
-        elif n.op == "distinct_nested":
-            x, tx = n.inputs
-            cols = loop.k.columns(loop.before[x].value)
-            probe(loop.traces[tx], x, cols, cols)
+        probes = operator(n.op).kernel("loop_probe")  # the operators that look a trace up
+        if probes is not None:
+            found += probes(loop, n, i)
     return found
+
+
+def _probe(loop: Loop, i: int, trace: Any, changes: str, trace_keys: Sequence[str], keys: Sequence[str]) -> list[Any]:
+    b = loop.before[changes]
+    if trace is None or b.empty:
+        return []
+    return [loop.k.lookup(trace, (i + 1, None), b.value, trace_keys, keys, b.small)]
+
+
+def join_probes(loop: Loop, n: Node, i: int) -> list[Any]:
+    """A body join looks each side's trace up by the other side's changes."""
+    a, b, ta, tb = n.inputs
+    lk, rk = n.param("left_keys", ()), n.param("right_keys", ())
+    return _probe(loop, i, loop.traces[ta], b, lk, rk) + _probe(loop, i, loop.traces[tb], a, rk, lk)
+
+
+def distinct_probes(loop: Loop, n: Node, i: int) -> list[Any]:
+    """A body distinct looks its trace up by its changes' tuples."""
+    x, tx = n.inputs
+    cols = loop.k.columns(loop.before[x].value)
+    return _probe(loop, i, loop.traces[tx], x, cols, cols)
+
+
+def typed(k: Any, n: Node, args: list[Any]) -> Any:
+    """Body node ``n``'s operator applied to empty values ``args`` (its result's columns and
+    types): its ``loop_type`` kernel, or a row-wise operator applied to its first argument."""
+    fn = operator(n.op).kernel("loop_type")
+    return fn(k, n, args) if fn is not None else k.linear(n, args[0])
+
+
+def join_type(k: Any, n: Node, args: list[Any]) -> Any:
+    return k.join(args[0], args[1], join_spec(n), "left", False)
+
+
+def first_type(k: Any, n: Node, args: list[Any]) -> Any:
+    """An operator whose result has its first input's columns (a distinct)."""
+    return args[0]
 
 
 # ---- the loop ------------------------------------------------------------------------------------

@@ -31,12 +31,14 @@ Every IR node keeps the SQL fragment it implements in its ``sql`` param (explain
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from spark_jobs.ir.graph import Circuit, Node, make_node
 from spark_jobs.ir.ops.window import add_window_assign
 from spark_jobs.ir.scope import DEFAULT_MAX_ITERATIONS, delta0, feedback_id, finish_scope
+from spark_jobs.spec.model import NodeSpec
 from spark_jobs.spec.sql import plan as P
+from spark_jobs.spec.sql.node import bind_node
 from spark_jobs.spec.time import WindowSpec
 
 ONE = "__one"  # the column of a one-row flag relation
@@ -192,8 +194,9 @@ class Lowering:
     def _join(self, rel: P.Join, node_id: str | None) -> str:
         left, right = self.lower(rel.left), self.lower(rel.right)
         if rel.kind == "inner":
-            return self.join(left, right, rel.left_keys, rel.right_keys, False, rel.left_out, rel.right_out,
+            return self.join(left, right, rel.left_keys, rel.right_keys, rel.null_safe, rel.left_out, rel.right_out,
                              rel.sql, node_id)
+        assert not rel.null_safe, "null-safe keys are for inner joins"
         lf = self.filter(left, rel.left_only, f"(left side) {rel.sql}") if rel.left_only else left
         rf = self.filter(right, rel.right_only, f"(right side) {rel.sql}") if rel.right_only else right
         inner = self.join(lf, rf, rel.left_keys, rel.right_keys, False, rel.left_out, rel.right_out,
@@ -240,10 +243,11 @@ class Lowering:
         left, right = self.lower(rel.left), self.lower(rel.right)
         if rel.residual is None:
             keyset = self.keyset(right, rel.right_keys, f"(keys) {rel.sql}")
-            semi = self.semijoin(left, keyset, rel.left_keys, rel.right_keys, False,
+            semi = self.semijoin(left, keyset, rel.left_keys, rel.right_keys, rel.null_safe,
                                  rel.sql if not rel.anti else f"(rows with a match) {rel.sql}",
                                  None if rel.anti else node_id)
         else:
+            assert not rel.null_safe, "null-safe keys are for semijoins without a residual"
             idcols = _dedup(list(rel.left_keys) + list(rel.residual_left))
             probe = self.project(left, idcols, f"(columns the match reads) {rel.sql}")
             pairs = self.join(probe, right, rel.left_keys, rel.right_keys, False, identity(idcols), rel.right_out,
@@ -325,3 +329,9 @@ def lower_sql(circuit: Circuit, name: str, rel: P.Rel, max_iterations: int = DEF
     """Add the IR nodes of an sql node's plan; the last one has the node's name."""
     lowering = Lowering(circuit, name, max_iterations)
     return circuit[lowering.lower(rel, name)]
+
+
+def from_yaml(circuit: Circuit, node: NodeSpec, columns: dict, ctx: Any) -> Node:
+    """An ``sql`` node of a circuit file (``spec/ops/sql.py`` names this function): its plan,
+    bound once at validation and kept on the node, lowered."""
+    return lower_sql(circuit, node.name, bind_node(node.sql, columns.get, list(columns)), ctx.max_iterations)

@@ -7,16 +7,19 @@ editing a dozen places. Now an operator is an ``Operator`` value that its own mo
 (``spark_jobs/ir/ops/``, found automatically), and every layer asks ``operator(name)``:
 
 - the IR (``graph``, ``optimize``, ``incrementalize``, ``explain``) reads the facts and rules;
-- the executor (``executor/evaluate.py``) runs ``kernels[engine]`` of each node, and the nested
-  loop (``executor/loop.py``) runs ``kernels["loop"]`` of each body node.
+- the executor (``executor/evaluate.py``) runs ``kernels[engine]`` of each node, the nested
+  loop (``executor/loop.py`` and each engine's ``loop_kernels.py``) the ``LOOP_KERNELS`` of each
+  body node, and narrowing (``executor/spark/narrow.py``) its ``narrow`` kernel.
 
-Layering: this module and the operator modules import only the IR (and the standard library).
+Layering: this module and the operator modules import only the IR and the spec (and the standard
+library).
 Kernels are named, not imported: a ``KernelRef`` is a callable or a ``"module:function"`` string
 that the executor resolves when it runs, so importing the IR (``dbsp validate``, ``explain``,
 the DAG factory) loads no engine, and the IR never imports the executor. The built-in operators
 name functions of ``spark_jobs/executor/{spark,arrow}/kernels.py``; a new operator may keep its kernels in its
 own module (they import pyspark / pyarrow inside their bodies), so that adding an operator is
-one new module, its tests and its docs: see docs/contributing/adding-an-operator.md.
+its modules (its YAML form in ``spec/ops/``, if users write it), its tests and its docs: see
+docs/contributing/adding-an-operator.md.
 """
 from __future__ import annotations
 
@@ -225,11 +228,37 @@ def is_insert_only(circuit: "Circuit", node_id: str) -> bool:
     return fact == ALWAYS
 
 
-def builtin_kernels(fn: str | None, *, loop: str | None = None) -> dict[str, str]:
+LOOP_KERNELS = ("loop", "loop_type", "loop_probe") + tuple(f"loop.{engine}" for engine in ENGINES)
+"""The kernels of an operator inside a recursive body (``executor/loop.py``): ``loop``, its rule on
+2-D deltas ``(loop, node, i) -> Delta``; ``loop_type``, its result on empty values ``(kernels,
+node, args) -> value`` (default: ``loop.<engine>`` of the first argument); ``loop_probe``, the
+trace rows beyond iteration i its lookups could still meet ``(loop, node, i) -> [value]`` (an
+operator that reads a trace); ``loop.spark`` / ``loop.arrow``, a row-wise operator applied to one
+value on that engine ``(node, value, kernels) -> value`` (``executor/{spark,arrow}/loop_kernels.py``)."""
+
+
+NARROW = "narrow"
+"""How the values of an output column of the operator follow from its inputs', known on the driver
+(``executor/spark/narrow.py``): ``(narrowing, node, column) -> frozenset | None`` (None: unknown,
+which is always safe: the state is then not narrowed). An operator without it is unknown."""
+
+
+def builtin_kernels(fn: str | None, *, loop: str | None = None, body: str | None = None,
+                    typed: str | None = None, probe: str | None = None, narrow: str | None = None) -> dict[str, str]:
     """Kernel refs of a built-in operator: ``fn`` of ``spark_jobs.executor.spark.kernels`` and
-    ``spark_jobs.executor.arrow.kernels`` (None: it has no timestep kernel, e.g. a body-only operator), and ``loop`` of
-    ``spark_jobs.executor.loop`` for the nested loop. Names only: nothing is imported here."""
+    ``spark_jobs.executor.arrow.kernels`` (None: it has no timestep kernel, e.g. a body-only operator), and for the
+    nested loop (``LOOP_KERNELS``): ``loop``, ``typed`` (``loop_type``) and ``probe`` (``loop_probe``) of
+    ``spark_jobs.executor.loop``, ``body`` of each engine's ``loop_kernels`` (``loop.<engine>``); ``narrow`` of
+    ``spark_jobs.executor.spark.narrow`` (``NARROW``). Names only: nothing is imported here."""
     refs = {engine: f"spark_jobs.executor.{engine}.kernels:{fn}" for engine in ENGINES} if fn else {}
     if loop:
         refs["loop"] = f"spark_jobs.executor.loop:{loop}"
+    if typed:
+        refs["loop_type"] = f"spark_jobs.executor.loop:{typed}"
+    if probe:
+        refs["loop_probe"] = f"spark_jobs.executor.loop:{probe}"
+    if narrow:
+        refs[NARROW] = f"spark_jobs.executor.spark.narrow:{narrow}"
+    if body:
+        refs.update({f"loop.{engine}": f"spark_jobs.executor.{engine}.loop_kernels:{body}" for engine in ENGINES})
     return refs

@@ -131,6 +131,25 @@ def discover(folder: str, allowed_roots: Sequence[str] = (), only: str | None = 
 
 
 # ---- building one DAG -------------------------------------------------------------------------------
+# A circuit's run is its next timestep, whatever date Airflow gives it: a backfill (runs for
+# past dates) means nothing for it, so the API refuses one and the trigger dialog greys the
+# option out (Airflow 3.3 shows the choice whenever a DAG has a schedule; it cannot be hidden).
+RUN_TYPES = ("manual", "scheduled", "asset_triggered", "operator_triggered")
+DISPLAY_DESCRIPTION_CHARS = 60
+
+
+def display_name(name: str, description: str | None, width: int = DISPLAY_DESCRIPTION_CHARS) -> str:
+    """The name the DAG list shows: the circuit's name and the start of its description (Airflow
+    3.3's list has no description column, its cards show it only on hover)."""
+    text = " ".join((description or "").split())
+    if not text:
+        return name
+    first = text.split(". ", 1)[0].rstrip(".")
+    if len(first) > width:
+        first = first[:width - 1].rsplit(" ", 1)[0].rstrip(",;:") + "…"
+    return f"{name} — {first}"
+
+
 def retry_delay() -> timedelta:
     return timedelta(seconds=float(os.environ.get(RETRY_DELAY_ENV, DEFAULT_RETRY_DELAY)))
 
@@ -151,7 +170,8 @@ class DbspReportingTaskOperator(DbspTaskOperator):
 def _make_task(dag: DAG, sub: Submission, circuit: LoadedCircuit, task_id: str, step: str,
                stage: str | None = None, group: TaskGroup | None = None, doc: str | None = None,
                **extra: Any):
-    common: dict[str, Any] = {"task_id": task_id, "dag": dag, "task_group": group, "doc_md": doc, **extra}
+    common: dict[str, Any] = {"task_id": task_id, "dag": dag, "task_group": group, "doc_md": doc,
+                              "retry_policy": tasks.retry_policy(), **extra}
     if sub.kind == "spark_submit":
         from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
@@ -174,8 +194,8 @@ def task_ids(stages: list[Stage]) -> dict[str, str]:
 
 def _docs(circuit: LoadedCircuit, ids: dict[str, str], sub: Submission, config: Config) -> str:
     spec = circuit.compiled.spec
-    shown = ids if spec.orchestration.tasks == "per_stage" else {s.name: "timestep" for s in circuit.stages}
-    svg = circuit_svg(circuit.compiled.incremental, circuit.stages, shown, f"Incremental circuit of {spec.name}")
+    svg = circuit_svg(circuit.compiled.incremental, circuit.stages, ids, f"Incremental circuit of {spec.name}",
+                      per_step=spec.orchestration.tasks == "per_step")
     image = docs.publish_svg(circuit.name, svg)
     return docs.dag_doc(circuit.path, circuit.compiled, circuit.stages, ids, sub.describe(config), image)
 
@@ -190,12 +210,15 @@ def build_dag(circuit: LoadedCircuit, config: Config, views: dict[str, list[str]
         dag_id=circuit.name, schedule=assets.schedule_of(config, spec, circuit.path, views),
         start_date=START_DATE, catchup=False, max_active_runs=1, tags=list(TAGS), auto_register=False,
         description=(spec.description or f"DBSP circuit {circuit.name}")[:200],
+        dag_display_name=display_name(circuit.name, spec.description),
         doc_md=_docs(circuit, ids, sub, config) if with_docs else None,
         params={"mode": Param("incremental", type="string", enum=list(tasks.MODES), title="mode",
                               description="incremental: apply the new input changes; full_refresh: "
                                           "rebuild all state from the retained input files (also "
-                                          "after editing the circuit)")},
+                                          "after editing the circuit); recompute: recompute the views "
+                                          "from the integrated inputs the state keeps")},
         default_args={"owner": "dbsp", "retries": RETRIES, "retry_delay": retry_delay()},
+        allowed_run_types=RUN_TYPES,
     )
     outlets = [assets.view_asset(config, circuit.name, v) for v in spec.outputs]
     if per_step or not circuit.stages:

@@ -57,13 +57,22 @@ def _fence(lang: str, body: str) -> str:
 
 
 def _timestep_text(per_step: bool) -> str:
-    middle = ("`stages` runs every operator stage in one task (each stage's Spark jobs are tagged "
-              "with its name)" if per_step else
-              "each `inputs.<name>` / `stages.<node>` task computes the changes of its operators")
+    if per_step:
+        return (
+            "One DAG run is one DBSP timestep, run by one task, `timestep`, in one process: it plans the "
+            "timestep (last committed + 1) and the input files of this run (the task ends as skipped when "
+            "no input has a new file), runs every operator stage (its log shows each stage's table as the "
+            "stage ends), the quality gate (the circuit's Great Expectations and the built-in Z-set checks "
+            "on the view deltas), and commits the manifest, the only step that makes anything visible, "
+            "then updates the view Assets. Retries never apply a timestep twice; a failed `fail` "
+            "expectation leaves the state at the previous timestep and the task's log starts with the "
+            "failed check and the input files behind its rows. The run's note shows the timestep and the "
+            "rows each view gained and lost.")
     return (
         "One DAG run is one DBSP timestep. `plan` freezes the timestep number (last committed + 1) "
         "and the input files of this run, and skips the rest of the run when no input has a new "
-        f"file; {middle} into a staging area; `quality_check` runs the circuit's Great Expectations "
+        "file; each `inputs.<name>` / `stages.<node>` task computes the changes of its operators into a "
+        "staging area; `quality_check` runs the circuit's Great Expectations "
         "(and the built-in Z-set checks) on the staged view deltas; `commit` publishes the "
         "manifest, the only step that makes anything visible, and updates the view Assets. "
         "Retries never apply a timestep twice; a failed `fail` expectation leaves the state at the "
@@ -71,16 +80,19 @@ def _timestep_text(per_step: bool) -> str:
 
 
 def task_table(stages: Sequence, task_ids: Mapping[str, str], per_step: bool) -> str:
-    """Which operators of the incremental circuit each task computes."""
-    rows = ["| task | computes |", "|---|---|", "| `plan` | timestep and input files |"]
+    """Which operators of the incremental circuit each task (``per_stage``) or each phase of the
+    one task ``timestep`` (``per_step``) computes."""
     if per_step:
-        rows.append("| `stages` | " + "; ".join(f"**{s.name}**: " + ", ".join(f"`{n}`" for n in s.nodes)
-                                                 for s in stages) + " |")
-    else:
-        for s in stages:
-            ups = ", ".join(f"`{task_ids.get(u, u)}`" for u in s.upstream) or "`plan`"
-            ops = ", ".join(f"`{n}`" for n in s.nodes)
-            rows.append(f"| `{task_ids.get(s.name, s.name)}` | {ops} (after {ups}) |")
+        rows = ["| phase of task `timestep` | computes |", "|---|---|", "| plan | timestep and input files |"]
+        rows += [f"| {'input' if s.kind == 'input' else 'stage'} {s.name} | " + ", ".join(f"`{n}`" for n in s.nodes)
+                 + " |" for s in stages]
+        rows += ["| check | expectations + Z-set checks |", "| commit | manifest (atomic), view Assets |"]
+        return "\n".join(rows)
+    rows = ["| task | computes |", "|---|---|", "| `plan` | timestep and input files |"]
+    for s in stages:
+        ups = ", ".join(f"`{task_ids.get(u, u)}`" for u in s.upstream) or "`plan`"
+        ops = ", ".join(f"`{n}`" for n in s.nodes)
+        rows.append(f"| `{task_ids.get(s.name, s.name)}` | {ops} (after {ups}) |")
     rows.append("| `quality_check` | expectations + Z-set checks |")
     rows.append("| `commit` | manifest (atomic), view Assets |")
     return "\n".join(rows)
@@ -109,14 +121,18 @@ def dag_doc(path: str, compiled: CompiledCircuit, stages: Sequence, task_ids: Ma
     parts.append("## Incremental circuit")
     if image_url:  # first, so it shows when the docs open; a click opens it full size
         parts.append(f"[![incremental circuit of {spec.name}]({image_url})]({image_url})")
+        parts.append(f"**[Open the picture at full size]({image_url})** (the modal shrinks a wide circuit).")
+    colours = ("by stage, every stage a phase of the one task `timestep`" if per_step
+               else "by the Airflow task that computes them")
     parts += [
-        "Boxes are operators of the incremental circuit, coloured by the task that computes them; "
-        "a thick border keeps state. `dbsp explain` prints the same circuit as text.",
+        f"Boxes are operators of the incremental circuit, coloured {colours}; a thick border keeps "
+        "state. `dbsp explain` prints the same circuit as text.",
         "## A run",
         _timestep_text(per_step),
         "**Trigger → Run Parameters:** `mode` = `incremental` (default) or `full_refresh` (rebuild "
         "all state from the retained input files, also after editing the circuit; the committed view "
-        "deltas are new view − old view).",
+        "deltas are new view − old view), or `recompute` (the views recomputed from the integrated "
+        "inputs the state keeps).",
         f"- **Circuit file:** `{path}`\n- **Schedule:** {schedule}\n- **Tasks:** `{spec.orchestration.tasks}`"
         f"\n- **Spark:** {submission}\n- **Fingerprint:** `{compiled.fingerprint}`",
     ]

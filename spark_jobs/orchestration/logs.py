@@ -22,18 +22,18 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]], right: Sequence[
 
 
 def stage_lines(summary: dict) -> list[str]:
-    """The table of one stage: every incremental operator it ran."""
+    """The table of one stage: every incremental operator it ran. Narrow (short headers, the
+    timing on its own line), so that a line fits Airflow's log panel beside its timestamp."""
     if "operators" not in summary:
         return [f"stage {summary.get('stage')}: {summary.get('skipped') or summary.get('note') or 'nothing done'}"]
-    head = (f"stage {summary['stage']} (timestep {summary['timestep']}, {summary['mode']}): "
-            f"{summary['seconds']:.2f} s, of which {summary['spark_seconds']:.2f} s in its Spark job "
-            f"(results staged as {summary['staged_as']})")
+    head = f"stage {summary['stage']} (timestep {summary['timestep']}, {summary['mode']}): {summary['seconds']:.2f} s"
     if summary.get("note"):
         head += f" [{summary['note']}]"
     rows = [(o["operator"], o["op"], o["rows_in"], o["rows_out"], o["state_read"], o["state_written"],
              f"{o['seconds']:.2f}") for o in summary["operators"]]
-    lines = [head, *table(("operator", "op", "rows in", "rows out", "state rows read", "state rows written",
-                            "seconds"), rows, right=(2, 3, 4, 5, 6))]
+    lines = [head, f"  {summary['spark_seconds']:.2f} s in its Spark job; results staged as {summary['staged_as']}",
+             *table(("operator", "op", "rows in", "out", "state read", "written", "s"), rows,
+                    right=(2, 3, 4, 5, 6))]
     for name, info in (summary.get("inputs") or {}).items():
         files = info.get("files") or []
         late = f"; {info['late']}" if info.get("late") else ""  # timed inputs: late rows, watermark
@@ -41,6 +41,13 @@ def stage_lines(summary: dict) -> list[str]:
     for view, info in (summary.get("views") or {}).items():
         lines.append(f"view {view}: +{info.get('inserted')} / -{info.get('deleted')} rows (staged, not committed yet)")
     return lines + note_lines(summary)
+
+
+def stages_line(summary: dict) -> str:
+    """One line after a one-task timestep's stages (each stage's table was logged as it ended)."""
+    if summary.get("skipped"):
+        return f"stages: {summary['skipped']}"
+    return f"stages: {len(summary.get('stages') or [])} stage(s) in {float(summary.get('seconds') or 0):.2f} s"
 
 
 def note_lines(summary: dict) -> list[str]:
@@ -55,8 +62,10 @@ def plan_lines(plan: dict) -> list[str]:
     rows = [(name, len(files), ", ".join(f["path"].rsplit("/", 1)[-1] for f in files[:5])
              + (f" (+{len(files) - 5} more)" if len(files) > 5 else ""))
             for name, files in plan["inputs"].items()]
+    way = plan.get("path") or {}  # incremental or recomputed, and why (the cost model: runtime/cost.py)
+    chosen = [f"mode: {way.get('mode')}: {way['mode_reason']}"] if way.get("mode_reason") else []
     return [f"timestep {plan['timestep']} ({plan['mode']}):", *table(("input", "new files", "files"), rows, right=(1,)),
-            *note_lines(plan)]
+            *chosen, *note_lines(plan)]
 
 
 def commit_lines(summary: dict) -> list[str]:

@@ -3,11 +3,12 @@
 Layout, top to bottom (Airflow's docs modal is narrow and scrolls down): operators in rows by
 their longest distance from an input, ordered within a row by the mean position of their
 predecessors (fewer crossings); an edge that skips rows passes through a waypoint in each row
-it crosses, so it runs between boxes, not through them. One box per operator, coloured by the
-Airflow task that computes it, a thick border where the operator keeps state between
-timesteps, views as rounded boxes at the bottom, a legend of the tasks (wrapped to the
-picture's width). The picture has its size in pixels and a ``viewBox``, so an ``<img>`` with
-``max-width: 100%`` scales it down to fit, keeping its proportions.
+it crosses, so it runs between boxes, not through them. One box per operator, coloured by its
+stage (under ``per_stage`` a stage is an Airflow task), a thick border where the operator keeps
+state between timesteps, views as rounded boxes at the bottom, a legend saying what the colours
+mean in the circuit's orchestration mode (wrapped to the picture's width). The picture has its
+size in pixels and a ``viewBox``, so an ``<img>`` with ``max-width: 100%`` scales it down to fit,
+keeping its proportions; the DAG docs link to it at full size.
 """
 from __future__ import annotations
 
@@ -79,9 +80,11 @@ def _place(layer: dict[str, int], width: dict[str, float], preds: dict[str, list
     return pos, widest
 
 
-def _legend(names: list[tuple[str, str]], width: float, top: float) -> tuple[list[str], float]:
-    """The tasks' colours, wrapped to ``width``; returns the SVG elements and the height used."""
-    out, x, y = [], PAD, top
+def _legend(heading: str, names: list[tuple[str, str]], width: float, top: float) -> tuple[list[str], float]:
+    """What the colours mean (``heading``, one line) and one swatch per colour, wrapped to
+    ``width``; returns the SVG elements and the height used."""
+    out = [f'<text x="{PAD}" y="{top + 10:.0f}" font-weight="bold">{escape(heading)}</text>'] if heading else []
+    x, y = PAD, top + (18 if heading else 0)
     for name, fill in [*names, ("", "")]:
         item = 16 + len(name or "(thick border: keeps state)") * CHAR_W + 14
         if x > PAD and x + item > width - PAD:
@@ -95,8 +98,21 @@ def _legend(names: list[tuple[str, str]], width: float, top: float) -> tuple[lis
     return out, y + 18 - top
 
 
-def circuit_svg(circuit: Circuit, stages: Sequence, task_ids: Mapping[str, str], title: str = "") -> str:
-    """The SVG text of ``circuit`` with its operators coloured by stage (``stages[i].nodes``)."""
+def legend_for(stages: Sequence, task_ids: Mapping[str, str], per_step: bool) -> tuple[str, list[str]]:
+    """What a colour means in each orchestration mode: under ``per_stage`` the Airflow task that
+    computes the operator (``inputs.<name>`` / ``stages.<name>``); under ``per_step`` the one
+    task ``timestep`` runs every stage, so a colour is a stage of that task (its log has a table
+    per stage), named once each, not the task's name over and over."""
+    if per_step:
+        return ('Colour: a stage of the one task "timestep" (per_step)',
+                [f"{'input' if s.kind == 'input' else 'stage'} {s.name}" for s in stages])
+    return ("Colour: the Airflow task computing it (per_stage)", [task_ids.get(s.name, s.name) for s in stages])
+
+
+def circuit_svg(circuit: Circuit, stages: Sequence, task_ids: Mapping[str, str], title: str = "",
+                per_step: bool = False) -> str:
+    """The SVG text of ``circuit`` with its operators coloured by stage (``stages[i].nodes``) and
+    a legend saying what the colours mean under the circuit's orchestration mode (``legend_for``)."""
     layer = _layers(circuit)
     views = list(circuit.outputs.items())
     width = {n.id: len(_label(circuit, n.id)) * CHAR_W + 18 for n in circuit}
@@ -111,8 +127,9 @@ def circuit_svg(circuit: Circuit, stages: Sequence, task_ids: Mapping[str, str],
     if widest + 2 * PAD < MIN_WIDTH:  # centre a narrow graph above the legend
         pos = {k: (x + (MIN_WIDTH - widest - 2 * PAD) / 2, y) for k, (x, y) in pos.items()}
     graph_h = PAD + (last + 1) * (BOX_H + GAP_Y) - GAP_Y
-    legend, legend_h = _legend([(task_ids.get(s.name, s.name), PALETTE[k % len(PALETTE)])
-                                for k, s in enumerate(stages)], total_w, graph_h + 14)
+    heading, names = legend_for(stages, task_ids, per_step)
+    legend, legend_h = _legend(heading, [(name, PALETTE[k % len(PALETTE)]) for k, name in enumerate(names)],
+                               total_w, graph_h + 14)
     total_h = graph_h + 14 + legend_h + PAD
     colour = {nid: PALETTE[k % len(PALETTE)] for k, s in enumerate(stages) for nid in s.nodes}
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {total_w:.0f} {total_h:.0f}" '

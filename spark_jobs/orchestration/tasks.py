@@ -19,13 +19,13 @@ import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from spark_jobs.errors import DbspError
+from spark_jobs.errors import EXIT_FAILED, DbspError
 from spark_jobs.orchestration import logs
 
 log = logging.getLogger(__name__)
 
 STEPS = ("plan", "stage", "stages", "check", "commit", "timestep")
-MODES = ("incremental", "full_refresh")  # = spark_jobs.runtime.timestep.MODES (not imported: pyspark)
+MODES = ("incremental", "full_refresh", "recompute")  # = spark_jobs.runtime.timestep.MODES (not imported: pyspark)
 PLAN_XCOM_KEY = "dbsp_plan"  # the plan of a run the plan task skips (else: its return value)
 FAILED_PHASE_XCOM_KEY = "dbsp_failed_phase"  # where a one-task timestep stopped (plan, stages, check, commit)
 
@@ -196,9 +196,10 @@ def _log_phase(name: str, summary: dict) -> None:
     while it runs, as the separate tasks of ``per_stage`` do)."""
     if name == "plan" and isinstance(summary.get("inputs"), dict):
         _log_lines(logs.plan_lines(summary))
-    elif name == "stages":
-        for one in summary.get("stages", []):
-            _log_lines(logs.stage_lines(one))
+    elif name == "stage":  # one stage of the one-task timestep, logged as it ends
+        _log_lines(logs.stage_lines(summary))
+    elif name == "stages":  # every stage's table was logged as the stage ended
+        log.info("%s", logs.stages_line(summary))
     elif name == "check":
         _log_lines(str(summary.get("summary") or summary.get("skipped") or "").splitlines())
         log.info("quality report: %s", summary.get("report"))
@@ -220,11 +221,40 @@ def _on_timestep(summary: dict, result: dict, context: dict[str, Any]) -> None:
         _on_commit(summary["commit"], context)
 
 
+class NotRetried(SystemExit, DbspError):
+    """Ends a task whose failure no retry can fix, with the error's exit code and no traceback.
+
+    The task log is what a user reads after a failed run: it must start with what failed (a
+    failed check's FAIL lines, the input files behind its rows), said once. Airflow prints a
+    traceback, with the message in it, for any exception but ``SystemExit`` (logged as one
+    "Task exited" line); ``NoRetryOnDbspErrors`` makes Airflow fail such a task at once."""
+
+    exit_code = EXIT_FAILED  # each carries its error's
+    retryable = False
+
+    def __init__(self, error: DbspError):
+        SystemExit.__init__(self, int(error.exit_code or EXIT_FAILED))
+        self.error = error
+        self.exit_code = int(error.exit_code or EXIT_FAILED)
+
+
+def retry_policy():
+    """The tasks' retry policy: a task that ended with ``NotRetried`` fails at once (Airflow
+    would retry a ``SystemExit``); other failures retry as the task's ``retries`` say."""
+    from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
+
+    class NoRetryOnDbspErrors(RetryPolicy):
+        def evaluate(self, exception, try_number, max_tries, context=None):  # noqa: ANN001, ANN201
+            if isinstance(exception, NotRetried):
+                return RetryDecision.fail(f"{type(exception.error).__name__}: retrying cannot fix this")
+            return RetryDecision.default()
+
+    return NoRetryOnDbspErrors()
+
+
 def run_step(step: str, circuit: str, stage: str | None = None, config: str | None = None,
              commit_empty: bool = False, **context: Any) -> dict:
     """PythonOperator callable: one step in this process (Spark local, Connect or cluster driver)."""
-    from airflow.sdk.exceptions import AirflowFailException
-
     arm_failpoint(context)
     mode = str((context.get("params") or {}).get("mode") or "incremental")
     run_id = str(context["run_id"])
@@ -237,11 +267,12 @@ def run_step(step: str, circuit: str, stage: str | None = None, config: str | No
         _note_phase(context, exc)
         if exc.retryable:  # Airflow retries the task (spark_jobs/errors.py says which errors may)
             raise
-        for line in str(exc).splitlines():
+        for line in str(exc).splitlines():  # the message, once, first: e.g. the FAIL lines of the gate
             log.error("%s", line)
-        log.error("dbsp %s failed; not retried: retrying cannot fix this (%s)", what, type(exc).__name__)
+        log.error("dbsp %s failed (%s, exit code %s); not retried: retrying cannot fix this", what,
+                  type(exc).__name__, exc.exit_code)
         give_up(circuit, run_id, config, exc)
-        raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
+        raise NotRetried(exc) from None
     except Exception as exc:
         _note_phase(context, exc)
         raise
@@ -251,7 +282,10 @@ def run_step(step: str, circuit: str, stage: str | None = None, config: str | No
     elif step == "stage":
         _log_lines(logs.stage_lines(summary))
     elif step == "stages":
-        _log_phase("stages", summary)
+        for one in summary.get("stages", []):
+            _log_lines(logs.stage_lines(one))
+        if summary.get("skipped"):  # a recomputed run: its commit computes the timestep
+            _log_lines([str(summary["skipped"])])
     elif step == "check":
         _log_phase("check", summary)
     elif step == "commit":

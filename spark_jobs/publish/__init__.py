@@ -21,13 +21,13 @@ from typing import Callable, Protocol
 
 from spark_jobs.config import Config
 from spark_jobs.errors import DbspError, EXIT_FAILED
-from spark_jobs.publish.delta import (PublishError, commit_change, create, open_table, overwrite,
+from spark_jobs.publish.delta import (PublishError, Unpublishable, commit_change, create, open_table, overwrite,
                                       published_timestep, remove, version_timesteps)
 from spark_jobs.publish.ownership import claim_problem, removal_problem
 from spark_jobs.publish.targets import Target, targets
 from spark_jobs.spec.model import CircuitSpec
 from spark_jobs.state.arrow_read import arrow_schema, read_delta, read_view
-from spark_jobs.state.failpoints import failpoint
+from spark_jobs.state.failpoints import InjectedFailure, failpoint
 from spark_jobs.state.layout import safe_name
 from spark_jobs.state.retention import Removed
 from spark_jobs.state.trace import WEIGHT
@@ -72,7 +72,8 @@ class PublishReport:
         lines = []
         for r in self.results:
             if r.error:
-                lines.append(f"view {r.view}: NOT published ({r.error}); the next step or `dbsp publish` retries")
+                lines.append(f"view {r.view}: NOT published, its table is behind (at timestep {r.after}): {r.error}; "
+                             f"the next step or `dbsp publish` retries")
             elif r.note:
                 lines.append(f"view {r.view}: {r.note}")
             elif r.after == r.before:
@@ -88,8 +89,8 @@ class PublishReport:
 
 
 def _catch_up(target: Target, store, last: int, say: Callable[[str], None],
-              circuits: Callable[[], set[str]] = set) -> TableResult:
-    result = TableResult(target.view, target.uri)
+              circuits: Callable[[], set[str]] = set, result: TableResult | None = None) -> TableResult:
+    result = result if result is not None else TableResult(target.view, target.uri)
     table = open_table(target)
     if table is None:
         schema = arrow_schema(store.view_schema(target.view))
@@ -115,7 +116,23 @@ def _catch_up(target: Target, store, last: int, say: Callable[[str], None],
         result.note = f"table was at timestep {result.before}, {why} {last}: rebuilt at {last}"
         return result
     for t in range(result.before + 1, last + 1):
-        commit_change(table, target, t, read_delta(store, target.view, t))
+        try:
+            commit_change(table, target, t, read_delta(store, target.view, t))
+        except Unpublishable as exc:
+            if t == last:
+                raise
+            # the change of t cannot be written, a later view may be: rebuild the table from the
+            # last one (the versions of t..last-1 are skipped); else the error of t stands
+            try:
+                view = read_view(store, target.view, last)
+                if view is None:
+                    view = pa.schema(table.schema().to_arrow()).append(pa.field(WEIGHT, pa.int64())).empty_table()
+                overwrite(target, view, last)
+            except Unpublishable:
+                raise exc from None
+            result.after = last
+            result.note = f"timestep {t} could not be published ({exc}); rebuilt from the view at {last}"
+            return result
         result.after = t
         failpoint("mid_publish")
     return result  # (said once, in the report's summary: `dbsp step` and `dbsp publish` print it)
@@ -134,14 +151,17 @@ def publish(config: Config, spec: CircuitSpec, store, progress: Callable[[str], 
     for target in targets(config, spec):
         if views is not None and target.view not in views:
             continue
+        result = TableResult(target.view, target.uri)
+        report.results.append(result)
         try:
-            report.results.append(_catch_up(target, store, last, say, lambda: known_circuits(config)))
+            _catch_up(target, store, last, say, lambda: known_circuits(config), result)
+        except InjectedFailure:  # a test's crash: the process dies here
+            raise
         except (PublishError, OSError) as exc:
-            report.results.append(TableResult(target.view, target.uri, error=str(exc)))
-        except Exception as exc:  # deltalake's own errors (a conflicting writer, storage, ...)
-            if type(exc).__module__.split(".")[0] != "deltalake" and "Delta" not in type(exc).__name__:
-                raise
-            report.results.append(TableResult(target.view, target.uri, error=f"{type(exc).__name__}: {exc}"))
+            result.error = str(exc)
+        except Exception as exc:  # deltalake's own errors, or a value it cannot write: one view
+            # never blocks the others or the step (the state is committed; a retry catches up)
+            result.error = f"{type(exc).__name__}: {exc}"
     report.seconds = time.time() - started
     return report
 

@@ -46,6 +46,18 @@ class PublishError(DbspError, RuntimeError):
     exit_code = EXIT_FAILED
 
 
+class Unpublishable(PublishError):
+    """A timestep's change holds what the table cannot take (a bag of more copies than
+    ``MAX_COPIES``, a value Delta cannot write): a later timestep whose view no longer holds it
+    is published by rebuilding the table from that view (``publish._catch_up``)."""
+
+
+# A keyless view is published as one table row per copy: a tuple of weight n is n rows. Beyond
+# this many copies in one timestep's change the publish is refused instead (a weight of 2^31 - 1
+# would be 2^31 rows, 16 GiB for one long column); declare a key or `publish: false`.
+MAX_COPIES = 10_000_000
+
+
 def _dl():
     import deltalake  # imported where used: its Rust core is not needed by commands that read state
 
@@ -106,6 +118,14 @@ def rows_of(view: pa.Table, target: Target, t: int) -> pa.Table:
                            f"({bad}); a table holds rows, so it cannot be published: fix the input "
                            f"(a delete of a row that was never inserted?) or set outputs.{target.view}."
                            f"publish: false")
+    copies = int(weights.sum(dtype=object)) if len(weights) else 0
+    if copies > MAX_COPIES:
+        at = int(np.argmax(weights))
+        row = view.drop_columns([WEIGHT]).slice(at, 1).to_pylist()[0]
+        raise Unpublishable(f"view {target.view!r} at timestep {t} would be {copies} table rows (a keyless view is "
+                            f"published as one row per copy; at most {MAX_COPIES} per timestep): e.g. {row!r:.200} "
+                            f"has weight {int(weights[at])}; declare outputs.{target.view}.key, or set "
+                            f"outputs.{target.view}.publish: false")
     data = view.drop_columns([WEIGHT])
     return data.take(pa.array(np.repeat(np.arange(view.num_rows), weights)))
 

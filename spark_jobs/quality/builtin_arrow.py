@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from spark_jobs.quality.builtin import (_DW, _INS, _NEW, _PW, _ROWS, _ZERO, CONSOLIDATED, EXAMPLES, IS_SET,
                                         WEIGHTS_POSITIVE, BuiltinOutcome, example, outcome)
 from spark_jobs.spec.model import WEIGHT
+from spark_jobs.state.float_keys import canonical_columns
 
 
 def _tagged(table: pa.Table, cols: list[str], delta: bool) -> pa.Table:
@@ -38,7 +39,7 @@ def check_view_delta_table(delta: pa.Table, previous_rows: pa.Table | None, *, i
     parts = [_tagged(delta, cols, True)]
     if previous_rows is not None and previous_rows.num_rows:
         parts.append(_tagged(previous_rows.select(cols + [WEIGHT]), cols, False))
-    tagged = pa.concat_tables(parts, promote_options="permissive")
+    tagged = canonical_columns(pa.concat_tables(parts, promote_options="permissive"), cols)  # Spark's float equality
     sums = [(c, "sum") for c in (_ROWS, _ZERO, _INS, _DW, _PW)]
     per_tuple = (tagged.group_by(cols, use_threads=False).aggregate(sums) if cols else
                  pa.table({f"{c}_sum": [pc.sum(tagged.column(c)).as_py() or 0] for c, _ in sums}))

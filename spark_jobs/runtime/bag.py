@@ -68,7 +68,8 @@ def announce(rt, timestep: int, deleted: Mapping[str, int], say) -> None:
     """Say that the bag check starts: a large change's check reads much of the input integrals."""
     names = checked_inputs(rt, deleted)
     if names:
-        say(f"timestep {timestep}: checking the deletes of {', '.join(names)} against what the input holds")
+        which = ", ".join(f"{int(deleted.get(n, 0)):,} of {n}" for n in names)
+        say(f"timestep {timestep}: checking the deleted rows ({which}) against what the input holds")
 
 
 def check_deltas(rt, timestep: int, deltas: dict[str, DataFrame], deleted: Mapping[str, int],

@@ -185,24 +185,16 @@ def refuse_missing_folders(spec_inputs: dict[str, InputSpec], data_root: str, ma
                                       if m.input.name in moved else ""))], m.input.name) for m in missing)
 
 
-def missing_folder_notes(spec_inputs: dict[str, InputSpec], data_root: str, manifest=None) -> list[str]:
-    """A warning per input whose folder does not exist, said before the step reads anything.
-    (``refuse_missing_folders`` makes it a refusal; a step does not call it yet: existing
-    circuits and tests that step before every input has a folder must be updated first.)"""
-    moved = moved_inputs(spec_inputs, manifest)
-    return [f"warning: {m.reason()}" + (f" (the state was built from {moved[m.input.name]!r})" if m.input.name in moved
-                                        else "") + "; this step reads it as no changes"
-            for m in missing_folders(spec_inputs, data_root)]
-
-
 def choose_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest, allowed_roots: Sequence[str] = (),
                   *, full_refresh: bool = False, pruned: dict[str, dict] | None = None) -> ChosenInputs:
     """The input files of the next timestep, as `dbsp step` and a DAG run's plan choose them:
     every retained file (full refresh; ``pruned``: what retention removed, from
     ``retention.json``, which refuses it with ``CannotRebuild``), or the pending ones; an
     incremental step is refused (``InputRefused``) if a consumed file's content changed under
-    its name. An input whose folder does not exist is said first (``missing_folder_notes``)."""
-    moved = missing_folder_notes(spec_inputs, data_root, manifest) + moved_notes(spec_inputs, manifest)
+    its name. Either is refused before anything is read if an input's folder does not exist
+    (``refuse_missing_folders``: exit code 2, naming the input and the folder)."""
+    refuse_missing_folders(spec_inputs, data_root, manifest)
+    moved = moved_notes(spec_inputs, manifest)
     if full_refresh:
         return ChosenInputs(retained_inputs(spec_inputs, data_root, manifest, allowed_roots, pruned=pruned),
                             Scans(paths=source_paths(spec_inputs)), moved)

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from spark_jobs.state.store import Transaction
 
 Progress = Callable[[str], None]
-MODES = ("incremental", "full_refresh")
+MODES = ("incremental", "full_refresh", "recompute")
 
 
 class StepEngine(Protocol):
@@ -71,7 +71,11 @@ class StepEngine(Protocol):
         """Phase 4: the ``StepResult`` of Q^Δ (``only``/``external``: one stage of a DAG run)."""
 
     def view_delta(self, view: str, new: Any) -> Any:
-        """A full refresh's change of a view: new value minus the committed one (where comparable)."""
+        """A full refresh's or a recompute's change of a view: new value minus the committed one
+        (where comparable)."""
+
+    def integrate(self, name: str, trace: str, change: Any, state: Any) -> Any:
+        """A recompute's input ``name``: its committed integral (trace ``trace``) plus ``change``."""
 
     def settle(self, outputs: dict[str, Any], writes: list["Write"], checked: dict[str, Any]
                ) -> tuple[dict[str, Any], list["Write"], dict[str, Any]]:
@@ -123,10 +127,21 @@ class Work:
     bytes_read: int | None = None
     batched: bool = False  # Spark: write every delta-sized value in one job
     view_schemas: dict[str, str] = field(default_factory=dict)  # full refresh: each view's schema JSON
+    # why this mode (the cost model's choice: ``cost.choose``), its estimate, the sizes it saw
+    mode_reason: str = ""
+    estimate: Any = None  # ``cost.Estimate`` (None: not estimated)
+    change_rows: int | None = None
+    input_rows: int | None = None
+    started: float = field(default_factory=time.perf_counter)  # what ``meta.cost.seconds`` measures from
 
     @property
     def full(self) -> bool:
         return self.mode == "full_refresh"
+
+    @property
+    def recompute(self) -> bool:
+        """Recomputed from the integrated inputs (``recompute.py``), committed as view deltas."""
+        return self.mode == "recompute"
 
 
 def commit(rt: "CircuitRuntime", txn: "Transaction", work: Work) -> "Manifest":
@@ -142,6 +157,8 @@ def commit(rt: "CircuitRuntime", txn: "Transaction", work: Work) -> "Manifest":
     if work.full:
         refresh.forget_consumed(txn)  # a refresh records exactly the files it read again
         work.notes += refresh.start(txn, rt.store, refresh.schemas(work.view_schemas))
+    if work.recompute:  # every trace is rewritten: one a first step over the integrals does not write is gone
+        drop_unwritten(txn, work)
     for name, records in work.records.items():
         txn.set_consumed(name, records)
     record_input_paths(txn, source_paths(spec.inputs))  # so a later step can say an input's folder moved
@@ -165,7 +182,40 @@ def commit(rt: "CircuitRuntime", txn: "Transaction", work: Work) -> "Manifest":
         txn.set_meta("bytes_read", int(work.bytes_read))
     if work.quarantined:
         txn.set_meta("quarantined", work.quarantined)
+    record_cost(txn, work, rt.config.policy.cost.history)
     return txn.commit()
+
+
+def drop_unwritten(txn: "Transaction", work: Work) -> None:
+    """A recompute's state is exactly what a first step over the integrated inputs writes: drop
+    every operator trace of the previous timestep it does not write (view traces stay: the view
+    deltas are appended to them)."""
+    from spark_jobs.state.store import VIEW_TRACE_PREFIX
+
+    written = {w.trace for w in work.writes}
+    previous = txn.previous.traces if txn.previous is not None else {}
+    for trace_id in list(previous):
+        if not trace_id.startswith(VIEW_TRACE_PREFIX) and trace_id not in written:
+            txn.drop(trace_id)
+
+
+def record_cost(txn: "Transaction", work: Work, keep: int) -> None:
+    """``meta.cost``: what this step cost (mode, engine, sizes, seconds until now) and the history
+    the cost model fits its rates to (``cost.record``). A full refresh and a step of unknown size
+    carry the history on without a record of their own."""
+    from spark_jobs.runtime import cost
+
+    previous = txn.previous.meta if txn.previous is not None else None
+    if work.full or work.change_rows is None or work.input_rows is None:
+        history = cost.history_of(previous)
+        if history:
+            txn.set_meta("cost", {"mode": work.mode, "engine": work.engine, "reason": work.mode_reason,
+                                  "history": [s.to_list() for s in history[-max(1, keep):]]})
+        return
+    mode = "recompute" if txn.previous is None else work.mode  # a load evaluates Q over its inputs
+    sample = cost.Sample(mode, work.engine, int(work.change_rows), int(work.input_rows),
+                         time.perf_counter() - work.started)
+    txn.set_meta("cost", dict(cost.record(previous, sample, keep, work.estimate, work.mode_reason), mode=work.mode))
 
 
 def all_tables(work: Work) -> bool:
@@ -299,6 +349,10 @@ def check_inputs(rt: "CircuitRuntime", engine: StepEngine, deltas: dict[str, Any
             report.late = describe_late(work.clock.seen[report.name])
     deleted = {name: c[1] for name, c in counts.items()}
     if say is not None:
+        for report in reports:  # a long read shows what it read as it goes, not only at the end
+            if report.files:
+                say(f"timestep {work.timestep}: read input {report.name}: {len(report.files)} file(s), "
+                    f"{report.inserted + report.deleted:,} rows")
         announce(rt, work.timestep, deleted, say)
     for q in engine.check_bags(work.timestep, deltas, deleted, files, state):
         work.quarantined[q.input] = q.to_dict()
@@ -329,17 +383,26 @@ def compute(rt: "CircuitRuntime", engine: StepEngine, work: Work, files: Mapping
     reports: list[InputReport] = []
     deltas, own = read_inputs(rt, engine, list(spec.inputs), files, state, work, reports)
     check_inputs(rt, engine, deltas, files, state, work, reports, say)
+    checked = {n: d for n, d in deltas.items() if spec.inputs[n].expectations}  # declared input expectations
     circuit = rt.compiled.incremental
+    evaluated, on = deltas, state
+    if work.recompute:  # Q over the integrated inputs, from no state (recompute.py)
+        from spark_jobs.runtime.recompute import NoState, integrate
+
+        say(f"timestep {t}: recomputing the views from the integrated inputs ({work.mode_reason})")
+        evaluated, own = integrate(rt, engine, deltas, state)
+        on = NoState()
     say(f"timestep {t}: evaluating {len(circuit.nodes)} operators" + (" (Arrow)" if engine.name == "arrow" else ""))
-    result = engine.evaluate(deltas, state, first_step=work.full or t == 1, full=work.full)
+    result = engine.evaluate(evaluated, on, first_step=work.full or work.recompute or t == 1, full=work.full)
     outputs = dict(result.outputs)
     if work.full:
         work.view_schemas = {v: engine.schema_json(value) for v, value in outputs.items()}
+    if work.full or work.recompute:
         outputs = {v: engine.view_delta(v, value) for v, value in outputs.items()}
-    writes = state_writes(rt, result, deltas, own, work.full)
-    checked = {n: d for n, d in deltas.items() if spec.inputs[n].expectations}  # declared input expectations
+    writes = state_writes(rt, result, evaluated, own, work.full or work.recompute)
     outputs, writes, checked = engine.settle(outputs, writes, checked)
-    say(f"timestep {t}: checking view deltas")
+    say(f"timestep {t}: checking view deltas ({len(outputs)} view(s)"
+        + (f", {len(checked)} input(s) with expectations)" if checked else ")"))
     gate = engine.gate(t, outputs, checked, work.full, work.clock.report(), state)
     work.outputs = outputs
     work.writes = writes
@@ -354,7 +417,7 @@ def step_report(rt: "CircuitRuntime", manifest: "Manifest", computed: Computed, 
              for view, info in (manifest.outputs or {}).items()}
     return StepReport(rt.name, manifest.timestep, computed.reports, views, seconds, computed.gate.summary(),
                       engine=work.engine, engine_reason=work.engine_reason, bytes_read=work.bytes_read,
-                      notes=[*notes, *work.notes])
+                      notes=[*notes, *work.notes], mode=work.mode, mode_reason=work.mode_reason)
 
 
 __all__ = ["Computed", "MODES", "Published", "StepEngine", "Work", "Write", "after_commit", "check_inputs",

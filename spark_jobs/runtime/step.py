@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Callable
 
 from pyspark.sql import DataFrame
 
@@ -42,7 +43,7 @@ from spark_jobs.state.retention import Removed
 
 Progress = Callable[[str], None]
 log = logging.getLogger(__name__)
-__all__ = ["InputReport", "StepReport", "StoreReader", "choose_engine", "count_inputs", "ins_del",
+__all__ = ["InputReport", "Path", "StepReport", "StoreReader", "choose_engine", "choose_path", "commit_path", "count_inputs", "ins_del",
            "pending_inputs", "record_commit", "run_step"]
 
 
@@ -123,7 +124,83 @@ def choose_engine(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, fu
     return policy.engine_for(rows, first_step=first, driver_reach=reach, unsupported=why)
 
 
-def run_step(rt: CircuitRuntime, progress: Progress | None = None, *, full_refresh: bool = False) -> StepReport:
+@dataclass
+class Path:
+    """How a step runs: its mode (incremental | recompute | full_refresh), its engine, and why."""
+
+    mode: str
+    engine: str
+    engine_reason: str
+    mode_reason: str = ""
+    estimate: Any = None  # ``cost.Estimate``
+    change_rows: int | None = None
+    input_rows: int | None = None
+
+    def work(self, txn, clock: StepClock, records: dict, run_id: str | None = None) -> recipe.Work:
+        return recipe.Work(txn.timestep, clock, self.engine, self.engine_reason, mode=self.mode, records=records,
+                           mode_reason=self.mode_reason, estimate=self.estimate, change_rows=self.change_rows,
+                           input_rows=self.input_rows, run_id=run_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a DAG run's plan keeps it (``timestep.plan``)."""
+        est = self.estimate.to_dict() if hasattr(self.estimate, "to_dict") else self.estimate
+        return {"mode": self.mode, "engine": self.engine, "engine_reason": self.engine_reason,
+                "mode_reason": self.mode_reason, "estimate": est, "change_rows": self.change_rows,
+                "input_rows": self.input_rows}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "Path":
+        return cls(**{k: raw.get(k) for k in ("mode", "engine", "engine_reason", "mode_reason", "estimate",
+                                               "change_rows", "input_rows")})
+
+
+def choose_path(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full_refresh: bool = False,
+                recompute: bool = False) -> Path:
+    """The mode and engine of this step, read without Spark: the engine of an incremental step
+    (``choose_engine``), then the cost model (``cost.choose``): incremental, or recomputed from
+    the integrated inputs when that is estimated cheaper (``execution.cost``), on Arrow when the
+    integrated inputs are few enough (``execution.cost.arrow_rows``) and the step may run in-process.
+    ``recompute``: recompute whatever the model says (`dbsp step --recompute`), where possible."""
+    from spark_jobs.runtime import cost
+    from spark_jobs.runtime import recompute as recomputing
+    from spark_jobs.runtime.recompute import why_not as recompute_why_not
+
+    engine, reason = choose_engine(rt, pending, full_refresh=full_refresh)
+    if full_refresh:
+        return Path("full_refresh", engine, reason)
+    policy = rt.config.policy
+    try:
+        rows = step_engines.change_rows(pending, rt.compiled.spec.inputs)
+    except (OSError, ValueError, NotLocal):  # a file this process cannot open: the size is unknown
+        rows = None
+    if rt.committed.last_committed() == 0:  # a load: Q over the inputs already (recorded as a recompute's cost)
+        return Path("incremental", engine, reason, "the first step loads the inputs", None, rows, 0)
+    held = recomputing.input_rows(rt)
+    if not any(pending.values()) and not recompute:
+        return Path("incremental", engine, reason, "no input changed", None, rows, held)
+    settings = replace(policy.cost, recompute="always") if recompute else policy.cost
+    cannot = recompute_why_not(rt) if settings.recompute != "never" else None
+    est = None
+    rengine = "spark"
+    if rows is not None:
+        inprocess = (policy.engine != "spark" and step_engines.unsupported(rt, pending) is None
+                     and driver_reach(rt) is None)
+        rengine = "arrow" if inprocess and held + rows <= policy.cost.arrow_rows else "spark"
+        history = cost.history_of((rt.committed.manifest().meta or {}) if rt.committed.manifest() else None)
+        est = cost.estimate(history, rows, held, engine, rengine)
+    choice = cost.choose(settings, est, cannot)
+    if recompute and choice.mode == "recompute":
+        choice = cost.Choice("recompute", "asked for (--recompute)", est)
+    if choice.mode == "recompute":
+        why = ("the profile sets execution.engine: spark" if policy.engine == "spark" else
+               f"{held + (rows or 0)} integrated rows "
+               + ("<=" if rengine == "arrow" else "> or not in-process:") + " execution.cost.arrow_rows")
+        return Path("recompute", rengine, f"recompute: {why}", choice.reason, est, rows, held)
+    return Path("incremental", engine, reason, choice.reason, est, rows, held)
+
+
+def run_step(rt: CircuitRuntime, progress: Progress | None = None, *, full_refresh: bool = False,
+             recompute: bool = False) -> StepReport:
     """Run and commit the next timestep (last committed + 1) on the engine the policy picks,
     holding the circuit's lease, then publish the views (``spark_jobs.publish``: no Spark; a view
     that fails to publish stays committed, and the next run repairs its table). ``seconds`` is the
@@ -131,19 +208,22 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None, *, full_refre
 
     ``full_refresh``: rebuild every state from the retained input files under the circuit as it
     is now (also after an edit of the circuit: see ``refresh.py``); the view deltas committed
-    are new view - old view. A value refused inside a job raises ``ValueRefused``, a full disk
-    ``StorageFull``: one message each, nothing committed.
+    are new view - old view. ``recompute``: recompute the views from the integrated inputs the
+    state keeps, whatever the cost model says (``recompute.py``; a circuit that cannot be stays
+    incremental, and the report says why). A value refused inside a job raises ``ValueRefused``,
+    a full disk ``StorageFull``: one message each, nothing committed.
     """
     with process_lease(rt), step_failures(rt):
         with input_errors({}) as files:
-            return _run_step(rt, progress or (lambda _msg: None), full_refresh, files)
+            return _run_step(rt, progress or (lambda _msg: None), full_refresh, files, recompute)
 
 
-def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files: dict) -> StepReport:
+def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files: dict,
+              recompute: bool = False) -> StepReport:
     chosen = _chosen_inputs(rt, full_refresh, say)
     read_files.update(chosen.files)
-    engine, reason = choose_engine(rt, chosen.files, full_refresh=full_refresh)
-    manifest, computed, seconds = _commit_step(rt, chosen, engine, reason, say, full_refresh)
+    path = choose_path(rt, chosen.files, full_refresh=full_refresh, recompute=recompute)
+    manifest, computed, seconds = commit_path(rt, chosen.files, chosen.records(), path, say)
     done = recipe.after_commit(rt, manifest, say)  # a failed view: committed, the next run repairs it
     report = recipe.step_report(rt, manifest, computed, seconds, chosen.notes())
     report.published = done.report
@@ -152,39 +232,45 @@ def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files:
     return report
 
 
-def _commit_step(rt: CircuitRuntime, chosen: ChosenInputs, engine: str, reason: str, say: Progress,
-                 full_refresh: bool) -> tuple[Manifest, recipe.Computed, float]:
-    """Compute and commit the next timestep on ``engine``; a step Arrow cannot serve (an operator,
-    a type, a size, a delete past what an input holds) runs on Spark, before anything is written."""
-    if engine == "arrow":
+def commit_path(rt: CircuitRuntime, files: dict[str, list[InputFile]], records: dict, path: Path, say: Progress,
+                run_id: str | None = None) -> tuple[Manifest, recipe.Computed, float]:
+    """Compute and commit the next timestep in this process on ``path`` (its mode and engine;
+    ``records``: consumed records a scan rewrote); a step Arrow cannot serve (an operator, a
+    type, a size, a delete past what an input holds) runs on Spark, before anything is written.
+    `dbsp step` and a DAG run's recompute (``timestep.commit``) come here."""
+    full = path.mode == "full_refresh"
+    if path.engine == "arrow":
         import pyarrow as pa
 
         before = rt.store.last_committed()
         try:
-            return _compute_and_commit(rt, step_engines.ArrowSteps(rt), chosen, reason, say, False)
+            return _compute_and_commit(rt, step_engines.ArrowSteps(rt), files, records, path, say, run_id)
         except (NotLocal, pa.ArrowException) as why:  # a type or size Arrow does not take: Spark does
             if rt.store.last_committed() != before:  # (never after the commit point)
                 raise
             what = "" if isinstance(why, NotLocal) else "Arrow refused: "
-            reason = f"in-process on Arrow was not possible: {what}{why}"
-            log.info("timestep runs on Spark: %s", reason)
-    spark = step_engines.SparkSteps(rt, full=full_refresh, driver_writes=driver_reach(rt) is None)
-    return _compute_and_commit(rt, spark, chosen, reason, say, full_refresh)
+            path.engine, path.engine_reason = "spark", f"in-process on Arrow was not possible: {what}{why}"
+            log.info("timestep runs on Spark: %s", path.engine_reason)
+    large = full or path.mode == "recompute"  # a recompute's values are the inputs: never "small"
+    spark = step_engines.SparkSteps(rt, full=full, small=False if large else None,
+                                    driver_writes=driver_reach(rt) is None)
+    return _compute_and_commit(rt, spark, files, records, path, say, run_id)
 
 
-def _compute_and_commit(rt: CircuitRuntime, engine: "recipe.StepEngine", chosen: ChosenInputs, reason: str,
-                        say: Progress, full: bool) -> tuple[Manifest, recipe.Computed, float]:
+def _compute_and_commit(rt: CircuitRuntime, engine: "recipe.StepEngine", files: dict[str, list[InputFile]],
+                        records: dict, path: Path, say: Progress, run_id: str | None
+                        ) -> tuple[Manifest, recipe.Computed, float]:
     """The recipe's phases 1-6 in this process, holding one transaction."""
     started = time.time()
     store = rt.store
+    full = path.mode == "full_refresh"
     state = EmptyState() if full else StoreReader(store)
     with store.begin(refresh=full) as txn:
         txn.in_process = engine.name == "arrow"
-        work = recipe.Work(txn.timestep, StepClock(rt.compiled.spec.inputs, txn.previous, fresh=full),
-                           engine.name, reason, mode="full_refresh" if full else "incremental",
-                           records=chosen.records())
+        path.engine = engine.name
+        work = path.work(txn, StepClock(rt.compiled.spec.inputs, txn.previous, fresh=full), records, run_id)
         try:
-            computed = recipe.compute(rt, engine, work, chosen.files, state, say)
+            computed = recipe.compute(rt, engine, work, files, state, say)
             say(f"timestep {work.timestep}: writing state")
             work.batched = bool(getattr(engine, "small", False))
             work.bytes_read = (work.bytes_read or 0) + state.bytes_read()

@@ -117,6 +117,20 @@ class SparkSteps:
 
         return refresh.view_delta(self.rt.store, view, new)
 
+    def integrate(self, name: str, trace: str, change: Any, state: Any) -> Any:
+        """Input ``name``'s integral after this step: its committed trace plus ``change`` (a recompute)."""
+        from spark_jobs.executor.sources import spark_schema
+        from spark_jobs.executor.spark import zset
+
+        columns = spark_schema(self.rt.compiled.spec.inputs[name]).fieldNames()
+        parts = [df.select(*columns) for df in (state.read(trace), change) if df is not None]
+        if not parts:
+            return self.spark.createDataFrame([], spark_schema(self.rt.compiled.spec.inputs[name]))
+        total = parts[0] if len(parts) == 1 else zset.plus(parts[0], parts[1])
+        value = zset.consolidate(total).cache()
+        self.cached.append(value)
+        return value
+
     def settle(self, outputs: dict[str, Any], writes: list[Any], checked: dict[str, Any]
                ) -> tuple[dict[str, Any], list[Any], dict[str, Any]]:
         """A small step's view deltas, state updates and checked input changes come to this
@@ -236,7 +250,35 @@ class ArrowSteps:
                              input_schemas=schemas, engine=self.engine, only=only, external=external)
 
     def view_delta(self, view: str, new: Any) -> Any:
-        raise NotLocal("a full refresh runs on Spark")
+        """A recompute's change of ``view``: the new value minus the committed one."""
+        from spark_jobs.executor.arrow.zsets import consolidate, negate, total
+        from spark_jobs.state.arrow_read import read_view
+
+        old = read_view(self.rt.store, view)
+        if old is None or old.num_rows == 0:
+            return consolidate(new) if new.num_rows else new
+        if sorted(old.column_names) != sorted(new.column_names):
+            raise NotLocal(f"view {view}'s committed columns differ from the circuit's")
+        old = old.select(new.column_names).cast(new.schema)
+        return consolidate(total([new, negate(old)]))
+
+    def integrate(self, name: str, trace: str, change: Any, state: Any) -> Any:
+        """Input ``name``'s integral after this step: its committed trace plus ``change`` (a recompute)."""
+        import pyarrow as pa
+
+        from spark_jobs.executor.arrow import inputs as arrow_inputs
+        from spark_jobs.executor.arrow.zsets import consolidate
+
+        schema = arrow_inputs.schema(self.rt.compiled.spec.inputs[name])
+        files = state.trace_files(trace)
+        limit = self.rt.config.policy.cost.arrow_rows
+        if files is not None and files.rows() > limit:
+            raise NotLocal(f"input {name}'s integral holds {files.rows()} rows > execution.cost.arrow_rows ({limit})")
+        parts = [t.select(schema.names).cast(schema) for t in
+                 ((files.read_all() if files is not None else None), change) if t is not None]
+        if not parts:
+            return schema.empty_table()
+        return _settled(pa.concat_tables(parts), consolidate)
 
     def settle(self, outputs: dict[str, Any], writes: list[Any], checked: dict[str, Any]
                ) -> tuple[dict[str, Any], list[Any], dict[str, Any]]:
@@ -255,6 +297,27 @@ class ArrowSteps:
 
     def release(self) -> None:
         return None
+
+
+def _settled(table: Any, consolidate: Any) -> Any:
+    """An integral (committed trace + change) with every deleted tuple netted out: only rows that
+    share their first column with a row of negative weight are consolidated (a bag's integral has
+    no negative tuple, so a deletion is all that can cancel). Grouping every column of a whole
+    integral cost a quarter of an in-process recompute (W1); the rest is a valid Z-set as it is."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from spark_jobs.spec.model import WEIGHT
+
+    negative = pc.less(table.column(WEIGHT), 0)
+    if not pc.any(negative).as_py():
+        return table
+    first = table.column(0)
+    touched = pc.is_in(first, value_set=pc.unique(first.filter(negative)), skip_nulls=False)
+    if pa.types.is_floating(first.type):  # NaN never matches itself in a set: always netted
+        touched = pc.or_(touched, pc.fill_null(pc.is_nan(first), False))
+    touched = pc.fill_null(touched, False)
+    return pa.concat_tables([table.filter(pc.invert(touched)), consolidate(table.filter(touched))])
 
 
 def _typed(table: Any, frame: Any) -> Any:

@@ -35,6 +35,8 @@ class StepReport:
     engine: str = "spark"  # which engine ran the step: "spark" | "arrow"
     engine_reason: str = ""  # why (the policy's choice, or why Arrow could not run it)
     published: Any = None  # what publishing the views did (``publish.PublishReport``, failures included)
+    mode: str = "incremental"  # incremental | recompute | full_refresh
+    mode_reason: str = ""  # why (the cost model's choice: runtime/cost.py)
     bytes_read: int | None = None  # bytes the step read itself (in-process: input files and row groups; Spark: the driver's lookups)
 
 

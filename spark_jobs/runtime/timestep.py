@@ -59,7 +59,9 @@ if TYPE_CHECKING:
 
     from spark_jobs.runtime.event_time import StepClock
 
-MODES = ("incremental", "full_refresh")
+# recompute: this run recomputes its views from the integrated inputs whatever the cost model says
+# (where the circuit can be: ``recompute.py``); its plan records mode incremental, path recompute
+MODES = ("incremental", "full_refresh", "recompute")
 # the reason a run's manifest gives when its plan recorded none (a plan written by an older version)
 DAG_ENGINE_REASON = "a DAG run computes its stages on Spark, one task per stage or per run"
 STEPS = ("plan", "stage", "stages", "check", "commit", "timestep")
@@ -107,22 +109,23 @@ def _plan(rt: CircuitRuntime, run_id: str, mode: str) -> dict:
     t = store.last_committed() + 1
     path = store.fs.join(run_dir(rt, run_id), "plan.json")
     existing = read_json(rt, path)
-    if existing and existing["timestep"] == t and existing["mode"] == mode:
+    if existing and existing["timestep"] == t and existing.get("requested", existing["mode"]) == mode:
         return existing
-    from spark_jobs.runtime.step import choose_engine
-    from spark_jobs.runtime.step_engines import change_rows
+    from spark_jobs.runtime.step import choose_path
 
     full = mode == "full_refresh"  # refused (CannotRebuild) once retention removed consumed change files
     chosen = choose_inputs(rt.compiled.spec.inputs, rt.config.data_root, store.manifest(),
                            rt.config.allowed_input_roots, full_refresh=full,
                            pruned=Removed.read(store).inputs if full else None)
     empty = mode == "incremental" and not any(chosen.files.values())
-    engine, reason = choose_engine(rt, chosen.files, full_refresh=full)
-    data = {"run_id": run_id, "timestep": t, "mode": mode, "created_at": time.time(), "empty": empty,
+    # incremental or recompute (cost.py, or the run's mode), and the engine
+    way = choose_path(rt, chosen.files, full_refresh=full, recompute=mode == "recompute")
+    data = {"run_id": run_id, "timestep": t, "mode": "full_refresh" if full else "incremental", "requested": mode,
+            "created_at": time.time(), "empty": empty,
             "inputs": {name: [f.as_dict() for f in files] for name, files in chosen.files.items()},
             "consumed_records": chosen.records(), "notes": chosen.notes(),
-            "change_rows": None if full else change_rows(chosen.files, rt.compiled.spec.inputs),
-            "engine": engine, "engine_reason": reason}
+            "change_rows": None if full else way.change_rows,
+            "engine": way.engine, "engine_reason": way.engine_reason, "path": way.to_dict()}
     if is_skipped(rt, data):
         return data  # the DAG skips the rest of the run: nothing to stage, nothing to clean
     if store.fs.exists(staging_root(rt)):
@@ -176,10 +179,22 @@ def run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
         return _run_stage(rt, run_id, stage_name)
 
 
+def recomputes(p: dict) -> bool:
+    """Does this run recompute its views from the integrated inputs (the plan's cost model chose
+    it: ``step.choose_path``)? Then the commit task computes and commits the whole timestep in one
+    process (``recompute.py``); the stage and check tasks have nothing to do."""
+    return (p.get("path") or {}).get("mode") == "recompute"
+
+
+RECOMPUTED = "this run recomputes the views from the integrated inputs in its commit task"
+
+
 def _run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
     p = load_plan(rt, run_id)
     if p.get("already_committed"):
         return {"stage": stage_name, "skipped": "timestep already committed by this run"}
+    if recomputes(p):
+        return {"stage": stage_name, "skipped": RECOMPUTED}
     done = _done(rt, run_id, stage_name)
     if done is not None:
         return done
@@ -189,25 +204,31 @@ def _run_stage(rt: CircuitRuntime, run_id: str, stage_name: str) -> dict:
     return evaluate_stage(run, stage, is_small(rt, p))
 
 
-def run_stages(rt: CircuitRuntime, run_id: str) -> dict:
+def run_stages(rt: CircuitRuntime, run_id: str, on_stage: "Callable[[dict], None] | None" = None) -> dict:
     """Every stage of this run in this process, in order (``orchestration.tasks: per_step``).
 
     The values a stage hands to the next stay in memory as Arrow tables; they are staged all the
-    same, so that a retry after a crash resumes at the first unfinished stage."""
+    same, so that a retry after a crash resumes at the first unfinished stage. ``on_stage(summary)``
+    is called as each stage ends (the task logs the stage's table then, not at the end)."""
     with run_lease(rt, run_id):
-        return _run_stages(rt, run_id)
+        return _run_stages(rt, run_id, on_stage or (lambda _summary: None))
 
 
-def _run_stages(rt: CircuitRuntime, run_id: str) -> dict:
+def _run_stages(rt: CircuitRuntime, run_id: str, on_stage: "Callable[[dict], None]") -> dict:
     started = time.perf_counter()
     p = load_plan(rt, run_id)
     if p.get("already_committed"):
         return {"skipped": "timestep already committed by this run"}
+    if recomputes(p):
+        return {"timestep": p["timestep"], "mode": "recompute", "skipped": RECOMPUTED}
     stages = stage_graph(rt.compiled)
     run = RunValues(rt, run_id, p)
     run.load_journals(stages)
     small = is_small(rt, p)
-    summaries = [_done(rt, run_id, stage.name) or evaluate_stage(run, stage, small) for stage in stages]
+    summaries = []
+    for stage in stages:
+        summaries.append(_done(rt, run_id, stage.name) or evaluate_stage(run, stage, small))
+        on_stage(summaries[-1])
     return {"timestep": p["timestep"], "mode": p["mode"], "stages": summaries,
             "seconds": round(time.perf_counter() - started, 3)}
 
@@ -245,6 +266,8 @@ def _check(rt: CircuitRuntime, run_id: str) -> dict:
     p = load_plan(rt, run_id)
     if p.get("already_committed"):
         return {"skipped": "timestep already committed by this run"}
+    if recomputes(p):
+        return {"timestep": p["timestep"], "skipped": RECOMPUTED + " (its quality gate too)"}
     from spark_jobs.runtime import staging
 
     started = time.perf_counter()
@@ -350,6 +373,8 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
                     published=after.report.summary(), **_retention(after))
     started = time.perf_counter()
     p = load_plan(rt, run_id)
+    if recomputes(p):
+        return _recompute(rt, run_id, p)
     journals = _journals(rt, run_id)
     full = p["mode"] == "full_refresh"
     engine, reason = _run_engine(p, journals)
@@ -374,6 +399,10 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
                 work.consumed[name] = files
             for name, counts in j["inputs"].items():
                 work.unknown_keys[name] = int(counts.get("unknown_keys") or 0)
+        planned = p.get("path") or {}  # what the cost model saw (meta.cost): seconds from the plan on
+        work.mode_reason, work.estimate = str(planned.get("mode_reason") or ""), planned.get("estimate")
+        work.change_rows, work.input_rows = planned.get("change_rows"), planned.get("input_rows")
+        work.started -= max(0.0, time.time() - float(p.get("created_at") or time.time()))
         rows = _change_rows(journals)
         work.batched = not full and rows is not None and rt.config.policy.small_change(rows)
         read = time.perf_counter()
@@ -394,6 +423,35 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
     return dict(summary, notes=notes + list(kept.values()), published=after.report.summary(), **kept,
                 engine=engine, engine_reason=reason,
                 phases=dict(_phases(started, read=read, write=written), **after.phases))
+
+
+def _recompute(rt: CircuitRuntime, run_id: str, p: dict) -> dict:
+    """A run whose plan chose to recompute: the whole timestep (inputs, bag check, Q over the
+    integrated inputs, the gate, the commit) in this process, as `dbsp step` runs it, the run id
+    in the manifest (a retry finds it committed); then phase 7."""
+    from spark_jobs.executor.sources import InputFile
+    from spark_jobs.runtime import recipe
+    from spark_jobs.runtime.errors import input_errors
+    from spark_jobs.runtime.step import Path, commit_path
+
+    started = time.perf_counter()
+    files = {name: [InputFile.from_dict(f) for f in listed] for name, listed in p["inputs"].items()}
+    path = Path.from_dict(p["path"])
+    if rt.store.last_committed() + 1 != p["timestep"]:
+        raise RuntimeError(f"run {run_id!r} planned timestep {p['timestep']} but the store is at "
+                           f"{rt.store.last_committed()}; re-run the plan")
+    with input_errors(dict(files)):
+        manifest, computed, _seconds = commit_path(rt, files, dict(p.get("consumed_records") or {}), path,
+                                                   lambda _msg: None, run_id)
+    written = time.perf_counter()
+    after = recipe.after_commit(rt, manifest, strict=True, cleanup=lambda: _drop_staging(rt, run_id))
+    summary = commit_summary(rt, manifest)
+    kept = _retention(after)
+    work = computed.work
+    return dict(summary, notes=list(p.get("notes") or []) + work.notes + list(kept.values()),
+                published=after.report.summary(), **kept, engine=work.engine, engine_reason=work.engine_reason,
+                mode_reason=work.mode_reason, quality=computed.gate.summary(),
+                phases=dict(_phases(started, write=written), **after.phases))
 
 
 def _drop_staging(rt: CircuitRuntime, run_id: str) -> None:
@@ -452,7 +510,8 @@ def run_timestep(rt: CircuitRuntime, run_id: str, mode: str = "incremental",
     """The whole timestep of a run in this process (``orchestration.tasks: per_step``, one task):
     plan, every stage, the check, the commit, each as its own task would run it (idempotent per
     run id, so a retry resumes where the earlier attempt stopped). ``on_phase(name, summary)`` is
-    called as each phase ends (the task logs its table then, not at the end). Returns
+    called as each phase ends, and ``on_phase("stage", summary)`` as each stage ends (the task
+    logs its table then, not at the end). Returns
     ``{"plan", "stages", "check", "commit"}`` (``skipped``: an empty run, nothing staged)."""
     report = on_phase or (lambda _name, _summary: None)
     phase = "plan"
@@ -464,7 +523,7 @@ def run_timestep(rt: CircuitRuntime, run_id: str, mode: str = "incremental",
             return dict(out, skipped=True)
         if not p.get("already_committed"):
             phase = "stages"
-            out["stages"] = run_stages(rt, run_id)
+            out["stages"] = run_stages(rt, run_id, on_stage=lambda summary: report("stage", summary))
             report("stages", out["stages"])
             phase = "check"
             out["check"] = check(rt, run_id)

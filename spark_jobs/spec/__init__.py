@@ -8,7 +8,7 @@ from .columns import body_columns, join_layout, output_columns
 from .errors import CircuitError, Problem
 from .loader import load_circuit, load_circuit_text, validate_file
 from .model import CircuitSpec, dependency_order
-from .validate import SCHEMA_PATH
+from .schema import SCHEMA_PATH
 
 __all__ = [
     "SCHEMA_PATH", "CircuitError", "CircuitSpec", "Problem", "body_columns", "dependency_order",

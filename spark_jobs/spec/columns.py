@@ -1,36 +1,26 @@
 """Output columns of every input and node, and the column checks that come with them.
 
-Each node's output columns follow from its op and its inputs' columns:
+Each node's output columns follow from its op and its inputs' columns; each op says how in its
+own module (the ``columns`` hook of its ``NodeOp``, ``spec/ops/<op>.py``: a filter keeps its
+input's columns, a select has the keys of ``columns``, an aggregate its groups then its
+aggregates, ...). What they share is here:
 
-- ``filter``, ``distinct``, ``delay``, ``integrate``, ``differentiate``: the input's columns.
-- ``select`` / ``map``: the keys of ``columns`` (or the listed names), in the order written.
-- ``union``, ``union_all``, ``difference``, ``intersect``: every input must have the same set of
-  column names; the output has the first input's column order.
-- ``join`` with ``on``: the key columns once (in the order they appear in the left input), then
-  the left input's other columns, then the right input's other columns. With ``left_on`` /
-  ``right_on``: all left columns, then all right columns (right keys included).
-- ``product``: the left columns, then the right columns.
-- In ``join`` and ``product``, a right column whose name is already taken is renamed
-  ``<right input name>_<column>``; if that name is taken too, it is an error (add a ``select``
-  to rename the column first).
-- ``antijoin``: the left input's columns.
-- ``aggregate``: the ``group_by`` columns, then the aggregate names; a name may appear once.
-  With a ``window``: ``window_start`` and ``window_end`` first (the input may not have columns
-  of those names: rename them with a ``select``).
-- ``join`` with ``within`` (an interval join): like a join, or a product when it has no keys.
-- ``topk``: the input's columns, then ``rank_column`` if it has one.
-- ``sql``: the columns of the query's result (``spec/sql``): the SELECT list's names.
+- ``join_layout``: the columns of a join or product. With ``on``: the key columns once (in the
+  order they appear in the left input), then the left input's other columns, then the right
+  input's other columns. With ``left_on`` / ``right_on``: all left columns, then all right columns
+  (right keys included); a product: the left columns, then the right columns. A right column whose
+  name is already taken is renamed ``<right input name>_<column>``; if that name is taken too, it
+  is an error (add a ``select`` to rename the column first).
 - ``recursive``: the columns of its first body output. Body nodes may read each other in a
-  cycle, so their columns are found by iterating until nothing changes.
+  cycle, so their columns are found by iterating until nothing changes (``_resolve_scope``).
 - ``_weight`` is reserved for the Z-set weight and names starting with ``__`` for the engine's
-  internal columns: declaring or producing one is an error.
+  internal columns: declaring or producing one is an error (``reserved``).
 
 Column names in ``on``, ``left_on``, ``right_on`` and ``group_by`` must match exactly; names
 inside expressions are matched case-insensitively, as Spark does (see ``expressions.py``).
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -38,14 +28,11 @@ from spark_jobs.errors import DbspError
 
 from .errors import CircuitError, Problem, did_you_mean, listing
 from .model import WEIGHT, CircuitSpec, NodeSpec, dependency_order, reserved_column_problem
-from .sql.node import sql_node_columns
-from .time import WINDOW_COLUMNS
+from .node_ops import node_op
 
 Cols = tuple[str, ...]
 Lookup = Callable[[str], "Cols | None"]
 
-PASS_THROUGH_OPS = ("filter", "distinct", "delay", "integrate", "differentiate")
-SET_OPS = ("union", "union_all", "difference", "intersect")
 
 
 @dataclass(frozen=True)
@@ -96,7 +83,7 @@ def join_layout(left: Cols, right: Cols, right_name: str, on: Cols = (), left_on
     return JoinLayout(tuple(left_out), tuple(right_out))
 
 
-def _missing(names: Cols, available: Cols, field_name: str, side: str) -> list[Issue]:
+def missing(names: Cols, available: Cols, field_name: str, side: str) -> list[Issue]:
     """Issues for names in a key/group list that the input does not have (or lists twice)."""
     issues = []
     for i, name in enumerate(names):
@@ -109,20 +96,8 @@ def _missing(names: Cols, available: Cols, field_name: str, side: str) -> list[I
     return issues
 
 
-def _reserved(names: Cols, field_name: str) -> list[Issue]:
+def reserved(names: Cols, field_name: str) -> list[Issue]:
     return [Issue(f"{field_name}.{n}", why) for n in names if (why := reserved_column_problem(n))]
-
-
-_COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-
-
-def _query_names(names: Cols) -> list[Issue]:
-    """The result columns of an ``sql`` node obey the rules of every other column name (the
-    schema checks those of inputs, ``select`` and ``aggregate``)."""
-    issues = [Issue("query", f"result column '{n}': expected an identifier (letters, digits and _, not starting "
-                             f"with a digit; at most 128 characters): rename it with AS")
-              for n in names if not _COLUMN_NAME.match(n)]
-    return issues + _reserved(names, "query")
 
 
 def node_columns(node: NodeSpec, lookup: Lookup, known: tuple[str, ...] = ()) -> tuple[Cols | None, list[Issue]]:
@@ -131,119 +106,10 @@ def node_columns(node: NodeSpec, lookup: Lookup, known: tuple[str, ...] = ()) ->
     Checks that need input columns are skipped while those are unknown, so one broken node does
     not bury the file under follow-on errors.
     """
-    op = node.op
-    if op in PASS_THROUGH_OPS:
-        return lookup(node.input or ""), []
-    if op in ("select", "map"):
-        names = tuple(n for n, _ in node.columns)
-        issues = _reserved(names, "columns")
-        issues += [Issue(f"columns.{i}", f"column '{n}' is listed twice in 'columns'")
-                   for i, n in enumerate(names) if n in names[:i]]
-        return names, issues
-    if op == "aggregate":
-        src = lookup(node.input or "")
-        issues = [] if src is None else _missing(node.group_by, src, "group_by", f"input '{node.input}'")
-        agg_names = tuple(a.name for a in node.aggregates)
-        issues += _reserved(agg_names, "aggregates")
-        issues += [Issue(f"aggregates.{n}", f"output column '{n}' is produced twice (group_by columns "
-                                            f"and aggregate names must all differ)")
-                   for i, n in enumerate(agg_names) if n in node.group_by + agg_names[:i]]
-        names = node.group_by + agg_names
-        if "window" in node.field_lines:
-            issues += _window_issues(node, src, names)
-            names = WINDOW_COLUMNS + names
-        return names, issues
-    if op == "topk":
-        return _topk_columns(node, lookup)
-    if op in SET_OPS:
-        return _set_op_columns(node, lookup)
-    if op in ("join", "antijoin", "product"):
-        return _join_columns(node, lookup)
-    if op == "sql":  # ``known``: the relations a query may name
-        cols, found = sql_node_columns(node.sql, node.tables, lookup, known)
-        return cols, [Issue(key, message) for key, message in found] + _query_names(cols or ())
-    return None, []  # recursive is resolved by its scope; unknown ops were reported by the schema
-
-
-def _topk_columns(node: NodeSpec, lookup: Lookup) -> tuple[Cols | None, list[Issue]]:
-    """The input's columns, then ``rank_column``; the groups and order must be input columns."""
-    spec = node.extra.get("topk")
-    src = lookup(node.input or "")
-    if spec is None or src is None:
-        return None, []
-    issues = _missing(spec.partition_by, src, "partition_by", f"input '{node.input}'")
-    issues += _missing(tuple(c for c, _, _ in spec.order_by), src, "order_by", f"input '{node.input}'")
-    if spec.rank_column is None:
-        return src, issues
-    issues += _reserved((spec.rank_column,), "rank_column")
-    if spec.rank_column in src:
-        issues.append(Issue("rank_column", f"rank_column '{spec.rank_column}' is already a column of input "
-                                           f"'{node.input}': choose another name"))
-    return src + (spec.rank_column,), issues
-
-
-def _window_issues(node: NodeSpec, src: Cols | None, names: Cols) -> list[Issue]:
-    """A window's column must be an input column; its output columns must be free names."""
-    issues = []
-    window = node.window
-    if src is not None and window is not None and window.column not in src:
-        issues.append(Issue("window.column", f"window column '{window.column}' is not a column of input "
-                                             f"'{node.input}' (columns: {listing(src)})"
-                                             f"{did_you_mean(window.column, src)}"))
-    for name in WINDOW_COLUMNS:
-        if src is not None and name in src:
-            issues.append(Issue("window", f"input '{node.input}' already has a column '{name}', which a window "
-                                          f"adds: rename it with a select first"))
-        elif name in names:
-            where = "group_by" if name in node.group_by else f"aggregates.{name}"
-            issues.append(Issue(where, f"'{name}' is a column the window adds: choose another name"))
-    return issues
-
-
-def _set_op_columns(node: NodeSpec, lookup: Lookup) -> tuple[Cols | None, list[Issue]]:
-    refs = node.inputs or tuple(r for r in (node.left, node.right) if r)
-    known = [(r, lookup(r)) for r in refs]
-    first = next((c for _, c in known if c is not None), None)
-    if any(c is None for _, c in known) or not known:
-        return first, []  # unknown inputs: best guess, no check
-    (ref0, cols0) = known[0]
-    issues = [Issue("inputs" if node.inputs else "right",
-                    f"{node.op} needs inputs with the same columns: '{ref0}' has ({listing(cols0)}), "
-                    f"'{r}' has ({listing(c)})")
-              for r, c in known[1:] if set(c) != set(cols0)]
-    return cols0, issues
-
-
-def _join_columns(node: NodeSpec, lookup: Lookup) -> tuple[Cols | None, list[Issue]]:
-    left, right = lookup(node.left or ""), lookup(node.right or "")
-    issues: list[Issue] = []
-    if left is not None and right is not None:
-        issues += _missing(node.on, left, "on", f"left input '{node.left}'")
-        issues += _missing(node.on, right, "on", f"right input '{node.right}'")
-    if left is not None:
-        issues += _missing(node.left_on, left, "left_on", f"left input '{node.left}'")
-    if right is not None:
-        issues += _missing(node.right_on, right, "right_on", f"right input '{node.right}'")
-    within = node.within if node.op == "join" else None
-    if within is not None:
-        if left is not None and within.left not in left:
-            issues.append(Issue("within.left", f"column '{within.left}' is not a column of left input "
-                                               f"'{node.left}' (columns: {listing(left)}){did_you_mean(within.left, left)}"))
-        if right is not None and within.right not in right:
-            issues.append(Issue("within.right", f"column '{within.right}' is not a column of right input "
-                                                f"'{node.right}' (columns: {listing(right)})"
-                                                f"{did_you_mean(within.right, right)}"))
-    if node.op == "antijoin":
-        return left, issues
-    if left is None or right is None or issues:
-        return None, issues
-    keyless = not node.on and not node.left_on and not node.right_on and "within" in node.field_lines
-    if node.op == "join" and not keyless and not node.on and (not node.left_on or len(node.left_on) != len(node.right_on)):
-        return None, issues  # keys missing or mismatched: reported by validate
-    try:
-        return join_layout(left, right, node.right or "", node.on, node.left_on, node.right_on).columns, issues
-    except ColumnClash as clash:
-        return None, issues + [Issue("right", str(clash))]
+    op = node_op(node.op)
+    if op is None:
+        return None, []  # unknown ops were reported by the schema
+    return op.columns(node, lookup, known)
 
 
 @dataclass
@@ -278,7 +144,8 @@ def _resolve_nodes(spec: CircuitSpec, nodes: dict[str, NodeSpec], prefix: str, l
         if label in skip:
             into[name] = None
             continue
-        if node.op == "recursive":
+        op = node_op(node.op)
+        if op is not None and op.scope:
             into[name] = _resolve_scope(spec, node, label, lookup, res, skip, problems, report)
             continue
         cols, issues = node_columns(node, lookup, tuple(spec.inputs) + tuple(spec.nodes))

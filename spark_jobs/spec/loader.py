@@ -14,18 +14,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import yaml
 
 from . import yaml_limits
 from .errors import CircuitError, Problem
-from .expressions import ExpressionError, parse_aggregate
-from .model import (DEFAULT_CDC_OPS, DEFAULT_ORCHESTRATION_TASKS, ON_INPUTS, RANKS, CdcOptions, CircuitSpec, Column,
-                    Expectation, InputSpec, NodeSpec, Orchestration, OutputSpec, PublishSpec, Source, TopKSpec)
+from .model import (DEFAULT_CDC_OPS, DEFAULT_ORCHESTRATION_TASKS, ON_INPUTS, CdcOptions, CircuitSpec, Column,
+                    Expectation, InputSpec, NodeSpec, Orchestration, OutputSpec, PublishSpec, Source)
+from .node_ops import Loading, node_op
 from .sql import ParsedQuery, Position, SqlError, parse_query
 from .sql_limits import QueryBudget, line_col, query_problem
-from .time import event_time_of, window_of, within_of
+from .time import event_time_of
 from .validate import schema_problems, semantic_problems
 
 YamlPath = tuple[Any, ...]  # keys (str) and list indexes (int) from the document root
@@ -216,58 +216,24 @@ def _field_lines(raw: dict[str, Any], path: YamlPath, doc: Document) -> dict[str
 
 def build_node(name: str, raw: Any, path: YamlPath, doc: Document, broken: frozenset[str],
                problems: list[Problem], budget: QueryBudget | None = None) -> NodeSpec:
-    """A ``NodeSpec`` from its YAML mapping; aggregate strings are parsed here."""
+    """A ``NodeSpec`` from its YAML mapping: the fields every node may have, then those its op
+    reads itself (its ``NodeOp.load``, ``spec/ops/<op>.py``)."""
     label = doc.node_of(path) or name
     if not isinstance(raw, dict):
         return NodeSpec(name=name, op="", line=doc.line(path))
     lines = _field_lines(raw, path, doc)
     op = _str(raw.get("op")) or ""
-    inputs, left, right = _strs(raw.get("inputs")), _str(raw.get("left")), _str(raw.get("right"))
-    if op in ("union", "union_all") and not inputs and left and right:
-        inputs, left, right = (left, right), None, None
-        lines.update({"inputs.0": lines["left"], "inputs.1": lines["right"]})
-    columns = raw.get("columns")
-    if isinstance(columns, dict):
-        pairs = tuple((k, v) for k, v in columns.items() if isinstance(v, str))
-    else:
-        pairs = tuple((c, c) for c in _strs(columns))
-    aggregates = []
-    raw_aggregates = raw.get("aggregates")
-    for out, text in raw_aggregates.items() if isinstance(raw_aggregates, dict) else ():
-        if not isinstance(text, str):
-            continue
-        try:
-            aggregates.append(parse_aggregate(out, text))
-        except ExpressionError as exc:
-            if label not in broken:
-                problems.append(Problem(doc.file, lines.get(f"aggregates.{out}", doc.line(path)), label,
-                                        f"aggregate '{out}': {exc}"))
-    body: dict[str, NodeSpec] = {}
-    extra: dict[str, Any] = {}
-    outputs: tuple[str, ...] = ()
-    query, parsed = _str(raw.get("query")), None
-    if op == "sql" and query is not None:
-        parsed = limited_parse(query, budget)
-        lines.update(_query_lines(query, doc.scalars.get(path + ("query",))))
-    if op == "topk":
-        extra = {"topk": topk_spec(raw, lines, lambda key, message: problems.append(
-            Problem(doc.file, lines.get(key, doc.line(path)), label, message)) if label not in broken else None)}
-    if op == "recursive":
-        raw_body, raw_outputs = raw.get("body"), raw.get("outputs")
-        if isinstance(raw_body, dict):
-            body = {k: build_node(k, v, path + ("body", k), doc, broken, problems, budget)
-                    for k, v in raw_body.items()}
-        outputs = (raw_outputs,) if isinstance(raw_outputs, str) else _strs(raw_outputs)
-        extra = {"body": raw_body, "outputs": raw_outputs}
-    return NodeSpec(
-        name=name, op=op, line=doc.line(path), input=_str(raw.get("input")), inputs=inputs,
-        left=left, right=right, on=_strs(raw.get("on")), left_on=_strs(raw.get("left_on")),
-        right_on=_strs(raw.get("right_on")), where=_str(raw.get("where")), columns=pairs,
-        group_by=_strs(raw.get("group_by")), aggregates=tuple(aggregates),
-        window=window_of(raw.get("window")) if op == "aggregate" else None,
-        within=within_of(raw.get("within")) if op == "join" else None,
-        stream=_str(raw.get("stream")) if op == "join" else None, extra=extra, body=body,
-        outputs=outputs, query=query, tables=parsed.tables if parsed else (), sql=parsed, field_lines=lines)
+    fields: dict[str, Any] = dict(
+        input=_str(raw.get("input")), inputs=_strs(raw.get("inputs")), left=_str(raw.get("left")),
+        right=_str(raw.get("right")), on=_strs(raw.get("on")), left_on=_strs(raw.get("left_on")),
+        right_on=_strs(raw.get("right_on")), where=_str(raw.get("where")), group_by=_strs(raw.get("group_by")),
+        query=_str(raw.get("query")))
+    hooks = node_op(op)
+    if hooks is not None and hooks.load is not None:
+        loading = Loading(doc, path, label, lines, problems, broken, budget,
+                          lambda k, v, p: build_node(k, v, p, doc, broken, problems, budget))
+        fields.update(hooks.load(raw, loading))
+    return NodeSpec(name=name, op=op, line=doc.line(path), field_lines=lines, **fields)
 
 
 def limited_parse(query: str, budget: QueryBudget | None = None) -> ParsedQuery:
@@ -280,49 +246,6 @@ def limited_parse(query: str, budget: QueryBudget | None = None) -> ParsedQuery:
         return parse_query(query)
     why, offset = found
     return ParsedQuery(query, None, error=SqlError(why, Position(*line_col(query, offset))))
-
-
-_ORDER = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)(?:\s+(ASC|DESC))?(?:\s+NULLS\s+(FIRST|LAST))?\s*$", re.I)
-
-
-def topk_spec(raw: dict, lines: dict[str, int], problem: Callable[[str, str], None]) -> TopKSpec:
-    """A `topk` node's fields (the schema has checked their shapes); ``problem(field, message)``
-    for an ``order_by`` string that does not read "col [ASC|DESC] [NULLS FIRST|LAST]"."""
-    order: list[tuple[str, bool, bool]] = []
-    items = raw.get("order_by")
-    for i, item in enumerate(items if isinstance(items, list) else []):
-        if isinstance(item, dict) and isinstance(item.get("column"), str):
-            desc = item.get("desc") is True
-            nulls = item.get("nulls")
-            order.append((item["column"], desc, (not desc) if nulls not in ("first", "last") else nulls == "first"))
-        elif isinstance(item, str):
-            m = _ORDER.match(item)
-            if m is None:
-                problem(f"order_by.{i}", f"order_by item '{item}': expected 'column [ASC|DESC] [NULLS FIRST|LAST]'")
-                continue
-            desc = (m.group(2) or "").upper() == "DESC"
-            order.append((m.group(1), desc, (not desc) if m.group(3) is None else m.group(3).upper() == "FIRST"))
-    k = raw.get("k")
-    k = int(k) if isinstance(k, float) and k.is_integer() else k  # the schema's integer admits 2.0
-    rank = raw.get("rank")
-    rank_column = raw.get("rank_column")
-    return TopKSpec(_strs(raw.get("partition_by")), tuple(order), k if isinstance(k, int) else 1,
-                    rank if rank in RANKS else "row_number", rank_column if isinstance(rank_column, str) else None)
-
-
-def _query_lines(query: str, mark: tuple[int, str | None] | None) -> dict[str, int]:
-    """YAML line of each line of a query (``query.<n>``), where the YAML style keeps lines apart:
-    a literal block (``|``) line by line, a one-line value on its own line; a folded or a quoted
-    multi-line value only its first line (YAML joined the rest)."""
-    if mark is None:
-        return {}
-    line, style = mark
-    count = query.count("\n") + (0 if query.endswith("\n") else 1)
-    if style == "|":
-        return {f"query.{i}": line + i for i in range(1, count + 1)}
-    if style == ">":
-        return {"query.1": line + 1}
-    return {"query.1": line}
 
 
 def build_expectations(raw: Any, path: YamlPath, doc: Document) -> tuple[Expectation, ...]:

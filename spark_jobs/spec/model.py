@@ -25,14 +25,8 @@ def reserved_column_problem(name: str) -> str | None:
                 f"internal columns: choose another name")
     return None
 
-# Operators a user may write in `nodes.<name>.op`.
-UNARY_OPS = ("select", "map", "filter", "distinct", "aggregate", "topk", "delay", "integrate", "differentiate")
-RANKS = ("row_number", "rank", "dense_rank")  # the rank functions of a `topk` node
-BINARY_OPS = ("join", "product", "antijoin", "difference", "intersect")
-NARY_OPS = ("union", "union_all")
-SCOPE_OPS = ("recursive",)
-SQL_OPS = ("sql",)
-ALL_OPS = UNARY_OPS + BINARY_OPS + NARY_OPS + SCOPE_OPS + SQL_OPS
+# The ops a user may write in `nodes.<name>.op` are registered by their modules (``spec/ops/``,
+# ``node_ops.op_names()``), each with its YAML form.
 
 SOURCE_KINDS = ("changes", "snapshots", "cdc", "append_only")
 SOURCE_FORMATS = ("parquet", "csv", "json", "jsonl")  # jsonl: another name for json (JSON lines)
@@ -142,18 +136,6 @@ class InputSpec:
 
 
 @dataclass(frozen=True)
-class TopKSpec:
-    """A `topk` node's fields: per group of ``partition_by``, the rows ranked <= ``k`` by
-    ``order_by`` ((column, desc, nulls_first), ...) with ``rank`` (row_number | rank | dense_rank)."""
-
-    partition_by: tuple[str, ...]
-    order_by: tuple[tuple[str, bool, bool], ...]
-    k: int
-    rank: str = "row_number"
-    rank_column: str | None = None
-
-
-@dataclass(frozen=True)
 class AggregateSpec:
     """One output column of an `aggregate` node, parsed from e.g. "sum(amount)" or "count(distinct x)"."""
 
@@ -179,8 +161,8 @@ class NodeSpec:
       windows: the output starts with ``window_start``, ``window_end``)
     - join: optionally `within` (an interval join: keys optional) or `stream` ("left"/"right":
       that side is a stream, joined once on arrival with the other side's integral)
-    - topk: `input`, `partition_by`, `order_by`, `k`, `rank`, `rank_column`: parsed into
-      ``extra["topk"]`` (a ``TopKSpec``)
+    - an op with fields of its own keeps them in ``extra`` (its module in ``spec/ops/`` says
+      which: a topk's are ``extra["topk"]``)
     - sql: `query` (one Spark SQL query); ``sql`` holds it parsed (``spec.sql.ParsedQuery``) and
       ``tables`` the inputs/nodes its FROM clauses read (their circuit spelling)
     - recursive: `body` (a nested mapping of nodes), kept raw for the recursion layer in

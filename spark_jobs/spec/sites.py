@@ -2,7 +2,8 @@
 
 Both checks of expressions walk this one list: the validator on sqlglot's parse
 (``validate.py``) and the check on Spark's own parse before a step (``executor/spark/parse_check.py``),
-so a new kind of SQL text in the spec has to be added here once to be checked twice. The places:
+so a new kind of SQL text in the spec has to be declared once to be checked twice: a node's texts
+by its op's ``sites`` hook (``spec/ops/<op>.py``). The places:
 
 - ``filter``: ``where``; ``select``/``map``: each column's expression; ``aggregate``: each
   aggregate's argument (all of these also inside recursive bodies);
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from .model import CircuitSpec, Expectation, NodeSpec
+from .node_ops import node_op
 
 ROW_CONDITION = "row_condition"
 CONDITION_PARSER = "condition_parser"
@@ -37,20 +39,13 @@ class ExpressionSite:
     kind: str  # "node" | "expectation"
 
 
-def node_sites(label: str, node: NodeSpec) -> Iterator[ExpressionSite]:
-    """The SQL texts of one node (not of its body)."""
-    source = node.input or ""
-    if node.op == "filter" and node.where is not None:
-        yield ExpressionSite(label, node.line_of("where"), "where", node.where, source, "node")
-    if node.op in ("select", "map"):
-        for i, (name, expr) in enumerate(node.columns):
-            key = f"columns.{name}" if f"columns.{name}" in node.field_lines else f"columns.{i}"
-            yield ExpressionSite(label, node.line_of(key), f"column '{name}'", expr, source, "node")
-    if node.op == "aggregate":
-        for agg in node.aggregates:
-            if agg.arg:
-                yield ExpressionSite(label, node.line_of(f"aggregates.{agg.name}"), f"aggregate '{agg.name}'",
-                                     agg.arg, source, "node")
+def node_sites(label: str, node: NodeSpec, lookup: Callable[[str], tuple[str, ...] | None] | None = None,
+               known: tuple[str, ...] = ()) -> Iterator[ExpressionSite]:
+    """The SQL texts of one node (not of its body), by its op's ``sites`` hook (``spec/ops/<op>.py``);
+    ``lookup``: the columns of the circuit's relations (None inside a recursive body)."""
+    op = node_op(node.op)
+    if op is not None and op.sites is not None:
+        yield from op.sites(label, node, lookup, known)
 
 
 def sql_sites(label: str, node: NodeSpec, lookup: Callable[[str], tuple[str, ...] | None],
@@ -117,9 +112,7 @@ def expression_sites(spec: CircuitSpec, skip: frozenset[str] = frozenset()) -> I
             label = prefix + name
             if label in skip:
                 continue
-            yield from node_sites(label, node)
-            if node.op == "sql" and not prefix:
-                yield from sql_sites(label, node, lookup, tuple(spec.inputs) + tuple(spec.nodes))
+            yield from node_sites(label, node, None if prefix else lookup, tuple(spec.inputs) + tuple(spec.nodes))
             yield from visit(node.body, label + ".")
 
     yield from visit(spec.nodes, "")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Iterator
 from .columns import Resolution
 from .errors import Problem, listing
 from .model import CircuitSpec, Column, NodeSpec
+from .node_ops import node_op
 from .time import TIMESTAMP_TYPES, retention_settings, time_field_problems
 
 if TYPE_CHECKING:
@@ -20,8 +21,6 @@ if TYPE_CHECKING:
 
 # sources whose rows are events: each row is judged late or not by its own time
 TIMED_SOURCES = ("changes", "append_only")
-# ops whose output rows are input rows, unchanged or with columns dropped/renamed
-_PASS_ROWS = ("filter", "distinct", "select", "map", "union_all")
 
 
 def time_problems(spec: CircuitSpec, doc: "Document", broken: frozenset[str], res: Resolution) -> list[Problem]:
@@ -79,33 +78,19 @@ def _node(spec: CircuitSpec, doc: "Document", name: str, node: NodeSpec, res: Re
     for key in ("window", "within"):
         for field, message in time_field_problems(key, doc.get(path + (key,))):
             problems.append(Problem(spec.path, node.line_of(f"{key}.{field}"), name, message))
-    if node.op == "antijoin":
-        problems += [Problem(spec.path, node.line_of(key), name, f"'{key}' applies to op join only")
-                     for key in ("within", "stream") if key in node.field_lines]
-    if "within" in node.field_lines and "stream" in node.field_lines:
-        problems.append(Problem(spec.path, node.line_of("stream"), name,
-                                "give either 'within' (an interval join) or 'stream' (a stream joined with a "
-                                "relation), not both"))
     if node.window is not None:
-        if (why := _traced_type(spec, node.input, node.window.column)):
+        if (why := traced_type(spec, node.input, node.window.column)):
             problems.append(Problem(spec.path, node.line_of("window.column"), name, f"window column {why}"))
-    if node.op == "sql":
-        problems += _sql_window_columns(spec, name, node, res)
-    if node.within is not None and node.op == "join":
-        for side, column in (("left", node.within.left), ("right", node.within.right)):
-            if (why := _traced_type(spec, getattr(node, side), column)):
-                problems.append(Problem(spec.path, node.line_of(f"within.{side}"), name, f"within.{side} {why}"))
-    if node.stream in ("left", "right") and node.op == "join":
-        source = getattr(node, node.stream)
-        if source and (why := _not_append_only(spec, source)):
-            problems.append(Problem(spec.path, node.line_of("stream"), name,
-                                    f"the stream side '{source}' must only insert rows: {why}"))
+    op = node_op(node.op)
+    if op is not None and op.time_checks is not None:  # an op's own time fields (spec/ops/<op>.py)
+        problems += op.time_checks(spec, name, node, res)
     return problems
 
 
 def origin_column(spec: CircuitSpec, ref: str | None, column: str) -> tuple[str, Column] | None:
-    """The input column that ``ref``'s ``column`` is, unchanged (through filters, distinct, selects
-    of a plain column and the first input of a union_all); None when it is computed or unknown."""
+    """The input column that ``ref``'s ``column`` is, unchanged (through the ops whose rows pass
+    through: their ``origin`` hook, e.g. filters, distinct, selects of a plain column and the first
+    input of a union_all); None when it is computed or unknown."""
     seen = 0
     while ref is not None and seen < 1000:
         seen += 1
@@ -113,20 +98,17 @@ def origin_column(spec: CircuitSpec, ref: str | None, column: str) -> tuple[str,
             col = next((c for c in spec.inputs[ref].columns if c.name == column), None)
             return (ref, col) if col is not None else None
         node = spec.nodes.get(ref)
-        if node is None or node.op not in _PASS_ROWS:
+        op = node_op(node.op) if node is not None else None
+        if node is None or op is None or op.origin is None:
             return None
-        if node.op in ("select", "map"):
-            expr = dict(node.columns).get(column)
-            if expr is None:
-                return None
-            column = expr.strip().strip("`")
-            if not column.replace("_", "").isalnum():
-                return None
-        ref = node.input or (node.inputs[0] if node.inputs else None)
+        found = op.origin(node, column)
+        if found is None:
+            return None
+        ref, column = found
     return None
 
 
-def _sql_window_columns(spec: CircuitSpec, name: str, node: NodeSpec, res: Resolution) -> list[Problem]:
+def sql_window_columns(spec: CircuitSpec, name: str, node: NodeSpec, res: Resolution) -> list[Problem]:
     """``GROUP BY window(ts, ...)`` in an sql node: ``ts`` must be a timestamp, when it traces back
     to an input column (as ``aggregate.window.column`` must)."""
     from .sql import SqlError, plan as P
@@ -175,13 +157,13 @@ def _plan_origin(spec: CircuitSpec, rel: object, column: str) -> tuple[str, Colu
     return None
 
 
-def _traced_type(spec: CircuitSpec, ref: str | None, column: str) -> str | None:
+def traced_type(spec: CircuitSpec, ref: str | None, column: str) -> str | None:
     """Why ``column`` of ``ref`` cannot be a time column, when its input's type is known."""
     found = origin_column(spec, ref, column)
     return _not_timestamp(found[1]) if found is not None else None
 
 
-def _not_append_only(spec: CircuitSpec, ref: str) -> str | None:
+def not_append_only(spec: CircuitSpec, ref: str) -> str | None:
     """Why ``ref``'s rows may be deleted (None: they come from append_only inputs through
     filters, selects, union_all and the stream side of stream joins)."""
     stack, seen = [ref], set()
@@ -199,12 +181,11 @@ def _not_append_only(spec: CircuitSpec, ref: str) -> str | None:
         node = spec.nodes.get(name)
         if node is None:
             return None  # unknown references are reported elsewhere
-        if node.op == "join" and node.stream in ("left", "right"):
-            stack.append(getattr(node, node.stream))
-        elif node.op in ("filter", "select", "map", "union_all"):
-            stack.extend(node.references)
-        else:
+        op = node_op(node.op)
+        sources = op.inserts(node) if op is not None and op.inserts is not None else None
+        if sources is None:
             return f"node '{name}' is a {node.op}, whose output changes may delete rows"
+        stack.extend(sources)
     return None
 
 

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable
 
 from sqlglot import exp
 
 from spark_jobs.errors import DbspError
 
-from .columns import Resolution, join_layout
+from .columns import Resolution
 from .errors import Problem
 from .model import CircuitSpec, NodeSpec
+from .node_ops import node_op
 from .sql_check import ExpressionError, function_name, parse
 
 # ---- types ---------------------------------------------------------------------------------------
@@ -380,10 +381,10 @@ class CircuitTyper:
     def run(self) -> list[Problem]:
         for name, inp in self.spec.inputs.items():
             self.types[name] = {c.name: parse_type(c.type) for c in inp.columns}
-        self._nodes(self.spec.nodes, "", self.types)
+        self.nodes(self.spec.nodes, "", self.types)
         return self.problems
 
-    def _nodes(self, nodes: dict[str, NodeSpec], prefix: str, scope: dict[str, Types | None]) -> None:
+    def nodes(self, nodes: dict[str, NodeSpec], prefix: str, scope: dict[str, Types | None]) -> None:
         pending = dict(nodes)
         for _ in range(len(nodes) + 1):  # dependency order: a node once all it reads is typed
             for name, node in list(pending.items()):
@@ -398,101 +399,28 @@ class CircuitTyper:
         for name in pending:  # on a cycle (reported elsewhere): unknown
             scope[name] = None
 
-    def _problem(self, label: str, line: int, what: str, message: str) -> None:
+    def problem(self, label: str, line: int, what: str, message: str) -> None:
         self.problems.append(Problem(self.spec.path, line, label, f"{what}: type error: {message}"))
 
-    def _expr(self, label: str, line: int, what: str, text: str, columns: Types | None) -> SqlType:
+    def expr(self, label: str, line: int, what: str, text: str, columns: Types | None) -> SqlType:
         if columns is None:
             return ANY
         try:
             return expression_type(text, {c.lower(): t for c, t in columns.items()})
         except TypeProblem as exc:
-            self._problem(label, line, what, str(exc))
+            self.problem(label, line, what, str(exc))
         except (ExpressionError, RecursionError, ValueError):
             pass  # unreadable: reported by the expression check
         return ANY
 
     def _node(self, label: str, node: NodeSpec, scope: dict[str, Types | None]) -> Types | None:
-        cols = self.resolution.columns.get(label) if "." not in label else None
-        src = scope.get(node.input) if node.input else None
-        op = node.op
-        if op == "filter":
-            t = self._expr(label, node.line_of("where"), "where", node.where or "true", src)
-            if (t.known and not t.is_("boolean")) or t.is_("null"):  # Spark: a VOID filter is not a boolean either
-                self._problem(label, node.line_of("where"), "where",
-                              f"'{node.where}' is {t}, not a boolean: a filter keeps the rows where it is true")
-            return src
-        if op in ("select", "map"):
-            out: Types = {}
-            for i, (name, expr) in enumerate(node.columns):
-                key = f"columns.{name}" if f"columns.{name}" in node.field_lines else f"columns.{i}"
-                out[name] = self._expr(label, node.line_of(key), f"column '{name}'", expr, src)
-            return out
-        if op == "aggregate":
-            return self._aggregate(label, node, src)
-        if op in ("join", "antijoin", "product"):
-            return self._join(label, node, scope)
-        if op in ("union", "union_all", "difference", "intersect"):
-            sources = [scope.get(i) for i in node.inputs] if node.inputs else [scope.get(node.left), scope.get(node.right)]
-            return sources[0] if sources and sources[0] is not None else None
-        if op == "topk":
-            if src is None:
-                return None
-            rank_column = getattr(node.extra.get("topk"), "rank_column", None)
-            return {**src, **({rank_column: INT} if rank_column else {})}
-        if op in ("distinct", "integrate", "delay", "differentiate"):
-            return src
-        if op == "sql":
-            return self._sql(label, node, scope, cols)
-        if op in ("recursive", "iterate"):
-            inner = dict(scope)
-            inner[label.rsplit(".", 1)[-1]] = None  # the loop's own value: not typed (accepted)
-            self._nodes(node.body, label + ".", inner)
-            return None
-        return None
+        """The node's output types, by its op's ``types`` hook (``spec/ops/<op>.py``)."""
+        op = node_op(node.op)
+        return op.types(self, label, node, scope) if op is not None and op.types is not None else None
 
-    def _aggregate(self, label: str, node: NodeSpec, src: Types | None) -> Types | None:
-        if src is None:
-            return None
-        out: Types = {}
-        if node.window is not None:
-            out.update(window_start=TIMESTAMP, window_end=TIMESTAMP)
-        lower = {c.lower(): t for c, t in src.items()}
-        for g in node.group_by:
-            out[g] = lower.get(g.lower(), ANY)
-        for agg in node.aggregates:
-            line = node.line_of(f"aggregates.{agg.name}")
-            arg = self._expr(label, line, f"aggregate '{agg.name}'", agg.arg, src) if agg.arg else None
-            try:
-                out[agg.name] = aggregate_type(agg.func, arg, agg.text)
-            except TypeProblem as exc:
-                self._problem(label, line, f"aggregate '{agg.name}'", str(exc))
-                out[agg.name] = ANY
-        return out
-
-    def _join(self, label: str, node: NodeSpec, scope: dict[str, Types | None]) -> Types | None:
-        left, right = scope.get(node.left), scope.get(node.right)
-        if left is None or right is None:
-            return None
-        lower_l = {c.lower(): t for c, t in left.items()}
-        lower_r = {c.lower(): t for c, t in right.items()}
-        on = tuple(node.on or ())
-        pairs = [(k, k) for k in on] + list(zip(node.left_on or (), node.right_on or ()))
-        line = node.line_of("on") if on else node.line_of("left_on")
-        for lk, rk in pairs:
-            a, b = lower_l.get(lk.lower(), ANY), lower_r.get(rk.lower(), ANY)
-            if not comparable(a, b):
-                self._problem(label, line, "join key", f"{node.left}.{lk} ({a}) is matched with {node.right}.{rk} ({b}): "
-                              f"values of these types are never equal")
-        if node.op == "antijoin":
-            return left
-        try:
-            layout = join_layout(tuple(left), tuple(right), node.right, on, tuple(node.left_on or ()),
-                                 tuple(node.right_on or ()))
-        except ValueError:
-            return None
-        return {out: lower_l.get(src.lower(), ANY) for src, out in layout.left_out} | {
-            out: lower_r.get(src.lower(), ANY) for src, out in layout.right_out}
+    def sql_types(self, label: str, node: NodeSpec, scope: dict[str, Types | None]) -> Types | None:
+        """An sql node's output types, from its bound plan (the one kept on the node)."""
+        return self._sql(label, node, scope, self.resolution.columns.get(label) if "." not in label else None)
 
     def _sql(self, label: str, node: NodeSpec, scope: dict[str, Types | None], cols) -> Types | None:
         from .sql import SqlError, plan as P
@@ -522,12 +450,12 @@ class CircuitTyper:
             where = f"query, in '{_clip(r.sql)}'"
             if isinstance(r, P.Map):
                 src = typed(r.input)
-                return {name: self._expr(label, line, where, e, src) for name, e in r.exprs}
+                return {name: self.expr(label, line, where, e, src) for name, e in r.exprs}
             if isinstance(r, P.Filter):
                 src = typed(r.input)
-                t = self._expr(label, line, where, r.where, src)
+                t = self.expr(label, line, where, r.where, src)
                 if (t.known and not t.is_("boolean")) or t.is_("null"):
-                    self._problem(label, line, where, f"the condition is {t}, not a boolean")
+                    self.problem(label, line, where, f"the condition is {t}, not a boolean")
                 return src
             if isinstance(r, P.Join):
                 lt, rt = typed(r.left), typed(r.right)
@@ -535,14 +463,14 @@ class CircuitTyper:
                     for lk, rk in zip(r.left_keys, r.right_keys):
                         a, b = lt.get(lk, ANY), rt.get(rk, ANY)
                         if not comparable(a, b):
-                            self._problem(label, line, where,
+                            self.problem(label, line, where,
                                           f"{lk} ({a}) is compared with {rk} ({b}): values of these types are never equal")
                     for text, side in ((r.left_only, lt), (r.right_only, rt)):
                         if text:
-                            self._expr(label, line, where, text, side)
+                            self.expr(label, line, where, text, side)
                 out = {o: (lt or {}).get(s, ANY) for s, o in r.left_out} | {o: (rt or {}).get(s, ANY) for s, o in r.right_out}
                 if r.mixed:
-                    self._expr(label, line, where, r.mixed, out)
+                    self.expr(label, line, where, r.mixed, out)
                 return out if lt is not None and rt is not None else None
             if isinstance(r, P.Semi):
                 lt, rt = typed(r.left), typed(r.right)
@@ -550,7 +478,7 @@ class CircuitTyper:
                     for lk, rk in zip(r.left_keys, r.right_keys):
                         a, b = lt.get(lk, ANY), rt.get(rk, ANY)
                         if not comparable(a, b):
-                            self._problem(label, line, where,
+                            self.problem(label, line, where,
                                           f"{lk} ({a}) is compared with {rk} ({b}): values of these types are never equal")
                 return lt
             if isinstance(r, P.Aggregate):
@@ -559,11 +487,11 @@ class CircuitTyper:
                     return None
                 out = {g: src.get(g, ANY) for g in r.group_by}
                 for name, func, arg, _distinct in r.aggs:
-                    t = self._expr(label, line, where, arg, src) if arg else None
+                    t = self.expr(label, line, where, arg, src) if arg else None
                     try:
                         out[name] = aggregate_type(func, t, f"{func}(...) AS {name}")
                     except TypeProblem as exc:
-                        self._problem(label, line, where, str(exc))
+                        self.problem(label, line, where, str(exc))
                         out[name] = ANY
                 return {c: out.get(c, ANY) for c in r.columns}
             if isinstance(r, P.WindowAssign):

@@ -1,6 +1,7 @@
 """Checks on a circuit file, in two layers that never report the same thing twice.
 
-1. Shape, by the JSON Schema ``circuit.schema.json`` (which editors also use to autocomplete):
+1. Shape, by the JSON Schema (``schema.py``: ``circuit.schema.json`` with each op's fields from its
+   module; editors read the file to autocomplete):
    required keys, unknown keys and fields, value types, enums (op, source kind/format, policy),
    name patterns, expectation entry form. jsonschema's errors are rewritten into our messages.
 2. Meaning, in Python: duplicate names, references (with "did you mean"), either/or fields
@@ -13,10 +14,7 @@ wrong field does not also surface as a string of follow-on errors.
 """
 from __future__ import annotations
 
-import json
 import re
-from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from jsonschema import Draft202012Validator, ValidationError
@@ -31,20 +29,31 @@ from .sites import condition_problem, expression_sites
 from .sql_check import ExpressionError
 from .time_checks import time_problems
 from .typecheck import type_problems
-from .model import ALL_OPS, CircuitSpec, Expectation, NodeSpec
+from .model import CircuitSpec, Expectation, NodeSpec
+from .node_ops import node_op, node_ops, op_names
+from .schema import circuit_schema
 
 if TYPE_CHECKING:
     from .loader import Document, YamlPath
 
-SCHEMA_PATH = Path(__file__).with_name("circuit.schema.json")
 
 _TYPE_WORDS = {"string": "a string", "array": "a list", "object": "a mapping", "boolean": "true or false",
                "integer": "an integer", "number": "a number", "null": "nothing (null)"}
 
 
-@lru_cache(maxsize=1)
 def _validator() -> Draft202012Validator:
-    return Draft202012Validator(json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
+    return _validator_of(circuit_schema())
+
+
+_VALIDATORS: dict[int, Draft202012Validator] = {}
+
+
+def _validator_of(schema: dict[str, Any]) -> Draft202012Validator:
+    """One validator per assembled schema (``schema.circuit_schema`` keeps the schema itself)."""
+    if id(schema) not in _VALIDATORS:
+        _VALIDATORS.clear()
+        _VALIDATORS[id(schema)] = Draft202012Validator(schema)
+    return _VALIDATORS[id(schema)]
 
 
 # ---- layer 1: the JSON Schema --------------------------------------------------------------
@@ -123,7 +132,7 @@ def _translate(err: ValidationError, doc: "Document") -> Iterator[tuple["YamlPat
                 yield path, (f"missing required field '{missing}' for op '{op}' "
                              f"(it needs: {listing(err.validator_value)})")
             elif missing == "op":
-                yield path, f"missing required field 'op' (one of: {listing(ALL_OPS)})"
+                yield path, f"missing required field 'op' (one of: {listing(op_names())})"
             else:
                 rel = _relative(path)
                 yield path, f"missing required field '{rel + '.' if rel else ''}{missing}'"
@@ -182,9 +191,9 @@ def semantic_problems(spec: CircuitSpec, doc: "Document", broken: frozenset[str]
     for label, node, visible in scopes:
         problems += _node_fields(spec, label, node)
         problems += _references(spec, label, node, visible)
-        if node.op == "sql" and "." in label:
-            problems.append(Problem(spec.path, node.line, label, "an sql node cannot be inside a recursive body: "
-                                    "write the recursion in the query (WITH RECURSIVE)"))
+        op = node_op(node.op)
+        if op is not None and not op.in_body and "." in label:
+            problems.append(Problem(spec.path, node.line, label, op.body_refusal))
     cycle_problems, in_cycles = _cycles(spec, broken)
     problems += cycle_problems
     resolution, column_problems = resolve(spec, broken | in_cycles)
@@ -195,15 +204,11 @@ def semantic_problems(spec: CircuitSpec, doc: "Document", broken: frozenset[str]
     problems += key_problems(spec, doc, resolution.columns)
     problems += time_problems(spec, doc, broken, resolution)
     for label, node, _ in scopes:
-        if node.op == "recursive":
+        if node.body:
             problems += _stratification(spec, label, node)
     return problems
 
 
-# ops a recursive stratum may hold: monotone, and linear/bilinear/distinct once incrementalized
-_RECURSIVE_OK = ("select", "map", "filter", "union", "union_all", "join", "product", "intersect", "distinct",
-                 "antijoin", "difference")
-_NEGATING = {"antijoin": "right", "difference": "right"}
 
 
 def _recursive_part(node: NodeSpec) -> set[str]:
@@ -238,31 +243,34 @@ def _stratification(spec: CircuitSpec, label: str, node: NodeSpec) -> list[Probl
     part = _recursive_part(node)
     same = part | {node.name}
     problems = []
+    allowed = [op.name for op in node_ops() if op.recursion in ("monotone", "negation")]
     for name, body_node in node.body.items():
         where = f"{label}.{name}"
-        if body_node.op == "recursive":
+        op = node_op(body_node.op)
+        if op is not None and op.scope:
             problems.append(Problem(spec.path, body_node.line, where,
                                     "a recursive node inside a recursive body is not supported: write the "
                                     "inner relations into the same body (mutual recursion is allowed)"))
             continue
         if name not in part:
             continue  # lower stratum: computed once per timestep, outside the loop
-        side = _NEGATING.get(body_node.op)
+        recursion = op.recursion if op is not None else "outer"
+        side = op.negated if op is not None and recursion == "negation" else ""
         if side and getattr(body_node, side) in same:
             problems.append(Problem(spec.path, body_node.line_of(side), where,
                                     f"negation through recursion: the {side} side of this {body_node.op} "
                                     f"('{getattr(body_node, side)}') depends on the recursive relations of "
                                     f"'{node.name}'; only a relation of a lower stratum (one that does not "
                                     f"read '{node.name}' or its body cycle) may be negated"))
-        elif body_node.op == "aggregate":
+        elif recursion == "aggregation":
             problems.append(Problem(spec.path, body_node.line, where,
                                     f"aggregate inside the recursion of '{node.name}': its input depends on "
                                     f"the recursive relations, and aggregation through recursion is not "
                                     f"monotone; aggregate the recursive node's result outside its body"))
-        elif body_node.op not in _RECURSIVE_OK:
+        elif recursion not in ("monotone", "negation"):
             problems.append(Problem(spec.path, body_node.line, where,
                                     f"op '{body_node.op}' cannot depend on the recursion of '{node.name}' "
-                                    f"(allowed: {listing(_RECURSIVE_OK)}); stream operators run on the "
+                                    f"(allowed: {listing(allowed)}); stream operators run on the "
                                     f"outer clock"))
     return problems
 
@@ -275,7 +283,7 @@ def _scopes(nodes: dict[str, NodeSpec], prefix: str, visible: frozenset[str],
         if label in broken:
             continue
         yield label, node, visible
-        if node.op == "recursive":
+        if node.body:
             inner = visible | frozenset(node.body) | {name}
             yield from _scopes(node.body, label + ".", inner, broken)
 
@@ -374,32 +382,10 @@ def _names(spec: CircuitSpec) -> list[Problem]:
 
 
 def _node_fields(spec: CircuitSpec, label: str, node: NodeSpec) -> list[Problem]:
-    """Either/or fields the schema leaves open: join keys, union inputs, recursive outputs."""
-    present = set(node.field_lines)
-    found: list[tuple[str, str]] = []  # (field key for the line, message)
-    if node.op in ("join", "antijoin"):
-        if "on" in present and present & {"left_on", "right_on"}:
-            found.append(("on", "give either 'on' or 'left_on' + 'right_on', not both"))
-        elif "on" not in present and not present & {"left_on", "right_on"} and "within" in present:
-            pass  # an interval join may have no keys: the time bound alone pairs the rows
-        elif "on" not in present and not {"left_on", "right_on"} <= present:
-            has = [f for f in ("left_on", "right_on") if f in present]
-            found.append((has[0] if has else "", f"{node.op} needs its key columns: 'on: [cols]' (same names "
-                                                 f"on both sides) or 'left_on' + 'right_on'"
-                                                 + (f" (only '{has[0]}' given)" if has else "")))
-        elif "on" not in present and len(node.left_on) != len(node.right_on):
-            found.append(("left_on", f"'left_on' has {len(node.left_on)} columns and 'right_on' has "
-                                     f"{len(node.right_on)}: they pair up, so they need the same length"))
-    if node.op in ("union", "union_all"):
-        sides = present & {"left", "right"}
-        if "inputs" in present and sides:
-            found.append(("inputs", "give either 'inputs: [a, b, ...]' or 'left' + 'right', not both"))
-        elif "inputs" not in present and sides != {"left", "right"}:
-            found.append(("", f"{node.op} needs 'inputs: [a, b, ...]' (two or more) or 'left' + 'right'"))
-    if node.op == "recursive":
-        found += [("outputs", f"output '{out}' is not a node of its body (body nodes: {listing(node.body)})"
-                              f"{did_you_mean(out, node.body)}")
-                  for out in node.outputs if out not in node.body]
+    """Fields the schema leaves open (join keys, union inputs, recursive outputs): the op's
+    ``checks`` hook (``spec/ops/<op>.py``)."""
+    op = node_op(node.op)
+    found = op.checks(node) if op is not None and op.checks is not None else []
     return [Problem(spec.path, node.line_of(key), label, message) for key, message in found]
 
 

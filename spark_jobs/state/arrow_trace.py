@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from spark_jobs.errors import EXIT_REFUSED, DbspError
 from spark_jobs.policy import StatePolicy
 from spark_jobs.state.fs import FileSystem
 from spark_jobs.state.manifest import KINDS, FileStat
@@ -113,6 +114,30 @@ def drop_below(table: pa.Table, below: Sequence[tuple[str, int]]) -> pa.Table:
     return table.filter(pc.invert(dead))
 
 
+class WeightOverflow(DbspError, ValueError):
+    """A trace's weights of one tuple add up beyond a bigint (Arrow's sum would wrap around)."""
+    exit_code = EXIT_REFUSED
+    retryable = False
+
+
+def _check_weight_sums(table: pa.Table, group: list[str]) -> None:
+    """Refuse a consolidation whose weight sums leave -(2^63-1)..2^63-1 (``executor/weights.py``
+    checks every step's own arithmetic; this is the same range for the trace's compaction)."""
+    bounds = pc.min_max(table.column(WEIGHT)).as_py()
+    biggest = max(abs(bounds["min"] or 0), abs(bounds["max"] or 0))
+    if biggest * table.num_rows <= 2**63 - 1:
+        return
+    exact = table.select(group).append_column(WEIGHT, table.column(WEIGHT).cast(pa.decimal128(38, 0)))
+    sums = exact.group_by(group, use_threads=False).aggregate([(WEIGHT, "sum")])
+    total = sums.column(f"{WEIGHT}_sum")
+    bad = pc.or_(pc.greater(total, 2**63 - 1), pc.less(total, -(2**63 - 1)))
+    if pc.any(bad).as_py():
+        at = pc.index(bad, True).as_py()
+        row = {c: sums.column(c)[at].as_py() for c in group}
+        raise WeightOverflow(f"the weights of one row add up to {total[at].as_py()}, outside the weight range "
+                             f"-{2**63 - 1}..{2**63 - 1}: {row!r:.300}")
+
+
 def consolidate(table: pa.Table, kind: str, keys: Sequence[str] = ()) -> pa.Table:
     """The value a trace denotes, one row per tuple (zset) or per key (sum), zeros dropped; the
     counterpart of ``trace.consolidate`` (column types and order preserved)."""
@@ -125,6 +150,8 @@ def consolidate(table: pa.Table, kind: str, keys: Sequence[str] = ()) -> pa.Tabl
     if not group:  # a global "sum" trace: one row of totals
         sums = pa.table({c: [pc.sum(table.column(c)).as_py()] for c in values})
     else:
+        if kind == "zset":
+            _check_weight_sums(table, group)
         sums = table.group_by(group, use_threads=False).aggregate([(c, "sum") for c in values])
         sums = sums.rename_columns([c[:-4] if c.endswith("_sum") and c[:-4] in values else c
                                     for c in sums.column_names])

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from spark_jobs.errors import DbspError
+from spark_jobs.state.float_keys import canonical, canonical_value
 from spark_jobs.state.fs import FileSystem, LocalFileSystem
 from spark_jobs.state.rowgroups import FOOTERS, FileIndex, chunk_index
 
@@ -121,11 +122,16 @@ class TraceFiles:
         return [(f, int(g)) for f, groups in self._admitted_by_file(column, present, want_null, iters, iter_column)
                 for g in groups]
 
+    def _prunable(self, column: str, present: list) -> list | None:
+        """The probed values to prune row groups by their statistics; None (no pruning) for a
+        float column: its statistics know no NaN, and -0.0 and 0.0 are one key (``float_keys``)."""
+        return None if pa.types.is_floating(self.schema.field(column).type) else present
+
     def admitted_rows(self, column: str, values: Sequence[object]) -> int:
         """Rows a ``lookup`` of ``values`` would decode (from the footers; nothing is read)."""
         present, want_null = _probe(values)
         total = 0
-        for f, groups in self._admitted_by_file(column, present, want_null, (None, None), None):
+        for f, groups in self._admitted_by_file(column, self._prunable(column, present), want_null, (None, None), None):
             rows = self._index[f].stats(column).rows
             total += int(rows[groups].sum())
             total -= sum(int(rows[g]) for g in groups if (f, int(g)) in self._decoded) if self._decoded else 0
@@ -155,7 +161,7 @@ class TraceFiles:
         whose statistics admit a probed value and the iteration range."""
         present, want_null = _probe(values)
         lo, hi = iters
-        parts = self._read_groups(self._admitted(column, present, want_null, iters, iter_column))
+        parts = self._read_groups(self._admitted(column, self._prunable(column, present), want_null, iters, iter_column))
         if not parts:
             return self.schema.empty_table()
         table = pa.concat_tables(parts)
@@ -181,7 +187,7 @@ class TraceFiles:
         present, want_null = _probe(values)
         wanted = KeySet(present, want_null, self.schema.field(column).type)
         admitted: dict[int, list[int]] = {}
-        for f, g in self._admitted(column, present, want_null, (None, None), None):
+        for f, g in self._admitted(column, self._prunable(column, present), want_null, (None, None), None):
             admitted.setdefault(f, []).append(g)
         parts, found = [], 0
         for f, groups in admitted.items():
@@ -280,10 +286,16 @@ def _batches(meta: pq.FileMetaData, groups: list[int], rows: int) -> Iterator[li
         yield batch
 
 
+def _order(value: object) -> tuple:
+    """A sort key for probed values: NaN last (``sorted`` with NaN is no order at all)."""
+    return (1, 0) if isinstance(value, float) and value != value else (0, value)
+
+
 def _probe(values: Sequence[object]) -> tuple[list, bool]:
     """The probed values sorted without NULL, and whether NULL was probed."""
-    present = sorted({v for v in values if v is not None})
-    return present, len(present) < len(set(values))
+    keys = {canonical_value(v) for v in values}  # Spark's float equality: one NaN, one zero
+    present = sorted((v for v in keys if v is not None), key=_order)
+    return present, None in keys
 
 
 class KeySet:
@@ -298,7 +310,7 @@ class KeySet:
     def __init__(self, present: list, want_null: bool, dtype: pa.DataType,
                  sorted_from: int = SORTED_PROBE_KEYS) -> None:
         self.want_null = want_null
-        self.values = pa.array(present + ([None] if want_null else []), dtype)
+        self.values = canonical(pa.array(present + ([None] if want_null else []), dtype))
         self.sorted: np.ndarray | None = None
         if (pa.types.is_integer(dtype) or pa.types.is_date(dtype)) and len(present) >= sorted_from:
             base = pa.int32() if pa.types.is_date32(dtype) else pa.int64() if pa.types.is_date64(dtype) else dtype
@@ -308,7 +320,7 @@ class KeySet:
     def member(self, keys: pa.Array | pa.ChunkedArray) -> pa.BooleanArray:
         """True where ``keys`` holds a probed key (never NULL)."""
         if self.sorted is None:
-            return pc.fill_null(pc.is_in(keys, value_set=self.values, skip_nulls=not self.want_null), False)
+            return pc.fill_null(pc.is_in(canonical(keys), value_set=self.values, skip_nulls=not self.want_null), False)
         if isinstance(keys, pa.ChunkedArray):
             keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
         values = pc.fill_null(keys.cast(self.base), 0).to_numpy(zero_copy_only=False)

@@ -4,7 +4,8 @@ A case is 2-3 inputs of random column types (few distinct values and many NULLs,
 groups collide) and a few ``op: sql`` nodes drawn from the subset docs/reference/sql.md documents:
 projections with expressions, WHERE, inner and outer joins on one or two keys, GROUP BY with
 every aggregate and HAVING, DISTINCT, the set operators, subqueries in FROM, CTEs and both top-k
-forms. Every query is written twice: the text the engine compiles, and the text DuckDB runs,
+forms, and subqueries correlated or not (scalar aggregates in SELECT, EXISTS / IN / NOT IN under
+OR, NOT and CASE). Every query is written twice: the text the engine compiles, and the text DuckDB runs,
 which differs only where docs/reference/sql.md says the engine decides what SQL leaves open (ties of
 ``row_number()`` and ``ORDER BY ... LIMIT`` are broken on the other selected columns, ascending,
 NULLS FIRST). Expressions stay where Spark and DuckDB agree on values: no division, no float text
@@ -317,6 +318,66 @@ def topk(ctx: Ctx, rel: Rel) -> Rel:
                f"SELECT {outer} FROM ({inner_o}) AS ranked WHERE {cond}", cols_out)
 
 
+def _subquery(ctx: Ctx, outer: list[tuple[str, str]], tables: dict[str, list[tuple[str, str]]], alias: str
+              ) -> tuple[str, list[tuple[str, str]]]:
+    """``FROM t AS alias WHERE <correlation> [AND pred]`` over a random input, correlated with the
+    ``outer`` columns on a column of the same type (=, <>, <, <=; sometimes not at all), and that
+    input's columns under ``alias``."""
+    rng = ctx.rng
+    name = rng.choice(sorted(tables))
+    cols = [(f"{alias}.{c}", t) for c, t in tables[name]]
+    pairs = [(o, c) for o, to in outer for c, tc in cols if to == tc and to in ORDERED]
+    conds = []
+    if pairs and rng.random() < 0.85:
+        o, c = rng.choice(pairs)
+        conds.append(f"{c} {rng.choice(['=', '=', '<>', '<', '<='])} {o}")
+    if rng.random() < 0.4:
+        conds.append(pred(rng, cols, 1))
+    where = f" WHERE {' AND '.join(conds)}" if conds else ""
+    return f"FROM {name} AS {alias}{where}", cols
+
+
+def correlated(ctx: Ctx, rel: Rel, tables: dict[str, list[tuple[str, str]]]) -> Rel:
+    """A projection of ``rel`` with subqueries that read it: a scalar aggregate in the SELECT list
+    (count's empty group included), and EXISTS / IN / NOT IN under OR, NOT or CASE in WHERE."""
+    rng = ctx.rng
+    fe, fo = from_item(ctx, rel, "p")
+    cols = [(f"p.{c}", t) for c, t in rel.cols]
+    items = _select_list(rng, cols, rng.randint(1, 2))
+    body, inner = _subquery(ctx, cols, tables, ctx.fresh("s"))
+    c, t = rng.choice(inner)
+    func = rng.choice(["count(*)", f"count({c})", f"max({c})", f"min({c})"])
+    kind = "long" if func.startswith("count") else t
+    value = f"(SELECT {func} {body})"
+    if kind in ("long", "int") and rng.random() < 0.3:
+        value = f"coalesce({value}, 0) + 1"
+    items.append((value, f"c{len(items)}", kind))
+    where = ""
+    if rng.random() < 0.8:
+        body, inner = _subquery(ctx, cols, tables, ctx.fresh("s"))
+        r = rng.random()
+        if r < 0.4:
+            test = f"{rng.choice(['', 'NOT '])}EXISTS (SELECT 1 {body})"
+        else:
+            probe, pt = rng.choice(cols)
+            same = [ic for ic, it in inner if it == pt]
+            if same:
+                test = f"{probe} {rng.choice(['', 'NOT '])}IN (SELECT {rng.choice(same)} {body})"
+            else:
+                test = f"EXISTS (SELECT 1 {body})"
+        shape = rng.random()
+        if shape < 0.4:
+            where = f" WHERE {test} OR {pred(rng, cols, 1)}"
+        elif shape < 0.6:
+            where = f" WHERE NOT ({test})"
+        elif shape < 0.8:
+            where = f" WHERE CASE WHEN {test} THEN {pred(rng, cols, 1)} ELSE true END"
+        else:
+            where = f" WHERE {test}"
+    sel = f"SELECT {_render(items)} FROM "
+    return Rel(sel + fe + where, sel + fo + where, [(n, t) for _, n, t in items])
+
+
 def relation(ctx: Ctx, tables: dict[str, list[tuple[str, str]]], depth: int) -> Rel:
     rng = ctx.rng
     if depth <= 0 or rng.random() < 0.3:
@@ -352,6 +413,18 @@ def query(rng: random.Random, tables: dict[str, list[tuple[str, str]]], arrow_on
     return f"WITH {with_e} {rel.engine}", f"WITH {with_o} {rel.oracle}"
 
 
+def subquery_query(rng: random.Random, tables: dict[str, list[tuple[str, str]]], arrow_only: bool = False
+                   ) -> tuple[str, str]:
+    """A query with correlated (or uncorrelated) subqueries over a random relation."""
+    ctx = Ctx(rng, arrow_only)
+    rel = correlated(ctx, relation(ctx, tables, rng.choice([0, 1, 1, 2])), tables)
+    if not ctx.ctes:
+        return rel.engine, rel.oracle
+    with_e = ", ".join(f"{n} AS ({e})" for n, e, _ in ctx.ctes)
+    with_o = ", ".join(f"{n} AS ({o})" for n, _, o in ctx.ctes)
+    return f"WITH {with_e} {rel.engine}", f"WITH {with_o} {rel.oracle}"
+
+
 # ---- a case --------------------------------------------------------------------------------------
 
 @dataclass
@@ -379,6 +452,9 @@ def random_case(seed: int, n_queries: int = 5, arrow_only: bool = False) -> Case
         tables[name] = cols
     listed = {n: list(c.items()) for n, c in tables.items()}
     queries = [query(rng, listed, arrow_only) for _ in range(n_queries)]
+    # and two with subqueries, from an RNG of their own (the queries above stay what each seed drew)
+    sub = random.Random(seed * 7919 + 17)
+    queries += [subquery_query(sub, listed, arrow_only) for _ in range(2)]
     return Case(tables, queries)
 
 

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from spark_jobs.executor.arrow.expressions import column_value
 from spark_jobs.executor.arrow.zsets import consolidate
 from spark_jobs.executor.engine import NotLocal
+from spark_jobs.state.float_keys import canonical_value
 from spark_jobs.executor.totals import (EXACT, LIMBS, MAX_SPLIT_SCALE, PARTS, ROWS, TOTAL_LIMIT_EXP, count_name,
                                         extremum_name, finish_float, finish_limbs, finish_sql, float_terms, is_split,
                                         split_terms, sum_prefix)
@@ -67,7 +68,7 @@ def _groups(table: pa.Table, group_by: Sequence[str], aggs: Sequence[Agg], timez
         if arg is not None:
             value, dtype = column_value(positive, arg, timezone)
             args[i], types[i] = value.to_pylist(), dtype
-    keys = list(zip(*[positive.column(g).to_pylist() for g in group_by])) if group_by else [()] * positive.num_rows
+    keys = _keys(positive, group_by)
     members: dict[tuple, list[int]] = {}
     for r, key in enumerate(keys):
         members.setdefault(key, []).append(r)
@@ -81,14 +82,21 @@ def _spark_key(v: Any) -> Any:
     return (0, v)
 
 
+def _count(n: int) -> int:
+    """A count (a sum of weights) within bigint; beyond, Spark's checked sum refuses the step."""
+    if not -2**63 < n < 2**63:
+        raise NotLocal(f"a count of {n} is outside bigint: Spark reports it")
+    return n
+
+
 def _value(func: str, distinct: bool, values: list[Any] | None, weights: list[int]) -> Any:
     if func == "count":
         if values is None:
-            return sum(weights)
+            return _count(sum(weights))
         present = [(v, w) for v, w in zip(values, weights) if v is not None]
         if distinct:
             return len({_spark_key(v) for v, _ in present})
-        return sum(w for _, w in present)
+        return _count(sum(w for _, w in present))
     present = [v for v in values or () if v is not None]
     if func in ("min", "max"):
         return _pick(func, present)
@@ -306,7 +314,10 @@ def _arguments(delta: pa.Table, aggs: Sequence[Agg], timezone: str
 
 
 def _keys(table: pa.Table, group_by: Sequence[str]) -> list[tuple]:
-    return list(zip(*[table.column(g).to_pylist() for g in group_by])) if group_by else [()] * table.num_rows
+    """The group of each row, floats as Spark groups them (``float_keys``: one NaN, one zero)."""
+    if not group_by:
+        return [()] * table.num_rows
+    return list(zip(*[map(canonical_value, table.column(g).to_pylist()) for g in group_by]))
 
 
 def _outs(aggs: Sequence[Agg], types: dict[int, pa.DataType]) -> list[tuple[str, str, str | None, pa.DataType]]:

@@ -5,7 +5,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs.executor.arrow.zsets import consolidate, data_columns, total
+from spark_jobs.executor.arrow.zsets import check_additions, consolidate, data_columns, group_sums, total
 from spark_jobs.spec.model import WEIGHT
 
 _D, _I = "__d", "__i"
@@ -35,9 +35,10 @@ def distinct_h(delta: pa.Table, before: pa.Table | None) -> pa.Table:
     tagged = total(parts)
     if tagged.num_rows == 0:
         return delta.select(cols + [WEIGHT]).slice(0, 0)
-    sums = tagged.group_by(cols, use_threads=False).aggregate([(_D, "sum"), (_I, "sum")])
+    sums = group_sums(tagged, cols, [_D, _I])
     d = sums.column(f"{_D}_sum").to_numpy(zero_copy_only=False)
     i = sums.column(f"{_I}_sum").to_numpy(zero_copy_only=False)
+    check_additions([i, d], lambda at: {c: sums.column(c)[at].as_py() for c in cols})  # i + d below
     sign = np.where((i <= 0) & (i + d > 0), 1, np.where((i > 0) & (i + d <= 0), -1, 0)).astype(np.int64)
     out = pa.table([sums.column(c) for c in cols] + [pa.array(sign)], names=cols + [WEIGHT])
     keep = pc.and_(pc.not_equal(out.column(WEIGHT), 0), pa.array(d != 0))

@@ -24,6 +24,7 @@ from spark_jobs.ir.graph import Node
 from spark_jobs.ir.operator import delayed_integral_source
 from spark_jobs.policy import ExecutionPolicy
 from spark_jobs.spec.model import WEIGHT
+from spark_jobs.state import float_keys
 from spark_jobs.state.lookup import TooMany, TraceFiles
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class Integral:
         if self.parts:
             wanted = pa.array(list(values), self.schema.field(column).type)
             for p in self.parts:
-                found.append(p.filter(pc.is_in(p.column(column), value_set=wanted, skip_nulls=False)))
+                found.append(p.filter(pc.fill_null(float_keys.member(p.column(column), wanted), False)))
         return self._concat(found)
 
     def whole(self) -> pa.Table:

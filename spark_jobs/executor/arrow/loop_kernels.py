@@ -22,6 +22,7 @@ from spark_jobs.executor.arrow.expressions import apply_filter, apply_map
 from spark_jobs.executor.engine import NotLocal
 from spark_jobs.executor.loop import ITER, DEPTH, JoinSpec, Loop, ScopeStep, crossing, deeper_probes, trace_id
 from spark_jobs.ir.graph import Circuit, Node
+from spark_jobs.ir.operator import operator
 from spark_jobs.policy import RecursionPolicy
 from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state.lookup import TraceFiles
@@ -36,7 +37,7 @@ def run(node: Node, body: Circuit, imports: Sequence[pa.Table], files: ReadFiles
     cannot serve (nothing done that matters)."""
     traces = {n.id: (files(trace_id(node.id, n.id)) if files else None) for n in body if n.op == "integrate_nested"}
     k = ArrowLoopKernels(policy, list(traces.values()), timezone)
-    zero = L.zeros(body, imports, lambda t: t.slice(0, 0), k.typed)
+    zero = L.zeros(body, imports, lambda t: t.slice(0, 0), lambda n, args: L.typed(k, n, args))
     deepest = max([-1] + [m for t in traces.values() if t is not None and (m := t.max_of(ITER)) is not None])
     return L.run_loop(node, body, k, imports, traces, zero, deepest)
 
@@ -95,29 +96,20 @@ class ArrowLoopKernels:
         schema = (cur if cur is not None else before).select(cols).schema.append(pa.field(WEIGHT, pa.int64()))
         if not rows:
             return schema.empty_table()
-        sums = zsets.total(rows).group_by(cols, use_threads=False).aggregate([(g, "sum") for g in tags])
+        sums = zsets.group_sums(zsets.total(rows), cols, tags)
         o, oi, b, c = (sums.column(f"{g}_sum").to_numpy(zero_copy_only=False) for g in tags)
+        zsets.check_additions([o, oi, b, c], lambda at: {k: sums.column(k)[at].as_py() for k in cols})
         d = crossing(o, oi, b, c, lambda v: (v > 0).astype(np.int64))
         out = pa.table([sums.column(k) for k in cols] + [pa.array(d, pa.int64())], names=cols + [WEIGHT])
         return out.filter(pc.not_equal(out.column(WEIGHT), 0)).cast(schema)
 
     # ---- the loop's own ----
     def linear(self, node: Node, value: pa.Table) -> pa.Table:
-        if node.op == "map":
-            return apply_map(value, node.param("columns"), self.timezone)
-        if node.op == "filter":
-            return apply_filter(value, node.param("where"), self.timezone)
-        if node.op == "negate":
-            return zsets.negate(value)
-        raise NotLocal(f"operator {node.op!r} in a recursive body")
-
-    def typed(self, node: Node, args: list[pa.Table]) -> pa.Table:
-        """The node's operator on empty tables (its result's columns and types)."""
-        if node.op == "join_nested":
-            return self.join(args[0], args[1], L.join_spec(node), "left", True)
-        if node.op == "distinct_nested":
-            return args[0]
-        return self.linear(node, args[0])
+        """A row-wise body operator: its ``loop.arrow`` kernel (``body_map``, ...)."""
+        fn = operator(node.op).kernel("loop.arrow")
+        if fn is None:
+            raise NotLocal(f"operator {node.op!r} in a recursive body")
+        return fn(node, value, self)
 
     def is_empty(self, value: pa.Table) -> bool:
         return value.num_rows == 0
@@ -160,3 +152,17 @@ class ArrowLoopKernels:
 
     def jobs(self) -> int:
         return 0
+
+
+# ---- the row-wise body operators (``loop.arrow`` kernels, named by their IR operators) ----------
+
+def body_map(node: Node, value: pa.Table, k: ArrowLoopKernels) -> pa.Table:
+    return apply_map(value, node.param("columns"), k.timezone)
+
+
+def body_filter(node: Node, value: pa.Table, k: ArrowLoopKernels) -> pa.Table:
+    return apply_filter(value, node.param("where"), k.timezone)
+
+
+def body_negate(node: Node, value: pa.Table, k: ArrowLoopKernels) -> pa.Table:
+    return zsets.negate(value)

@@ -9,14 +9,16 @@ multiplied by a join, consolidation summing weights per tuple with NULLs equal.
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_jobs.executor import weights
 from spark_jobs.executor.engine import NotLocal
 from spark_jobs.spec.model import WEIGHT
+from spark_jobs.state.float_keys import canonical, canonical_columns, canonical_value, member
 
 _PLAIN = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*|`(?:[^`]|``)+`)$")
 
@@ -39,7 +41,7 @@ def plain_column(expr: str, columns: Sequence[str]) -> str:
 
 
 def negate(table: pa.Table) -> pa.Table:
-    return table.set_column(table.schema.get_field_index(WEIGHT), WEIGHT, pc.negate(table.column(WEIGHT)))
+    return table.set_column(table.schema.get_field_index(WEIGHT), WEIGHT, pc.negate_checked(table.column(WEIGHT)))
 
 
 def total(parts: Sequence[pa.Table]) -> pa.Table:
@@ -57,10 +59,65 @@ def consolidate(table: pa.Table) -> pa.Table:
         raise NotLocal("a Z-set without data columns")
     if table.num_rows == 0:
         return table
-    sums = table.group_by(cols, use_threads=False).aggregate([(WEIGHT, "sum")])
+    sums = group_sums(table, cols, [WEIGHT])
     out = sums.select(cols + [f"{WEIGHT}_sum"]).rename_columns(cols + [WEIGHT])
     schema = pa.schema([table.schema.field(c) for c in out.column_names])
     return out.filter(pc.not_equal(out.column(WEIGHT), 0)).cast(schema)
+
+
+def group_sums(table: pa.Table, keys: Sequence[str], columns: Sequence[str]) -> pa.Table:
+    """``group_by(keys).aggregate([(c, "sum") ...])`` of int64 weight columns, checked: Arrow's
+    hash sum wraps around silently, so when ``rows × max |w|`` could leave the weight range the
+    sums are taken exactly (as decimals) and one outside the range refuses the step
+    (``weights.WeightOutOfRange``, an example group named). Float keys group as in Spark
+    (``float_keys``: -0.0 is 0.0, one NaN), and come out canonical, as Spark's GROUP BY gives them."""
+    table = canonical_columns(table, keys)
+    risky = [c for c in columns if table.num_rows * _max_abs(table.column(c)) > weights.MAX_WEIGHT]
+    if not risky:
+        return table.group_by(keys, use_threads=False).aggregate([(c, "sum") for c in columns])
+    exact = table
+    for c in risky:
+        exact = exact.set_column(exact.schema.get_field_index(c), c, exact.column(c).cast(pa.decimal128(38, 0)))
+    sums = exact.group_by(keys, use_threads=False).aggregate([(c, "sum") for c in columns])
+    for c in risky:
+        name = f"{c}_sum"
+        values = sums.column(name)
+        low, high = pc.less(values, -weights.MAX_WEIGHT), pc.greater(values, weights.MAX_WEIGHT)
+        bad = pc.or_(low, high)
+        if pc.any(bad).as_py():
+            at = pc.index(bad, True).as_py()
+            example = {k: sums.column(k)[at].as_py() for k in keys}
+            raise weights.refuse(f"a sum of weights ({values[at].as_py()})", example)
+        sums = sums.set_column(sums.schema.get_field_index(name), name, values.cast(pa.int64()))
+    return sums
+
+
+def check_additions(terms: Sequence[np.ndarray], rows: Callable[[int], Any]) -> None:
+    """Refuse the step when the element-wise sum of ``terms`` (int64 arrays, added by the caller
+    in numpy, which wraps around) could leave the weight range and does, naming ``rows(i)``."""
+    if sum(int(np.abs(t.astype(object)).max(initial=0)) for t in terms) <= weights.MAX_WEIGHT:
+        return
+    for at, parts in enumerate(zip(*[t.tolist() for t in terms])):
+        if not weights.in_range(sum(parts)):
+            raise weights.refuse(f"the sum of weights {' + '.join(map(str, parts))}", rows(at))
+
+
+def _max_abs(values: "pa.ChunkedArray | pa.Array") -> int:
+    """The largest |value| of an integer column (0 when empty or all NULL)."""
+    bounds = pc.min_max(values).as_py()
+    return max(abs(bounds["min"] or 0), abs(bounds["max"] or 0))
+
+
+def multiply_weights(a: "pa.ChunkedArray", b: "pa.ChunkedArray", rows: Callable[[int], Any]) -> "pa.ChunkedArray":
+    """``a × b`` element-wise, checked: a product outside the weight range refuses the step,
+    naming ``rows(i)`` (the output row the i-th product is the weight of)."""
+    if _max_abs(a) * _max_abs(b) <= weights.MAX_WEIGHT:
+        return pc.multiply(a, b)
+    left, right = a.to_pylist(), b.to_pylist()
+    for at, (x, y) in enumerate(zip(left, right)):
+        if not weights.in_range(x * y):
+            raise weights.refuse(f"the product of weights {x} × {y} = {x * y}", rows(at))
+    return pc.multiply(a, b)
 
 
 def _private(table: pa.Table, prefix: str, needed: Sequence[str], weight: str) -> tuple[pa.Table, dict[str, str]]:
@@ -93,6 +150,7 @@ def join(left: pa.Table, right: pa.Table, left_keys: Sequence[str], right_keys: 
                            **{c: rhs.column(c).take(ri) for c in rhs.column_names}})
     else:
         lk, rk = [ln[k] for k in left_keys], [rn[k] for k in right_keys]
+        lhs, rhs = canonical_columns(lhs, lk), canonical_columns(rhs, rk)  # Spark's float equality
         if null_safe:  # <=>: Arrow's join matches no NULL, so NULL-ness becomes a key of its own
             lhs, rhs, lk, rk = _null_safe_keys(lhs, rhs, lk, rk)
         joined = lhs.join(rhs, keys=lk, right_keys=rk, join_type="inner", coalesce_keys=False, use_threads=False)
@@ -103,7 +161,9 @@ def join(left: pa.Table, right: pa.Table, left_keys: Sequence[str], right_keys: 
     if joined.num_rows == 0:
         return pa.schema(fields).empty_table()
     cols = [joined.column(ln[s]) for s, _ in left_out] + [joined.column(rn[s]) for s, _ in right_out]
-    out = pa.table(cols + [pc.multiply(joined.column("__lw"), joined.column("__rw"))], names=out_names)
+    product = multiply_weights(joined.column("__lw"), joined.column("__rw"),
+                               lambda at: dict(zip(out_names, (c[at].as_py() for c in cols))))
+    out = pa.table(cols + [product], names=out_names)
     return out.cast(pa.schema(fields))
 
 
@@ -143,21 +203,16 @@ def semi(table: pa.Table, probe: pa.Table, keys: Sequence[str], probe_keys: Sequ
         return table.slice(0, 0)
     if len(keys) == 1:
         values = probe.column(probe_keys[0])
-        wanted = pc.unique(values.cast(table.schema.field(keys[0]).type))
-        return table.filter(pc.is_in(table.column(keys[0]), value_set=wanted, skip_nulls=False))
+        wanted = pc.unique(canonical(values.cast(table.schema.field(keys[0]).type)))
+        return table.filter(pc.fill_null(member(table.column(keys[0]), wanted), False))
     wanted = set(zip(*[map(_as_key, probe.column(k).to_pylist()) for k in probe_keys]))
     have = zip(*[map(_as_key, table.column(k).to_pylist()) for k in keys])
     return table.filter(pa.array([t in wanted for t in have], pa.bool_()))
 
 
-_NAN = object()
-
-
 def _as_key(value: object) -> object:
     """A value as Spark compares keys: NaN equals NaN, -0.0 equals 0.0 (Python: NaN != NaN)."""
-    if isinstance(value, float):
-        return _NAN if value != value else value + 0.0
-    return value
+    return canonical_value(value)
 
 
 def with_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:

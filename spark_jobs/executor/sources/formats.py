@@ -17,6 +17,7 @@ from pyspark.sql.types import (DataType, DateType, DecimalType, LongType, String
 
 from spark_jobs.spec.model import WEIGHT
 
+from . import time_range
 from .checks import FILE_COL, Check, Group
 from .discovery import InputFile, read_files
 from .schema_check import (UnreadableFile, column_problems, csv_header, diagnose_json_line, name_list,
@@ -106,8 +107,17 @@ def one_of_check(name: str, values: tuple[str, ...]) -> Check:
                                                 f"{', '.join(values)}, e.g. {_short(x)}")
 
 
+def time_check(name: str) -> Check:
+    return Check(f"time:{name}", lambda n, x: time_range.problem(name, f"{n} value(s) like {x}"))
+
+
+def _times(d: Declared) -> list[str]:
+    return [c for c, t in d.types.items() if isinstance(t, (DateType, TimestampType))]
+
+
 def shared_checks(d: Declared) -> list[Check]:
     checks = [null_check(c, *([d.null_reasons[c]] if c in d.null_reasons else [])) for c in d.not_null]
+    checks += [time_check(c) for c in _times(d)]
     checks += [one_of_check(c, values) for c, values in d.one_of.items()]
     checks += [WEIGHT_NULL, WEIGHT_INT, WEIGHT_RANGE] if d.allow_weight else []
     return checks + ([WEIGHT_DELETE] if d.inserts_only else [])
@@ -115,8 +125,17 @@ def shared_checks(d: Declared) -> list[Check]:
 
 def value_checks(d: Declared, typed: Mapping[str, Column]) -> dict[str, tuple[Column, Column | None]]:
     """The ``one_of`` checks on a group's typed columns (a NULL is left to the null checks)."""
-    return {f"one_of:{c}": (typed[c].isNotNull() & ~typed[c].cast(StringType()).isin(list(values)), typed[c])
-            for c, values in d.one_of.items()}
+    checks = {f"one_of:{c}": (typed[c].isNotNull() & ~typed[c].cast(StringType()).isin(list(values)), typed[c])
+              for c, values in d.one_of.items()}
+    for c in _times(d):  # dates and timestamps within 0001-01-01 .. 9999-12-31 (``time_range``)
+        if isinstance(d.types[c], DateType):
+            days = F.unix_date(typed[c])
+            bad = (days < F.lit(time_range.MIN_DAY)) | (days > F.lit(time_range.MAX_DAY))
+        else:
+            micros = F.unix_micros(typed[c])
+            bad = (micros < F.lit(time_range.MIN_MICROS)) | (micros > F.lit(time_range.MAX_MICROS))
+        checks[f"time:{c}"] = (F.coalesce(bad, F.lit(False)), typed[c].cast(StringType()))
+    return checks
 
 
 def _delete_check(d: Declared, weight: Column) -> dict[str, tuple[Column, Column | None]]:
@@ -155,7 +174,7 @@ def plan_parquet(spark: SparkSession, files: Sequence[InputFile], d: Declared) -
         layouts[key].append(f)
         schemas[key] = footer.schema
         if (any(n is None for n in counts.values()) or weights is None
-                or (d.inserts_only and WEIGHT in found) or d.one_of):
+                or (d.inserts_only and WEIGHT in found) or d.one_of or not footer.times_known):
             unproven.add(key)
     for key, group_files in layouts.items():
         plan.groups.append(_parquet_group(spark, group_files, schemas[key], d, key in unproven))

@@ -18,6 +18,7 @@ from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, Date
 from spark_jobs.errors import DbspError
 from spark_jobs.spec.model import WEIGHT
 
+from . import time_range
 from .discovery import locate, open_text_head
 from .spark_types import is_integral, type_label, widens
 
@@ -77,6 +78,7 @@ class ParquetFooter:
     null_counts: dict[str, int | None]
     problems: tuple[str, ...]  # columns Spark cannot read at all
     weight_range: tuple[int, int] | None = None  # min and max of _weight from statistics, if known
+    times_known: bool = True  # every date/timestamp column's range is in the statistics (``time_range``)
 
 
 _UNSIGNED = {pa.uint8(): ShortType(), pa.uint16(): IntegerType(), pa.uint32(): LongType(),
@@ -126,9 +128,32 @@ def read_parquet_footer(path: str) -> ParquetFooter:
                     problems.append(f"column {f.name}: {exc}")
                 nulls[f.name] = _null_count(pf.metadata, leaves.get(f.name))
             weights = _int_range(pf.metadata, leaves.get(WEIGHT))
+            times_known = True
+            for f in pf.schema_arrow:
+                if time_range.is_time(f.type):
+                    bounds = _raw_range(pf.metadata, leaves.get(f.name))
+                    if bounds is None:
+                        times_known = False  # the rows are checked instead
+                    elif (value := time_range.raw_outside(f.type, *bounds)) is not None:
+                        problems.append(time_range.problem(f.name, value))
     except (pa.ArrowException, OSError) as exc:
         raise UnreadableFile(f"not a readable Parquet file ({exc})") from None
-    return ParquetFooter(StructType(fields), nulls, tuple(problems), weights)
+    return ParquetFooter(StructType(fields), nulls, tuple(problems), weights, times_known)
+
+
+def _raw_range(md: pq.FileMetaData, leaf: int | None) -> tuple[int, int] | None:
+    """(min, max) physical values of an integer-backed column (dates, timestamps) over all row
+    groups, from the raw statistics (a year-10000 value has no Python datetime); None if unknown."""
+    if leaf is None:
+        return None
+    low, high = None, None
+    for r in range(md.num_row_groups):
+        stats = md.row_group(r).column(leaf).statistics
+        if stats is None or not stats.has_min_max or stats.physical_type not in ("INT32", "INT64"):
+            return None
+        low = stats.min_raw if low is None else min(low, stats.min_raw)
+        high = stats.max_raw if high is None else max(high, stats.max_raw)
+    return (low, high) if low is not None else (0, 0)
 
 
 def _int_range(md: pq.FileMetaData, leaf: int | None) -> tuple[int, int] | None:

@@ -175,13 +175,16 @@ def _totals(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg], node: s
     return target, _Totals.of(aggs, types, node)
 
 
-def _summed(acc: _Acc, term: str | None = None, name: str | None = None) -> Column:
+def _summed(group_by: Sequence[str], acc: _Acc, term: str | None = None, name: str | None = None) -> Column:
     """sum(term) of a group (``term`` never NULL), 0 when the group has no row, in the
-    accumulator's type; an overflow of that type is refused (``try_sum`` gives NULL then)."""
+    accumulator's type; an overflow of that type is refused (``try_sum`` gives NULL then),
+    naming the group (its ``group_by`` columns) as the example row."""
     term = term or acc.term
     if not acc.checked:
         return F.expr(f"CAST(coalesce(sum({term}), 0) AS {acc.type}) AS {q(name or acc.name)}")
-    overflow = raise_sql(f"{acc.label}: the running total overflows {acc.type}", acc.type)
+    row = f"to_json(struct({', '.join(q(g) for g in group_by)}))" if group_by else "'{}'"
+    overflow = raise_sql(f"{acc.label}: the running total is outside the range of {acc.type} "
+                         f"(a count: outside the weight range); example row: ", acc.type, row)
     return F.expr(f"CAST(CASE WHEN count(1) = 0 THEN 0 ELSE coalesce(try_sum({term}), {overflow}) END "
                   f"AS {acc.type}) AS {q(name or acc.name)}")
 
@@ -199,7 +202,7 @@ def aggregate(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg], *, no
                  if not (func in LINEAR_FUNCS and not distinct)}
     positive = totals.prepare(consolidate(df).where(f"{W} > 0"))
     groups = totals.finished(positive.groupBy(*[col(g) for g in group_by]).agg(
-        *[_summed(a) for a in totals.accs], *[expr.alias(f"__native{i}") for i, expr in nonlinear.items()]))
+        *[_summed(group_by, a) for a in totals.accs], *[expr.alias(f"__native{i}") for i, expr in nonlinear.items()]))
     outs = [f"CAST({q(f'__native{i}') if i in nonlinear else totals.finish(i, func, arg)} AS "
             f"{target[out].dataType.simpleString()}) AS {q(out)}" for i, (out, func, arg, _) in enumerate(aggs)]
     return groups.selectExpr(*[q(g) for g in group_by], *outs, f"CAST(1 AS bigint) AS {W}")
@@ -227,7 +230,7 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
     target, totals = _totals(delta, group_by, aggs, node)
     accs = totals.accs
     keys = [q(g) for g in group_by]
-    acc_delta = (totals.prepare(delta).groupBy(*[col(g) for g in group_by]).agg(*[_summed(a) for a in accs])
+    acc_delta = (totals.prepare(delta).groupBy(*[col(g) for g in group_by]).agg(*[_summed(group_by, a) for a in accs])
                  .where(" OR ".join(f"{q(a.name)} != 0" for a in accs)))  # drop no-op groups
     is_global = not group_by
 
@@ -240,8 +243,8 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
     union = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
     # a global groupBy gives its one row even over no rows: old and new totals are then zeros
     both = totals.finished(union.groupBy(*[col(g) for g in group_by]).agg(
-        *[_summed(a, f"CASE WHEN {_PREV} = 1 THEN {q(a.name)} ELSE 0 END", f"old{a.name}") for a in accs],
-        *[_summed(a, q(a.name), f"new{a.name}") for a in accs]), "old", "new")
+        *[_summed(group_by, a, f"CASE WHEN {_PREV} = 1 THEN {q(a.name)} ELSE 0 END", f"old{a.name}") for a in accs],
+        *[_summed(group_by, a, q(a.name), f"new{a.name}") for a in accs]), "old", "new")
 
     out_delta = _changes(both, group_by, aggs, target, first_step,
                          lambda i, func, arg, prefix: totals.finish(i, func, arg, prefix))
@@ -307,7 +310,7 @@ def aggregate_insert_only_step(delta: DataFrame, prev_state: DataFrame | None, g
     guarded = delta.selectExpr(*data, f"CASE WHEN {W} < 0 THEN {refuse} ELSE {W} END AS {W}")
     prepared = totals.prepare(guarded).selectExpr("*", *[f"({aggs[i][2]}) AS __a{i}" for i in ext])
     part = (prepared.groupBy(*[col(g) for g in group_by])
-            .agg(*[_summed(a) for a in accs],
+            .agg(*[_summed(group_by, a) for a in accs],
                  *[F.expr(f"{f}(CASE WHEN {W} > 0 THEN __a{i} END) AS {q(extremum_name(i))}") for i, f in ext.items()])
             .where(f"{q(ROWS)} != 0"))  # a group whose rows all have weight 0 does not change
     keys = [q(g) for g in group_by]
@@ -318,8 +321,8 @@ def aggregate_insert_only_step(delta: DataFrame, prev_state: DataFrame | None, g
         parts.append(prev.selectExpr(*keys, *signed, *[q(extremum_name(i)) for i in ext], f"1 AS {_PREV}"))
     union = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
     both = totals.finished(union.groupBy(*[col(g) for g in group_by]).agg(
-        *[_summed(a, f"CASE WHEN {_PREV} = 1 THEN {q(a.name)} ELSE 0 END", f"old{a.name}") for a in accs],
-        *[_summed(a, q(a.name), f"new{a.name}") for a in accs],
+        *[_summed(group_by, a, f"CASE WHEN {_PREV} = 1 THEN {q(a.name)} ELSE 0 END", f"old{a.name}") for a in accs],
+        *[_summed(group_by, a, q(a.name), f"new{a.name}") for a in accs],
         *[F.expr(f"{f}(CASE WHEN {_PREV} = 1 THEN {q(extremum_name(i))} END) AS {q('old' + extremum_name(i))}")
           for i, f in ext.items()],
         *[F.expr(f"{f}({q(extremum_name(i))}) AS {q('new' + extremum_name(i))}") for i, f in ext.items()]),

@@ -9,7 +9,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.executor.spark.zset import IN_LIST_MAX, WEIGHT, col, consolidate, data_columns, restrict
+from spark_jobs.executor.spark.zset import (IN_LIST_MAX, WEIGHT, checked_add, checked_sum, col, consolidate, data_columns,
+                                           restrict)
 
 _D, _I = "__d", "__i"
 
@@ -37,9 +38,9 @@ def distinct_h(delta: DataFrame, prev_integral: DataFrame | None, *, broadcast_d
         tagged = tagged.unionByName(
             looked_up.select(*[col(c) for c in cols], F.lit(0).cast("long").alias(_D), col(WEIGHT).alias(_I)))
     per_tuple = (tagged.groupBy(*[col(c) for c in cols])
-                 .agg(F.sum(_D).alias(_D), F.sum(_I).alias(_I))
+                 .agg(checked_sum(_D, cols).alias(_D), checked_sum(_I, cols).alias(_I))
                  .where(F.col(_D) != 0))
-    before, after = F.col(_I), F.col(_I) + F.col(_D)
+    before, after = F.col(_I), checked_add(F.col(_I), F.col(_D), cols)
     sign = (F.when((before <= 0) & (after > 0), F.lit(1))
             .when((before > 0) & (after <= 0), F.lit(-1))
             .cast("long"))

@@ -10,7 +10,7 @@ from typing import Literal, Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.executor.spark.zset import IN_LIST_MAX, WEIGHT, col, key_prefilter
+from spark_jobs.executor.spark.zset import IN_LIST_MAX, WEIGHT, col, in_range, key_prefilter, weight_refusal
 
 _LW, _RW = "__lw", "__rw"
 
@@ -66,5 +66,9 @@ def join(left: DataFrame, right: DataFrame, left_keys: Sequence[str], right_keys
         joined = lhs.join(rhs, on=cond, how="inner")
     else:
         joined = lhs.crossJoin(rhs)
-    out = [col(lnames[s]).alias(o) for s, o in left_out] + [col(rnames[s]).alias(o) for s, o in right_out]
-    return joined.select(*out, (col(_LW) * col(_RW)).alias(WEIGHT))
+    pairs = [(lnames[s], o) for s, o in left_out] + [(rnames[s], o) for s, o in right_out]
+    out = [col(private).alias(o) for private, o in pairs]
+    named = [col(private).alias(o) for private, o in pairs]  # the example row of a refusal, by output names
+    # checked: a product outside the weight range refuses the step (``executor/weights.py``)
+    refusal = weight_refusal(["the product of weights ", col(_LW), " × ", col(_RW)], named)
+    return joined.select(*out, F.coalesce(in_range(F.try_multiply(col(_LW), col(_RW))), refusal).alias(WEIGHT))

@@ -330,7 +330,10 @@ def to_arrow(df: DataFrame, limit: int) -> "pa.Table":
 
     if not zset.is_local(df):
         raise NotLocal("an input change is not held on the driver")
-    rows = df.collect()
+    try:
+        rows = df.collect()
+    except (ValueError, OverflowError) as exc:  # PySpark's datetime.fromtimestamp fails near year 1
+        raise NotLocal(f"a value Python cannot convert ({exc})") from None
     if len(rows) > limit:
         raise NotLocal(f"an input change of {len(rows)} rows")
     schema = to_arrow_schema(df.schema, timezone="UTC")  # timestamps: UTC instants, as Parquet holds them

@@ -30,8 +30,9 @@ from spark_jobs.executor.loop import ITER, DEPTH, JoinSpec, Loop, ScopeStep, cro
 from spark_jobs.executor.spark import linear
 from spark_jobs.executor.spark.join import join as join_frames
 from spark_jobs.executor.spark.session import temporary_conf
-from spark_jobs.executor.spark.zset import WEIGHT, col, data_columns, local_plus, restrict
+from spark_jobs.executor.spark.zset import WEIGHT, checked_sum, col, data_columns, local_plus, restrict
 from spark_jobs.ir.graph import Circuit, Node
+from spark_jobs.ir.operator import operator
 from spark_jobs.policy import RecursionPolicy
 
 ReadState = Callable[[str], "DataFrame | None"]
@@ -53,7 +54,7 @@ def run(node: Node, body: Circuit, imports: Sequence[DataFrame], read: ReadState
             imports = [df.coalesce(1) for df in imports]
         k = SparkLoopKernels(spark, policy, single=not big, prune=policy.lookup == "sorted", local=read is not None,
                              broadcast=big)
-        zero = L.zeros(body, imports, zset.empty_like, _typed)
+        zero = L.zeros(body, imports, zset.empty_like, lambda n, args: L.typed(k, n, args))
         with _loop_settings(spark, broadcast=big, interpreted=read is not None and on_driver):
             return L.run_loop(node, body, k, imports, traces, zero, deepest, broadcast_imports)
     finally:
@@ -62,25 +63,16 @@ def run(node: Node, body: Circuit, imports: Sequence[DataFrame], read: ReadState
                 df.unpersist()
 
 
-def _typed(n: Node, args: list[DataFrame]) -> DataFrame:
-    """The node's operator applied to (empty) Z-sets, to learn its result's columns and types."""
-    if n.op == "join_nested":
-        spec = L.join_spec(n)
-        return join_frames(args[0], args[1], spec.left_keys, spec.right_keys, spec.null_safe, spec.left_out,
-                           spec.right_out)
-    if n.op == "distinct_nested":
-        return args[0]
-    return _linear(n, args[0])
+def body_map(node: Node, df: DataFrame, k: "SparkLoopKernels") -> DataFrame:
+    return linear.map(df, node.param("columns"))
 
 
-def _linear(n: Node, df: DataFrame) -> DataFrame:
-    if n.op == "map":
-        return linear.map(df, n.param("columns"))
-    if n.op == "filter":
-        return linear.filter(df, n.param("where"))
-    if n.op == "negate":
-        return linear.negate(df)
-    raise ValueError(f"operator {n.op!r} (node {n.id!r}) cannot run inside a recursive scope")
+def body_filter(node: Node, df: DataFrame, k: "SparkLoopKernels") -> DataFrame:
+    return linear.filter(df, node.param("where"))
+
+
+def body_negate(node: Node, df: DataFrame, k: "SparkLoopKernels") -> DataFrame:
+    return linear.negate(df)
 
 
 def _cached(body: Circuit, traces: dict[str, DataFrame | None], spark: SparkSession,
@@ -200,13 +192,17 @@ class SparkLoopKernels:
             rows.append(tagged(old, o=F.when(col(ITER) < i, w).otherwise(zero),
                                oi=F.when(col(ITER) == i, w).otherwise(zero)))
         sums = total(rows, self.single).groupBy(*[col(k) for k in cols]).agg(
-            *[F.sum(c).alias(c) for c in (_O, _OI, _B, _C)])
+            *[checked_sum(c, cols).alias(c) for c in (_O, _OI, _B, _C)])
         d = crossing(*(F.col(n) for n in (_O, _OI, _B, _C)), lambda v: F.when(v > 0, F.lit(1)).otherwise(F.lit(0)))
         return sums.select(*[col(k) for k in cols], d.cast("long").alias(WEIGHT)).where(col(WEIGHT) != 0)
 
     # ---- the loop's own ----
     def linear(self, node: Node, value: DataFrame) -> DataFrame:
-        return _linear(node, value)
+        """A row-wise body operator: its ``loop.spark`` kernel (``body_map``, ...)."""
+        fn = operator(node.op).kernel("loop.spark")
+        if fn is None:
+            raise ValueError(f"operator {node.op!r} (node {node.id!r}) cannot run inside a recursive scope")
+        return fn(node, value, self)
 
     def is_empty(self, value: DataFrame) -> bool:
         return False  # known only from a count (``materialize``)

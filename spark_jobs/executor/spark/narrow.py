@@ -29,6 +29,7 @@ from spark_jobs.executor.arrow.zsets import plain_column
 from spark_jobs.executor.engine import NotLocal
 from spark_jobs.executor.spark.zset import empty_like, is_local, local_values
 from spark_jobs.ir.graph import Circuit, Node
+from spark_jobs.ir.operator import NARROW, operator
 from spark_jobs.policy import NarrowPolicy
 from spark_jobs.state.lookup import TraceFiles
 
@@ -97,29 +98,9 @@ class Narrowing:
         return self._keys[memo]
 
     def _derive(self, node: Node, column: str) -> Keys | None:
-        if node.op == "input":
-            value = self.value(node.id)
-            return local_values(value, column, self.policy.max_keys) if is_local(value) else None
-        if node.op in ("filter", "negate"):
-            return self.candidate_keys(node.inputs[0], column)
-        if node.op == "plus":
-            parts = [self.candidate_keys(i, column) for i in node.inputs]
-            return None if any(p is None for p in parts) else frozenset().union(*parts)  # type: ignore[arg-type]
-        if node.op == "map":
-            expr = dict(node.param("columns", ())).get(column)
-            try:
-                source = plain_column(expr, self.value(node.inputs[0]).columns) if expr is not None else None
-            except NotLocal:
-                return None
-            return self.candidate_keys(node.inputs[0], source) if source is not None else None
-        if node.op == "join":
-            for pos, outs in enumerate((node.param("left_out", ()), node.param("right_out", ()))):
-                source = next((src for src, out in outs if out == column), None)
-                if source is not None:
-                    table = self._sides.get((node.id, pos))
-                    return table_values(table, source, self.policy.max_keys) if table is not None else \
-                        self.candidate_keys(node.inputs[pos], source)
-        return None
+        """The operator's ``narrow`` kernel (below, named by its IR operator); none: unknown."""
+        derive = operator(node.op).kernel(NARROW)
+        return derive(self, node, column) if derive is not None else None
 
     def _lookup(self, trace_id: str, state: DataFrame, column: str, values: Keys
                 ) -> tuple[DataFrame, pa.Table] | None:
@@ -147,3 +128,43 @@ def key_type(df: DataFrame, column: str) -> str | None:
     """``column``'s Spark type name if narrowing may look it up, else None."""
     dtype = dict(df.dtypes).get(column)
     return dtype if dtype in KEY_TYPES else None
+
+
+# ---- how each operator's column values follow from its inputs' (``Operator.kernels["narrow"]``) --
+
+def input_keys(n: Narrowing, node: Node, column: str) -> Keys | None:
+    """An input's change is held on the driver: its values."""
+    value = n.value(node.id)
+    return local_values(value, column, n.policy.max_keys) if is_local(value) else None
+
+
+def same_keys(n: Narrowing, node: Node, column: str) -> Keys | None:
+    """A filter or a negation keeps its input's values."""
+    return n.candidate_keys(node.inputs[0], column)
+
+
+def plus_keys(n: Narrowing, node: Node, column: str) -> Keys | None:
+    """A plus unites its inputs' values."""
+    parts = [n.candidate_keys(i, column) for i in node.inputs]
+    return None if any(p is None for p in parts) else frozenset().union(*parts)  # type: ignore[arg-type]
+
+
+def map_keys(n: Narrowing, node: Node, column: str) -> Keys | None:
+    """A selected plain column keeps its source column's values; a computed one is unknown."""
+    expr = dict(node.param("columns", ())).get(column)
+    try:
+        source = plain_column(expr, n.value(node.inputs[0]).columns) if expr is not None else None
+    except NotLocal:
+        return None
+    return n.candidate_keys(node.inputs[0], source) if source is not None else None
+
+
+def join_keys(n: Narrowing, node: Node, column: str) -> Keys | None:
+    """A join term's column comes from one of its sides: a delta, or state narrowed already."""
+    for pos, outs in enumerate((node.param("left_out", ()), node.param("right_out", ()))):
+        source = next((src for src, out in outs if out == column), None)
+        if source is not None:
+            table = n._sides.get((node.id, pos))
+            return table_values(table, source, n.policy.max_keys) if table is not None else \
+                n.candidate_keys(node.inputs[pos], source)
+    return None

@@ -17,6 +17,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from spark_jobs.executor import weights
+from spark_jobs.executor.refusal import MARKER
 from spark_jobs.policy import NarrowPolicy
 from spark_jobs.spec.model import WEIGHT
 
@@ -39,8 +41,39 @@ def data_columns(df: DataFrame) -> list[str]:
 def consolidate(df: DataFrame) -> DataFrame:
     """One row per distinct tuple with the summed weight; tuples whose weights cancel are dropped."""
     cols = data_columns(df)
-    summed = df.groupBy(*[col(c) for c in cols]).agg(F.sum(col(WEIGHT)).cast("long").alias(WEIGHT))
+    summed = df.groupBy(*[col(c) for c in cols]).agg(checked_sum(WEIGHT, cols).alias(WEIGHT))
     return summed.where(col(WEIGHT) != 0)
+
+
+def weight_refusal(what: Sequence[Column | str], row: Sequence[Column | str]) -> Column:
+    """A long column that fails the job with ``weights.message`` (the node being built, what left
+    the range, the row's columns ``row`` as JSON); only evaluated where a check failed."""
+    head, tail = weights.message("\0", "\1").split("\0")
+    middle, end = tail.split("\1")
+    parts = [F.lit(p) if isinstance(p, str) else p.cast("string") for p in what]
+    example = F.to_json(F.struct(*[col(c) if isinstance(c, str) else c for c in row])) if row else F.lit("{}")
+    return F.raise_error(F.concat(F.lit(MARKER + head), *parts, F.lit(middle), example, F.lit(end))).cast("long")
+
+
+def checked_add(a: Column, b: Column, row: Sequence[Column | str]) -> Column:
+    """a + b of long weights, or the step's refusal when the sum leaves the weight range."""
+    return F.coalesce(in_range(F.try_add(a, b)), weight_refusal(["the sum of weights ", a, " + ", b], row))
+
+
+def in_range(weight: Column) -> Column:
+    """``weight`` when inside the weight range, else NULL (``try_*`` gives NULL on an overflow;
+    -2^63 is a bigint but outside the range, whose negation would overflow)."""
+    return F.when(weight != F.lit(-weights.MAX_WEIGHT - 1), weight)
+
+
+def checked_sum(column: str, row: Sequence[str]) -> Column:
+    """sum(column) of long weights in a group whose columns are ``row``: ``try_sum`` (NULL on an
+    overflow, which ANSI mode would raise as a bare Java error) or the step's refusal."""
+    total = in_range(F.try_sum(col(column)))
+    refusal = weight_refusal(["a sum of weights"], row)
+    return F.when(F.count(F.lit(1)) == 0, F.lit(None).cast("long")).otherwise(
+        F.coalesce(total, refusal)).cast("long")
+
 
 
 def negate(df: DataFrame) -> DataFrame:
@@ -138,8 +171,8 @@ def key_prefilter(df_col: str, keys_df: DataFrame, key_col: str, null_safe: bool
     rows left with a shuffle inside the job. ``null_safe`` also keeps NULLs of ``df_col`` when a
     key is NULL. A superset filter: the caller still joins on every key."""
     values = local_values(keys_df, key_col, in_list_max) if is_local(keys_df) else None
-    if values is None:
-        return None
+    if values is None or any(isinstance(v, float) and v != v for v in values):
+        return None  # NaN: Parquet statistics leave NaN out, so a pushed-down IN (NaN) skips its rows
     literals = [_sql_literal(v) for v in values if v is not None]
     if any(lit is None for lit in literals):
         return None

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from spark_jobs.ir.bounds import Floor, Floors, Forget, group_forget
 from spark_jobs.ir.builder import Builder
-from spark_jobs.ir.graph import Circuit, Node
+from spark_jobs.ir.graph import Circuit, Node, make_node
 from spark_jobs.ir.operator import ALWAYS, NONLINEAR, Operator, State, builtin_kernels, is_insert_only, register
+from spark_jobs.spec.model import NodeSpec
+from spark_jobs.spec.time import WINDOW_COLUMNS
 
 LINEAR_AGGREGATES = frozenset({"count", "sum", "avg"})
 EXTREMA = frozenset({"min", "max"})
@@ -103,3 +105,19 @@ AGGREGATE_INSERT_ONLY = register(Operator(
     delta_form=lambda c, n: ("new extremum = extremum(old, change's), totals plus the change's "
                              "(state: one row per touched group)"),
     floor=group_floor, forgets=group_forgets, kernels=builtin_kernels("aggregate_insert_only")))
+
+
+# ---- the YAML op compiled to it (spec/ops/aggregate.py names this function) ------------------
+
+def from_aggregate(c: Circuit, n: NodeSpec, cols: dict, ctx: object) -> Node:
+    """GROUP BY; with a ``window``, a window assignment first, then the groups (window_start,
+    window_end, group_by...) (``ir/ops/window.py``)."""
+    from spark_jobs.ir.ops.window import add_window_assign
+
+    aggs = tuple((a.name, a.func, a.arg, a.distinct) for a in n.aggregates)
+    source, groups = n.input, tuple(n.group_by)
+    if n.window is not None:
+        source = add_window_assign(c, f"{n.name}.window", n.input, n.window, origin=n.name)
+        groups = WINDOW_COLUMNS + groups
+    return c.add(make_node(n.name, "aggregate", [source], cols[n.name], is_set=True,
+                           group_by=groups, aggs=aggs))

@@ -8,8 +8,9 @@ recursive body a distinct becomes ``distinct_nested`` (inputs Δx and its per-it
 from __future__ import annotations
 
 from spark_jobs.ir.builder import Builder, BodyBuilder
-from spark_jobs.ir.graph import Node, make_node
+from spark_jobs.ir.graph import Circuit, Node, make_node
 from spark_jobs.ir.operator import ALWAYS, INPUTS, NONLINEAR, Operator, builtin_kernels, register
+from spark_jobs.spec.model import NodeSpec
 
 
 def rule_distinct(b: Builder, node: Node, deltas: list[str]) -> str:
@@ -47,4 +48,10 @@ DISTINCT_NESTED = register(Operator(
     "distinct_nested", arity=2, linearity=NONLINEAR, symbol="H (2-D)", in_body_only=True,
     summary="a body distinct on 2-D deltas: inputs (Δx, I(Δx))",
     note="distinct in 2-D: touched tuples only, 4 looked-up values each",
-    kernels=builtin_kernels(None, loop="distinct_nested")))
+    kernels=builtin_kernels(None, loop="distinct_nested", typed="first_type", probe="distinct_probes")))
+
+
+# ---- the YAML op compiled to it (spec/ops/stream.py names this function) ---------------------
+
+def from_distinct(c: Circuit, n: NodeSpec, cols: dict, ctx: object) -> Node:
+    return c.add(make_node(n.name, "distinct", [n.input], cols[n.name], is_set=True))

@@ -21,6 +21,8 @@ from spark_jobs.ir.builder import Builder, BodyBuilder
 from spark_jobs.ir.graph import Circuit, Node, make_node
 from spark_jobs.spec.time import format_duration
 from spark_jobs.ir.operator import BILINEAR, INPUTS, Operator, builtin_kernels, register
+from spark_jobs.spec.columns import join_layout
+from spark_jobs.spec.model import NodeSpec
 
 
 def rule_bilinear(b: Builder, node: Node, deltas: list[str]) -> str:
@@ -86,7 +88,7 @@ JOIN = register(Operator(
     "join", arity=2, linearity=BILINEAR, symbol="⋈", positive=INPUTS, insert_only=INPUTS,
     distinct_moves=frozenset({"delay", "once"}),
     summary="inner equi-join (or product); weights multiply", incremental=rule_bilinear, nested=nested_join,
-    lookup=join_keys, uses=_side, delta_form=delta_form, forgets=_forgets, kernels=builtin_kernels("join")))
+    lookup=join_keys, uses=_side, delta_form=delta_form, forgets=_forgets, kernels=builtin_kernels("join", narrow="join_keys")))
 # insert_only=INPUTS: over insert-only inputs all three terms of the rule are products of
 # non-negative Z-sets (a change, or the integral of non-negative changes), so the change is too
 
@@ -94,4 +96,43 @@ JOIN_NESTED = register(Operator(
     "join_nested", arity=4, linearity=BILINEAR, symbol="⋈ (2-D)", in_body_only=True,
     summary="a body join on 2-D deltas: inputs (Δa, Δb, I(Δa), I(Δb))",
     note="Δ(a⋈b) in 2-D: 4 terms over (this/earlier timestep) × (this/earlier iteration)",
-    kernels=builtin_kernels(None, loop="join_nested")))
+    kernels=builtin_kernels(None, loop="join_nested", typed="join_type", probe="join_probes")))
+
+
+# ---- the YAML ops compiled to joins (spec/ops/join.py names these functions) -----------------
+
+def _join_keys(n: NodeSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    if n.on:
+        return n.on, n.on
+    return n.left_on, n.right_on
+
+
+def from_join(c: Circuit, n: NodeSpec, cols: dict, ctx: object) -> Node:
+    """Inner equi-join (or product); output column names follow the spec's naming rules."""
+    left, right = c[n.left], c[n.right]
+    lkeys, rkeys = _join_keys(n) if n.op == "join" else ((), ())
+    # inside a recursive body n.right may be a renamed reference: clashes are named as written
+    layout = join_layout(left.columns, right.columns, n.extra.get("right_name", n.right), n.on, n.left_on,
+                         n.right_on)
+    if n.op == "join" and n.stream in ("left", "right"):  # joined once on arrival (ir/ops/stream_join.py)
+        return c.add(make_node(n.name, "stream_join", [n.left, n.right], cols[n.name], stream=n.stream,
+                               left_keys=lkeys, right_keys=rkeys, null_safe=False,
+                               left_out=layout.left_out, right_out=layout.right_out))
+    within = {"within": (n.within.left, n.within.right, n.within.range_us)} if n.within is not None else {}
+    return c.add(make_node(n.name, "join", [n.left, n.right], cols[n.name], is_set=left.is_set and right.is_set,
+                           left_keys=lkeys, right_keys=rkeys, null_safe=False,
+                           left_out=layout.left_out, right_out=layout.right_out, **within))
+
+
+def from_antijoin(c: Circuit, n: NodeSpec, cols: dict, ctx: object) -> Node:
+    """a - semijoin(a, distinct(keys of b)) (section 7.5 of the paper)."""
+    lkeys, rkeys = _join_keys(n)
+    keys = c.add(make_node(f"{n.name}.keys", "map", [n.right], rkeys, origin=n.name,
+                           columns=tuple((k, f"`{k}`") for k in rkeys)))
+    keyset = c.add(make_node(f"{n.name}.keyset", "distinct", [keys.id], rkeys, origin=n.name, is_set=True))
+    lcols = c[n.left].columns
+    semi = c.add(make_node(f"{n.name}.semijoin", "join", [n.left, keyset.id], lcols, origin=n.name,
+                           left_keys=lkeys, right_keys=rkeys, null_safe=False,
+                           left_out=tuple(zip(lcols, lcols)), right_out=()))
+    neg = c.add(make_node(f"{n.name}.neg", "negate", [semi.id], lcols, origin=n.name))
+    return c.add(make_node(n.name, "plus", [n.left, neg.id], lcols, is_set=c[n.left].is_set))

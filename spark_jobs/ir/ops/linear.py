@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from spark_jobs.ir.bounds import Floor, Floors, combine, own_time_floor, plain_column
 from spark_jobs.ir.builder import Builder, BodyBuilder
-from spark_jobs.ir.graph import Circuit, Node
+from spark_jobs.ir.graph import Circuit, Node, make_node
 from spark_jobs.ir.operator import ALWAYS, INPUTS, LINEAR, Operator, builtin_kernels, operator, register
+from spark_jobs.spec.model import NodeSpec
 
 AS_IS = "linear: applied to the delta as is"
 
@@ -79,27 +80,46 @@ def plus_floor(circuit: Circuit, node: Node, column: str, floors: Floors) -> Flo
 INPUT = register(Operator(
     "input", arity=0, linearity=LINEAR, symbol="in", positive=ALWAYS, insert_only=append_only_input,
     summary="the change of an input relation (its value in the query circuit)",
-    incremental=rule_input, delta_form=same_on_the_change, floor=input_floor, kernels=builtin_kernels("input")))
+    incremental=rule_input, delta_form=same_on_the_change, floor=input_floor, kernels=builtin_kernels("input", narrow="input_keys")))
 
 MAP = register(Operator(
     "map", arity=1, linearity=LINEAR, symbol="map", positive=INPUTS, insert_only=INPUTS,
     distinct_moves=frozenset({"once"}),
     summary="computed columns, weights unchanged (select)", incremental=rule_linear, nested=nested_as_is,
-    note=AS_IS, delta_form=same_on_the_change, floor=map_floor, kernels=builtin_kernels("map", loop="linear")))
+    note=AS_IS, delta_form=same_on_the_change, floor=map_floor, kernels=builtin_kernels("map", loop="linear", body="body_map",
+                                                narrow="map_keys")))
 
 FILTER = register(Operator(
     "filter", arity=1, linearity=LINEAR, symbol="σ", positive=INPUTS, insert_only=INPUTS,
     distinct_moves=frozenset({"delay", "once"}),
     summary="rows whose predicate is true", incremental=rule_linear, nested=nested_as_is, note=AS_IS,
-    delta_form=same_on_the_change, floor=same_floor, kernels=builtin_kernels("filter", loop="linear")))
+    delta_form=same_on_the_change, floor=same_floor, kernels=builtin_kernels("filter", loop="linear", body="body_filter",
+                                                narrow="same_keys")))
 
 PLUS = register(Operator(
     "plus", arity=None, linearity=LINEAR, symbol="+", positive=INPUTS, insert_only=INPUTS,
     distinct_moves=frozenset({"once"}),
     summary="Z-set addition (UNION ALL)", incremental=rule_linear, nested=nested_as_is, note=AS_IS,
-    delta_form=plus_form, floor=plus_floor, kernels=builtin_kernels("plus", loop="plus")))
+    delta_form=plus_form, floor=plus_floor, kernels=builtin_kernels("plus", loop="plus", narrow="plus_keys")))
 
 NEGATE = register(Operator(
     "negate", arity=1, linearity=LINEAR, symbol="−", summary="every weight negated",
     incremental=rule_linear, nested=nested_as_is, note=AS_IS, delta_form=same_on_the_change, floor=same_floor,
-    kernels=builtin_kernels("negate", loop="linear")))
+    kernels=builtin_kernels("negate", loop="linear", body="body_negate",
+                                                narrow="same_keys")))
+
+
+# ---- YAML ops compiled to these operators (their spec/ops/ modules name these functions) -----
+
+def from_select(c: Circuit, n: NodeSpec, cols: dict, ctx: object) -> Node:
+    """``select`` / ``map``: the linear map of the columns' expressions."""
+    return c.add(make_node(n.name, "map", [n.input], cols[n.name], columns=n.columns))
+
+
+def from_filter(c: Circuit, n: NodeSpec, cols: dict, ctx: object) -> Node:
+    return c.add(make_node(n.name, "filter", [n.input], cols[n.name], is_set=c[n.input].is_set, where=n.where))
+
+
+def from_union_all(c: Circuit, n: NodeSpec, cols: dict, ctx: object) -> Node:
+    """``union_all``: the Z-set sum of its inputs."""
+    return c.add(make_node(n.name, "plus", n.references, cols[n.name]))

@@ -13,11 +13,14 @@ the stream's 2-D delta at i (rows tagged ``_iter = i``).
 """
 from __future__ import annotations
 
+from typing import Any
+
 from spark_jobs.ir.builder import Builder
 from spark_jobs.ir.graph import Circuit, Node, state_of
 from spark_jobs.ir.incrementalize import incrementalize_body
 from spark_jobs.ir.operator import LINEAR, NONLINEAR, STREAM, Operator, State, builtin_kernels, register
 from spark_jobs.ir.ops.linear import nested_as_is
+from spark_jobs.spec.model import NodeSpec
 
 
 def rule_scope(b: Builder, node: Node, deltas: list[str]) -> str:
@@ -54,3 +57,13 @@ INTEGRATE_NESTED = register(Operator(
     summary="the per-iteration trace of a body stream",
     state=State("per-iteration trace (rows tagged with their iteration, summed over timesteps)"),
     note="state: one trace, rows tagged _iter = i, summed over timesteps"))
+
+
+# ---- the YAML op compiled to a scope (spec/ops/recursive.py names this function) -------------
+
+def from_recursive(c: Circuit, n: NodeSpec, cols: dict, ctx: Any) -> Node:
+    """A nested scope (``ir/scope.build_scope``) whose body nodes are translated as any node is."""
+    from spark_jobs.ir.scope import build_scope
+    from spark_jobs.spec.columns import body_columns
+
+    return build_scope(c, n, body_columns(ctx.spec, n.name), cols[n.name], ctx.body, ctx.max_iterations)

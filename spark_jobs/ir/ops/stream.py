@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from spark_jobs.ir.bounds import readers
 from spark_jobs.ir.builder import Builder
-from spark_jobs.ir.graph import Circuit, Node
+from spark_jobs.ir.graph import Circuit, Node, make_node
 from spark_jobs.ir.operator import (INPUTS, STREAM, Operator, State, builtin_kernels, delayed_integral_source,
                                     operator, register)
+from spark_jobs.spec.model import NodeSpec
 
 
 def rule_stream_invariant(b: Builder, node: Node, deltas: list[str]) -> str:
@@ -70,3 +71,23 @@ DIFFERENTIATE = register(Operator(
     summary="D: its input's value minus the previous one",
     state=State("previous value of its input", keys=_own_columns), incremental=rule_stream_invariant,
     kernels=builtin_kernels("differentiate")))
+
+
+# ---- the YAML ops compiled to them (spec/ops/stream.py names these functions) ----------------
+
+def _from_yaml(op: str, c: Circuit, n: NodeSpec, cols: dict) -> Node:
+    # z⁻¹ of a set is a set; the integral of a set is not (a tuple present at two timesteps
+    # has weight 2), nor is a difference of sets (weights -1)
+    return c.add(make_node(n.name, op, [n.input], cols[n.name], is_set=c[n.input].is_set and op == "delay"))
+
+
+def from_delay(c: Circuit, n: NodeSpec, cols: dict, ctx: object) -> Node:
+    return _from_yaml("delay", c, n, cols)
+
+
+def from_integrate(c: Circuit, n: NodeSpec, cols: dict, ctx: object) -> Node:
+    return _from_yaml("integrate", c, n, cols)
+
+
+def from_differentiate(c: Circuit, n: NodeSpec, cols: dict, ctx: object) -> Node:
+    return _from_yaml("differentiate", c, n, cols)

@@ -32,8 +32,9 @@ from typing import Sequence
 
 from spark_jobs.ir.bounds import Floor, Floors, Forget, group_forget
 from spark_jobs.ir.builder import Builder
-from spark_jobs.ir.graph import Circuit, Node
+from spark_jobs.ir.graph import Circuit, Node, make_node
 from spark_jobs.ir.operator import ALWAYS, NONLINEAR, Operator, register
+from spark_jobs.spec.model import NodeSpec
 
 RANK_TYPE = "int"  # the type Spark gives row_number(), rank() and dense_rank()
 KERNELS = "spark_jobs.executor.kernels.topk"  # where the Spark and Arrow kernels are
@@ -100,3 +101,11 @@ TOPK_TOUCHED = register(Operator(
     lookup=_lookup, uses=lambda c, n, p: f"top-k {n.origin!r}: rows of the touched groups", delta_form=_delta_form,
     floor=_floor, forgets=_forgets,
     kernels={"spark": f"{KERNELS}:spark_topk_touched", "arrow": f"{KERNELS}:arrow_topk_touched"}))
+
+
+# ---- the YAML op compiled to it (spec/ops/topk.py names this function) -----------------------
+
+def from_topk(c: Circuit, n: NodeSpec, cols: dict, ctx: object) -> Node:
+    spec = n.extra["topk"]
+    return c.add(make_node(n.name, "topk", [n.input], cols[n.name], partition_by=spec.partition_by,
+                           order_by=spec.order_by, k=spec.k, rank=spec.rank, rank_column=spec.rank_column))

@@ -25,7 +25,10 @@ if TYPE_CHECKING:
 _UNSUPPORTED_HINT = "supported aggregates: count(*), count(x), count(DISTINCT x), sum, avg, min, max"
 
 
-def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dict, names_needed: bool) -> "Relation":
+def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dict, names_needed: bool,
+                   corr=None) -> "Relation":
+    """``corr``: the subquery is bound on a domain (``decorrelate.py``): its columns are more group
+    keys (and outputs); with a pad, every aggregate skips the pad's rows."""
     from .binder import Relation, unalias
 
     scope = rel.scope
@@ -71,6 +74,20 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
         taken.add(name)
         keys[canon] = name
         pre.append((name, sql))
+    domain_keys: list[tuple[int, str]] = []
+    marker = None
+    if corr is not None:
+        from .decorrelate import domain_columns
+
+        for i, col in domain_columns(rel, corr):
+            name = fresh(f"__d{i}", taken)
+            taken.add(name)
+            pre.append((name, column_sql(col)))
+            domain_keys.append((i, name))
+        if corr.pad:
+            marker = fresh("__m", taken)
+            taken.add(marker)
+            pre.append((marker, column_sql(corr.marker)))
 
     # aggregates of SELECT and HAVING, each computed once
     aggs: dict[tuple, str] = {}  # (func, distinct, arg sql) -> output column
@@ -86,6 +103,8 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
                 if nested:
                     raise SqlError(f"aggregate '{describe(nested[0])}' inside aggregate '{describe(call)}'", nested[0])
                 arg_sql = binder.bind_expr(arg, scope, f"the argument of {func}")
+                if marker is not None:  # the pad's rows count for nothing
+                    arg_sql = f"CASE WHEN {column_sql(marker)} IS NOT NULL THEN ({arg_sql}) END"
             canon = binder.canonical(arg, scope) if arg is not None else None
             sig = (func, distinct, canon)
             if sig in aggs:
@@ -101,9 +120,10 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
             out = fresh(_alias_for(call, items) or f"{func}{'_distinct' if distinct else ''}", taken)
             taken.add(out)
             aggs[sig] = out
-            agg_rows.append((out, func, column_sql(col) if col else None, distinct))
+            agg_rows.append((out, func, column_sql(col) if col else (column_sql(marker) if marker else None),
+                             distinct))
 
-    key_cols = tuple(keys.values())
+    key_cols = tuple(keys.values()) + tuple(n for _, n in domain_keys)
     pre_plan = P.Map(tuple(n for n, _ in pre), "(group keys and aggregate arguments)", rel.plan, tuple(pre))
     if agg_rows:
         agg_text = group_text + ": " + ", ".join(f"{f}({'DISTINCT ' if d else ''}{a or '*'})"
@@ -145,11 +165,17 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
         return binder.source.splice(node, replace)
 
     if having is not None:
-        hrel, _ = binder.attach_scalars(out, [having.this], ctes)
+        hrel, _ = binder.attach_scalars(out, [having.this], ctes, Scope(rel.fields), "HAVING", correlate=False)
         cond = post(having.this, "HAVING")
         out = Relation(P.Filter(hrel.plan.columns, f"HAVING {describe(having.this)}", hrel.plan, cond), hrel.fields)
-    out, items = binder.attach_scalars(out, items, ctes)
-    return binder.projection(out, items, names_needed, post, names=scope)
+    out, items = binder.attach_scalars(out, items, ctes, Scope(rel.fields), "the SELECT list of a grouped query",
+                                       correlate=False)
+    result = binder.projection(out, items, names_needed, post, names=scope)
+    if corr is not None:
+        from .decorrelate import append_domain
+
+        result = append_domain(result, domain_keys, corr)
+    return result
 
 
 def _aggregate_call(call: exp.AggFunc, text: str | None = None) -> tuple[str, bool, exp.Expression | None]:

@@ -92,6 +92,7 @@ class Binder:
         self.source = Source(text)
         self.scalars: dict[int, str] = {}  # id(scalar subquery node) -> the column holding its value
         self.rankings: dict[int, exp.Window] = {}  # id(TopK awaiting its <= k) -> its window (messages)
+        self.correlations: dict = {}  # id(SELECT) -> decorrelate.Correlation while it is bound on a domain
 
     # ---- queries ---------------------------------------------------------------------------
 
@@ -211,6 +212,9 @@ class Binder:
         group.add(first)
         for join in sel.args.get("joins") or []:
             self.join(group, join, outer, ctes)
+        corr = self.correlations.get(id(sel))
+        if corr is not None:  # a decorrelated subquery: the outer values it reads are one more member
+            group.add(corr.domain)
         plain: list[exp.Expression] = []
         scalar: list[exp.Expression] = []
         predicates: list[exp.Expression] = []
@@ -230,7 +234,17 @@ class Binder:
         for c in predicates:
             from .subqueries import bind_predicate
 
-            rel = bind_predicate(self, rel, c, outer, ctes)
+            try:
+                rel = bind_predicate(self, rel, c, outer, ctes)
+            except SqlError as refused:  # beyond a semi/antijoin: computed as a value (decorrelate.py)
+                try:
+                    rel = self.scalar_filter(rel, c, outer, ctes)
+                except SqlError:
+                    raise refused from None
+        if corr is not None and corr.pad:
+            from .decorrelate import pad
+
+            rel = pad(rel, corr)
         return Frame(rel, correlated)
 
     def finish_select(self, sel: exp.Select, rel: Relation, ctes: dict[str, Relation], names_needed: bool) -> Relation:
@@ -240,6 +254,9 @@ class Binder:
         is_aggregate = sel.args.get("group") is not None or any(
             aggregates_of(e) for e in items + ([having.this] if having is not None else []))
         windows = [w for e in items for w in walk(e) if isinstance(w, exp.Window)]
+        corr = self.correlations.get(id(sel))
+        if windows and corr is not None:
+            raise SqlError("a window function in a correlated subquery is not supported", windows[0])
         if windows:
             if is_aggregate:
                 raise SqlError(f"window function '{describe(windows[0])}' over a grouped query is not supported: "
@@ -254,12 +271,16 @@ class Binder:
         if is_aggregate:
             from .aggregates import bind_aggregate
 
-            out = bind_aggregate(self, sel, rel, ctes, names_needed)
+            out = bind_aggregate(self, sel, rel, ctes, names_needed, corr)
         else:
             if having is not None:
                 raise SqlError("HAVING without GROUP BY or aggregates: use WHERE", having)
-            rel, items = self.attach_scalars(rel, items, ctes)
+            rel, items = self.attach_scalars(rel, items, ctes, what="the SELECT list")
             out = self.projection(rel, items, names_needed, lambda e, what: self.bind_expr(e, rel.scope, what))
+            if corr is not None:
+                from .decorrelate import append_domain, domain_columns
+
+                out = append_domain(out, domain_columns(rel, corr), corr)
         if sel.args.get("distinct"):
             out = Relation(P.Distinct(out.plan.columns, "SELECT DISTINCT", out.plan), out.fields)
         return out
@@ -397,12 +418,14 @@ class Binder:
         """A row expression as Spark SQL over the scope's columns (no aggregates, no subqueries
         other than scalar ones already joined in): the author's text with columns replaced.
         ``resolve`` overrides which column a name means."""
+        if id(node) in self.scalars:  # the whole expression is a subquery computed as a column
+            return column_sql(self.scalars[id(node)])
         aggs = aggregates_of(node)
         if aggs:
             raise SqlError(f"aggregate function '{describe(aggs[0])}' in {what}: aggregates belong in the "
                            f"SELECT list or HAVING of a grouped query", aggs[0])
         check_row_expression(node, what, self.text, skip=lambda n: id(n) in self.scalars)
-        subs = [s for s in subqueries_of(node) if id(s) not in self.scalars]
+        subs = [s for s in subqueries_of(node) if id(s) not in self.scalars and id(s.parent) not in self.scalars]
         if subs:
             raise SqlError(f"a subquery in {what} is not supported here: IN/EXISTS subqueries are "
                            f"supported as AND-ed conditions of WHERE, scalar ones in WHERE, SELECT and HAVING",
@@ -462,37 +485,36 @@ class Binder:
 
     def scalar_filter(self, rel: Relation, cond: exp.Expression, outer: Scope | None,
                       ctes: dict[str, Relation]) -> Relation:
-        rel, _ = self.attach_scalars(rel, [cond], ctes, outer)
+        rel, _ = self.attach_scalars(rel, [cond], ctes, outer, "WHERE")
         where = self.bind_expr(cond, rel.scope, "WHERE")
         return Relation(P.Filter(rel.plan.columns, f"WHERE {describe(cond)}", rel.plan, where), rel.fields)
 
     def attach_scalars(self, rel: Relation, items: list[exp.Expression], ctes: dict[str, Relation],
-                       outer: Scope | None = None) -> tuple[Relation, list[exp.Expression]]:
-        """Join every scalar subquery in ``items`` to ``rel`` (each is one row); expressions then
-        read its value from the joined column (``self.scalars``)."""
-        for item in items:
-            subs = [s for s in subqueries_of(item) if isinstance(s, exp.Subquery)
-                    and not isinstance(s.parent, (exp.In, exp.Exists))]
-            if isinstance(item, exp.Subquery):
-                subs = [item]
-            for sub in subs:
-                rel, self.scalars[id(sub)] = self.scalar_join(rel, sub, ctes)
-        return rel, items
+                       outer: Scope | None = None, what: str = "an expression", correlate: bool = True
+                       ) -> tuple[Relation, list[exp.Expression]]:
+        """Compute every subquery in ``items`` as a column of ``rel`` (``decorrelate.py``): a scalar
+        subquery's value, an EXISTS's or IN's truth value; expressions then read that column
+        (``self.scalars``). ``correlate=False``: a subquery reading ``rel`` is refused."""
+        from . import decorrelate
 
-    def scalar_join(self, rel: Relation, sub: exp.Subquery, ctes: dict[str, Relation]) -> tuple[Relation, str]:
-        q = sub.this
-        if not (isinstance(q, exp.Select) and q.args.get("group") is None and q.args.get("having") is None
-                and q.args.get("limit") is None and len(q.expressions) == 1
-                and aggregates_of(unalias(q.expressions[0])[0])):
-            raise SqlError("a scalar subquery must be one aggregate without GROUP BY, HAVING or LIMIT (so it is "
-                           "exactly one row), e.g. (SELECT avg(x) FROM t WHERE ...); a correlated one is not "
-                           "supported", sub)
-        value = self.query(q, Scope(rel.fields), ctes, names_needed=False)
-        (col,) = value.plan.columns
-        name = fresh("scalar", set(rel.plan.columns))
-        plan = P.Join(rel.plan.columns + (name,), f"(scalar subquery) {describe(sub, 40)}", "inner", rel.plan,
-                      value.plan, (), (), tuple((c, c) for c in rel.plan.columns), ((col, name),))
-        return Relation(plan, rel.fields + [Field(SCALAR, name, name, hidden=True)]), name
+        for item in items:
+            found = [item] if isinstance(item, exp.Subquery) else []
+            for n in walk(item):
+                found.append(n)
+                if not isinstance(n, (exp.In, exp.Exists)):
+                    found += [c for c in n.iter_expressions() if isinstance(c, exp.Subquery)]
+            for node in found:
+                if id(node) in self.scalars and self.scalars[id(node)] in rel.plan.columns:
+                    continue
+                if isinstance(node, exp.Exists):
+                    rel, self.scalars[id(node)] = decorrelate.exists(self, rel, node, outer, ctes, what, correlate)
+                elif isinstance(node, exp.In) and node.args.get("query") is not None:
+                    rel, self.scalars[id(node)] = decorrelate.in_value(self, rel, node, outer, ctes, what, correlate)
+                    if isinstance(node.parent, exp.Not):  # x NOT IN (...): the text holds no 'x IN (...)'
+                        rel, self.scalars[id(node.parent)] = decorrelate.negated(rel, self.scalars[id(node)])
+                elif isinstance(node, exp.Subquery) and not isinstance(node.parent, (exp.In, exp.Exists)):
+                    rel, self.scalars[id(node)] = decorrelate.scalar(self, rel, node, outer, ctes, what, correlate)
+        return rel, items
 
 
 def unalias(item: exp.Expression) -> tuple[exp.Expression, str | None]:

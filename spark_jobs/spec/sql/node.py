@@ -13,9 +13,34 @@ Cols = tuple[str, ...]
 
 
 def bind_node(parsed: ParsedQuery, lookup: Callable[[str], Cols | None], known: Sequence[str]) -> Rel:
-    """The node's plan; ``lookup`` gives the columns of an input or node (exact circuit name)."""
+    """The node's plan; ``lookup`` gives the columns of an input or node (exact circuit name).
+
+    Bound once: the plan (or the binder's refusal) is kept on ``parsed.plans`` with the columns
+    of the relations the binder looked up, and every later reader (the type, expression and time
+    checks, the IR's lowering) gets that same plan back while those columns are the same."""
     if parsed.error is not None:
         raise parsed.error
+    for asked, found in parsed.plans.values():
+        if all(lookup(name) == cols for name, cols in asked):
+            break
+    else:
+        seen: dict[str, Cols | None] = {}
+
+        def recording(name: str) -> Cols | None:
+            seen[name] = lookup(name)
+            return seen[name]
+
+        try:
+            found = _bind(parsed, recording, known)
+        except SqlError as exc:
+            found = exc
+        parsed.plans[len(parsed.plans)] = (tuple(seen.items()), found)
+    if isinstance(found, SqlError):
+        raise found
+    return found
+
+
+def _bind(parsed: ParsedQuery, lookup: Callable[[str], Cols | None], known: Sequence[str]) -> Rel:
     by_lower = {k.lower(): k for k in known}
 
     def find(name: str) -> tuple[str, Cols] | None:

@@ -55,6 +55,11 @@ class ParsedQuery:
     tree: exp.Query | None
     tables: tuple[str, ...] = ()
     error: SqlError | None = field(default=None, compare=False)
+    # the bound plans, kept with the query they bind (``sql.node.bind_node``): validation's column,
+    # type, expression and time checks and the IR's lowering all read one plan. Each is kept with
+    # the columns of the relations the binder looked up, so a query bound against other columns
+    # is bound again, never answered with a stale plan.
+    plans: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def parse_query(text: str) -> ParsedQuery:

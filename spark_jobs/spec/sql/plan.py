@@ -71,6 +71,7 @@ class Join(Rel):
     right_only: str | None = None
     mixed: str | None = None
     mixed_refs: Cols = ()
+    null_safe: bool = False  # keys match NULL = NULL (inner joins only: a decorrelated subquery's join back)
 
 
 @dataclass(eq=False)
@@ -92,6 +93,7 @@ class Semi(Rel):
     residual: str | None = None
     residual_left: Cols = ()
     right_out: Pairs = ()
+    null_safe: bool = False  # keys match NULL = NULL (a decorrelated subquery's flag; no residual)
 
 
 @dataclass(eq=False)

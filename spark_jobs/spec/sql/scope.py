@@ -31,6 +31,13 @@ class Field:
     hidden: bool = False
     star: bool = True
     unqualified: bool = True  # may be named without its qualifier
+    # a decorrelated subquery's copy of an outer column: (domain token, index). Found only when no
+    # column of the subquery itself has the name (an inner name shadows an outer one, as in SQL)
+    fallback: tuple[int, int] | None = None
+
+
+# the fallback fields names resolved to, per domain being bound (``subqueries.decorrelate``)
+RECORDERS: list[set[tuple[int, int]]] = []
 
 
 @dataclass
@@ -52,8 +59,15 @@ class Scope:
         name = column.name.lower()
         table = column.table.lower() if column.table else None
         if table is None:
-            return [f for f in self.fields if f.unqualified and not f.hidden and f.name.lower() == name]
-        return [f for f in self.fields if f.qualifier == table and f.name.lower() == name]
+            found = [f for f in self.fields if f.unqualified and not f.hidden and f.name.lower() == name]
+        else:
+            found = [f for f in self.fields if f.qualifier == table and f.name.lower() == name]
+        own = [f for f in found if f.fallback is None]
+        if own or not found:
+            return own
+        for recorder in RECORDERS:
+            recorder.update(f.fallback for f in found if f.fallback is not None)
+        return found
 
     def resolve(self, column: exp.Column, allow_outer: bool = False) -> Field:
         """The one field ``column`` names; an outer field (recorded in ``correlated``) when it is
@@ -72,8 +86,9 @@ class Scope:
                     self.correlated.append(column)
                     return scope.resolve(column, allow_outer=True)
                 raise SqlError(f"'{column.sql(dialect='spark')}' refers to a column of the enclosing query "
-                               f"(a correlated reference): supported only in the WHERE of an EXISTS or IN "
-                               f"subquery", column)
+                               f"(a correlated reference) where it is not supported: correlated subqueries may "
+                               f"stand in WHERE and in the SELECT list of a query without GROUP BY, and not "
+                               f"in FROM, in a set operation or in a WITH", column)
             scope = scope.outer
         raise self.unknown(column)
 
@@ -94,9 +109,9 @@ class Scope:
     def star(self, qualifier: str | None, node: exp.Expression) -> list[Field]:
         """The fields ``*`` or ``qualifier.*`` expands to, in order."""
         if qualifier is None:
-            return [f for f in self.fields if f.star and not f.hidden]
+            return [f for f in self.fields if f.star and not f.hidden and f.fallback is None]
         q = qualifier.lower()
-        fields = [f for f in self.fields if f.qualifier == q and not f.hidden]
+        fields = [f for f in self.fields if f.qualifier == q and not f.hidden and f.fallback is None]
         if not fields:
             quals = self.qualifiers()
             raise SqlError(f"unknown table or alias '{qualifier}' in '{qualifier}.*' (known here: "

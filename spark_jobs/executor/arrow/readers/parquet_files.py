@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 
 from spark_jobs.executor.sources.discovery import locate
 from spark_jobs.executor.sources.formats import (MAX_WEIGHT, WEIGHT_DELETE, WEIGHT_NULL, WEIGHT_RANGE, Declared,
-                                                 one_of_check, null_check, weight_range_problems)
+                                                 one_of_check, null_check, time_check, weight_range_problems)
+from spark_jobs.executor.sources import time_range
 from spark_jobs.executor.sources.schema_check import UnreadableFile, column_problems, read_parquet_footer
 from spark_jobs.spec.model import WEIGHT
 
@@ -80,6 +81,9 @@ def _row_problems(raw: pa.Table, d: Declared) -> list[str]:
         bad = pc.filter(col, pc.and_(pc.is_valid(col), pc.invert(pc.is_in(col.cast(pa.string()), pa.array(values)))))
         if len(bad):
             reasons.append(one_of_check(c, values).describe(len(bad), _least(bad.cast(pa.string()))))
+    for c in d.types:  # dates and timestamps within 0001-01-01 .. 9999-12-31 (as plan_parquet)
+        if c in raw.column_names and (out := time_range.outside_rows(raw.column(c))) is not None:
+            reasons.append(time_check(c).describe(*out))
     if WEIGHT not in raw.column_names:
         return reasons
     w = raw.column(WEIGHT)

@@ -1,0 +1,308 @@
+"""Recompute mode (runtime/recompute.py) and the cost model that picks it (runtime/cost.py).
+
+A recomputed step evaluates the query over the integrated inputs the state keeps, from no state,
+and commits the new view minus the old one: on a random stream of inserts and deletes, steps that
+alternate between incremental and recompute must commit the same view deltas and the same state
+as an always-incremental run, and every view must equal a recompute of the integrated inputs
+from scratch (a fresh circuit's first step over the bag as it stands).
+"""
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from spark_jobs.policy import CostPolicy, ExecutionPolicy, policy_from_profile
+from spark_jobs.runtime import cost
+from spark_jobs.runtime.circuit import open_circuit
+from spark_jobs.runtime.recompute import CannotRecompute, integral_traces, why_not
+from spark_jobs.runtime.step import choose_path, pending_inputs, run_step
+from spark_jobs.state.arrow_read import read_view
+from tests.engines import Bag, output_delta, write_change
+from tests.policies import config
+from tests.test_paths import CIRCUIT, INPUTS, _traces
+
+CDC_CIRCUIT = """
+name: cdcsnap
+inputs:
+  orders:
+    schema: {id: long, cust: long, amount: long}
+    key: [id]
+    source: {kind: cdc, path: inbox/orders, format: jsonl}
+  customers:
+    schema: {cust: long, region: string}
+    source: {kind: snapshots, path: snapshots/customers, format: parquet}
+nodes:
+  enriched: {op: join, left: orders, right: customers, on: [cust]}
+  by_region: {op: aggregate, input: enriched, group_by: [region], aggregates: {revenue: "sum(amount)"}}
+outputs:
+  by_region: {}
+"""
+
+
+# ---- the cost model ----------------------------------------------------------------------------
+def test_fit_recovers_a_linear_rate_and_falls_back_to_defaults():
+    default = cost.default_rate("incremental", "arrow")
+    assert cost.fit([], default) == default
+    samples = [cost.Sample("incremental", "arrow", n, 10**6, 0.1 + 2e-5 * n) for n in (100, 1_000, 10_000, 100_000)]
+    r = cost.fit(samples, default)
+    assert r.samples == 4 and abs(r.fixed - 0.1) < 1e-6 and abs(r.per_row - 2e-5) < 1e-9
+    one = cost.fit([cost.Sample("incremental", "arrow", 1_000, 0, 2 * default.seconds(1_000))], default)
+    assert abs(one.seconds(1_000) - 2 * default.seconds(1_000)) < 1e-9  # the default's shape, scaled
+    falling = [cost.Sample("recompute", "arrow", 0, n, s) for n, s in ((10**5, 3.0), (10**6, 1.0))]
+    assert cost.fit(falling, cost.default_rate("recompute", "arrow")).per_row > 0  # never a negative rate
+    # noise on tiny steps (a loaded machine) does not make a steep rate: held within 4x of the default's
+    tiny = [cost.Sample("incremental", "arrow", n, 0, s) for n, s in ((17, 0.05), (80, 0.2), (60, 0.1))]
+    assert cost.fit(tiny, default).per_row <= 4 * default.per_row * 0.5 * 1.0001
+
+
+def test_a_mode_without_history_is_scaled_by_the_measured_speed():
+    slow = [cost.Sample("incremental", "arrow", n, 0, 3 * cost.default_rate("incremental", "arrow").seconds(n))
+            for n in (10, 1_000)]
+    assert abs(cost.speed(slow) - 3) < 1e-9
+    rec = cost.rate(slow, "recompute", "arrow")
+    assert rec.samples == 0 and abs(rec.seconds(10**6) - 3 * cost.default_rate("recompute", "arrow").seconds(10**6)) < 1e-9
+
+
+def test_choose_picks_the_cheaper_with_a_margin_and_honours_the_settings():
+    est = cost.estimate([], 1_000, 10_000_000, "arrow", "spark")
+    assert est.incremental < est.recompute and cost.choose(CostPolicy(), est, None).mode == "incremental"
+    big = cost.estimate([], 2_000_000, 1_000_000, "spark", "arrow")
+    picked = cost.choose(CostPolicy(), big, None)
+    assert picked.mode == "recompute" and "recompute is cheaper" in picked.reason and "from defaults" in picked.reason
+    assert cost.choose(CostPolicy(recompute="never"), big, None).mode == "incremental"
+    assert cost.choose(CostPolicy(), big, "input x keeps no integral").mode == "incremental"
+    assert cost.choose(CostPolicy(recompute="always"), est, None).mode == "recompute"
+    assert cost.choose(CostPolicy(min_change_rows=3_000_000), big, None).mode == "incremental"
+    small_part = cost.Estimate(100_000, 1_500_000, "arrow", 5.0, "arrow", 1.0, 0)  # 6.7% of the inputs
+    picked = cost.choose(CostPolicy(), small_part, None)
+    assert picked.mode == "incremental" and "min_change_fraction" in picked.reason
+    assert cost.choose(CostPolicy(min_change_fraction=0.05), small_part, None).mode == "recompute"
+    close = cost.Estimate(10**6, 1, "arrow", 1.1, "arrow", 1.0, 0)
+    assert cost.choose(CostPolicy(margin=1.2), close, None).mode == "incremental"
+    assert cost.choose(CostPolicy(margin=1.0), close, None).mode == "recompute"
+    assert cost.choose(CostPolicy(), None, None).mode == "incremental"  # size unknown
+
+
+def test_history_is_carried_forward_and_bounded():
+    meta: dict = {}
+    for i in range(5):
+        meta = {"cost": cost.record(meta, cost.Sample("incremental", "arrow", i, 10, 0.5), keep=3)}
+    history = cost.history_of(meta)
+    assert [s.change_rows for s in history] == [2, 3, 4] and meta["cost"]["change_rows"] == 4
+    assert cost.history_of({"cost": {"history": [["bogus"], ["recompute", "spark", 1, 2, 3.0]]}}) == [
+        cost.Sample("recompute", "spark", 1, 2, 3.0)]
+
+
+def test_profile_settings():
+    p = policy_from_profile({"execution": {"cost": {"recompute": "always", "margin": 2}}})
+    assert p.cost == CostPolicy(recompute="always", margin=2.0)
+    with pytest.raises(ValueError, match="execution.cost.recompute"):
+        ExecutionPolicy(cost=CostPolicy(recompute="sometimes"))
+    with pytest.raises(ValueError, match="execution.cost: unknown key"):
+        policy_from_profile({"execution": {"cost": {"recompute_when": 1}}})
+
+
+# ---- recompute mode ----------------------------------------------------------------------------
+def _view(rt, view: str) -> Counter:
+    table = read_view(rt.committed, view)
+    if table is None:
+        return Counter()
+    cols = [c for c in table.column_names if c != "_weight"]
+    return Counter({tuple(r[c] for c in cols): r["_weight"] for r in table.to_pylist() if r["_weight"]})
+
+
+def _recomputed(tmp_path, circuit, bags: dict[str, Bag], t: int) -> dict[str, Counter]:
+    """Every view of a fresh circuit whose one step reads the integrated inputs (the reference)."""
+    root = tmp_path / f"scratch{t}"
+    for name, bag in bags.items():
+        write_change(str(root), name, 1, bag.columns, bag.rows)
+    rt = open_circuit(str(circuit), config(root, engine="arrow"))
+    run_step(rt)
+    return {view: _view(rt, view) for view in rt.compiled.spec.outputs}
+
+
+@pytest.mark.parametrize("seed", [5])
+def test_alternating_incremental_and_recompute_equals_a_recompute(tmp_path, seed):
+    circuit = tmp_path / "paths.yaml"
+    circuit.write_text(CIRCUIT)
+    plain = open_circuit(str(circuit), config(tmp_path / "incremental", engine="arrow",
+                                              cost={"recompute": "never"}))
+    rng = random.Random(seed)
+    bags = {name: Bag(cols, domain, rng) for name, (cols, domain) in INPUTS.items()}
+    modes = []
+    for t in range(1, 8):
+        for name, bag in bags.items():
+            change = bag.change(12, 6 if t % 3 else 20)  # every third step deletes a lot
+            for root in ("incremental", "mixed"):
+                write_change(str(tmp_path / root), name, t, bag.columns, change)
+        mode = "recompute" if t % 2 == 0 else "never"
+        mixed = open_circuit(str(circuit), config(tmp_path / "mixed", engine="arrow",
+                                                  cost={"recompute": "always" if mode == "recompute" else "never"}))
+        want, got = run_step(plain), run_step(mixed)
+        assert want.mode == "incremental" and got.mode == ("recompute" if t > 1 and mode == "recompute"
+                                                            else "incremental"), (t, got.mode, got.mode_reason)
+        assert got.engine == "arrow", got.engine_reason
+        modes.append(got.mode)
+        meta = mixed.committed.manifest().meta
+        assert meta["mode"] == got.mode and meta["cost"]["mode"] == got.mode and meta["cost"]["seconds"] >= 0
+        for view in plain.compiled.spec.outputs:
+            assert output_delta(mixed, view) == output_delta(plain, view), f"timestep {t}, view {view}"
+        assert _traces(mixed) == _traces(plain), f"timestep {t}: the state differs"
+        if t in (2, 5, 7):
+            reference = _recomputed(tmp_path, circuit, bags, t)
+            for view, rows in reference.items():
+                assert _view(mixed, view) == rows, f"timestep {t}, view {view}"
+    assert modes.count("recompute") == 3
+    assert len(cost.history_of(mixed.committed.manifest().meta)) == 7
+
+
+def test_recompute_on_spark_commits_the_same_timestep(spark, tmp_path):
+    circuit = tmp_path / "paths.yaml"
+    circuit.write_text(CIRCUIT)
+    rng = random.Random(11)
+    bags = {name: Bag(cols, domain, rng) for name, (cols, domain) in INPUTS.items()}
+    rts = {"plain": open_circuit(str(circuit), config(tmp_path / "plain", engine="arrow", cost={"recompute": "never"})),
+           "spark": open_circuit(str(circuit), config(tmp_path / "spark", engine="spark",
+                                                     cost={"recompute": "always"}))}
+    for t in range(1, 3):
+        for name, bag in bags.items():
+            change = bag.change(10, 5)
+            for root in rts:
+                write_change(str(tmp_path / root), name, t, bag.columns, change)
+        reports = {k: run_step(rt) for k, rt in rts.items()}
+        assert reports["spark"].engine == "spark"
+        assert reports["spark"].mode == ("recompute" if t > 1 else "incremental")
+        for view in rts["plain"].compiled.spec.outputs:
+            assert output_delta(rts["spark"], view)[0] == output_delta(rts["plain"], view)[0], (t, view)
+        assert _traces(rts["spark"]) == _traces(rts["plain"]), f"timestep {t}"
+
+
+def test_cdc_and_snapshot_inputs_recompute_from_their_own_traces(tmp_path):
+    import json
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    circuit = tmp_path / "cdc.yaml"
+    circuit.write_text(CDC_CIRCUIT)
+    rng = random.Random(3)
+    rts = {mode: open_circuit(str(circuit), config(tmp_path / mode, engine="arrow", cost={"recompute": mode}))
+           for mode in ("never", "always")}
+    assert set(integral_traces(rts["always"]).values()) == {"keyed:orders", "snapshot:customers"}
+    rows: dict[int, dict] = {}
+    for t in range(1, 6):
+        records = []
+        for _ in range(8):
+            i = rng.randrange(12)
+            if i in rows and rng.random() < 0.4:
+                records.append({"op": "d", "id": i, "cust": rows.pop(i)["cust"], "amount": 0})
+            else:
+                op = "u" if i in rows else "c"
+                rows[i] = {"id": i, "cust": rng.randrange(4), "amount": rng.randrange(100)}
+                records.append({"op": op, **rows[i]})
+        customers = pa.table({"cust": pa.array(range(4), pa.int64()),
+                              "region": pa.array([rng.choice("ab") for _ in range(4)])})
+        for mode in rts:
+            inbox = tmp_path / mode / "inbox" / "orders"
+            snaps = tmp_path / mode / "snapshots" / "customers"
+            os.makedirs(inbox, exist_ok=True), os.makedirs(snaps, exist_ok=True)
+            (inbox / f"t{t:04d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+            if t % 2:
+                pq.write_table(customers, str(snaps / f"s{t:04d}.parquet"))
+        reports = {mode: run_step(rt) for mode, rt in rts.items()}
+        assert reports["always"].mode == ("recompute" if t > 1 else "incremental"), reports["always"].mode_reason
+        assert output_delta(rts["always"], "by_region") == output_delta(rts["never"], "by_region"), t
+        assert _traces(rts["always"]) == _traces(rts["never"]), t
+
+
+def test_append_only_inputs_cannot_be_recomputed(tmp_path):
+    circuit = tmp_path / "ao.yaml"
+    circuit.write_text(CIRCUIT.replace("kind: changes, path: inbox/customers", "kind: append_only, path: inbox/customers"))
+    rt = open_circuit(str(circuit), config(tmp_path / "ao", engine="arrow", cost={"recompute": "always"}))
+    with pytest.raises(CannotRecompute, match="customers"):
+        integral_traces(rt)
+    assert "customers" in why_not(rt)
+    rng = random.Random(1)
+    bags = {name: Bag(cols, domain, rng) for name, (cols, domain) in INPUTS.items()}
+    for t in (1, 2):
+        for name, bag in bags.items():
+            write_change(str(tmp_path / "ao"), name, t, bag.columns, bag.change(5, 2 if name == "orders" else 0))
+        path = choose_path(rt, pending_inputs(rt))
+        report = run_step(rt)
+    assert path.mode == report.mode == "incremental" and "not possible" in report.mode_reason
+    assert "keeps no integral" in rt.committed.manifest().meta["cost"]["reason"]
+
+
+def test_the_policy_recomputes_a_change_larger_than_the_state(tmp_path):
+    """A change far larger than everything held is cheaper recomputed; a small one stays
+    incremental (the rates: the defaults scaled to the two steps measured before). The step
+    summary says which and why."""
+    from spark_jobs.cli.render import step_report
+
+    circuit = tmp_path / "paths.yaml"
+    circuit.write_text(CIRCUIT)
+    rt = open_circuit(str(circuit), config(tmp_path / "auto", engine="arrow"))
+    rng = random.Random(2)
+    bags = {name: Bag(cols, domain, rng) for name, (cols, domain) in INPUTS.items()}
+    modes = {}
+    for t, n in {1: 30, 2: 3, 3: 0}.items():
+        for name, bag in bags.items():
+            write_change(str(tmp_path / "auto"), name, t, bag.columns, bag.change(n, n // 3))
+        if t == 3:  # 60,000 new orders, every one distinct
+            orders = Counter({(10_000 + i, i % 7, i % 100, "a"): 1 for i in range(60_000)})
+            write_change(str(tmp_path / "auto"), "orders", 4, bags["orders"].columns, orders)
+        report = run_step(rt)
+        modes[t] = (report.mode, report.mode_reason)
+        assert f"mode: {report.mode}: " in step_report(report), step_report(report)
+    assert {t: m for t, (m, _) in modes.items()} == {1: "incremental", 2: "incremental", 3: "recompute"}, modes
+    assert "recompute is cheaper" in modes[3][1] and "from 2 past steps" in modes[3][1], modes[3]
+
+
+def test_asked_for_recompute_on_the_cli_and_as_a_dag_runs_mode(tmp_path):
+    """`dbsp step --recompute` (``run_step(recompute=True)``) and a DAG run triggered with mode
+    ``recompute`` recompute whatever the cost model would say, and commit the same timestep as
+    an incremental step; the DAG plan records an incremental run whose path is a recompute."""
+    from spark_jobs.runtime import timestep
+
+    circuit = tmp_path / "paths.yaml"
+    circuit.write_text(CIRCUIT)
+    rts = {k: open_circuit(str(circuit), config(tmp_path / k)) for k in ("plain", "cli", "dag")}
+    rng = random.Random(9)
+    bags = {name: Bag(cols, domain, rng) for name, (cols, domain) in INPUTS.items()}
+    for t in (1, 2, 3):
+        for name, bag in bags.items():
+            change = bag.change(10, 4)
+            for root in rts:
+                write_change(str(tmp_path / root), name, t, bag.columns, change)
+        run_step(rts["plain"])
+        report = run_step(rts["cli"], recompute=t > 1)
+        run = timestep.run_task(rts["dag"], "timestep", f"run-{t}", mode="recompute" if t > 1 else "incremental")
+        if t > 1:
+            assert report.mode == "recompute" and report.mode_reason == "asked for (--recompute)"
+            assert run["plan"]["mode"] == "incremental" and run["plan"]["path"]["mode"] == "recompute", run["plan"]
+            assert run["stages"].get("skipped") and run["commit"]["mode"] == "recompute", run
+            assert timestep.run_task(rts["dag"], "timestep", f"run-{t}", mode="recompute")["commit"]["note"]
+        for view in rts["plain"].compiled.spec.outputs:
+            for k in ("cli", "dag"):
+                assert output_delta(rts[k], view) == output_delta(rts["plain"], view), (t, k, view)
+        for k in ("cli", "dag"):
+            assert _traces(rts[k]) == _traces(rts["plain"]), (t, k)
+
+
+def test_the_benchmark_runs_and_checks_every_step(tmp_path):
+    """`python -m bench.recompute --smoke`: three sizes on three roots, every view right."""
+    import json
+
+    from bench import recompute as bench
+
+    bench.main(["--smoke", "--out", str(tmp_path), "--work-dir", str(tmp_path)])
+    result = json.loads((tmp_path / "recompute-smoke.json").read_text())
+    assert [p["requested"] for p in result["points"]] == list(bench.SMOKE_SIZES)
+    for point in result["points"]:
+        assert point["views_right"], point["view_ok"]
+        assert point["recompute"]["mode"] == "recompute" and point["incremental"]["mode"] == "incremental"
+        assert point["policy_over_best"] is not None
+    assert "under load" in (tmp_path / "recompute-smoke.md").read_text().lower()
