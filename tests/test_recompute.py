@@ -75,6 +75,10 @@ def test_choose_picks_the_cheaper_with_a_margin_and_honours_the_settings():
     assert cost.choose(CostPolicy(), big, "input x keeps no integral").mode == "incremental"
     assert cost.choose(CostPolicy(recompute="always"), est, None).mode == "recompute"
     assert cost.choose(CostPolicy(min_change_rows=3_000_000), big, None).mode == "incremental"
+    small_part = cost.Estimate(100_000, 1_500_000, "arrow", 5.0, "arrow", 1.0, 0)  # 6.7% of the inputs
+    picked = cost.choose(CostPolicy(), small_part, None)
+    assert picked.mode == "incremental" and "min_change_fraction" in picked.reason
+    assert cost.choose(CostPolicy(min_change_fraction=0.05), small_part, None).mode == "recompute"
     close = cost.Estimate(10**6, 1, "arrow", 1.1, "arrow", 1.0, 0)
     assert cost.choose(CostPolicy(margin=1.2), close, None).mode == "incremental"
     assert cost.choose(CostPolicy(margin=1.0), close, None).mode == "recompute"

@@ -76,3 +76,22 @@ def test_the_ends_of_the_range_are_committed(spark, tmp_path, engine):
     utc = datetime.timezone.utc
     assert got == {(0, datetime.datetime(1, 1, 1, tzinfo=utc), datetime.date(1, 1, 1)): 1,
                    (1, datetime.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=utc), datetime.date(9999, 12, 31)): 1}
+
+
+@pytest.mark.parametrize("engine", ["arrow", "spark"])
+@pytest.mark.parametrize("fmt, text", [
+    ("csv", "k,ts,d\n1,10000-01-01 00:00:00,2020-01-01\n"),
+    ("json", '{"k": 1, "ts": "+10000-01-01T00:00:00", "d": "2020-01-01"}\n'),
+])
+def test_text_formats_refuse_a_time_outside_the_range_too(spark, tmp_path, engine, fmt, text):
+    path = tmp_path / "c.yaml"
+    path.write_text(CIRCUIT.replace("format: parquet", f"format: {fmt}"))
+    rt = open_circuit(str(path), config(tmp_path / "data", engine=engine))
+    make_input_folders(rt)
+    with open(tmp_path / "data" / "inbox" / "a" / ("bad.csv" if fmt == "csv" else "bad.jsonl"), "w") as fh:
+        fh.write(text)
+    with pytest.raises(DbspError) as refused:
+        run_step(rt)
+    message = refused.value.user_message()
+    assert refused.value.exit_code == EXIT_REFUSED and "bad." in message and "10000-01-01" in message, message
+    assert rt.store.manifest() is None

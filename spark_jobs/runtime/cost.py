@@ -179,6 +179,10 @@ def choose(policy: CostPolicy, est: Estimate | None, cannot: str | None) -> Choi
     if est.change_rows < policy.min_change_rows:
         return Choice("incremental", f"a change of {est.change_rows} rows < execution.cost.min_change_rows "
                                      f"({policy.min_change_rows}): {says}", est)
+    if est.change_rows < policy.min_change_fraction * est.input_rows:
+        return Choice("incremental", f"a change of {est.change_rows} rows < execution.cost.min_change_fraction "
+                                     f"({policy.min_change_fraction}) of the {est.input_rows} integrated rows: "
+                                     f"{says}", est)
     if est.incremental > policy.margin * est.recompute:
         return Choice("recompute", f"recompute is cheaper: {says}", est)
     return Choice("incremental", f"incremental is cheaper: {says}", est)

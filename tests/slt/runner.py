@@ -173,7 +173,8 @@ class SparkOracle:
             self.spark.createDataFrame(rows, schema).createOrReplaceTempView(name)
 
     def answer(self, sql: str) -> Counter:
-        return Counter(tuple(norm(v) for v in r) for r in self.spark.sql(sql).collect())
+        self.last = [tuple(norm(v) for v in r) for r in self.spark.sql(sql).collect()]
+        return Counter(self.last)
 
 
 class DuckOracle:
@@ -197,7 +198,8 @@ class DuckOracle:
     def answer(self, sql: str) -> Counter:
         from tests.sql_streams import to_duckdb
 
-        return Counter(tuple(norm(v) for v in r) for r in self.con.execute(to_duckdb(sql)).fetchall())
+        self.last = [tuple(norm(v) for v in r) for r in self.con.execute(to_duckdb(sql)).fetchall()]
+        return Counter(self.last)
 
 
 # ---- the stream ------------------------------------------------------------------------------
@@ -208,9 +210,11 @@ class EngineFailed(Exception):
 
 def run_stream(root: str, tables: dict[str, list[tuple[str, str]]], bags: dict[str, Counter],
                queries: dict[str, str], steps: int, seed: int, oracle,
-               oracle_sql: dict[str, str] | None = None) -> tuple[dict[str, Counter], dict[str, str]]:
-    """Run the circuit of ``queries`` over the stream; return each view's integral at the end and
-    the views that differed from the oracle (view -> description) or whose oracle failed."""
+               oracle_sql: dict[str, str] | None = None
+               ) -> tuple[dict[str, Counter], dict[str, str], dict[str, list[tuple]]]:
+    """Run the circuit of ``queries`` over the stream; return each view's integral at the end,
+    the views that differed from the oracle (view -> description) or whose oracle failed, and the
+    oracle's rows in its order at the end (an ORDER BY's order, for a ``nosort`` result)."""
     from spark_jobs.runtime.circuit import open_circuit
     from spark_jobs.runtime.step import run_step
     from tests.engines import output_delta
@@ -233,6 +237,7 @@ def run_stream(root: str, tables: dict[str, list[tuple[str, str]]], bags: dict[s
     integral = {name: Counter() for name in tables}
     views: dict[str, Counter] = {v: Counter() for v in queries}
     bad: dict[str, str] = {}
+    ordered: dict[str, list[tuple]] = {}
     for t in range(steps):
         for name, cols in tables.items():
             delta = changes[name][t]
@@ -265,12 +270,13 @@ def run_stream(root: str, tables: dict[str, list[tuple[str, str]]], bags: dict[s
                 bad[v] = f"oracle_error: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
                 continue
             got = views[v]
+            ordered[v] = oracle.last
             if any(w < 0 for w in got.values()) or got != want:
                 only_engine = list((got - want).items())[:WRONG_SHOWN]
                 only_oracle = list((want - got).items())[:WRONG_SHOWN]
                 bad[v] = (f"wrong at step {t + 1}: only the engine {only_engine}, only {oracle.name} "
                           f"{only_oracle}")
-    return views, bad
+    return views, bad, ordered
 
 
 # ---- expected values -------------------------------------------------------------------------
@@ -296,9 +302,17 @@ def _text(value, kind: str) -> str:
     return "(empty)" if s == "" else "".join(ch if " " <= ch <= "~" else "@" for ch in s)
 
 
-def check_expected(q: Query, view: Counter) -> str:
-    """match / differ / unchecked: the view's values as sqllogictest prints them vs the file's."""
+def check_expected(q: Query, view: Counter, order: list[tuple] | None = None) -> str:
+    """match / differ / unchecked: the view's values as sqllogictest prints them vs the file's.
+    A ``nosort`` result is the view's rows in ``order`` (the oracle's rows, when they are the
+    view's: its ORDER BY's order); without it, only a listed (not hashed) result is comparable."""
     rows = [[_text(v, k) for v, k in zip(r, q.types)] for r, w in view.items() for _ in range(w)]
+    if q.sort == "nosort" and order is not None and Counter(order) == view:
+        values = [_text(v, k) for r in order for v, k in zip(r, q.types)]
+        if q.hashed is not None:
+            digest = hashlib.md5("".join(v + "\n" for v in values).encode()).hexdigest()
+            return "match" if (len(values), digest) == q.hashed else "differ"
+        return "match" if values == [v for line in q.values or [] for v in line.split("\t")] else "differ"
     if q.sort == "valuesort":
         values = sorted(v for r in rows for v in r)
     else:  # rowsort; nosort too, since a view has no order (only a non-hashed list is comparable)
@@ -420,7 +434,7 @@ def _run_part(part: list[Query], tables, bags, opts: Options, oracle, work: str,
     root = os.path.join(work, f"c{n_chunk[0]}")
     names = {f"q{q.line}": q for q in part}
     try:
-        views, bad = run_stream(root, tables, bags, {n: view_sql(q) for n, q in names.items()}, opts.steps,
+        views, bad, ordered = run_stream(root, tables, bags, {n: view_sql(q) for n, q in names.items()}, opts.steps,
                                 opts.seed + n_chunk[0], oracle, {n: q.sql for n, q in names.items()})
     except EngineFailed as e:
         if len(part) == 1:
@@ -444,4 +458,4 @@ def _run_part(part: list[Query], tables, bags, opts: Options, oracle, work: str,
             o.status = "oracle_error" if bad[n].startswith("oracle_error") else "wrong"
             o.reason = bad[n]
             continue
-        o.expected = check_expected(q, views[n])
+        o.expected = check_expected(q, views[n], ordered.get(n))

@@ -26,7 +26,8 @@ import pyarrow.compute as pc
 
 from spark_jobs.executor.sources import InputFile, InputRefused, spark_schema
 from spark_jobs.executor.sources.discovery import data_files, exists, file_format
-from spark_jobs.executor.sources.formats import Declared
+from spark_jobs.executor.sources import time_range
+from spark_jobs.executor.sources.formats import Declared, time_check
 from spark_jobs.executor.sources.own_traces import input_trace, is_snapshot, keyed_trace, snapshot_trace
 from spark_jobs.executor.sources.reading import declared
 from spark_jobs.executor.sources.schema_check import UnreadableFile, column_problems, csv_header, header_problems
@@ -113,7 +114,13 @@ def _read_file(f: InputFile, fmt: str, d: Declared, target: pa.Schema, json_read
         rows = (json_reader or json_files.read_file)(f.path, d)
     reasons = rows.tally.reasons()
     types = {c: sql_type(t) for c, t in d.types.items()}
-    return (None, reasons) if reasons else (to_table([rows], types, target), [])
+    if reasons:
+        return None, reasons
+    table = to_table([rows], types, target)
+    for c in d.types:  # dates and timestamps within 0001-01-01 .. 9999-12-31, as the Spark readers check
+        if c in table.column_names and (out := time_range.outside_rows(table.column(c))) is not None:
+            reasons.append(time_check(c).describe(*out))
+    return (None, reasons) if reasons else (table, [])
 
 
 def _union(parts: Sequence[tuple[InputFile, pa.Table]], target: pa.Schema) -> pa.Table:
