@@ -464,7 +464,7 @@ def test_the_ui_in_a_browser(world):
     status, kind, svg = found["docs_full_size"]
     assert found["docs_font_px"] >= 10, found["docs_font_px"]
     assert found["docs_images_inline"] == 0 and status == 200 and "svg" in kind, found
-    assert 'Colour: a stage of the one task "timestep" (per_step)' in svg and svg.count(">timestep<") == 0
+    assert 'Colour: a stage of the one task &quot;timestep&quot; (per_step)' in svg and svg.count(">timestep<") == 0
     assert found["dag_list_name"].startswith(f"{REVENUE_STEP} — Paid revenue"), found["dag_list_name"]
     assert found["backfill_offered"] is False  # greyed out: a circuit has no backfill
     assert "dbsp_view_is_set" in found["quality_page"] and "PASS" in found["quality_page"]
