@@ -31,10 +31,15 @@ venv install:
 	@echo ">> install: scripts/bootstrap.sh (Java check, .venv, requirements.lock, editable project)"
 	@bash scripts/bootstrap.sh
 
+# The suite runs on two workers (pytest-xdist): most of a test is waiting on a JVM or a
+# subprocess, and two workers use both cores. A test module is one unit (--dist loadfile), so its
+# Airflow or cluster fixture starts once; modules binding fixed ports take turns (tests/conftest.py).
+# TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test: install
 	@bash scripts/ensure_chromium.sh
-	@echo ">> test: $(PYTEST) -q"
-	@$(PYTEST) -q
+	@echo ">> test: $(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile"
+	@$(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: install
 	@echo ">> test-fast: $(PYTEST) -q -m 'not slow and not airflow and not cluster'"

@@ -55,20 +55,24 @@ def drive_the_ui(base: str, user: str, password: str, dag_id: str, shots: Path, 
             page.goto(f"{base}/dags/{dag_id}")
             page.get_by_role("button", name="Dag Docs").click()
             dialog = page.get_by_role("dialog")
-            image = dialog.locator("img").first
-            expect(image).to_be_visible()
-            page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=image.element_handle())
-            found["docs_image"] = image.get_attribute("src")
+            link = dialog.get_by_role("link", name="Open the picture of the incremental circuit")
+            expect(link).to_be_visible()
+            found["docs_image"] = link.get_attribute("href")
             found["docs_text"] = dialog.inner_text()
-            # the picture as shown: its scale, and so its text's size on screen (the SVG's font-size)
-            found["docs_scale"] = page.evaluate("img => img.getBoundingClientRect().width / img.naturalWidth",
-                                                image.element_handle())
-            found["docs_full_size_link"] = dialog.get_by_role("link", name="Open the picture at full size") \
-                .get_attribute("href")
+            found["docs_images_inline"] = dialog.locator("img").count()
             page.screenshot(path=str(shots / "03-docs.png"))
             page.keyboard.press("Escape")
-            shown = page.request.get(base + found["docs_full_size_link"])  # what the link opens
+            shown = page.request.get(base + found["docs_image"])  # what the link opens
             found["docs_full_size"] = (shown.status, shown.headers.get("content-type", ""), shown.text())
+            # the picture as the link shows it: the smallest label's size on screen, in CSS pixels
+            page.goto(base + found["docs_image"])
+            found["docs_font_px"] = page.evaluate(
+                "() => { const svg = document.documentElement;"
+                " const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;"
+                " return Math.min(...[...document.querySelectorAll('text')].map("
+                "t => parseFloat(getComputedStyle(t).fontSize) * scale)); }")
+            page.screenshot(path=str(shots / "03b-circuit.png"))
+            page.goto(f"{base}/dags/{dag_id}")
 
             page.get_by_role("button", name="Show Graph (Press g)").click()
             graph = page.locator(".react-flow")

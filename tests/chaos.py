@@ -139,6 +139,8 @@ class Chaos:
         self.config = load_config(str(self.profile), data_root=str(self.data))
         self.spark_config = self.config.with_policy(policy(engine="spark"))
         self.rt = open_circuit(str(self.circuit), self.config)
+        for name in ("edges", "people"):  # a missing input folder refuses the step; an empty one is no change
+            (self.data / "inbox" / name).mkdir(parents=True, exist_ok=True)
 
     # ---- inputs ------------------------------------------------------------------------------
     def _row(self, name: str) -> tuple:

@@ -1,8 +1,10 @@
 """Shared fixtures: one real local Spark session for the whole test run."""
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -40,3 +42,21 @@ def _no_leaked_failpoints():
     yield
     leaked = {k: os.environ.pop(k) for k in ("DBSP_FAILPOINT", "DBSP_FAILPOINT_KILL") if k in os.environ}
     assert not leaked, f"a test left failpoints armed in the environment: {leaked}"
+
+
+
+# Modules that bind fixed loopback ports (a standalone master on 7077, Spark Connect on 15002):
+# under `make test` (pytest-xdist, a module per worker at a time) two of them could start their
+# services at once, so each holds one machine-wide lock while it runs.
+FIXED_PORT_MODULES = {"test_cluster.py", "test_services.py"}
+FIXED_PORTS_LOCK = Path(tempfile.gettempdir()) / "dbsp-tests-fixed-ports.lock"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fixed_ports_one_module_at_a_time(request):
+    if request.path.name not in FIXED_PORT_MODULES:
+        yield
+        return
+    with open(FIXED_PORTS_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield

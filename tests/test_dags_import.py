@@ -92,7 +92,7 @@ def test_the_docs_show_the_circuit_as_an_svg_drawn_at_parse_time(circuits_env, t
     (tmp_path / "c").mkdir()
     circuits_env(_per_stage(ROOT / "circuits", tmp_path / "c"))
     dag = dagbag().dags["revenue_by_region"]
-    found = re.search(r"\[!\[incremental circuit of revenue_by_region\]\(/dbsp/docs/([^)]+\.svg)\)\]", dag.doc_md)
+    found = re.search(r"\[Open the picture of the incremental circuit\]\(/dbsp/docs/([^)]+\.svg)\)", dag.doc_md)
     assert found, dag.doc_md[:500]
     assert "```mermaid" not in dag.doc_md and "data:" not in dag.doc_md  # the UI strips data: URLs
     svg = ET.parse(tmp_path / "docs" / found.group(1)).getroot()
@@ -101,7 +101,8 @@ def test_the_docs_show_the_circuit_as_an_svg_drawn_at_parse_time(circuits_env, t
     for node in c.incremental:  # every operator is drawn, and every task is in the legend
         assert any(node.id in (t or "") for t in texts), node.id
     assert {"inputs.orders", "stages.enriched", "view by_region"} <= texts
-    assert svg.get("width").isdigit() and svg.get("viewBox").endswith(f"{svg.get('width')} {svg.get('height')}")  # an img scales it to fit
+    assert svg.get("width").isdigit() and svg.get("viewBox").endswith(f"{svg.get('width')} {svg.get('height')}")
+    assert "![" not in dag.doc_md  # linked, not shrunk into the modal
     assert "```text" not in dag.doc_md  # no wide fixed-width tables: Markdown tables wrap
 
 
@@ -129,7 +130,7 @@ def test_the_legend_says_what_a_colour_is_in_each_orchestration_mode(tmp_path):
         assert len(legend) == len(set(legend)) == len(stages) + 1 and "timestep" not in legend, legend
         mode = c if per_step else compile_file(str(tmp_path / "per_stage.yaml"))
         doc = dag_doc("c.yaml", mode, stages, ids, "local", "/dbsp/docs/x.svg")
-        assert "[Open the picture at full size](/dbsp/docs/x.svg)" in doc
+        assert "[Open the picture of the incremental circuit](/dbsp/docs/x.svg)" in doc
         assert ("phase of task `timestep`" in doc and "`quality_check`" not in doc) if per_step else \
             ("| `stages.enriched` |" in doc and "phase of task" not in doc), doc
 

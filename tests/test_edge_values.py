@@ -146,6 +146,7 @@ def test_edge_values_agree_with_spark_on_both_engines(spark, tmp_path):
         for engine, rt in rts.items():
             report = run_step(rt)  # raises on a refusal or a failed quality gate: a stuck circuit
             assert report.engine == engine, report.engine_reason
+            assert not report.published.failed, report.published.summary()  # every view publishable
             for view in VIEWS:
                 _integrate(views[engine][view], output_delta(rt, view)[0])
         want = _batch(spark, {n: Counter({r: w for r, w in bag.items() if w}) for n, bag in inputs.items()})
@@ -155,7 +156,21 @@ def test_edge_values_agree_with_spark_on_both_engines(spark, tmp_path):
                 assert got == dict(want[view]), (
                     f"timestep {t}, {engine}, view {view}:\n got  {sorted(got.items(), key=repr)}\n"
                     f" want {sorted(want[view].items(), key=repr)}")
+    for engine, rt in rts.items():  # and the published tables hold the views (NaN deletes matched)
+        for view in VIEWS:
+            assert _published(rt, view) == views[engine][view], f"{engine}: published table of {view}"
 
 
 def _row(row: tuple) -> tuple:
     return tuple(_key(v) for v in row)
+
+
+def _published(rt, view: str) -> Counter:  # noqa: ANN001
+    """The rows of a view's published Delta table, compared as Spark compares them."""
+    import deltalake
+
+    from spark_jobs.publish import publish_views
+
+    uri = next(r.uri for r in publish_views(rt).results if r.view == view)
+    table = deltalake.DeltaTable(uri).to_pyarrow_table()
+    return Counter(_row(tuple(r.values())) for r in table.to_pylist())

@@ -66,10 +66,12 @@ def test_the_lease_on_every_store_file_system(store_fs):
     the exclusive create refuses a second writer, a stale lease is taken over and its old holder
     may not commit, and a release lets the next writer in."""
     fs, root = store_fs
-    first = Lease(fs, root, "a", circuit="c", ttl=0.5).acquire()
+    # ttl 2 s: through Hadoop (py4j calls) an acquire took more than 0.5 s on a loaded machine,
+    # so the first lease went stale before the second writer tried
+    first = Lease(fs, root, "a", circuit="c", ttl=2.0).acquire()
     with pytest.raises(LeaseHeld, match="another writer"):
-        Lease(fs, root, "b", circuit="c", ttl=0.5).acquire()
-    time.sleep(0.7)  # not renewed: stale
+        Lease(fs, root, "b", circuit="c", ttl=2.0).acquire()
+    time.sleep(2.2)  # not renewed: stale
     taker = Lease(fs, root, "b", circuit="c").acquire()
     with pytest.raises(LeaseLost):
         first.check()

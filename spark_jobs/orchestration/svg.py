@@ -7,8 +7,8 @@ it crosses, so it runs between boxes, not through them. One box per operator, co
 stage (under ``per_stage`` a stage is an Airflow task), a thick border where the operator keeps
 state between timesteps, views as rounded boxes at the bottom, a legend saying what the colours
 mean in the circuit's orchestration mode (wrapped to the picture's width). The picture has its
-size in pixels and a ``viewBox``, so an ``<img>`` with ``max-width: 100%`` scales it down to fit,
-keeping its proportions; the DAG docs link to it at full size.
+size in pixels and a ``viewBox``; the DAG docs link to it, and a browser opens it at that size
+(a wide circuit scrolls rather than shrinking its labels).
 """
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ def circuit_svg(circuit: Circuit, stages: Sequence, task_ids: Mapping[str, str],
     total_h = graph_h + 14 + legend_h + PAD
     colour = {nid: PALETTE[k % len(PALETTE)] for k, s in enumerate(stages) for nid in s.nodes}
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {total_w:.0f} {total_h:.0f}" '
-           f'width="{total_w:.0f}" height="{total_h:.0f}" style="max-width: 100%; height: auto" '
+           f'width="{total_w:.0f}" height="{total_h:.0f}" '
            f'font-family="sans-serif" font-size="{FONT}" role="img" aria-label="{escape(title or "circuit")}">',
            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" '
            'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#555"/></marker></defs>']

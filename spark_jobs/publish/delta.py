@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from spark_jobs.errors import DbspError, EXIT_FAILED
 from spark_jobs.publish.targets import Target
+from spark_jobs.state.float_keys import canonical_value
 from spark_jobs.state.trace import WEIGHT
 
 TIMESTEP_KEY = "dbsp.timestep"
@@ -131,7 +132,10 @@ def rows_of(view: pa.Table, target: Target, t: int) -> pa.Table:
 
 
 def _tuples(table: pa.Table, columns: list[str]) -> list[tuple]:
-    return list(zip(*[table.column(c).to_pylist() for c in columns])) if table.num_rows else []
+    """The rows as tuples compared as Spark compares them (one NaN, -0.0 = 0.0: ``float_keys``)."""
+    if not table.num_rows:
+        return []
+    return list(zip(*[map(canonical_value, table.column(c).to_pylist()) for c in columns]))
 
 
 IN_LIST_MAX = 10_000  # more distinct values than this: the old copies are counted in a full read

@@ -95,7 +95,7 @@ def group_sums(table: pa.Table, keys: Sequence[str], columns: Sequence[str]) -> 
 def check_additions(terms: Sequence[np.ndarray], rows: Callable[[int], Any]) -> None:
     """Refuse the step when the element-wise sum of ``terms`` (int64 arrays, added by the caller
     in numpy, which wraps around) could leave the weight range and does, naming ``rows(i)``."""
-    if sum(int(np.abs(t.astype(object)).max(initial=0)) for t in terms) <= weights.MAX_WEIGHT:
+    if sum(max(abs(int(t.min())), abs(int(t.max()))) if len(t) else 0 for t in terms) <= weights.MAX_WEIGHT:
         return
     for at, parts in enumerate(zip(*[t.tolist() for t in terms])):
         if not weights.in_range(sum(parts)):
