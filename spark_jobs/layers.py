@@ -24,8 +24,8 @@ class Layer:
 
 
 LAYERS: tuple[Layer, ...] = (
-    Layer(0, "foundations", ("policy", "errors", "layers"),
-          "the execution policy, the error hierarchy and this table: every layer may read them"),
+    Layer(0, "foundations", ("policy", "errors", "layers", "registry"),
+          "the execution policy, the error hierarchy, registries and this table: every layer may read them"),
     Layer(1, "circuit spec", ("spec",), "YAML -> typed, validated CircuitSpec; SQL nodes bound"),
     Layer(1, "state store", ("state",), "Parquet traces, atomic manifests, compaction, leases"),
     Layer(2, "IR + incrementalizer", ("ir",), "the operator graph, Q -> Q^Δ, explain and draw"),

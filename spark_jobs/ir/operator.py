@@ -24,9 +24,10 @@ docs/contributing/adding-an-operator.md.
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Union
+
+from spark_jobs.registry import Registry
 
 if TYPE_CHECKING:
     from spark_jobs.ir.graph import Circuit, Node
@@ -138,46 +139,21 @@ class Operator:
         return getattr(importlib.import_module(module), attr)
 
 
-_REGISTRY: dict[str, Operator] = {}
-_LOADED = False
+_REGISTRY: Registry[Operator] = Registry("spark_jobs.ir.ops", "IR operator")
 
 
 def register(op: Operator) -> Operator:
     """Add ``op`` to the registry (an operator module does this at import); returns it."""
-    known = _REGISTRY.get(op.name)
-    if known is not None and known is not op:
-        raise ValueError(f"IR operator {op.name!r} is registered twice")
-    _REGISTRY[op.name] = op
-    return op
+    return _REGISTRY.register(op)
 
 
 def unregister(name: str) -> None:
     """Remove an operator (tests that register a throwaway one clean up with this)."""
-    _REGISTRY.pop(name, None)
-
-
-def _load() -> None:
-    """Import every module of ``spark_jobs.ir.ops`` once: each registers its operators. Marked
-    loaded first (an operator module may ask for another operator while it loads); if an import
-    fails the mark is taken back, so the next call raises that import's error again instead of
-    answering "unknown IR op" from a half-filled registry."""
-    global _LOADED
-    if _LOADED:
-        return
-    _LOADED = True
-    from spark_jobs.ir import ops
-
-    try:
-        for info in pkgutil.iter_modules(ops.__path__):
-            importlib.import_module(f"{ops.__name__}.{info.name}")
-    except BaseException:
-        _LOADED = False
-        raise
+    _REGISTRY.unregister(name)
 
 
 def operator(name: str) -> Operator:
     """The definition of IR operator ``name``; ValueError for an unknown name."""
-    _load()
     op = _REGISTRY.get(name)
     if op is None:
         raise ValueError(f"unknown IR op {name!r}")
@@ -185,14 +161,12 @@ def operator(name: str) -> Operator:
 
 
 def is_known(name: str) -> bool:
-    _load()
-    return name in _REGISTRY
+    return _REGISTRY.get(name) is not None
 
 
 def operators() -> Iterator[Operator]:
     """Every registered operator, in registration order."""
-    _load()
-    return iter(list(_REGISTRY.values()))
+    return iter(_REGISTRY.values())
 
 
 def delayed_integral_source(circuit: "Circuit", node_id: str) -> str | None:

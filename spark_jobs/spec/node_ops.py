@@ -16,9 +16,10 @@ translation exists. docs/contributing/adding-an-operator.md walks through adding
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping
+
+from spark_jobs.registry import Registry
 
 if TYPE_CHECKING:
     from .columns import Issue, Resolution
@@ -110,49 +111,26 @@ class NodeOp:
         return getattr(importlib.import_module(module), attr)
 
 
-_REGISTRY: dict[str, NodeOp] = {}
-_LOADED = False
+_REGISTRY: Registry[NodeOp] = Registry("spark_jobs.spec.ops", "YAML op")
 
 
 def register(op: NodeOp) -> NodeOp:
     """Add ``op`` (its module does this at import); returns it."""
-    known = _REGISTRY.get(op.name)
-    if known is not None and known is not op:
-        raise ValueError(f"YAML op {op.name!r} is registered twice")
-    _REGISTRY[op.name] = op
-    return op
+    return _REGISTRY.register(op)
 
 
 def unregister(name: str) -> None:
     """Remove an op (tests that register a throwaway one clean up with this)."""
-    _REGISTRY.pop(name, None)
-
-
-def _load() -> None:
-    """Import every module of ``spark_jobs.spec.ops`` once (as ``ir.operator._load`` does)."""
-    global _LOADED
-    if _LOADED:
-        return
-    _LOADED = True
-    from . import ops
-
-    try:
-        for info in pkgutil.iter_modules(ops.__path__):
-            importlib.import_module(f"{ops.__name__}.{info.name}")
-    except BaseException:
-        _LOADED = False
-        raise
+    _REGISTRY.unregister(name)
 
 
 def node_op(name: str) -> NodeOp | None:
     """The YAML op ``name``; None for an unknown name (the schema reports it)."""
-    _load()
     return _REGISTRY.get(name)
 
 
 def node_ops() -> list[NodeOp]:
     """Every registered op, in ``position`` order."""
-    _load()
     return sorted(_REGISTRY.values(), key=lambda op: (op.position, op.name))
 
 
