@@ -174,22 +174,7 @@ def test_a_new_stateful_operator_needs_only_its_module(spark, tmp_path):
         assert state_of(inc, inc["t"]) == "previous top row per group"
         text = explain_text(inc)
         assert "top1(touched)" in text and "integrated input of top1 't'" in text
-        rng = random.Random(5)
-        bag: Counter = Counter()
-        steps, want = [], []
-        for _ in range(5):  # inserts and deletes of live rows, groups whose top row goes away
-            change: Counter = Counter()
-            live = sorted(r for r, w in bag.items() for _ in range(w))
-            for row in rng.sample(live, min(2, len(live))):
-                change[row] -= 1
-            for _ in range(5):
-                change[(rng.randrange(3), rng.randrange(6), rng.choice("abc"))] += 1
-            change = Counter({r: w for r, w in change.items() if w})
-            for r, w in change.items():
-                bag[r] += w
-            bag = Counter({r: w for r, w in bag.items() if w > 0})
-            steps.append(change)
-            want.append(_expected(bag))
+        steps, want = _random_steps(5)  # inserts and deletes of live rows, groups whose top row goes away
         assert _run(spark, tmp_path, "spark", steps) == want
         assert _run(spark, tmp_path, "arrow", steps) == want
     finally:
