@@ -15,6 +15,7 @@ import struct
 from collections import Counter
 
 import pyarrow as pa
+import pytest
 import pyarrow.parquet as pq
 
 from spark_jobs.runtime.circuit import open_circuit
@@ -174,3 +175,38 @@ def _published(rt, view: str) -> Counter:  # noqa: ANN001
     uri = next(r.uri for r in publish_views(rt).results if r.view == view)
     table = deltalake.DeltaTable(uri).to_pyarrow_table()
     return Counter(_row(tuple(r.values())) for r in table.to_pylist())
+
+
+def _not_utf8_file(folder: str) -> None:
+    """A Parquet file whose string column holds a lone surrogate's bytes (as CESU-8 writers
+    produce) and a stray byte: pyarrow writes such bytes unchecked, Spark reads them unchecked."""
+    raw = pa.array([b"ok", b"a\xed\xa0\x80b", b"\xff"], pa.binary())
+    strings = pa.Array.from_buffers(pa.string(), len(raw), raw.buffers())
+    os.makedirs(folder, exist_ok=True)
+    pq.write_table(pa.table({"y": pa.array([1.0, 2.0, 3.0]), "t": strings}), os.path.join(folder, "t2.parquet"))
+
+
+def test_strings_that_are_not_utf8_are_refused_alike_on_both_engines(spark, tmp_path):
+    """Both engines refuse the file, naming it, the column and the first bad row; nothing is
+    committed, and the circuit goes on once the file is replaced."""
+    from spark_jobs.errors import DbspError
+
+    path = tmp_path / "circuit.yaml"
+    path.write_text(CIRCUIT)
+    for engine in ("spark", "arrow"):
+        root = str(tmp_path / engine)
+        rt = open_circuit(str(path), config(root, engine=engine))
+        make_input_folders(rt)
+        _write(root, "b", 1, [((1.0, "x"), 1)])
+        run_step(rt)
+        folder = os.path.join(root, "inbox", "b")
+        _not_utf8_file(folder)
+        with pytest.raises(DbspError) as refused:
+            run_step(rt)
+        assert "t2.parquet: column t: row 1 holds bytes that are not UTF-8 text" in str(refused.value), engine
+        assert refused.value.exit_code == 2
+        assert rt.committed.last_committed() == 1, engine
+        os.remove(os.path.join(folder, "t2.parquet"))
+        _write(root, "b", 2, [((2.0, "y"), 1)])
+        assert run_step(rt).engine == engine
+        assert rt.committed.last_committed() == 2

@@ -18,7 +18,9 @@ from pyspark.sql.types import (DataType, DateType, DecimalType, LongType, String
 from spark_jobs.spec.model import WEIGHT
 
 from . import time_range
-from .checks import FILE_COL, Check, Group
+from spark_jobs.executor.refusal import MARKER
+
+from .checks import FILE_COL, Check, Group, plain_path
 from .discovery import InputFile, read_files
 from .schema_check import (UnreadableFile, column_problems, csv_header, diagnose_json_line, name_list,
                            header_problems, read_parquet_footer)
@@ -100,6 +102,15 @@ def _out_of_range(weight: Column) -> Column:
 
 WEIGHT_DELETE = Check("weight:delete", lambda n, x: f"{n} row(s) delete (negative _weight, e.g. {x}) "
                                                     "but the source is append_only: it only inserts")
+
+
+def utf8_problem(name: str, row: Any) -> str:
+    """The refusal of a Parquet string column holding bytes that are not UTF-8 (``row``: the first
+    such row of the file, from 0). Why refuse: Spark carries such bytes on unchecked and pyarrow
+    cannot decode them, so the engines would disagree and a published table would hold text no
+    reader decodes; both engines refuse the file instead (Spark lazily, in the step's own job)."""
+    return (f"column {name}: row {row} holds bytes that are not UTF-8 text "
+            "(a Parquet string column must hold UTF-8)")
 
 
 def one_of_check(name: str, values: tuple[str, ...]) -> Check:
@@ -184,8 +195,10 @@ def plan_parquet(spark: SparkSession, files: Sequence[InputFile], d: Declared) -
 def _parquet_group(spark: SparkSession, files: Sequence[InputFile], schema: StructType,
                    d: Declared, needs_checks: bool) -> Group:
     # Reading with the file's own schema skips Spark's schema-inference job.
+    strings = [c for c, t in d.types.items() if isinstance(t, StringType)]
+    extra = [F.col("_metadata.row_index").alias(_ROW)] if strings else []
     frame = read_files(spark.read.schema(schema).options(**d.reader_options()), "parquet", files,
-                       lambda df: df.select("*", _file_path()))
+                       lambda df: df.select("*", _file_path(), *extra))
     has_weight = WEIGHT in schema.fieldNames()
     checks = {f"null:{c}": (_col(c).isNull(), None) for c in d.not_null}
     weight = _col(WEIGHT).cast(LongType()) if has_weight else F.lit(1).cast(LongType())
@@ -194,8 +207,21 @@ def _parquet_group(spark: SparkSession, files: Sequence[InputFile], schema: Stru
         checks[WEIGHT_RANGE.key] = (_out_of_range(weight), _col(WEIGHT))
         checks.update(_delete_check(d, weight))
     typed = {c: _col(c).cast(t) for c, t in d.types.items()}
+    typed.update({c: _utf8_or_refusal(c, typed[c]) for c in strings})
     checks.update(value_checks(d, typed))
     return Group(frame, typed, weight, checks, needs_checks)
+
+
+_ROW = "__row_index"
+
+
+def _utf8_or_refusal(name: str, value: Column) -> Column:
+    """``value``, or the step's refusal (``utf8_problem``) where its bytes are not UTF-8: checked
+    as the step's own job reads the row, so a file of valid strings costs no extra job."""
+    head, tail = utf8_problem(name, "\0").split("\0")
+    message = F.concat(F.lit(f"{MARKER}input file "), F.regexp_replace(plain_path(F.col(FILE_COL)), "^file:", ""), F.lit(f": {head}"),
+                       F.col(_ROW).cast(StringType()), F.lit(tail))
+    return F.when(value.isNull() | F.is_valid_utf8(value), value).otherwise(F.raise_error(message).cast(StringType()))
 
 
 # ---- CSV ---------------------------------------------------------------------------------------

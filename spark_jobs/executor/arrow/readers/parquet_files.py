@@ -4,6 +4,7 @@ declared non-null columns, ``_weight`` integral, non-null and within +-2^31-1 (n
 an append_only source), values a column must be one of; columns cast to the declared types."""
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import pyarrow as pa
@@ -12,7 +13,8 @@ import pyarrow.parquet as pq
 
 from spark_jobs.executor.sources.discovery import locate
 from spark_jobs.executor.sources.formats import (MAX_WEIGHT, WEIGHT_DELETE, WEIGHT_NULL, WEIGHT_RANGE, Declared,
-                                                 one_of_check, null_check, time_check, weight_range_problems)
+                                                 one_of_check, null_check, time_check, utf8_problem,
+                                                 weight_range_problems)
 from spark_jobs.executor.sources import time_range
 from spark_jobs.executor.sources.schema_check import UnreadableFile, column_problems, read_parquet_footer
 from spark_jobs.spec.model import WEIGHT
@@ -81,6 +83,9 @@ def _row_problems(raw: pa.Table, d: Declared) -> list[str]:
         bad = pc.filter(col, pc.and_(pc.is_valid(col), pc.invert(pc.is_in(col.cast(pa.string()), pa.array(values)))))
         if len(bad):
             reasons.append(one_of_check(c, values).describe(len(bad), _least(bad.cast(pa.string()))))
+    for c in d.types:  # strings that are UTF-8 (as _parquet_group's refusal)
+        if c in raw.column_names and pa.types.is_string(raw.column(c).type) and (row := _not_utf8(raw.column(c))) is not None:
+            reasons.append(utf8_problem(c, row))
     for c in d.types:  # dates and timestamps within 0001-01-01 .. 9999-12-31 (as plan_parquet)
         if c in raw.column_names and (out := time_range.outside_rows(raw.column(c))) is not None:
             reasons.append(time_check(c).describe(*out))
@@ -97,6 +102,19 @@ def _row_problems(raw: pa.Table, d: Declared) -> list[str]:
         if len(deletes):
             reasons.append(WEIGHT_DELETE.describe(len(deletes), _least(deletes)))
     return reasons
+
+
+def _not_utf8(column: pa.ChunkedArray) -> int | None:
+    """The first row whose bytes are not UTF-8 (pyarrow reads Parquet strings unchecked), or None."""
+    offset = 0
+    for chunk in column.chunks:
+        try:
+            chunk.validate(full=True)
+        except pa.ArrowInvalid as exc:
+            found = re.search(r"string index (\d+)", str(exc))
+            return offset + int(found.group(1)) if found else offset
+        offset += len(chunk)
+    return None
 
 
 def _typed(raw: pa.Table, target: pa.Schema) -> pa.Table:
