@@ -385,6 +385,17 @@ class Binder:
                            f"USING", join)
         side = (join.side or "").upper()
         kind = (join.kind or "").upper()
+        if isinstance(join.this, exp.Lateral) and isinstance(join.this.this, exp.Subquery) \
+                and not join.this.args.get("view"):
+            if side or kind not in ("", "INNER", "CROSS") or join.this.args.get("outer"):
+                raise SqlError(f"{side or kind} JOIN LATERAL is not supported: only an inner LATERAL subquery "
+                               f"(FROM t, LATERAL (...) or JOIN LATERAL (...) ON ...)", join)
+            from .decorrelate import lateral
+
+            left = group.materialize([])
+            group.reset(lateral(self, left, join.this, outer, ctes))
+            group.conds.extend(conjuncts(join.args.get("on")))
+            return
         right = self.table_expr(join.this, outer, ctes)
         on = join.args.get("on")
         using = join.args.get("using") or []
