@@ -305,7 +305,8 @@ NULLS = [
     ("IT", "SELECT a, b IS DISTINCT FROM c FROM t1"),
     ("IT", "SELECT a, b IS NOT DISTINCT FROM c FROM t1"),
     ("I", "SELECT a FROM t1 WHERE b IS DISTINCT FROM 2"),
-    ("IIII", "SELECT sum(c), max(c), count(c), count(*) FROM t1 WHERE a > 100"),
+    ("III", "SELECT sum(c), count(c), count(*) FROM t1 WHERE a > 100"),
+    ("II", "SELECT max(c), count(*) FROM t1 WHERE a > 100"),
     ("IR", "SELECT count(*), avg(c) FROM t1 WHERE a IS NULL"),
     ("III", "SELECT c, d, count(*) FROM t1 GROUP BY c, d"),
     ("II", "SELECT DISTINCT b, c FROM t1"),
@@ -324,7 +325,8 @@ NULLS = [
     ("I", "SELECT x FROM t2 WHERE y = ''"),
     ("II", "SELECT x, length(y) FROM t2"),
     ("I", "SELECT x FROM t2 WHERE z > 0 OR z IS NULL"),
-    ("RRR", "SELECT sum(z), min(z), max(z) FROM t2"),
+    ("R", "SELECT sum(z) FROM t2"),
+    ("RR", "SELECT min(z), max(z) FROM t2"),
     ("IR", "SELECT x, z * 2 FROM t2 WHERE NOT (z < 1)"),
     ("TT", "SELECT max(y), min(y) FROM t2"),
     ("III", "SELECT count(DISTINCT y), count(y), count(*) FROM t2"),
@@ -387,6 +389,8 @@ AGGREGATES = [
     ("II", "SELECT b, coalesce(max(c), -1) FROM t1 GROUP BY b"),
     ("II", "SELECT b, count(*) FROM (SELECT b FROM t1 UNION ALL SELECT x FROM t2) AS u GROUP BY b"),
     ("I", "SELECT min(a) FROM t1 WHERE b = (SELECT max(b) FROM t1)"),
+    ("III", "SELECT * FROM (SELECT b, count(*), count(*) FROM t1 GROUP BY b) AS s(p, q, r)"),
+    ("II", "SELECT p, q FROM (SELECT a, a FROM t1) AS s(p, q) WHERE p > 4"),
     ("II", "SELECT b, count(*) FROM t1 GROUP BY b HAVING count(*) = (SELECT max(n) FROM "
            "(SELECT count(*) AS n FROM t1 GROUP BY b) AS g)"),
 ]
