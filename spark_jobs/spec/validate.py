@@ -459,7 +459,7 @@ def _expressions(spec: CircuitSpec, res: Resolution, broken: frozenset[str]) -> 
             found = sql_check.check(site.text)
         except ExpressionError as exc:
             problems.append(Problem(spec.path, site.line, site.label,
-                                    f"{site.what}: cannot read '{site.text}': {exc}"))
+                                    f"{site.what}: cannot read '{_clip(site.text)}': {exc}"))
             continue
         problems += [Problem(spec.path, site.line, site.label, f"{site.what}: '{_clip(site.text)}' is refused: {reason}")
                      for reason in found.refusals]
