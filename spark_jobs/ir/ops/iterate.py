@@ -42,9 +42,9 @@ def _uses(circuit: Circuit, node: Node, position: int) -> str:
 
 
 def _delta_form(circuit: Circuit, node: Node) -> str:
-    return (f"the while loop reruns from init over the integrated inputs each timestep (not incremental "
-            f"yet: its work follows the inputs, not the change); D then emits the change of its value; "
-            f"state: the inputs' integrals and the loop's previous value")
+    return ("the while loop reruns from init over the integrated inputs each timestep (not incremental "
+            "yet: its work follows the inputs, not the change); D then emits the change of its value; "
+            "state: the inputs' integrals and the loop's previous value")
 
 
 ITERATE = register(Operator(
