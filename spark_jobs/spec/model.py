@@ -169,6 +169,8 @@ class NodeSpec:
       ``extra["body"]`` and parsed into ``body``; `outputs` (body node names; the node's value
       is its first output). Body nodes may read outer inputs/nodes, each other (cycles are the
       recursion) and the recursive node itself.
+    - iterate: `init` (kept as ``input``), `body` and `outputs` as a recursive node's; body
+      nodes read the previous iteration by the iterate node's name.
 
     ``field_lines`` maps a field (``"where"``, ``"on"``, ``"on.1"``, ``"columns.amt"``,
     ``"aggregates.revenue"``) to its line, so a problem can point at the field, not the node;
@@ -222,7 +224,8 @@ class NodeSpec:
             return self.references
         inner = set(self.body) | {self.name}
         deps = (d for n in self.body.values() for d in n.dependencies if d not in inner)
-        return tuple(dict.fromkeys(deps))
+        init = (self.input,) if self.input else ()  # an iterate node's ``init``
+        return tuple(dict.fromkeys((*init, *deps)))
 
     def line_of(self, key: str) -> int:
         """Line of a field (see ``field_lines``), falling back to the field's parent, then the node."""

@@ -240,6 +240,9 @@ def _recursive_part(node: NodeSpec) -> set[str]:
 
 def _stratification(spec: CircuitSpec, label: str, node: NodeSpec) -> list[Problem]:
     """Negation and aggregation only of a lower stratum; only monotone ops in the recursion."""
+    hooks = node_op(node.op)
+    if hooks is not None and hooks.while_loop:
+        return _loop_body(spec, label, node)
     part = _recursive_part(node)
     same = part | {node.name}
     problems = []
@@ -272,6 +275,26 @@ def _stratification(spec: CircuitSpec, label: str, node: NodeSpec) -> list[Probl
                                     f"op '{body_node.op}' cannot depend on the recursion of '{node.name}' "
                                     f"(allowed: {listing(allowed)}); stream operators run on the "
                                     f"outer clock"))
+    return problems
+
+
+def _loop_body(spec: CircuitSpec, label: str, node: NodeSpec) -> list[Problem]:
+    """An ``iterate`` body may hold any operator of a query (aggregates and negation of the loop
+    included: its value is defined by iterating, not by monotonicity), but no nested scope and
+    no stream operator (those run on the outer clock)."""
+    problems = []
+    for name, body_node in node.body.items():
+        op = node_op(body_node.op)
+        if op is None:
+            continue
+        if op.scope:
+            problems.append(Problem(spec.path, body_node.line, f"{label}.{name}",
+                                    f"a {body_node.op} node inside the body of iterate '{node.name}' is not "
+                                    f"supported: compute it outside the loop and read it from the body"))
+        elif op.outer_clock:
+            problems.append(Problem(spec.path, body_node.line, f"{label}.{name}",
+                                    f"op '{body_node.op}' cannot run inside the body of iterate '{node.name}': "
+                                    f"stream operators run on the outer clock"))
     return problems
 
 
