@@ -28,7 +28,7 @@ def reserved_column_problem(name: str) -> str | None:
 # The ops a user may write in `nodes.<name>.op` are registered by their modules (``spec/ops/``,
 # ``node_ops.op_names()``), each with its YAML form.
 
-SOURCE_KINDS = ("changes", "snapshots", "cdc", "append_only")
+SOURCE_KINDS = ("changes", "snapshots", "cdc", "append_only", "delta")
 SOURCE_FORMATS = ("parquet", "csv", "json", "jsonl")  # jsonl: another name for json (JSON lines)
 # What a change of a `cdc` input does to its key (the values of its operation column map to these)
 CDC_OPERATIONS = ("insert", "update", "delete", "upsert")
@@ -74,8 +74,8 @@ class CdcOptions:
 class Source:
     """Where the changes of an input come from (`inputs.<name>.source`)."""
 
-    kind: str  # "changes" | "snapshots" | "cdc" | "append_only"
-    path: str  # relative to the data root (or absolute / a URI)
+    kind: str  # "changes" | "snapshots" | "cdc" | "append_only" | "delta" (a Delta table's versions)
+    path: str  # relative to the data root (or absolute / a URI); delta: the table's folder
     format: str = "parquet"  # "parquet" | "csv" | "json"/"jsonl" (JSON lines)
     options: dict[str, Any] = field(default_factory=dict)  # extra Spark reader options (e.g. csv header)
     line: int = 0

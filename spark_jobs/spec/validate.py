@@ -354,8 +354,14 @@ def _sources(spec: CircuitSpec, doc: "Document", allowed_roots: Sequence[str]) -
         if src is None:
             continue
         where = ("inputs", inp.name, "source")
-        if src.path and (why := source_path_problem(src.path, allowed_roots)):
+        if src.path and (why := source_path_problem(src.path, allowed_roots, src.kind)):
             problems.append(Problem(spec.path, doc.line(where + ("path",)), inp.name, why))
+        if src.kind == "delta":  # a table says its own format; its files are not read with options
+            problems += [Problem(spec.path, doc.line(where + (field,)), inp.name,
+                                 f"source.{field} does not apply to kind delta (a Delta table's files are "
+                                 f"Parquet, read as the table's log lists them): remove it")
+                         for field in ("format", "options") if field in (doc.get(where) or {})]
+            continue
         problems += [Problem(spec.path, doc.line(where + ("options", key)), inp.name, why)
                      for key, why in option_problems(src.reader_format, src.options)]
     return problems
