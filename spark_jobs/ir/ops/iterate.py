@@ -101,6 +101,34 @@ def _delta_form(circuit: Circuit, node: Node) -> str:
             "a change that reaches every iteration costs every iteration (Spark: the loop from scratch)")
 
 
+def loop_text(node: Node) -> list[str]:
+    """``dbsp explain``: the loop's body, the state it keeps and what a step may recompute."""
+    body: Circuit = node.param("body")
+    incremental = bool(node.param("incremental"))
+    lines = [f"While loop {node.id!r} (section 7.6): x_0 = {node.inputs[0]!r}, x_i = body(x_(i-1)) until "
+             f"x_i = x_(i-1); at most {node.param('max_iterations')} iterations (settings.max_iterations), "
+             f"past which the step fails and commits nothing",
+             f"  the body reads x as {node.param('loop')!r}" + (f" and {', '.join(node.param('imports'))}"
+                                                              if node.param("imports") else "")
+             + f"; the next x is {body.outputs['value']!r}"]
+    rows = [("  node", "op", "inputs")] + [(f"  {n.id}", n.op, ", ".join(n.inputs) or "-") for n in body]
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    lines += [r[0].ljust(widths[0]) + "  " + r[1].ljust(widths[1]) + "  " + r[2] for r in rows]
+    if incremental:
+        states = body_states(node)
+        lines.append(f"  State of {node.id!r}: per iteration i, the body's state at i "
+                     f"({', '.join(f'{node.id}/<i>/{s}' for s, v in states.items() if v) or 'none'}); shared by all "
+                     f"iterations ({', '.join(f'{node.id}/{s}' for s, v in states.items() if not v) or 'none'}); "
+                     f"{node.id}/{DIFF} (D_i = x_i - x_(i-1), by iteration), {node.id}/{DEPTH} (where the last "
+                     f"loop stopped) and {node.id}/{VALUE} (its value). State grows with iterations × the body's state.")
+        lines.append("  A step (in-process) runs iteration i on the change of iteration i-1 against the body's "
+                     "state at i, and stops where x_i = x_(i-1) now: its work follows the change as far as the "
+                     "change reaches; a change that reaches every iteration (a deletion that lengthens many "
+                     "shortest paths) costs every iteration, on the changed rows. A first step, a recompute and "
+                     "a Spark step rerun the loop from init over the integrated inputs and rewrite this state.")
+    return lines
+
+
 ITERATE = register(Operator(
     "iterate", arity=None, linearity=NONLINEAR, symbol="while", consolidated=True,
     summary="the relational while loop (section 7.6): x := init; x := body(x) until it stops changing",
