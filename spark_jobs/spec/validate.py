@@ -269,7 +269,8 @@ def _stratification(spec: CircuitSpec, label: str, node: NodeSpec) -> list[Probl
             problems.append(Problem(spec.path, body_node.line, where,
                                     f"aggregate inside the recursion of '{node.name}': its input depends on "
                                     f"the recursive relations, and aggregation through recursion is not "
-                                    f"monotone; aggregate the recursive node's result outside its body"))
+                                    f"monotone; aggregate the recursive node's result outside its body, or write the "
+                                    f"loop as an 'op: iterate' node (a while loop, which may aggregate)"))
         elif recursion not in ("monotone", "negation"):
             problems.append(Problem(spec.path, body_node.line, where,
                                     f"op '{body_node.op}' cannot depend on the recursion of '{node.name}' "
