@@ -145,6 +145,9 @@ def retained_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest,
     out: dict[str, list[InputFile]] = {}
     for name, scan in scan_inputs(spec_inputs, data_root, manifest, allowed_roots, fingerprints=False).items():
         spec = spec_inputs[name]
+        if spec.kind == "delta":  # the whole table at its newest version
+            out[name] = [replace(f, base=None, fingerprint=fingerprint_of(f)) for f in scan.listed[-1:]]
+            continue
         listed = {f.name for f in scan.listed}
         missing = [n for n in scan.consumed.by_name if n not in listed]
         if missing and not is_snapshot(spec):
@@ -238,6 +241,12 @@ def read_input(spark, spec: InputSpec, files: list[InputFile], state: InputState
         if change is None:  # files without a record
             return InputChange(spark.createDataFrame([], spark_schema(spec)), trace)
         return InputChange(change.delta, trace, change.unknown_keys)
+    if spec.kind == "delta":  # read in this process by deltalake (Spark has no Delta reader here), handed over
+        from spark_jobs.executor.arrow.inputs import read_delta
+
+        change = read_delta(spec, files)
+        return InputChange(spark.createDataFrame(change.table, schema=spark_schema(spec)),
+                           bytes_read=change.bytes_read)
     return InputChange(read_changes(spark, spec, files))
 
 

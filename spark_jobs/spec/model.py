@@ -28,7 +28,7 @@ def reserved_column_problem(name: str) -> str | None:
 # The ops a user may write in `nodes.<name>.op` are registered by their modules (``spec/ops/``,
 # ``node_ops.op_names()``), each with its YAML form.
 
-SOURCE_KINDS = ("changes", "snapshots", "cdc", "append_only")
+SOURCE_KINDS = ("changes", "snapshots", "cdc", "append_only", "delta")
 SOURCE_FORMATS = ("parquet", "csv", "json", "jsonl")  # jsonl: another name for json (JSON lines)
 # What a change of a `cdc` input does to its key (the values of its operation column map to these)
 CDC_OPERATIONS = ("insert", "update", "delete", "upsert")
@@ -74,8 +74,8 @@ class CdcOptions:
 class Source:
     """Where the changes of an input come from (`inputs.<name>.source`)."""
 
-    kind: str  # "changes" | "snapshots" | "cdc" | "append_only"
-    path: str  # relative to the data root (or absolute / a URI)
+    kind: str  # "changes" | "snapshots" | "cdc" | "append_only" | "delta" (a Delta table's versions)
+    path: str  # relative to the data root (or absolute / a URI); delta: the table's folder
     format: str = "parquet"  # "parquet" | "csv" | "json"/"jsonl" (JSON lines)
     options: dict[str, Any] = field(default_factory=dict)  # extra Spark reader options (e.g. csv header)
     line: int = 0
@@ -169,6 +169,8 @@ class NodeSpec:
       ``extra["body"]`` and parsed into ``body``; `outputs` (body node names; the node's value
       is its first output). Body nodes may read outer inputs/nodes, each other (cycles are the
       recursion) and the recursive node itself.
+    - iterate: `init` (kept as ``input``), `body` and `outputs` as a recursive node's; body
+      nodes read the previous iteration by the iterate node's name.
 
     ``field_lines`` maps a field (``"where"``, ``"on"``, ``"on.1"``, ``"columns.amt"``,
     ``"aggregates.revenue"``) to its line, so a problem can point at the field, not the node;
@@ -222,7 +224,8 @@ class NodeSpec:
             return self.references
         inner = set(self.body) | {self.name}
         deps = (d for n in self.body.values() for d in n.dependencies if d not in inner)
-        return tuple(dict.fromkeys(deps))
+        init = (self.input,) if self.input else ()  # an iterate node's ``init``
+        return tuple(dict.fromkeys((*init, *deps)))
 
     def line_of(self, key: str) -> int:
         """Line of a field (see ``field_lines``), falling back to the field's parent, then the node."""
