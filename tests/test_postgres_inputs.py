@@ -203,3 +203,63 @@ def test_an_unknown_connection_says_what_to_set(tmp_path, monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_SHOP", raising=False)
     with pytest.raises(NoConnection, match="DBSP_CONN_SHOP"):
         run_step(open_circuit(_circuit(tmp_path, "pgn", "orders_n"), config(tmp_path, engine="arrow")))
+
+
+SINK_CIRCUIT = """\
+name: {name}
+inputs:
+  orders:
+    schema: {{id: long, cust: string, amount: "decimal(10,2)", note: string}}
+    source: {{kind: postgres, table: public.{table}, connection: shop}}
+nodes:
+  per_cust: {{op: aggregate, input: orders, group_by: [cust], aggregates: {{n: "count(*)", total: "sum(amount)"}}}}
+outputs:
+  per_cust:
+    key: [cust]
+    sink: {{kind: postgres, table: public.{target}, connection: shop}}
+"""
+
+
+def _sink_rows(orders: Orders, target: str) -> Counter:
+    return Counter(tuple(r) for r in orders.conn.execute(f"SELECT cust, n, total FROM {target}").fetchall())
+
+
+def test_a_keyed_view_is_upserted_into_a_postgres_table_once_per_timestep(server, tmp_path, monkeypatch):
+    """The sink table equals the view after every step; a crash inside the sink's transaction and a
+    retried commit apply nothing twice; a target whose columns differ is refused before writing."""
+    from spark_jobs.publish.postgres_sink import SinkRefused, sink_views
+
+    monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
+    rng = random.Random(8)
+    orders = Orders(server.uri, "orders_s", rng)
+    orders.conn.execute("DROP TABLE IF EXISTS cust_totals")
+    orders.conn.execute("CREATE TABLE cust_totals (cust text, n bigint, total numeric(20,2))")
+    path = tmp_path / "pgs.yaml"
+    path.write_text(SINK_CIRCUIT.format(name="pgs", table="orders_s", target="cust_totals"))
+    cfg = config(tmp_path, engine="arrow")
+    for step in range(6):
+        for _ in range(rng.randint(1, 5)):
+            orders.change()
+        if step == 3:
+            arm("sink_before_commit")
+            try:
+                run_step(open_circuit(str(path), cfg))  # committed; the sink's transaction rolled back
+            except InjectedFailure:
+                pass
+            finally:
+                disarm()
+        else:
+            run_step(open_circuit(str(path), cfg))
+        rt = open_circuit(str(path), cfg)
+        sink_views(rt.compiled.spec, rt.committed)  # a retried commit: applies only what is missing
+        view = _view(rt, "per_cust")
+        assert _sink_rows(orders, "cust_totals") == view, step
+        progress = orders.conn.execute("SELECT timestep FROM dbsp_progress WHERE view = 'per_cust'").fetchone()[0]
+        assert progress == rt.store.last_committed()
+    orders.conn.execute("DROP TABLE IF EXISTS other_totals")
+    orders.conn.execute("CREATE TABLE other_totals (cust text, n bigint)")
+    path.write_text(SINK_CIRCUIT.format(name="pgs", table="orders_s", target="other_totals"))
+    rt = open_circuit(str(path), cfg)
+    with pytest.raises(SinkRefused, match="has columns"):
+        sink_views(rt.compiled.spec, rt.committed)
+    assert orders.conn.execute("SELECT count(*) FROM other_totals").fetchone()[0] == 0

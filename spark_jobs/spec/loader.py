@@ -21,7 +21,7 @@ import yaml
 from . import yaml_limits
 from .errors import CircuitError, Problem
 from .model import (DEFAULT_CDC_OPS, DEFAULT_ORCHESTRATION_TASKS, ON_INPUTS, CdcOptions, CircuitSpec, Column,
-                    Expectation, InputSpec, NodeSpec, Orchestration, OutputSpec, PublishSpec, Source)
+                    Expectation, InputSpec, NodeSpec, Orchestration, OutputSpec, PublishSpec, SinkSpec, Source)
 from .node_ops import Loading, node_op
 from .sql import ParsedQuery, Position, SqlError, parse_query
 from .sql_limits import QueryBudget, line_col, query_problem
@@ -322,6 +322,14 @@ def build_publish(raw: Any, line: int) -> PublishSpec:
     return PublishSpec(line=line)
 
 
+def build_sink(raw: Any, line: int) -> SinkSpec | None:
+    """`sink: {kind: postgres, table: schema.name, connection: NAME}` (wrong shapes: the schema's)."""
+    if not isinstance(raw, dict):
+        return None
+    return SinkSpec(kind=_str(raw.get("kind")) or "", table=_str(raw.get("table")) or "",
+                    connection=_str(raw.get("connection")) or "", line=line)
+
+
 def build_outputs(raw: Any, doc: Document) -> dict[str, OutputSpec]:
     if isinstance(raw, list):
         return {v: OutputSpec(v, (), doc.line(("outputs", i))) for i, v in enumerate(raw) if isinstance(v, str)}
@@ -333,7 +341,7 @@ def build_outputs(raw: Any, doc: Document) -> dict[str, OutputSpec]:
         out[v] = OutputSpec(v, build_expectations(body.get("expectations"), ("outputs", v, "expectations"), doc),
                             doc.line(("outputs", v)), key=_strs(body.get("key")),
                             publish=build_publish(body.get("publish"), doc.line(("outputs", v, "publish"))),
-                            feed=body.get("feed") is True)
+                            feed=body.get("feed") is True, sink=build_sink(body.get("sink"), doc.line(("outputs", v, "sink"))))
     return out
 
 

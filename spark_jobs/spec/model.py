@@ -250,6 +250,16 @@ class PublishSpec:
 
 
 @dataclass(frozen=True)
+class SinkSpec:
+    """Where a view's changes are also written (`outputs.<view>.sink`): a PostgreSQL table."""
+
+    kind: str  # "postgres"
+    table: str  # schema.name
+    connection: str  # a connection's name (DBSP_CONN_<NAME> or an Airflow connection id)
+    line: int = 0
+
+
+@dataclass(frozen=True)
 class OutputSpec:
     name: str  # a node or input name
     expectations: tuple[Expectation, ...] = ()
@@ -257,6 +267,7 @@ class OutputSpec:
     feed: bool = False  # also write each timestep's change as a change file under feeds/ (chaining)
     key: tuple[str, ...] = ()  # the view's key: its published table is maintained by MERGE on it
     publish: PublishSpec = field(default_factory=PublishSpec)
+    sink: SinkSpec | None = None  # also written to a database table after each commit
 
 
 @dataclass(frozen=True)
