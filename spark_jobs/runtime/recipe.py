@@ -278,7 +278,10 @@ def after_commit(rt: "CircuitRuntime", manifest: "Manifest", say: Progress | Non
     from spark_jobs.runtime.quality_gate import quality_dir
     from spark_jobs.runtime.retention import after_commit as retention
 
+    from spark_jobs.runtime.inputs import advance_slots
+
     started = time.perf_counter()
+    advance_slots(rt.compiled.spec.inputs, manifest)  # the positions this commit recorded are applied
     mark_committed(quality_dir(rt), manifest.timestep)
     publish_feeds(rt, manifest)
     if cleanup is not None:
@@ -289,10 +292,29 @@ def after_commit(rt: "CircuitRuntime", manifest: "Manifest", say: Progress | Non
     report = publish_views(rt, progress=say)
     if strict:
         report.raise_if_failed()
+    sink_outputs(rt, say, strict)
     published = time.perf_counter()
     note = retention(rt)
     return Published(report, note, {"feeds": round(fed - started, 3), "publish": round(published - fed, 3),
                                     "retention": round(time.perf_counter() - published, 3)})
+
+
+def sink_outputs(rt: "CircuitRuntime", say: Progress | None, strict: bool) -> None:
+    """Database sinks (``outputs.<view>.sink``) brought to the last commit, each timestep in one
+    transaction with its progress row; a failure raises with ``strict`` (a DAG commit task is
+    retried), else it is said and the next step or commit catches up."""
+    if not any(o.sink is not None for o in rt.compiled.spec.outputs.values()):
+        return
+    from spark_jobs.errors import DbspError
+    from spark_jobs.publish.postgres_sink import sink_views
+
+    try:
+        sink_views(rt.compiled.spec, rt.committed, say)
+    except DbspError as exc:
+        if strict:
+            raise
+        if say is not None:
+            say(f"sink not written yet ({exc}); the next step or commit retries")
 
 
 # ---- phases 1-5 in one process ------------------------------------------------------------------

@@ -43,6 +43,7 @@ class SparkSteps:
         self.results: list[Any] = []
         self.local = False  # the changes were brought to the driver (``count``)
         self.settled_arrow = False  # the step's values came to this process as Arrow (``settle``)
+        self.unchanged = False  # no input changed (``count``): the values may be known empty without a job
         # this process reads and writes the state itself (``step.driver_reach``): a small step's
         # values are written by pyarrow, not by a Spark job
         self.driver_writes = driver_writes
@@ -67,9 +68,12 @@ class SparkSteps:
               ) -> dict[str, tuple[int, int]]:
         from spark_jobs.runtime.step import count_inputs, ins_del
 
-        if not deltas:
-            return {}
         policy = self.rt.config.policy
+        if not deltas:  # no input changed: the smallest change there is (its results come back as Arrow)
+            self.unchanged = True
+            if not self._small_given:
+                self.small = not self.full
+            return {}
         counts, local = count_inputs(self.spark, clock, deltas, files, policy)  # late rows counted, then left out
         if local is not None:
             deltas.update(local)
@@ -143,14 +147,17 @@ class SparkSteps:
         pyarrow writes them, so the step's Spark jobs are that one and the input count's. Where
         this process cannot write the state itself, or the values are too many rows, the view
         deltas are computed once (to the driver, or cached) and Spark writes."""
-        from spark_jobs.executor.spark.local_relations import collect_arrow, collect_local
+        from spark_jobs.executor.spark.local_relations import collect_arrow, collect_local, known_empty
 
         policy = self.rt.config.policy
         if self.small and not self.full and self.driver_writes:
             frames = {f"output/{v}": df for v, df in outputs.items()}
             frames.update({f"write/{i}": w.value for i, w in enumerate(writes)})
             frames.update({f"input/{n}": df for n, df in checked.items()})
-            tables = collect_arrow(self.spark, frames, policy.local_change_rows)[0] if frames else {}
+            if self.unchanged and all(known_empty(df) for df in frames.values()):  # nothing to collect
+                tables = {key: _typed(None, df) for key, df in frames.items()}
+            else:
+                tables = collect_arrow(self.spark, frames, policy.local_change_rows)[0] if frames else {}
             if tables is not None:
                 typed = {key: _typed(tables[key], frames[key]) for key in frames}
                 self.settled_arrow = True
@@ -338,10 +345,13 @@ def _settled(table: Any, consolidate: Any) -> Any:
 
 def _typed(table: Any, frame: Any) -> Any:
     """A table collected from Spark with the Arrow types the in-process engine and the store
-    use for ``frame``'s Spark schema (one mapping whichever engine wrote a file)."""
+    use for ``frame``'s Spark schema (one mapping whichever engine wrote a file); None: the
+    empty table of those types."""
     from spark_jobs.state.arrow_trace import arrow_of
 
     schema = arrow_of(frame.schema)
+    if table is None:  # known empty
+        return schema.empty_table()
     return table if table.schema == schema else table.select(schema.names).cast(schema)
 
 

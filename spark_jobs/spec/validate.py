@@ -269,7 +269,8 @@ def _stratification(spec: CircuitSpec, label: str, node: NodeSpec) -> list[Probl
             problems.append(Problem(spec.path, body_node.line, where,
                                     f"aggregate inside the recursion of '{node.name}': its input depends on "
                                     f"the recursive relations, and aggregation through recursion is not "
-                                    f"monotone; aggregate the recursive node's result outside its body"))
+                                    f"monotone; aggregate the recursive node's result outside its body, or write the "
+                                    f"loop as an 'op: iterate' node (a while loop, which may aggregate)"))
         elif recursion not in ("monotone", "negation"):
             problems.append(Problem(spec.path, body_node.line, where,
                                     f"op '{body_node.op}' cannot depend on the recursion of '{node.name}' "
@@ -353,8 +354,14 @@ def _sources(spec: CircuitSpec, doc: "Document", allowed_roots: Sequence[str]) -
         if src is None:
             continue
         where = ("inputs", inp.name, "source")
-        if src.path and (why := source_path_problem(src.path, allowed_roots)):
+        if src.path and (why := source_path_problem(src.path, allowed_roots, src.kind)):
             problems.append(Problem(spec.path, doc.line(where + ("path",)), inp.name, why))
+        if src.kind == "delta":  # a table says its own format; its files are not read with options
+            problems += [Problem(spec.path, doc.line(where + (field,)), inp.name,
+                                 f"source.{field} does not apply to kind delta (a Delta table's files are "
+                                 f"Parquet, read as the table's log lists them): remove it")
+                         for field in ("format", "options") if field in (doc.get(where) or {})]
+            continue
         problems += [Problem(spec.path, doc.line(where + ("options", key)), inp.name, why)
                      for key, why in option_problems(src.reader_format, src.options)]
     return problems
