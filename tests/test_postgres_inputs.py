@@ -263,3 +263,47 @@ def test_a_keyed_view_is_upserted_into_a_postgres_table_once_per_timestep(server
     with pytest.raises(SinkRefused, match="has columns"):
         sink_views(rt.compiled.spec, rt.committed)
     assert orders.conn.execute("SELECT count(*) FROM other_totals").fetchone()[0] == 0
+
+
+def test_a_connection_comes_from_airflow_inside_a_task_and_is_never_printed(monkeypatch):
+    """Inside a task (AIRFLOW_CTX_DAG_ID set) the Airflow connection is used, here in Airflow's
+    own JSON environment form; messages describe it without its password."""
+    from spark_jobs.executor.sources.pg_connections import describe, redact, resolve
+
+    monkeypatch.delenv("DBSP_CONN_SHOPX", raising=False)
+    monkeypatch.setenv("AIRFLOW_CTX_DAG_ID", "x")
+    monkeypatch.setenv("AIRFLOW_CONN_SHOPX", '{"conn_type": "postgres", "host": "127.0.0.1", "port": 5433, '
+                                             '"login": "u", "password": "s3cret-pw", "schema": "db"}')
+    uri = resolve("shopx")
+    assert uri.startswith("postgresql://u:") and "127.0.0.1:5433/db" in uri
+    assert "s3cret-pw" not in describe(uri) and "s3cret-pw" not in redact(f"failed: {uri}", ("s3cret-pw",))
+    assert redact("host=h password='a b' user=u") == "host=h password=*** user=u"
+
+
+def test_the_example_circuit_writes_back_to_postgres_and_publishes_delta(server, tmp_path, monkeypatch):
+    """circuits/shop_postgres.yaml on the local server: its view in the sink table and in its
+    published Delta table, after a snapshot step and a replication step."""
+    import deltalake
+
+    from tests.conftest import ROOT
+
+    monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
+    conn = psycopg.connect(server.uri, autocommit=True)
+    conn.execute("DROP TABLE IF EXISTS public.orders")
+    conn.execute("CREATE TABLE public.orders (id bigint PRIMARY KEY, customer text, amount numeric(12,2), status text)")
+    conn.execute("DROP TABLE IF EXISTS public.customer_totals")
+    conn.execute("CREATE TABLE public.customer_totals (customer text PRIMARY KEY, orders bigint, spent numeric(22,2))")
+    conn.execute("INSERT INTO orders VALUES (1, 'ann', 10.50, 'paid'), (2, 'bob', 3.00, 'open'), (3, 'ann', 1.25, 'paid')")
+    cfg = config(tmp_path, engine="arrow")
+    circuit = str(ROOT / "circuits" / "shop_postgres.yaml")
+    run_step(open_circuit(circuit, cfg))
+    conn.execute("UPDATE orders SET status = 'paid' WHERE id = 2")
+    conn.execute("DELETE FROM orders WHERE id = 1")
+    run_step(open_circuit(circuit, cfg))
+    rt = open_circuit(circuit, cfg)
+    expected = Counter({("ann", 1, Decimal("1.25")): 1, ("bob", 1, Decimal("3.00")): 1})
+    assert _view(rt, "customer_totals") == expected
+    assert Counter(tuple(r) for r in conn.execute("SELECT customer, orders, spent FROM customer_totals")) == expected
+    table = deltalake.DeltaTable(str(tmp_path / "views" / "shop_postgres" / "customer_totals")).to_pyarrow_table()
+    assert Counter((r["customer"], r["orders"], r["spent"]) for r in table.to_pylist()) == expected
+    conn.close()

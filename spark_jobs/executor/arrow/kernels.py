@@ -82,7 +82,10 @@ class ArrowEngine:
     _files: dict[str, "TraceFiles | None"] = field(default_factory=dict)
 
     def begin(self, step: "Step") -> None:
-        self.files_of = getattr(step.state, "trace_files", None)
+        files_of = getattr(step.state, "trace_files", None)
+        if files_of != self.files_of:  # another state (a change's bootstrap pass): not its footers
+            self._files = {}
+        self.files_of = files_of
         if self.files_of is None:
             raise NotLocal("the state is not in Parquet trace files")
 

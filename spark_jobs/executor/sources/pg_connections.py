@@ -35,7 +35,10 @@ def _airflow(name: str) -> str | None:
     if not os.environ.get("AIRFLOW_CTX_DAG_ID"):  # only inside a running task: the CLI never asks Airflow
         return None
     try:
-        from airflow.hooks.base import BaseHook
+        try:
+            from airflow.sdk.bases.hook import BaseHook
+        except ImportError:  # Airflow 2
+            from airflow.hooks.base import BaseHook
 
         conn = BaseHook.get_connection(name)
     except Exception:  # noqa: BLE001 - not registered (or no Airflow here): the caller says what to set
@@ -48,7 +51,7 @@ def resolve(name: str) -> str:
     """The connection string of ``name``; ``NoConnection`` saying where it was looked for."""
     for var in (env_name(name), env_name(name, "AIRFLOW_CONN_")):
         value = os.environ.get(var)
-        if value:
+        if value and "://" in value:  # Airflow's JSON form is Airflow's to read (below)
             return re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql://", value.strip())
     found = _airflow(name)
     if found:
@@ -83,7 +86,10 @@ def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
 
 
 def password_of(conninfo: str) -> str:
+    """The password of a connection string ('' if none), for ``redact``."""
     if "://" in conninfo:
-        return urlsplit(conninfo).password or ""
+        from urllib.parse import unquote
+
+        return unquote(urlsplit(conninfo).password or "")
     found = _KV_PASSWORD.search(conninfo)
     return found.group(2).strip("'") if found else ""
