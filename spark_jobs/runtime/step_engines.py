@@ -126,8 +126,13 @@ class SparkSteps:
         from spark_jobs.executor.sources import spark_schema
         from spark_jobs.executor.spark import zset
 
-        columns = spark_schema(self.rt.compiled.spec.inputs[name]).fieldNames()
-        parts = [df.select(*columns) for df in (state.read(trace), change) if df is not None]
+        from pyspark.sql import functions as F
+
+        fields = spark_schema(self.rt.compiled.spec.inputs[name]).fields
+        # a column added to the input since the integral was written: NULL in its old rows
+        parts = [df.select(*[F.col(f.name) if f.name in df.columns else F.lit(None).cast(f.dataType).alias(f.name)
+                             for f in fields])
+                 for df in (state.read(trace), change) if df is not None]
         if not parts:
             return self.spark.createDataFrame([], spark_schema(self.rt.compiled.spec.inputs[name]))
         total = parts[0] if len(parts) == 1 else zset.plus(parts[0], parts[1])
@@ -281,7 +286,7 @@ class ArrowSteps:
         limit = self.rt.config.policy.cost.arrow_rows
         if files is not None and files.rows() > limit:
             raise NotLocal(f"input {name}'s integral holds {files.rows()} rows > execution.cost.arrow_rows ({limit})")
-        parts = [t.select(schema.names).cast(schema) for t in
+        parts = [_padded(t, schema) for t in
                  ((files.read_all() if files is not None else None), change) if t is not None]
         if not parts:
             return schema.empty_table()
@@ -304,6 +309,17 @@ class ArrowSteps:
 
     def release(self) -> None:
         return None
+
+
+def _padded(table: Any, schema: Any) -> Any:
+    """``table`` with ``schema``'s columns and ``_weight``: a column added to the input since an
+    integral was written is NULL in its old rows (applying a change: ``runtime/change.py``)."""
+    import pyarrow as pa
+
+    for f in schema:
+        if f.name not in table.column_names:
+            table = table.append_column(f.name, pa.nulls(table.num_rows, f.type))
+    return table.select(schema.names).cast(schema)
 
 
 def _settled(table: Any, consolidate: Any) -> Any:
