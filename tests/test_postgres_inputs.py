@@ -150,7 +150,7 @@ def test_views_follow_random_inserts_updates_and_deletes(server, tmp_path, monke
     assert positions == sorted(positions) and len(set(positions)) > 5
 
 
-@pytest.mark.parametrize("point", ["mid_step", "before_manifest", "after_manifest"])
+@pytest.mark.parametrize("point", ["begin", "after_state_write", "mid_step", "before_manifest", "after_manifest"])
 def test_a_crash_at_any_point_applies_each_change_once(server, tmp_path, monkeypatch, point):
     monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
     rng = random.Random(17)
