@@ -85,8 +85,12 @@ class Table:
         return op
 
     def rows(self, version: int | None = None) -> Counter:
-        table = dl.DeltaTable(self.path, version=version).to_pyarrow_table(columns=["k", "g", "v"])
-        return Counter(tuple(r.values()) for r in table.to_pylist())
+        return _table_rows(self.path, version)
+
+
+def _table_rows(path: str, version: int | None = None) -> Counter:
+    table = dl.DeltaTable(path, version=version).to_pyarrow_table(columns=["k", "g", "v"])
+    return Counter(tuple(r.values()) for r in table.to_pylist())
 
 
 def _expected(rows: Counter) -> dict[str, Counter]:
@@ -299,3 +303,30 @@ def test_the_spark_step_reads_the_same_change(spark, tmp_path):
     expected = _expected(table.rows(_consumed_version(rt)))
     for view in ("t", "big", "per_g"):
         assert _view(rt, view) == expected[view]
+
+
+def test_a_table_written_from_pandas_and_a_dag_run_over_it(tmp_path):
+    """A table `deltalake` writes from pandas; the DAG's tasks (plan, stages, check, commit) read
+    the planned version and the run note names it."""
+    import pandas as pd
+
+    from spark_jobs.orchestration.run_note import success_note
+    from spark_jobs.runtime import timestep
+
+    path = str(tmp_path / "tables" / "t")
+    dl.write_deltalake(path, pd.DataFrame({"k": [1, 2, 3], "g": ["a", "b", None], "v": [5, 6, None]}).astype(
+        {"v": "Int64"}))
+    file, cfg = _circuit(tmp_path), config(tmp_path, engine="arrow")
+    for run in range(2):
+        if run:
+            dl.DeltaTable(path).delete("k = 2")
+            dl.write_deltalake(path, pd.DataFrame({"k": [9], "g": ["c"], "v": [7]}), mode="append")
+        rt = open_circuit(file, cfg)
+        p = timestep.plan(rt, f"r{run}")
+        timestep.run_stages(rt, f"r{run}")
+        timestep.check(rt, f"r{run}")
+        commit = timestep.commit(rt, f"r{run}")
+        rt = open_circuit(file, cfg)
+        assert _view(rt, "t") == _table_rows(path)
+        note = success_note("x", commit, p)
+        assert f"Delta version {dl.DeltaTable(path).version()}" in note

@@ -375,3 +375,40 @@ def test_with_recursive_while_loop_values(tmp_path):
     with pytest.raises(RecursionLimitExceeded, match="iterate node 'q' did not converge within 20 iterations"):
         run_step(rt)
     assert rt.store.manifest().timestep == 1
+
+
+COUNTING = """\
+name: counting
+inputs:
+  seeds: {schema: {k: long}, source: {kind: changes, path: inbox/seeds, format: parquet}}
+nodes:
+  start: {op: select, input: seeds, columns: {k: k, n: "0"}}
+  x:
+    op: iterate
+    init: start
+    body:
+      both: {op: union_all, inputs: [x, start]}
+      agg:  {op: aggregate, input: both, group_by: [k], aggregates: {n: "count(*)"}}
+      out:  {op: select, input: agg, columns: {k: k, n: "least(n, 3)"}}
+    outputs: [out]
+outputs: [x]
+"""
+
+
+def test_a_linear_aggregate_in_the_loop_keeps_per_iteration_running_totals(tmp_path):
+    """count(*) keeps running totals (a "sum" trace) per iteration: x_1 = min(2m, 3), then
+    x_2 = x_3 = min(1 + m, 3) per key of multiplicity m, over 30 steps of inserts and deletes."""
+    path = tmp_path / "c.yaml"
+    path.write_text(COUNTING)
+    rt = _open(str(path), tmp_path)
+    rng = random.Random(3)
+    seeds, view = Counter(), Counter()
+    for t in range(1, 31):
+        change = graph_change(rng, seeds, lambda r: (r.randrange(6),), 3, 0 if t < 3 else 2)
+        if change:
+            write_change(str(tmp_path), "seeds", t, {"k": "long"}, change)
+        run_step(rt)
+        view = integrate(view, output_delta(rt, "x")[0])
+        want = {(k, min(1 + m, 3)) for (k,), m in seeds.items() if m > 0}
+        assert set(view) == want and set(view.values()) <= {1}, f"timestep {t}"
+    assert any(k.startswith("x/2/") for k in rt.store.status()["traces"])  # per-iteration state

@@ -360,10 +360,13 @@ def cmd_publish(args: argparse.Namespace) -> int:
     between a commit and its publish, or publishes after `views.enabled` was switched on."""
     from spark_jobs.publish import publish_views
 
+    from spark_jobs.publish.postgres_sink import describe_results, sink_views
+
     with _user_errors(args):
         rt = open_circuit(args.circuit, _config(args))
         report = publish_views(rt, progress=_err)
-    print(report.summary())
+        sunk = sink_views(rt.compiled.spec, rt.committed, _err)  # database sinks (outputs.<view>.sink) too
+    print("\n".join([report.summary(), *describe_results(sunk)]))
     return 1 if report.failed else 0
 
 
