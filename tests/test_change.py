@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+from collections import Counter
 
 import pytest
 
@@ -245,3 +246,39 @@ def test_a_node_no_kept_state_can_feed_falls_back_to_a_full_refresh_or_is_refuse
     assert run_step(rt, apply_change=True).mode == "full_refresh"
     for view, rows in _recomputed(tmp_path, path, bags, 3).items():
         assert _view(rt, view) == rows, view
+
+
+def test_published_tables_of_new_and_reshaped_views_get_their_whole_value_and_removed_ones_stay(tmp_path):
+    from deltalake import DeltaTable
+
+    from spark_jobs.publish import targets
+
+    path = tmp_path / "paths.yaml"
+    path.write_text(CIRCUIT)
+    cfg = config(tmp_path / "data", engine="arrow")
+    rng = random.Random(8)
+    bags = {name: Bag(dict(cols), dict(domain), rng) for name, (cols, domain) in INPUTS.items()}
+    for t in (1, 2):
+        _write([tmp_path / "data"], bags, t, 4)
+        run_step(open_circuit(str(path), cfg))
+    old_uris = {tg.view: tg.uri for tg in targets(cfg, open_circuit(str(path), cfg).compiled.spec)}
+    edited = EDITS["change_aggregate"][0].replace("outputs:", "  big: {op: filter, input: enriched, where: \"amount > 2\"}"
+                                                  "\noutputs:\n  big: {}").replace("  regions_seen: {}\n", "")
+    path.write_text(edited)
+    rt = open_circuit(str(path), cfg)
+    _write([tmp_path / "data"], bags, 3, 4)
+    report = run_step(rt, apply_change=True)
+    assert not report.published.failed, report.published.summary()
+    for t in (3, 4):
+        if t == 4:
+            _write([tmp_path / "data"], bags, 4, 4)
+            assert not run_step(rt).published.failed
+        for tg in targets(cfg, rt.compiled.spec):
+            table = DeltaTable(tg.uri).to_pyarrow_table()
+            cols = [c for c in table.column_names if c != "_weight"]
+            got = Counter()
+            for row in table.to_pylist():
+                got[tuple(row[c] for c in cols)] += row.get("_weight", 1) if tg.key == () and "_weight" in row else 1
+            want = _view(rt, tg.view)
+            assert +got == +want, (t, tg.view)
+    assert os.path.exists(old_uris["regions_seen"])  # a removed view's table is left in place
