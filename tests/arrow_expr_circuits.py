@@ -74,8 +74,8 @@ def node_schemas(spec: CircuitSpec) -> dict[str, pa.Schema]:
 
 
 def _schema_of(node: NodeSpec, schemas: dict[str, pa.Schema], output: str | None) -> pa.Schema | None:
-    if node.body:
-        return schemas.get(output or "")
+    if node.body:  # an iterate node's loop variable is typed as its init (its body reads it)
+        return schemas.get(node.input) if node.input else schemas.get(output or "")
     if node.op == "sql":
         return pa.schema([])  # its expressions are typed by ``_sql_sites``
     refs = node.references

@@ -109,14 +109,18 @@ def _bootstrap_stamp(project: Path) -> str:
 
 
 class Project:
-    """A copy of this project (tracked and new files) in a temp folder, with this venv linked in:
+    """A fresh clone of this project (of a clean checkout; else a copy of its tracked and new
+    files) in a temp folder, with this venv linked in:
     the README's commands run there as written, and cannot touch the real circuits/ or data/."""
 
     def __init__(self, base: Path) -> None:
         self.root = base / "project"
+        status = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True)
         listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                                 capture_output=True, text=True)
-        if listed.returncode == 0:
+        if status.returncode == 0 and not status.stdout.strip():  # a clean checkout (CI): a real clone
+            subprocess.run(["git", "clone", "-q", str(ROOT), str(self.root)], check=True)
+        elif listed.returncode == 0:  # edits not committed yet: the files a commit would carry
             for rel in listed.stdout.splitlines():
                 src = ROOT / rel
                 if src.is_file():

@@ -66,6 +66,30 @@ def test_consolidate_sums_weights_and_drops_zeros():
     assert _bag(zsets.consolidate(t)) == Counter({(2, None): 3})
 
 
+def test_a_global_sum_trace_of_wide_decimals_compacts_in_process():
+    """The one row of a global aggregate's totals (decimal(38,0) limbs, decimal(38,2) sums)
+    consolidates with pyarrow: each total kept in its column's type, zeros compared in that type
+    (an int64 0 cast to decimal(38, s > 19) or to a Decimal's own inferred precision failed, and
+    the rewrite fell back to Spark)."""
+    from decimal import Decimal
+
+    from spark_jobs.state.arrow_trace import consolidate
+
+    big = pa.decimal128(38, 0)
+    t = pa.table({"__rows": pa.array([3, -1], pa.int64()),
+                  "__s1_d": pa.array([Decimal("123456789012345678901.25"), Decimal("-0.25")], pa.decimal128(38, 2)),
+                  "__s3_l0": pa.array([Decimal(-10 ** 21), Decimal(7)], big)})
+    out = consolidate(t, "sum")
+    assert out.schema == t.schema
+    assert out.to_pylist() == [{"__rows": 2, "__s1_d": Decimal("123456789012345678901.00"),
+                                "__s3_l0": Decimal(-10 ** 21 + 7)}]
+    small = pa.table({"__s0_d": pa.array([Decimal("0.5"), Decimal("-0.5")], pa.decimal128(38, 30)),
+                      "__s1_i": pa.array([Decimal(0), Decimal(0)], big)})
+    assert consolidate(small, "sum").num_rows == 0  # totals all zero: the row is dropped
+    keyed = t.append_column("g", pa.array([1, 2], pa.int64()))
+    assert consolidate(keyed, "sum", ["g"]).num_rows == 2
+
+
 def test_select_takes_plain_columns_as_spark_resolves_them():
     t = _table([(1, 2, 1)], ["src", "edges_dst", WEIGHT], [pa.int64()] * 3)
     out = apply_map(t, [("src", "SRC"), ("dst", "`edges_dst`")], "UTC")

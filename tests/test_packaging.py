@@ -3,6 +3,7 @@ point is where the code expects it."""
 from __future__ import annotations
 
 import re
+import sys
 import tomllib
 from pathlib import Path
 
@@ -107,3 +108,23 @@ def test_the_installer_shows_its_summary_not_its_package_list():
         assert lines[:2] == ["Resolved 3 packages in 1ms", "Installed 2 packages in 2ms"], out
         assert not [line for line in lines if line.startswith((" +", " -", " ~"))], lines
         assert (lines[2:] == ["failed 3"]) if status else (lines[2:] == [] and out.returncode == 0), out
+
+
+def test_the_installer_summary_with_the_real_uv(tmp_path):
+    """The same filter around the project's own uv (.venv/bin/uv), installing one pinned package
+    offline from uv's cache (filled by `make install`) into a scratch venv: real uv output keeps
+    its "Installed 1 package" summary and loses its " + pyyaml==..." line."""
+    import subprocess
+
+    uv = Path(sys.executable).parent / "uv"
+    assert uv.exists(), f"{uv}: the project's venv has no uv (scripts/bootstrap.sh installs it)"
+    pin = next(line for line in (ROOT / "requirements.lock").read_text().splitlines() if line.startswith("pyyaml=="))
+    subprocess.run([str(uv), "venv", "-q", "--python", sys.executable, str(tmp_path / "v")], check=True)
+    script = (ROOT / "scripts" / "bootstrap.sh").read_text()
+    function = re.search(r"^summary_only\(\) \{.*?^\}", script, re.S | re.M).group(0)
+    command = f"summary_only {uv} pip install --offline --python {tmp_path / 'v' / 'bin' / 'python'} {pin}"
+    out = subprocess.run(["bash", "-c", f"set -euo pipefail\n{function}\n{command}"], capture_output=True, text=True)
+    assert out.returncode == 0, out
+    lines = out.stdout.splitlines()
+    assert any(re.match(r"Installed 1 package in ", line) for line in lines), lines
+    assert not [line for line in lines if line.startswith((" +", " -", " ~"))], lines

@@ -97,7 +97,10 @@ def test_the_circuits_query_text_has_a_budget(tmp_path):
 
 @pytest.mark.parametrize("query", [nested(MAX_NESTING - 1), union(MAX_SET_OPERATIONS + 1),
                                    nested_case(MAX_NESTING),
-                                   "SELECT k FROM t WHERE " + " AND ".join(f"v<>{i}" for i in range(MAX_CHAIN + 1))])
+                                   "SELECT k FROM t WHERE " + " AND ".join(f"v<>{i}" for i in range(MAX_CHAIN + 1)),
+                                   # an IN list of 3,500 values (16,400 characters): every expression of
+                                   # a query under MAX_QUERY_CHARS is accepted
+                                   "SELECT k FROM t WHERE k IN (" + ",".join(map(str, range(3_500))) + ")"])
 def test_texts_at_the_bounds_validate_and_compile(tmp_path, query):
     from spark_jobs.runtime.circuit import compile_file
 
@@ -105,3 +108,10 @@ def test_texts_at_the_bounds_validate_and_compile(tmp_path, query):
     assert validate_file(f) == []
     compiled = compile_file(str(f))
     assert compiled.incremental.outputs["q"]
+
+
+def test_an_expression_over_its_bound_is_quoted_clipped(tmp_path):
+    where = "k IN (" + ",".join(map(str, range(5_000))) + ")"
+    (problem,) = validate_file(_file(tmp_path, f'  f: {{op: filter, input: t, where: "{where}"}}\n', "[f]"))
+    assert problem.node == "f" and "at most 20,000 are allowed" in problem.message
+    assert len(problem.message) < 400, problem.message

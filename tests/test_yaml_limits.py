@@ -42,7 +42,14 @@ def refused_quickly(text: str, fragment: str, seconds: float = 1.0) -> None:
 def test_a_700_byte_alias_bomb_is_refused_before_expansion():
     bomb = billion_laughs()
     assert 600 <= len(bomb.encode()) <= 800  # 10**12 strings once expanded
-    refused_quickly(bomb, "expands to more than 100,000 values")
+    refused_quickly(bomb, "expands to more than 100,000 values through aliases (*name)")
+
+
+def test_a_circuit_too_large_without_aliases_is_not_blamed_on_aliases():
+    nodes = "".join(f"  f{i}: {{op: filter, input: a, where: k > {i}}}\n" for i in range(14_000))
+    (problem,) = check_text(f"name: big\nnodes:\n{nodes}", "big.yaml")[1]  # 8 values a node
+    assert "expands to more than 100,000 values; a circuit this large is refused: split it" in problem.message
+    assert "alias" not in problem.message
 
 
 def test_a_merge_key_bomb_is_refused():

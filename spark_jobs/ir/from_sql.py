@@ -25,7 +25,8 @@ timestep touches only the keys in its change:
   aggregate, added by the same helper as a YAML ``aggregate.window``.
 - **WITH RECURSIVE**: a ``scope`` whose body is ``distinct(base + step(z⁻¹ r))``, the same
   nested incremental circuit a YAML ``recursive`` node becomes; what does not depend on the
-  recursion is hoisted out of the loop.
+  recursion is hoisted out of the loop. A step that aggregates or negates the CTE is the while
+  loop instead: an ``iterate`` (``ir/ops/iterate.py``) over the body ``distinct(base + step(r))``.
 
 Every IR node keeps the SQL fragment it implements in its ``sql`` param (explain, draw).
 """
@@ -61,12 +62,14 @@ class Lowering:
     """
 
     def __init__(self, circuit: Circuit, name: str, max_iterations: int = DEFAULT_MAX_ITERATIONS,
-                 outer: "Lowering | None" = None, loop: tuple[P.Loop, str] | None = None) -> None:
+                 outer: "Lowering | None" = None, loop: tuple[P.Loop, str] | None = None,
+                 imports: list[str] | None = None) -> None:
         self.c = circuit
         self.name = name
         self.max_iterations = max_iterations
         self.outer = outer
         self.loop = loop  # (the Loop plan, the body node it reads as of the previous iteration)
+        self.imports = imports  # a while loop's body: the outer relations it reads (its input nodes)
         self.done: dict[int, str] = {}  # id(plan node) -> IR node id (a CTE read twice is lowered once)
         self.count = outer.count if outer else 0
 
@@ -132,21 +135,36 @@ class Lowering:
         if id(rel) in self.done:
             return self.done[id(rel)]
         if self.outer is not None and id(rel) in self.outer.done:
-            return delta0(self.c, self.outer.c, self.outer.done[id(rel)])
+            return self._outer_ref(self.outer.done[id(rel)])
         method = getattr(self, "_" + type(rel).__name__.lower())
         out = method(rel, node_id)
         self.done[id(rel)] = out
         return out
 
     def _table(self, rel: P.Table, node_id: str | None) -> str:
-        name = rel.name if self.outer is None else delta0(self.c, self.outer.c, rel.name)
+        name = rel.name if self.outer is None else self._outer_ref(rel.name)
         if node_id is not None:  # the whole query is one table: the node is its copy
             return self.map(name, [(c, q(c)) for c in rel.columns], rel.sql, node_id)
         return name
 
+    def _outer_ref(self, outer_id: str) -> str:
+        """An outer relation read inside a loop's body: through ``δ0`` in a recursive scope, as an
+        ``input`` node of a while loop's body (whose value the ``iterate`` node passes in)."""
+        if self.imports is None:
+            return delta0(self.c, self.outer.c, outer_id)
+        if outer_id not in self.c:
+            src = self.outer.c[outer_id]
+            self.c.inputs[outer_id] = src.columns
+            self.c.add(make_node(outer_id, "input", out=src.columns, origin=self.name, is_set=src.is_set,
+                                 name=outer_id))
+            self.imports.append(outer_id)
+        return outer_id
+
     def _loop(self, rel: P.Loop, node_id: str | None) -> str:
         assert self.loop is not None and self.loop[0] is rel, "a recursive step reads its own CTE only"
         source = self.loop[1]
+        if self.imports is not None:  # a while loop: the previous iteration is the body's input
+            return source
         fid = feedback_id(source)
         if fid not in self.c:
             self.c.add(make_node(fid, "feedback", out=rel.columns, origin=self.name, source=source, sql=rel.sql))
@@ -154,6 +172,8 @@ class Lowering:
 
     def _recursive(self, rel: P.Recursive, node_id: str | None) -> str:
         """The least fixed point of base UNION step: a scope whose body is distinct(base + step)."""
+        if rel.while_loop:
+            return self._while(rel, node_id)
         body = Circuit(f"{self.name}.{rel.name}.body")
         value = f"{self.name}.{rel.name}"
         inner = Lowering(body, self.name, self.max_iterations, outer=self, loop=(rel.loop, value))
@@ -164,6 +184,28 @@ class Lowering:
         body.outputs = {value: value}
         scope_id = node_id or self.c.fresh_id(value)
         return finish_scope(self.c, scope_id, self.name, body, rel.columns, self.max_iterations, sql=rel.sql).id
+
+    def _while(self, rel: P.Recursive, node_id: str | None) -> str:
+        """A step that aggregates or negates the CTE: the while loop of section 7.6, ``x :=
+        distinct(base); x := distinct(base + step(x))`` until it stops changing, an ``iterate``
+        whose body is a query circuit reading ``x`` and the outer relations as its inputs."""
+        from spark_jobs.ir.optimize import consolidate_distinct
+
+        init = self.distinct(self.lower(rel.base), f"(base) {rel.sql}")
+        value = f"{self.name}.{rel.name}"
+        body = Circuit(f"{value}.body", inputs={value: rel.columns})
+        body.add(make_node(value, "input", out=rel.columns, origin=self.name, name=value))
+        inner = Lowering(body, self.name, self.max_iterations, outer=self, loop=(rel.loop, value), imports=[])
+        base, step = inner.lower(rel.base), inner.lower(rel.step)
+        total = inner.plus([base, step], rel.columns, f"(base + step) {rel.sql}")
+        out = inner.add("distinct", [total], rel.columns, rel.sql, f"{value}.next", is_set=True)
+        self.count = inner.count
+        body.outputs = {"value": out}
+        body = consolidate_distinct(body)
+        loop_id = node_id or self.c.fresh_id(value)
+        return self.c.add(make_node(loop_id, "iterate", [init, *inner.imports], rel.columns, origin=self.name,
+                                    body=body, loop=value, imports=tuple(inner.imports), output=out,
+                                    max_iterations=self.max_iterations, sql=rel.sql)).id
 
     def _map(self, rel: P.Map, node_id: str | None) -> str:
         return self.map(self.lower(rel.input), rel.exprs, rel.sql, node_id)

@@ -124,7 +124,8 @@ def prune_inputs(rt: "CircuitRuntime", store, rule: Retention | None, now: datet
     the folder lists now are candidates (nothing outside it is touched), and a record without a
     timestep (format 1, not migrated by a step yet) is kept. A file reached through a symbolic
     link (it is someone else's), or that is not the one consumed (its size or time differ from the
-    record), is kept too. Snapshot sources are left alone:
+    record), is kept too. Snapshot and Delta sources are left alone (a Delta table's commit files
+    are its log, which its own writer cleans up):
     their newest snapshot is the input's state, older ones are never read again."""
     from spark_jobs.executor.sources.discovery import remove_file, scan_input  # (imports Spark's modules)
 
@@ -136,7 +137,7 @@ def prune_inputs(rt: "CircuitRuntime", store, rule: Retention | None, now: datet
         return {}
     found: dict[str, list[str]] = {}
     for name, spec in rt.compiled.spec.inputs.items():
-        if spec.source is None or spec.source.kind == "snapshots":
+        if spec.source is None or spec.source.kind in ("snapshots", "delta", "postgres"):  # a table's log is not ours
             continue
         scan = scan_input(spec, rt.config.data_root, manifest.consumed(name),
                           allowed_roots=rt.config.allowed_input_roots, fingerprints=False)

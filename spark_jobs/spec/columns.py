@@ -168,6 +168,19 @@ def _resolve_scope(spec: CircuitSpec, node: NodeSpec, label: str, outer: Lookup,
             return env.get(ref)
         return own[0] if ref == node.name else outer(ref)
 
+    if node.input:  # an iterate node: the loop variable has its init's columns from the start
+        own[0] = outer(node.input)
+        _resolve_nodes(spec, node.body, label + ".", lookup, env, res, skip, [], report=False)
+        out = env.get(node.outputs[0]) if node.outputs and node.outputs[0] in node.body else None
+        if report:
+            _resolve_nodes(spec, node.body, label + ".", lookup, env, res, skip, problems, report=True)
+            res.scopes[label] = dict(env)
+            if own[0] is not None and out is not None and set(out) != set(own[0]):
+                problems.append(Problem(spec.path, node.line_of("outputs"), label,
+                                        f"output '{node.outputs[0]}' has columns {list(out)} but the loop "
+                                        f"starts from '{node.input}' with {list(own[0])}: the next iteration "
+                                        f"must have the columns of the previous one"))
+        return own[0]
     for _ in range(len(node.body) + 2):
         before = (dict(env), own[0])
         _resolve_nodes(spec, node.body, label + ".", lookup, env, res, skip, [], report=False)

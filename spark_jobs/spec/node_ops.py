@@ -103,6 +103,8 @@ class NodeOp:
     in_body: bool = True
     body_refusal: str = ""
     scope: bool = False  # owns a nested scope of nodes (``recursive``): its columns are its body's
+    while_loop: bool = False  # a scope iterated while it changes (``iterate``): any op in its body
+    outer_clock: bool = False  # a stream operator (z⁻¹, I, D): its meaning is the outer clock's
     schema_extra: Mapping[str, Any] = field(default_factory=dict)  # other JSON Schema keywords of its def
 
     def translation(self) -> Callable[..., Any]:

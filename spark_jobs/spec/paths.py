@@ -47,8 +47,9 @@ def has_parent_segment(path: str) -> bool:
     return ".." in re.split(r"[/\\]", path)
 
 
-def source_path_problem(path: str, allowed_roots: Sequence[str] = ()) -> str | None:
-    """Why ``path`` may not be an input's folder (None when it may)."""
+def source_path_problem(path: str, allowed_roots: Sequence[str] = (), kind: str = "") -> str | None:
+    """Why ``path`` may not be an input's folder (None when it may). A ``delta`` input may read a
+    published view's table under ``views/`` (that is how circuits chain through Delta tables)."""
     if has_parent_segment(path):
         return (f"source path '{path}' has a '..' segment: input paths stay inside the data root "
                 f"(write a path relative to it, without '..')")
@@ -65,6 +66,8 @@ def source_path_problem(path: str, allowed_roots: Sequence[str] = ()) -> str | N
     if folder in ("", "."):
         return (f"source path '{path}' is the data root itself, which holds every input and the engine's "
                 f"state: name an input's own folder (e.g. inbox/<input>)")
+    if kind == "delta" and folder.split("/", 1)[0] == VIEWS_DIR and folder != VIEWS_DIR:
+        return None
     if folder.split("/", 1)[0] in ENGINE_DIRS:
         return (f"source path '{path}' is inside '{folder.split('/', 1)[0]}/', where the engine keeps its state "
                 f"and published views: an input's files live in a folder of their own (e.g. inbox/<input>)")

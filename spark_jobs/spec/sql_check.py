@@ -36,9 +36,10 @@ from sqlglot.errors import ParseError, TokenError
 from spark_jobs.errors import DbspError
 
 from . import sql_functions as catalog
-from .sql_limits import nesting_problem
+from .sql_limits import MAX_QUERY_CHARS, nesting_problem
 
-MAX_EXPRESSION_CHARS = 10_000
+# an expression of an accepted ``op: sql`` query (its WHERE, an IN list) must be accepted too
+MAX_EXPRESSION_CHARS = MAX_QUERY_CHARS
 
 SUBQUERY = ("a subquery (SELECT ...) reads other tables and files: an expression sees only the row of "
             "its node's input; combine relations with join, antijoin or union nodes")

@@ -240,6 +240,9 @@ def _recursive_part(node: NodeSpec) -> set[str]:
 
 def _stratification(spec: CircuitSpec, label: str, node: NodeSpec) -> list[Problem]:
     """Negation and aggregation only of a lower stratum; only monotone ops in the recursion."""
+    hooks = node_op(node.op)
+    if hooks is not None and hooks.while_loop:
+        return _loop_body(spec, label, node)
     part = _recursive_part(node)
     same = part | {node.name}
     problems = []
@@ -266,12 +269,33 @@ def _stratification(spec: CircuitSpec, label: str, node: NodeSpec) -> list[Probl
             problems.append(Problem(spec.path, body_node.line, where,
                                     f"aggregate inside the recursion of '{node.name}': its input depends on "
                                     f"the recursive relations, and aggregation through recursion is not "
-                                    f"monotone; aggregate the recursive node's result outside its body"))
+                                    f"monotone; aggregate the recursive node's result outside its body, or write the "
+                                    f"loop as an 'op: iterate' node (a while loop, which may aggregate)"))
         elif recursion not in ("monotone", "negation"):
             problems.append(Problem(spec.path, body_node.line, where,
                                     f"op '{body_node.op}' cannot depend on the recursion of '{node.name}' "
                                     f"(allowed: {listing(allowed)}); stream operators run on the "
                                     f"outer clock"))
+    return problems
+
+
+def _loop_body(spec: CircuitSpec, label: str, node: NodeSpec) -> list[Problem]:
+    """An ``iterate`` body may hold any operator of a query (aggregates and negation of the loop
+    included: its value is defined by iterating, not by monotonicity), but no nested scope and
+    no stream operator (those run on the outer clock)."""
+    problems = []
+    for name, body_node in node.body.items():
+        op = node_op(body_node.op)
+        if op is None:
+            continue
+        if op.scope:
+            problems.append(Problem(spec.path, body_node.line, f"{label}.{name}",
+                                    f"a {body_node.op} node inside the body of iterate '{node.name}' is not "
+                                    f"supported: compute it outside the loop and read it from the body"))
+        elif op.outer_clock:
+            problems.append(Problem(spec.path, body_node.line, f"{label}.{name}",
+                                    f"op '{body_node.op}' cannot run inside the body of iterate '{node.name}': "
+                                    f"stream operators run on the outer clock"))
     return problems
 
 
@@ -330,8 +354,14 @@ def _sources(spec: CircuitSpec, doc: "Document", allowed_roots: Sequence[str]) -
         if src is None:
             continue
         where = ("inputs", inp.name, "source")
-        if src.path and (why := source_path_problem(src.path, allowed_roots)):
+        if src.path and (why := source_path_problem(src.path, allowed_roots, src.kind)):
             problems.append(Problem(spec.path, doc.line(where + ("path",)), inp.name, why))
+        if src.kind == "delta":  # a table says its own format; its files are not read with options
+            problems += [Problem(spec.path, doc.line(where + (field,)), inp.name,
+                                 f"source.{field} does not apply to kind delta (a Delta table's files are "
+                                 f"Parquet, read as the table's log lists them): remove it")
+                         for field in ("format", "options") if field in (doc.get(where) or {})]
+            continue
         problems += [Problem(spec.path, doc.line(where + ("options", key)), inp.name, why)
                      for key, why in option_problems(src.reader_format, src.options)]
     return problems
@@ -459,7 +489,7 @@ def _expressions(spec: CircuitSpec, res: Resolution, broken: frozenset[str]) -> 
             found = sql_check.check(site.text)
         except ExpressionError as exc:
             problems.append(Problem(spec.path, site.line, site.label,
-                                    f"{site.what}: cannot read '{site.text}': {exc}"))
+                                    f"{site.what}: cannot read '{_clip(site.text)}': {exc}"))
             continue
         problems += [Problem(spec.path, site.line, site.label, f"{site.what}: '{_clip(site.text)}' is refused: {reason}")
                      for reason in found.refusals]

@@ -77,6 +77,7 @@ def expansion_problem(root: yaml.Node) -> str | None:
     size: dict[int, int] = {}
     depth: dict[int, int] = {}
     open_nodes: set[int] = set()
+    shared = False
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, children_done = stack.pop()
@@ -87,17 +88,20 @@ def expansion_problem(root: yaml.Node) -> str | None:
             size[key] = 1 + sum(size[id(c)] for c in children)
             depth[key] = 1 + max((depth[id(c)] for c in children), default=0)
             if size[key] > MAX_VALUES:
-                return (f"the YAML expands to more than {MAX_VALUES:,} values (through aliases *name); "
-                        f"a circuit this large is refused")
+                how = " through aliases (*name)" if shared else ""
+                return (f"the YAML expands to more than {MAX_VALUES:,} values{how}; a circuit this large is "
+                        f"refused: split it into several circuits")
             if depth[key] > MAX_DEPTH:
                 return f"the YAML is nested more than {MAX_DEPTH} levels deep"
             continue
-        if key in size:
+        if key in size:  # a node reached a second time: an alias
+            shared = True
             continue
         if key in open_nodes:
             return f"an alias refers to a node that contains it (line {node.start_mark.line + 1}): recursive YAML is refused"
         open_nodes.add(key)
         stack.append((node, True))
+        shared = shared or any(id(child) in size for child in children)
         stack.extend((child, False) for child in children if id(child) not in size)
     return None
 

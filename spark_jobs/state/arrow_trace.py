@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
+from decimal import Decimal
 from typing import Sequence
 
 import pyarrow as pa
@@ -148,7 +149,8 @@ def consolidate(table: pa.Table, kind: str, keys: Sequence[str] = ()) -> pa.Tabl
     if table.num_rows == 0:
         return table
     if not group:  # a global "sum" trace: one row of totals
-        sums = pa.table({c: [pc.sum(table.column(c)).as_py()] for c in values})
+        # each total in its column's type (a Python Decimal's inferred precision may not hold it)
+        sums = pa.table({c: pa.array([pc.sum(table.column(c)).as_py()], table.schema.field(c).type) for c in values})
     else:
         if kind == "zset":
             _check_weight_sums(table, group)
@@ -158,7 +160,8 @@ def consolidate(table: pa.Table, kind: str, keys: Sequence[str] = ()) -> pa.Tabl
     out = sums.select(table.column_names)
     keep = None
     for c in values:
-        zero = pa.scalar(0).cast(out.schema.field(c).type)
+        dtype = out.schema.field(c).type  # a zero of the column's type (an int64 0 cast to a
+        zero = pa.scalar(Decimal(0) if pa.types.is_decimal(dtype) else 0, dtype)  # decimal needs 19+s digits)
         nonzero = pc.not_equal(pc.fill_null(out.column(c), zero), zero)
         keep = nonzero if keep is None else pc.or_(keep, nonzero)
     if keep is not None:

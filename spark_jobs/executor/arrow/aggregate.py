@@ -100,27 +100,65 @@ def _value(func: str, distinct: bool, values: list[Any] | None, weights: list[in
     present = [v for v in values or () if v is not None]
     if func in ("min", "max"):
         return _pick(func, present)
-    raise NotLocal(f"{func} in-process: exact running totals are not built on Arrow yet")
+    raise NotLocal(f"{func}(DISTINCT ...) runs on Spark")  # sum/avg: finished from exact totals (_summed)
 
 
 def aggregate(table: pa.Table, group_by: Sequence[str], aggs: Sequence[Agg], schema: pa.Schema,
-              timezone: str) -> pa.Table:
+              timezone: str, node: str = "aggregate") -> pa.Table:
     """The full aggregate of a Z-set table with SQL semantics; weight 1 per group (a set).
-    ``schema``: the input's schema (types of the group columns and of the arguments)."""
+    ``schema``: the input's schema (types of the group columns and of the arguments). Sums and
+    averages are finished from exact totals (``_Sum``, ``totals.py``), as Spark's ``aggregate``
+    finishes them, so a group gives the same bits on both engines whatever order its rows are in."""
+    with localcontext(EXACT):
+        return _aggregate(table, group_by, aggs, schema, timezone, node)
+
+
+def _aggregate(table: pa.Table, group_by: Sequence[str], aggs: Sequence[Agg], schema: pa.Schema,
+               timezone: str, node: str) -> pa.Table:
     g = _groups(table if table.num_rows else schema.empty_table(), group_by, aggs, timezone)
     keys = g.keys if group_by or g.keys else [()]  # without group_by: one row even over no rows
     types = [schema.field(c).type for c in group_by]
     out_types = [output_type(func, g.arg_types.get(i), distinct) for i, (_, func, _, distinct) in enumerate(aggs)]
+    summed = _summed(g, keys, aggs, timezone, node)
     rows = []
     for key in keys:
         idx = g.members.get(key, [])
         weights = [g.weights[r] for r in idx]
-        rows.append([*key, *[_value(func, distinct, [g.args[i][r] for r in idx] if i in g.args else None, weights)
+        rows.append([*key, *[summed[key][i] if i in summed.get(key, ()) else
+                             _value(func, distinct, [g.args[i][r] for r in idx] if i in g.args else None, weights)
                              for i, (_, func, _, distinct) in enumerate(aggs)], 1])
     names = [*group_by, *(out for out, *_ in aggs), WEIGHT]
     fields = [pa.field(n, t) for n, t in zip(names, [*types, *out_types, pa.int64()])]
     columns = list(zip(*rows)) if rows else [[] for _ in names]
     return pa.Table.from_arrays([pa.array(list(c), f.type) for c, f in zip(columns, fields)], schema=pa.schema(fields))
+
+
+def _summed(g: Groups, keys: list[tuple], aggs: Sequence[Agg], timezone: str, node: str
+            ) -> dict[tuple, dict[int, Any]]:
+    """Each group's sum/avg values (aggregate index -> value), finished from exact totals of its
+    positive rows (the layout ``linear_step`` keeps); {} when the aggregate has none."""
+    linear = [i for i, (_, func, _, distinct) in enumerate(aggs) if func in ("sum", "avg") and not distinct]
+    if not linear:
+        return {}
+    slots, sums, accs = _layout(aggs, g.arg_types, node)
+    names = [n for n, _, _ in accs]
+    totals: dict[tuple, dict[str, Any]] = {}
+    for key in keys:
+        acc = totals[key] = dict.fromkeys(names, 0)
+        for r in g.members.get(key, []):
+            w = g.weights[r]
+            acc[ROWS] += w
+            for j in sorted(set(slots.values())):
+                x = g.args[j][r]
+                if x is None:
+                    continue
+                acc[count_name(j)] += w
+                if j in sums:
+                    for (n, _), term in zip(sums[j].parts, sums[j].terms(x, w)):
+                        acc[n] += term
+    _check_totals(totals, accs)
+    finished = _finish(totals, slots, sums, _outs(aggs, g.arg_types), timezone, linear)
+    return {k: {i: row[i] for i in linear} for k, row in finished.items()}
 
 
 # ---- linear aggregates: exact running totals (``executor/totals.py``), as ``aggregate_linear_step`` ----

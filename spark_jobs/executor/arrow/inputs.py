@@ -7,7 +7,9 @@ on Spark, with the same values and the same refusals.
   ``csv_files``, ``json_files``), weight-0 rows dropped, not consolidated;
 - ``snapshots``: the newest snapshot minus the input's last one (``D``, against the trace
   ``snapshot:<name>``), consolidated;
-- ``cdc``: the records applied by key against the trace ``keyed:<name>`` (``cdc_records``).
+- ``cdc``: the records applied by key against the trace ``keyed:<name>`` (``cdc_records``);
+- ``delta``: the table's change between the consumed version and the newest (``delta_tables``),
+  consolidated.
 
 Every file is checked as Spark's reader checks it; ``InputRefused`` names every refused file of
 the input with its reason, in the Spark path's words (the ``Check`` objects of
@@ -36,7 +38,7 @@ from spark_jobs.spec.model import WEIGHT, InputSpec
 from spark_jobs.state.arrow_trace import arrow_of
 from spark_jobs.state.lookup import TraceFiles
 
-from .readers import cdc_records, csv_files, json_files, parquet_files
+from .readers import cdc_records, csv_files, delta_tables, json_files, parquet_files
 from .readers.coverage import unsupported
 from .readers.records import arrow_type, sql_type, to_table
 from .readers.sizes import change_rows
@@ -166,8 +168,23 @@ def read_input(spec: InputSpec, files: Sequence[InputFile], state: TraceSource,
                                 bytes_read=nbytes)
     if spec.kind == "cdc":
         return _cdc_change(spec, files, state.trace_files(keyed_trace(spec.name)), policy or ExecutionPolicy(), trace)
+    if spec.kind == "delta":
+        change = read_delta(spec, files)
+        return ArrowInputChange(change.table, bytes_read=change.bytes_read)
+    if spec.kind == "postgres":
+        from .readers import postgres_tables
+
+        pg = postgres_tables.read_change(spec, files[-1], state.trace_files(keyed_trace(spec.name)),
+                                         policy or ExecutionPolicy())
+        return ArrowInputChange(pg.table, trace)
     table, nbytes = read_changes(spec, files)
     return ArrowInputChange(table, bytes_read=nbytes)
+
+
+def read_delta(spec: InputSpec, files: Sequence[InputFile]) -> "delta_tables.DeltaChange":
+    """A Delta input's change up to the newest of its pending commit files (a scan lists one)."""
+    d = declared(spec, allow_weight=False)
+    return delta_tables.read_change(spec, files[-1], d, _target(d))
 
 
 def _cdc_change(spec: InputSpec, files: Sequence[InputFile], keyed: TraceFiles | None, policy: ExecutionPolicy,

@@ -82,7 +82,10 @@ class ArrowEngine:
     _files: dict[str, "TraceFiles | None"] = field(default_factory=dict)
 
     def begin(self, step: "Step") -> None:
-        self.files_of = getattr(step.state, "trace_files", None)
+        files_of = getattr(step.state, "trace_files", None)
+        if files_of != self.files_of:  # another state (a change's bootstrap pass): not its footers
+            self._files = {}
+        self.files_of = files_of
         if self.files_of is None:
             raise NotLocal("the state is not in Parquet trace files")
 
@@ -276,7 +279,7 @@ def distinct_h(s: "Step", node: Node) -> pa.Table:
 def aggregate(s: "Step", node: Node) -> pa.Table:
     table = _delta(s, node.inputs[0])
     return agg.aggregate(table, tuple(node.param("group_by", ())), node.param("aggs"), table.schema,
-                         _engine(s).timezone)
+                         _engine(s).timezone, node.id)
 
 
 def aggregate_linear(s: "Step", node: Node) -> pa.Table:
@@ -323,21 +326,21 @@ def aggregate_touched(s: "Step", node: Node) -> pa.Table:
     aggs = node.param("aggs")
     state = _engine(s).trace(node.id)
     if state is None:  # nothing emitted yet: every group is new
-        out = agg.aggregate(_engine(s).table(integral), group_by, aggs, delta.schema, _engine(s).timezone)
+        out = agg.aggregate(_engine(s).table(integral), group_by, aggs, delta.schema, _engine(s).timezone, node.id)
     elif group_by:
         keys = pc.unique(delta.column(group_by[0])).to_pylist()
         rows = integral.rows_for(group_by[0], keys) if isinstance(integral, Integral) else integral
         touched = zsets.semi(rows, delta, group_by, group_by)
-        new = agg.aggregate(touched, group_by, aggs, delta.schema, _engine(s).timezone)
+        new = agg.aggregate(touched, group_by, aggs, delta.schema, _engine(s).timezone, node.id)
         old = zsets.semi(_engine(s).lookup(state, group_by[0], keys).select(new.column_names), delta,
                          group_by, group_by)
         out = zsets.consolidate(zsets.total([new, zsets.negate(old.cast(new.schema))]))
     elif s.first_step or delta.num_rows:  # the one group: touched when the delta has a row
-        new = agg.aggregate(_engine(s).table(integral), group_by, aggs, delta.schema, _engine(s).timezone)
+        new = agg.aggregate(_engine(s).table(integral), group_by, aggs, delta.schema, _engine(s).timezone, node.id)
         old = state.read_all().select(new.column_names).cast(new.schema)
         out = zsets.consolidate(zsets.total([new, zsets.negate(old)]))
     else:
-        out = agg.aggregate(delta.slice(0, 0), group_by, aggs, delta.schema, _engine(s).timezone).slice(0, 0)
+        out = agg.aggregate(delta.slice(0, 0), group_by, aggs, delta.schema, _engine(s).timezone, node.id).slice(0, 0)
     s.update(node.id, StateUpdate("append", out, group_by, sort_by=group_by))
     return out
 

@@ -19,10 +19,11 @@ from spark_jobs.state.arrow_fs import is_local, strip_file_scheme
 from . import checks  # checks imports discovery, which imports this: use checks.InputRefused late
 
 
-def confine(folder: str, source_path: str, data_root: str, allowed_roots: Sequence[str] = ()) -> str:
+def confine(folder: str, source_path: str, data_root: str, allowed_roots: Sequence[str] = (), kind: str = "") -> str:
     """``folder`` (``source_path`` resolved against ``data_root``) if it stays inside the data
-    root or an allowed root; raises ``InputRefused`` naming the path otherwise."""
-    if why := source_path_problem(source_path, allowed_roots):
+    root or an allowed root; raises ``InputRefused`` naming the path otherwise (``kind``: the
+    source's, see ``source_path_problem``)."""
+    if why := source_path_problem(source_path, allowed_roots, kind):
         raise checks.InputRefused([(folder, why)])
     if not is_local(folder):
         return folder

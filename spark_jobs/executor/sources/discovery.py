@@ -24,6 +24,7 @@ import pyarrow.fs as pafs
 from spark_jobs.spec.model import InputSpec, Source
 from spark_jobs.state.arrow_fs import Location, is_local, locate, normalize, strip_file_scheme
 
+from . import delta_log
 from .confine import confine, outside_reason, real_roots
 from .identity import ConsumedRecords, file_fingerprint, folder_fingerprint, verify
 from .walk import LinkOutside, is_hidden, walk
@@ -54,6 +55,9 @@ class InputFile:
     fingerprint: str = ""
     linked: bool = field(default=False, compare=False)  # reached through a symbolic link (never removed)
     identity: tuple[int, int] | None = field(default=None, compare=False)  # (device, inode) on a local disk
+    # a Delta input's commit file (``delta_log.py``): the version the state already holds, whose
+    # change up to this one the step reads (None: the whole table at this version)
+    base: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -61,7 +65,7 @@ class InputFile:
 
     def as_dict(self) -> dict:
         """Everything, for a DAG run's plan (the path is read by later tasks of the same run)."""
-        return {"path": self.path, **self.record()}
+        return {"path": self.path, **self.record(), **({"base": self.base} if self.base is not None else {})}
 
     def record(self) -> dict:
         """What a manifest keeps of a consumed file: nothing that depends on the mount point."""
@@ -69,8 +73,10 @@ class InputFile:
 
     @classmethod
     def from_dict(cls, d: dict) -> "InputFile":
+        base = d.get("base")
         return cls(str(d["path"]), int(d.get("size", 0)), float(d.get("mtime", 0.0)),
-                   str(d.get("name") or ""), str(d.get("fingerprint") or ""))
+                   str(d.get("name") or ""), str(d.get("fingerprint") or ""),
+                   base=None if base is None else int(base))
 
 
 def file_format(path: str) -> str | None:
@@ -97,7 +103,7 @@ def resolve_path(source: Source, data_root: str, allowed_roots: Sequence[str] = 
         folder = normalize(os.path.join(strip_file_scheme(data_root), path))
     else:
         folder = data_root.rstrip("/") + "/" + path.strip("/")
-    return confine(folder, path, data_root, allowed_roots)
+    return confine(folder, path, data_root, allowed_roots, source.kind)
 
 
 _GLOB_CHARS = re.compile(r"([\\{}\[\]*?])")
@@ -276,9 +282,19 @@ def scan_input(spec: InputSpec, data_root: str, consumed: Iterable[dict | str] =
     """
     if spec.source is None:
         return InputScan([], ConsumedRecords())
+    if spec.source.kind == "postgres":  # a table, not a folder: its log positions (pg_log.py)
+        from .pg_scan import scan_postgres
+
+        return scan_postgres(spec, ConsumedRecords.load(spec.name, "", "", consumed), fingerprints)
     root = resolve_path(spec.source, data_root, allowed_roots)
     roots = real_roots(data_root, allowed_roots)
     records = ConsumedRecords.load(spec.name, root, spec.source.path, consumed)
+    if spec.source.kind == "delta":  # its commit files are its versions (delta_log.py)
+        listed = delta_log.commit_files(root, InputFile)
+        pending, changed = delta_log.scan(spec.name, root, records, listed, fingerprint_of)
+        if fingerprints:
+            pending = [replace(f, fingerprint=fingerprint_of(f)) for f in pending]
+        return InputScan(pending, records, changed, listed, [], spec.name)
     if spec.source.kind == "snapshots":
         listed = _snapshot_items(locate(root), roots)
         newest = max(records.by_name, default=None)

@@ -27,8 +27,8 @@ def _op(name: str, position: int, help: str, translate: str, recursion: Recursio
 
 DISTINCT = _op("distinct", 40, "Set semantics (weight 1 for every present row): {input}.",
                "spark_jobs.ir.ops.distinct:from_distinct", "monotone", origin=lambda n, c: (n.input, c))
-DELAY = _op("delay", 70, "z^-1: the input as of the previous timestep: {input}.", "spark_jobs.ir.ops.stream:from_delay")
+DELAY = _op("delay", 70, "z^-1: the input as of the previous timestep: {input}.", "spark_jobs.ir.ops.stream:from_delay", outer_clock=True)
 INTEGRATE = _op("integrate", 80, "I: the running sum of the input's changes: {input}.",
-                "spark_jobs.ir.ops.stream:from_integrate")
+                "spark_jobs.ir.ops.stream:from_integrate", outer_clock=True)
 DIFFERENTIATE = _op("differentiate", 90, "D: the change of the input since the previous timestep: {input}.",
-                    "spark_jobs.ir.ops.stream:from_differentiate")
+                    "spark_jobs.ir.ops.stream:from_differentiate", outer_clock=True)

@@ -150,12 +150,16 @@ class SetOp(Rel):
 @dataclass(eq=False)
 class Recursive(Rel):
     """WITH RECURSIVE ``name`` AS (``base`` UNION ``step``): the least fixed point, where ``step``
-    reads ``loop`` (the relation as of the previous iteration)."""
+    reads ``loop`` (the relation as of the previous iteration). ``while_loop``: the step is not
+    monotone in ``loop`` (it aggregates it, negates it, ranks it): the value is then the paper's
+    while loop ``x := base; x := distinct(base + step(x)) until x stops changing`` (for a
+    monotone step the same relation as the least fixed point), lowered to ``iterate``."""
 
     name: str
     base: Rel
     step: Rel
     loop: "Loop"
+    while_loop: bool = False
 
 
 @dataclass(eq=False)

@@ -1,12 +1,16 @@
 """WITH RECURSIVE: a CTE that reads itself, as the least fixed point of ``base UNION step``.
 
-The step reads the CTE as of the previous iteration (``plan.Loop``); the IR turns it into the
-same ``recursive`` scope a YAML ``recursive`` node becomes (semi-naive, incremental across
-timesteps, section 6 of the DBSP paper). As for YAML, only monotone operators may depend on the
-recursion (stratified negation): a relation the step computes from the CTE may be joined,
+The step reads the CTE as of the previous iteration (``plan.Loop``). When the step is monotone
+in the CTE (stratified negation: a relation the step computes from the CTE may be joined,
 filtered, projected, unioned and made distinct, and may be the *kept* side of an antijoin, NOT IN,
-EXCEPT or outer join, but not the side that is subtracted or padded, nor aggregated.
-UNION ALL is refused: with bags the iteration need not stop, and SQL's result would count paths.
+EXCEPT or outer join, but not the side that is subtracted or padded, nor aggregated), the IR
+turns it into the same ``recursive`` scope a YAML ``recursive`` node becomes (semi-naive,
+incremental across timesteps, section 6 of the DBSP paper). Otherwise (an aggregate or GROUP BY
+over the CTE, as in shortest paths: ``SELECT dst, min(d + w) ... GROUP BY dst``, a negation or
+top-k of it) the CTE is the paper's while loop (section 7.6), ``x := base; x := distinct(base +
+step(x))`` until ``x`` stops changing, lowered to the same ``iterate`` a YAML ``iterate`` node
+becomes. UNION ALL is refused: with bags the iteration need not stop, and SQL's result would
+count paths.
 """
 from __future__ import annotations
 
@@ -55,9 +59,22 @@ def bind_recursive(binder: "Binder", cte: exp.CTE, outer: "Scope | None", ctes: 
     if step_plan.columns != names:
         step_plan = P.Map(names, "(columns by position)", step.plan,
                           tuple((n, "`" + c.replace("`", "``") + "`") for n, c in zip(names, step.plan.columns)))
-    _monotone(step_plan, loop, q.expression, name)
-    rec = P.Recursive(names, f"WITH RECURSIVE {name}", name, base.plan, step_plan, loop)
+    try:
+        _monotone(step_plan, loop, q.expression, name)
+        while_loop = False
+    except SqlError:
+        _nested(step_plan, loop, q.expression, name)
+        while_loop = True  # aggregation or negation of the CTE: the while loop (lowered to iterate)
+    rec = P.Recursive(names, f"WITH RECURSIVE {name}", name, base.plan, step_plan, loop, while_loop)
     return Relation(rec, [Field(None, n, n) for n in names])
+
+
+def _nested(rel: P.Rel, loop: P.Loop, at: exp.Expression, name: str) -> None:
+    """A while loop's step may hold any operator but a recursive CTE of its own."""
+    for r in P.walk(rel):
+        if isinstance(r, P.Recursive):
+            raise SqlError(f"recursive CTE '{name}': its step aggregates or negates '{name}' (a while loop) "
+                           f"and holds a recursive CTE of its own, which is not supported", at)
 
 
 def _monotone(rel: P.Rel, loop: P.Loop, at: exp.Expression, name: str) -> None:
