@@ -378,52 +378,6 @@ def correlated(ctx: Ctx, rel: Rel, tables: dict[str, list[tuple[str, str]]]) -> 
     return Rel(sel + fe + where, sel + fo + where, [(n, t) for _, n, t in items])
 
 
-def _scalar(ctx: Ctx, outer: list[tuple[str, str]], tables: dict[str, list[tuple[str, str]]]) -> tuple[str, str]:
-    """An aggregate subquery correlated with ``outer`` (text without parentheses) and its type."""
-    body, inner = _subquery(ctx, outer, tables, ctx.fresh("s"))
-    c, t = ctx.rng.choice(inner)
-    func = ctx.rng.choice(["count(*)", f"count({c})", f"max({c})", f"min({c})"])
-    return f"SELECT {func} AS v {body}", "long" if func.startswith("count") else t
-
-
-def correlated_grouped(ctx: Ctx, rel: Rel, tables: dict[str, list[tuple[str, str]]]) -> Rel:
-    """``rel`` grouped by one of its columns, with a subquery correlated on that key in the
-    SELECT list and, sometimes, an EXISTS correlated on it in HAVING."""
-    rng = ctx.rng
-    fe, fo = from_item(ctx, rel, "p")
-    key, kt = rng.choice([(f"p.{c}", t) for c, t in rel.cols])
-    sub, kind = _scalar(ctx, [(key, kt)], tables)
-    items = [(key, "k0", kt), ("count(*)", "n", "long"), (f"({sub})", "c", kind)]
-    having = ""
-    if rng.random() < 0.5:
-        body, _ = _subquery(ctx, [(key, kt)], tables, ctx.fresh("s"))
-        having = f" HAVING {rng.choice(['', 'NOT '])}EXISTS (SELECT 1 {body})"
-        if rng.random() < 0.3:
-            having += " OR count(*) > 1"
-    sel = f"SELECT {_render(items)} FROM "
-    tail = f" GROUP BY {key}{having}"
-    return Rel(sel + fe + tail, sel + fo + tail, [(n, t) for _, n, t in items])
-
-
-def lateral(ctx: Ctx, rel: Rel, tables: dict[str, list[tuple[str, str]]]) -> Rel:
-    """``rel, LATERAL (q)``: q an aggregate (one row per row of ``rel``) or a plain selection
-    (rows of ``rel`` without a match dropped), correlated with ``rel``'s columns."""
-    rng = ctx.rng
-    fe, fo = from_item(ctx, rel, "p")
-    cols = [(f"p.{c}", t) for c, t in rel.cols]
-    alias = ctx.fresh("l")
-    if rng.random() < 0.6:
-        sub, kind = _scalar(ctx, cols, tables)
-    else:
-        body, inner = _subquery(ctx, cols, tables, ctx.fresh("s"))
-        c, kind = rng.choice(inner)
-        sub = f"SELECT {c} AS v {body}"
-    items = _select_list(rng, cols, rng.randint(1, 2)) + [(f"{alias}.v", "lv", kind)]
-    join = f", LATERAL ({sub}) AS {alias}"
-    sel = f"SELECT {_render(items)} FROM "
-    return Rel(sel + fe + join, sel + fo + join, [(n, t) for _, n, t in items])
-
-
 def relation(ctx: Ctx, tables: dict[str, list[tuple[str, str]]], depth: int) -> Rel:
     rng = ctx.rng
     if depth <= 0 or rng.random() < 0.3:
@@ -463,8 +417,7 @@ def subquery_query(rng: random.Random, tables: dict[str, list[tuple[str, str]]],
                    ) -> tuple[str, str]:
     """A query with correlated (or uncorrelated) subqueries over a random relation."""
     ctx = Ctx(rng, arrow_only)
-    shape = rng.choice([correlated, correlated, correlated, correlated_grouped, lateral])
-    rel = shape(ctx, relation(ctx, tables, rng.choice([0, 1, 1, 2])), tables)
+    rel = correlated(ctx, relation(ctx, tables, rng.choice([0, 1, 1, 2])), tables)
     if not ctx.ctes:
         return rel.engine, rel.oracle
     with_e = ", ".join(f"{n} AS ({e})" for n, e, _ in ctx.ctes)
