@@ -422,3 +422,26 @@ def test_a_linear_aggregate_in_the_loop_keeps_per_iteration_running_totals(tmp_p
         want = {(k, min(1 + m, 3)) for (k,), m in seeds.items() if m > 0}
         assert set(view) == want and set(view.values()) <= {1}, f"timestep {t}"
     assert any(k.startswith("x/2/") for k in rt.store.status()["traces"])  # per-iteration state
+
+
+def test_recompute_steps_interleave_with_incremental_ones(tmp_path):
+    """A recompute (the loop from scratch over the integrated inputs, ``execution.cost``) between
+    incremental steps: the same view deltas as the incremental run, and Dijkstra's distances."""
+    rng = random.Random(13)
+    plain = _open(SP, tmp_path / "plain", cost={"recompute": "never"})
+    edges, start, view = Counter(), Counter({(0, 0): 1}), Counter()
+    modes = []
+    for t in range(1, 8):
+        change = graph_change(rng, edges, lambda r: (r.randrange(9), r.randrange(9), r.randrange(5)), 5,
+                              0 if t < 2 else 3)
+        for root in ("plain", "mixed"):
+            write_change(str(tmp_path / root), "weighted_edges", t, EDGE, change)
+            if t == 1:
+                write_change(str(tmp_path / root), "start", t, START, start)
+        mixed = _open(SP, tmp_path / "mixed", cost={"recompute": "always" if t % 2 == 0 else "never"})
+        run_step(plain)
+        modes.append(run_step(mixed).mode)
+        assert output_delta(mixed, "dist") == output_delta(plain, "dist"), f"timestep {t}"
+        view = integrate(view, output_delta(mixed, "dist")[0])
+        assert set(view) == dijkstra(edges, start), f"timestep {t}"
+    assert "recompute" in modes and "incremental" in modes
