@@ -165,8 +165,10 @@ def _undecided(top: Any, delta: Any, node: Node) -> list[tuple]:
     Why the rest are: a row outside a group's top-k comes after every row in it (rank and
     dense_rank: strictly worse on ``order_by``; row_number: later in the total order, or a copy
     of a kept row). So if the top-k held less than k (rows, or distinct values for dense_rank),
-    the group has no other row; and if what is left of it after the change's deletions still
-    holds k, no other row can reach rank k. Otherwise the group is read from the integral."""
+    the group has no other row; and if what is left of it after the change's deletions, with the
+    inserted rows at least as good as its worst row, still holds k, no other row can reach rank k
+    (every such row is behind k rows of the new top-k). Otherwise the group is read from the
+    integral."""
     import pyarrow.compute as pc
 
     from spark_jobs.executor.arrow.zsets import consolidate, total
@@ -178,10 +180,55 @@ def _undecided(top: Any, delta: Any, node: Node) -> list[tuple]:
         return []
     ordered = [c for c, _, _ in node.param("order_by")]
     before = _measure(top, part, ordered, rank)
-    left = consolidate(total([top, deletes]))
+    # an inserted row at least as good as the old top-k's worst counts too (an aggregate's -old
+    # +new row of a count that grows is no deletion of the top)
+    inserts = delta.filter(pc.greater(delta.column(WEIGHT), 0))
+    left = consolidate(total([top, deletes, inserts.filter(_as_good(top, inserts, node))]))
     left = left.filter(pc.greater(left.column(WEIGHT), 0))
     after = _measure(left, part, ordered, rank)
     return [g for g, m in before.items() if m >= k and after.get(g, 0) < k]
+
+
+def _as_good(top: Any, inserts: Any, node: Node) -> Any:
+    """Per row of ``inserts``: is it at least as good (in the top-k's order; for row_number its
+    total order) as the worst row of its group's ``top``? Both sorted together in Spark's order,
+    an insert ahead of a top row it ties with; an insert is as good when a top row of its group
+    comes after it. Vectorized: a large change is decided without a Python pass over its rows."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from spark_jobs.spec.model import WEIGHT
+    from spark_jobs.state.float_keys import canonical_columns
+
+    if inserts.num_rows == 0 or top.num_rows == 0:
+        return pa.array([False] * inserts.num_rows, pa.bool_())
+    part = list(_partition(node))
+    columns = [c for c in inserts.column_names if c != WEIGHT]
+    both = pa.concat_tables([top.select(columns).cast(inserts.select(columns).schema), inserts.select(columns)])
+    both = canonical_columns(both, part)
+    tag = np.concatenate([np.zeros(top.num_rows, np.int8), np.ones(inserts.num_rows, np.int8)])
+    helped, keys, _ = _sort_keys(both.append_column("__tag", pa.array(tag)), node, columns)
+    order = pc.sort_indices(helped, sort_keys=keys + [("__tag", "descending", "at_end")]).to_numpy()
+    first = np.zeros(len(order), dtype=bool)
+    first[0] = True
+    for p in part:
+        col = both.column(p).take(pa.array(order)).combine_chunks()
+        a, b = col.slice(1), col.slice(0, len(col) - 1)
+        differ = pc.fill_null(pc.not_equal(a, b), False)
+        differ = pc.or_(differ, pc.not_equal(pc.is_null(a), pc.is_null(b)))
+        if pa.types.is_floating(col.type):  # NaN is one group (canonical: no -0.0 left)
+            differ = pc.and_(differ, pc.invert(pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False)))
+        first[1:] |= differ.to_numpy(zero_copy_only=False)
+    group = np.cumsum(first) - 1
+    tags = tag[order]
+    positions = np.arange(len(order))
+    last_top = np.full(group[-1] + 1, -1)
+    np.maximum.at(last_top, group[tags == 0], positions[tags == 0])
+    good_sorted = (tags == 1) & (positions < last_top[group])
+    good = np.zeros(len(order), dtype=bool)
+    good[order] = good_sorted
+    return pa.array(good[top.num_rows:])
 
 
 def _measure(table: Any, part: Sequence[str], ordered: Sequence[str], rank: str) -> dict[tuple, int]:
