@@ -59,9 +59,10 @@ lint: install
 	@if [ -x $(VENV)/bin/ruff ]; then $(VENV)/bin/ruff check .; else echo "   (ruff not installed; skipped)"; fi
 
 bench: install
-	@echo ">> bench: $(PY) -m bench.run $(BENCH_ARGS); $(PY) -m bench.recursion (W3); $(PY) -m bench.topk; $(PY) -m bench.append_only; $(PY) -m bench.recompute (incremental vs recompute vs policy); $(PY) -m bench.airflow (DAG runs); $(PY) -m bench.nexmark"
+	@echo ">> bench: $(PY) -m bench.run $(BENCH_ARGS); $(PY) -m bench.recursion (W3); $(PY) -m bench.iterate (while loop); $(PY) -m bench.topk; $(PY) -m bench.append_only; $(PY) -m bench.recompute (incremental vs recompute vs policy); $(PY) -m bench.airflow (DAG runs); $(PY) -m bench.nexmark"
 	@$(PY) -m bench.run $(BENCH_ARGS)
 	@$(PY) -m bench.recursion
+	@$(PY) -m bench.iterate
 	@$(PY) -m bench.topk
 	@$(PY) -m bench.append_only
 	@$(PY) -m bench.recompute

@@ -170,6 +170,9 @@ print_access() {
   echo "  logs:        $LOG, task logs under $AIRFLOW_HOME/logs"
   echo "  CLI:         source $ENV_FILE   (AIRFLOW_HOME, .venv/bin on PATH), then e.g. airflow dags list"
   echo "  stop:        Ctrl-C here, or scripts/airflow_local.sh stop"
+  echo "  PostgreSQL:  a circuit's connection NAME (source/sink kind: postgres) is the Airflow connection NAME:"
+  echo "               airflow connections add shop --conn-uri 'postgresql://USER:PASSWORD@HOST:5432/DB'"
+  echo "               (or export AIRFLOW_CONN_SHOP=... before starting; the CLI reads DBSP_CONN_SHOP)"
   echo
 }
 

@@ -35,7 +35,8 @@ LAYERS: tuple[Layer, ...] = (
     Layer(4, "quality", ("quality",), "built-in checks and Great Expectations before commit"),
     Layer(5, "runtime", ("runtime",), "one timestep end to end, and as retryable tasks"),
     Layer(6, "orchestration", ("orchestration",), "one Airflow DAG per circuit"),
-    Layer(6, "operations", ("cli", "services", "examples"), "the dbsp CLI, local services, example data"),
+    Layer(6, "operations", ("cli", "services", "local_postgres", "examples"),
+          "the dbsp CLI, local services (Spark, a test PostgreSQL), example data"),
     Layer(7, "demo", ("demo",), "the end-to-end demo"),
 )
 

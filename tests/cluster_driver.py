@@ -1,20 +1,37 @@
-"""Run timesteps of the paper example in its own process against a profile (used by test_cluster).
+"""Run timesteps in their own process against a profile (used by test_cluster).
 
-    python -m tests.cluster_driver PROFILE DATA_ROOT STEPS [--seed N]
+    python -m tests.cluster_driver PROFILE DATA_ROOT STEPS     the paper example, STEPS batches
+    python -m tests.cluster_driver w1 PROFILE DATA_ROOT        W1 (TPC-H Q3): a load, a small and a large change
 
-Writes one batch of changes before each step, runs the step, prints one line per commit.
+Writes one batch of changes before each step, runs the step, prints one line per commit (W1:
+also the engine and mode the policy chose).
 """
 from __future__ import annotations
 
 import sys
 
-from spark_jobs.config import PROJECT_ROOT, load_config
+from spark_jobs.config import PROJECT_ROOT, Config, load_config
 from spark_jobs.examples.generators import PaperExampleGenerator
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
 
+W1_CIRCUIT = str(PROJECT_ROOT / "bench" / "circuits" / "w1_tpch.yaml")
+W1_SF = 0.0005  # 75 customers, 750 orders, ~3,000 line items
+# changed rows of W1's steps after the load: one small, one large for W1_POLICY's thresholds
+W1_CHANGES = (40, 600)
+# The default policy with its size thresholds scaled to this data: a change of more than 200 rows
+# is "large" (Spark, here the cluster), and so is a recompute over more than 2,000 integrated
+# rows; the cost model may recompute a change from 100 rows on. Everything else is the profile's.
+W1_POLICY = {"arrow": {"max_change_rows": 200}, "cost": {"arrow_rows": 2_000, "min_change_rows": 100}}
 
-def main(profile: str, data_root: str, steps: int) -> int:
+
+def w1_config(profile: str | None, data_root: str) -> Config:
+    from tests.policies import policy
+
+    return load_config(profile, data_root=data_root).with_policy(policy(**W1_POLICY))
+
+
+def paper(profile: str, data_root: str, steps: int) -> int:
     rt = open_circuit(str(PROJECT_ROOT / "circuits" / "paper_example.yaml"), load_config(profile, data_root=data_root))
     gen = PaperExampleGenerator(data_root)
     for _ in range(steps):
@@ -24,5 +41,26 @@ def main(profile: str, data_root: str, steps: int) -> int:
     return 0
 
 
+def w1(profile: str | None, data_root: str) -> list[tuple[int, str, str, str]]:
+    """W1's load, then a small and a large change, each through the profile's policy; returns
+    (timestep, engine, mode, engine reason) per step."""
+    from bench.generators import TpchGenerator
+
+    rt = open_circuit(W1_CIRCUIT, w1_config(profile, data_root))
+    gen = TpchGenerator(data_root, W1_SF)
+    gen.initial()
+    out = []
+    for rows in (None, *W1_CHANGES):
+        if rows is not None:
+            gen.change(rows)
+        report = run_step(rt)
+        out.append((report.timestep, report.engine, report.mode, report.engine_reason))
+        print(f"committed {report.timestep} {report.engine} {report.mode}: {report.engine_reason}", flush=True)
+    return out
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+    if sys.argv[1] == "w1":
+        w1(sys.argv[2], sys.argv[3])
+        sys.exit(0)
+    sys.exit(paper(sys.argv[1], sys.argv[2], int(sys.argv[3])))

@@ -82,3 +82,29 @@ def test_worker_killed_mid_step(spark, cluster, tmp_path):
     views, last = _views(tmp_path)
     assert last == 3
     assert views == oracle.paper_example(str(tmp_path))
+
+
+def test_w1_on_the_cluster_through_the_policy_equals_a_local_run(spark, cluster, tmp_path):
+    """W1 (TPC-H Q3) under the cluster profile, through the same policy as any profile: the load
+    and the large change run on the cluster, the small change in the driver's process (it reaches
+    the state), and every step's views and state equal a local run's of the same changes."""
+    from tests.cluster_driver import W1_CIRCUIT, w1, w1_config
+    from tests.engines import output_delta
+    from tests.test_paths import _traces
+
+    on_cluster, local = tmp_path / "cluster", tmp_path / "local"
+    proc = subprocess.Popen([sys.executable, "-m", "tests.cluster_driver", "w1", "cluster", str(on_cluster)],
+                            cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYSPARK_PYTHON=sys.executable))
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    steps = [line.split(":")[0].split() for line in out.splitlines() if line.startswith("committed")]
+    assert [s[1:] for s in steps] == [["1", "spark", "incremental"], ["2", "arrow", "incremental"],
+                                      ["3", "spark", steps[2][3]]], out
+    assert "max_change_rows" in out.splitlines()[-1] or steps[2][3] == "recompute", out
+    here = [[str(t), engine, mode] for t, engine, mode, _why in w1(None, str(local))]
+    assert here == [s[1:] for s in steps]  # the same choices in a local run
+    cluster_rt = open_circuit(W1_CIRCUIT, w1_config("cluster", str(on_cluster)))
+    local_rt = open_circuit(W1_CIRCUIT, w1_config(None, str(local)))
+    assert output_delta(cluster_rt, "q3") == output_delta(local_rt, "q3")
+    assert _traces(cluster_rt) == _traces(local_rt)

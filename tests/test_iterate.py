@@ -308,8 +308,8 @@ def test_both_engines_give_the_same_loop_and_read_each_others_state(spark, tmp_p
     edges, start = Counter(), Counter()
 
     def write_step(roots: list[str], t: int) -> None:
-        change = graph_change(rng, edges, lambda r: (r.randrange(6), r.randrange(6), r.randrange(4)), 5, 0 if t < 2 else 2)
-        s = graph_change(rng, start, lambda r: (r.randrange(8), r.randrange(2)), 1, 1 if t == 3 else 0) if t in (1, 3) else None
+        change = graph_change(rng, edges, lambda r: (r.randrange(4), r.randrange(4), r.randrange(3)), 3, 0 if t < 2 else 2)
+        s = graph_change(rng, start, lambda r: (r.randrange(4), r.randrange(2)), 1, 1 if t == 3 else 0) if t in (1, 3) else None
         for root in roots:
             if change:
                 write_change(root, "edges", t, EDGE, change)

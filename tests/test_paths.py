@@ -10,6 +10,9 @@ its own data root:
   everything, as where only the cluster sees the files);
 - ``dag-per_step``: a DAG run's one task (``timestep``: plan, stages, check, commit) as Airflow
   runs it, on the engine the plan picks (in-process here, and no Spark session is opened);
+- ``airflow-per_step``: the same one task through the Airflow callable
+  (``orchestration.tasks.run_step``, as a DAG's PythonOperator calls it: the profile by file, the
+  circuit opened by the task itself), in-process;
 - ``dag-per_stage-spark``: one task per stage, every stage on Spark;
 - ``cli-recompute``: `dbsp step` recomputing every step after the first from the integrated inputs
   (``execution.cost.recompute: always``, runtime/recompute.py), in-process;
@@ -21,11 +24,14 @@ integrated value must be the same on every path, and the manifest records the sa
 """
 from __future__ import annotations
 
+import os
 import random
 from collections import Counter
 
 import pytest
 
+from spark_jobs.config import PROJECT_ROOT
+from spark_jobs.orchestration import tasks
 from spark_jobs.runtime import timestep
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
@@ -63,8 +69,8 @@ INPUTS = {
                {"id": KEYS, "cust": KEYS, "amount": KEYS, "status": STRINGS}),
     "customers": ({"cust": "long", "region": "string"}, {"cust": KEYS, "region": STRINGS}),
 }
-PATHS = ("cli-arrow", "cli-spark", "cli-spark-remote", "dag-per_step", "dag-per_stage-spark", "cli-recompute",
-         "dag-recompute")
+PATHS = ("cli-arrow", "cli-spark", "cli-spark-remote", "dag-per_step", "airflow-per_step", "dag-per_stage-spark",
+         "cli-recompute", "dag-recompute")
 
 
 def _config(path: str, root):
@@ -82,6 +88,15 @@ def _step(path: str, rt, t: int) -> str:
     if path.startswith("cli"):
         return run_step(rt).engine
     run_id = f"run-{t}"
+    if path == "airflow-per_step":  # what the DAG's PythonOperator calls, with the context it gets
+        profile = os.path.join(str(rt.config.data_root), "profile.yaml")
+        if not os.path.exists(profile):
+            text = (PROJECT_ROOT / "config" / "local.yaml").read_text()
+            with open(profile, "w", encoding="utf-8") as fh:
+                fh.write(text.replace("data_root: data\n", f"data_root: {rt.config.data_root}\n", 1))
+        done = tasks.run_step("timestep", rt.path, config=profile, run_id=run_id, params={})
+        assert done["commit"]["timestep"] == t and set(done["timing"]) == {"imports", "open", "work"}, done
+        return done["commit"]["engine"]
     if path in ("dag-per_step", "dag-recompute"):
         phases = []
         done = timestep.run_task(rt, "timestep", run_id, on_phase=lambda name, _s: phases.append(name))
@@ -126,7 +141,7 @@ def test_every_path_commits_the_same_timestep(spark, tmp_path, seed):
             for p in PATHS:
                 write_change(str(tmp_path / p), name, t, bag.columns, change)
         engines = {p: _step(p, rt, t) for p, rt in rts.items()}
-        assert engines["cli-arrow"] == "arrow" and engines["dag-per_step"] == "arrow", engines
+        assert engines["cli-arrow"] == engines["dag-per_step"] == engines["airflow-per_step"] == "arrow", engines
         assert engines["cli-spark"] == engines["cli-spark-remote"] == engines["dag-per_stage-spark"] == "spark"
         assert "spark" not in rts["dag-per_step"].__dict__, "an in-process DAG run opened a Spark session"
         for p in ("cli-recompute", "dag-recompute"):

@@ -264,9 +264,26 @@ def cmd_step(args: argparse.Namespace) -> int:
         with process_lease(rt):  # before Spark starts: a second writer is refused at once
             _quiet_spark(rt, args.verbose)
             report = run_step(rt, progress=_err, full_refresh=args.full_refresh,
-                              recompute=bool(getattr(args, "recompute", False)))
+                              recompute=bool(getattr(args, "recompute", False)),
+                              apply_change=bool(getattr(args, "apply_change", False)))
     print(render.step_report(report))
     return _published(report)
+
+
+def cmd_plan_change(args: argparse.Namespace) -> int:
+    """Reads manifests only: no Spark, nothing written."""
+    from spark_jobs.runtime.change import plan_change
+
+    with _user_errors(args):
+        rt = open_circuit(args.circuit, _config(args))
+        plan = plan_change(rt)
+        if plan is None:
+            last = rt.committed.last_committed()
+            print(f"circuit {rt.name}: " + ("nothing committed yet: the first step loads every node" if last == 0
+                                            else f"unchanged since timestep {last}: nothing to apply"))
+            return 0
+        print("\n".join(plan.lines({n.id: n.origin for n in rt.compiled.incremental})))
+    return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -343,10 +360,13 @@ def cmd_publish(args: argparse.Namespace) -> int:
     between a commit and its publish, or publishes after `views.enabled` was switched on."""
     from spark_jobs.publish import publish_views
 
+    from spark_jobs.publish.postgres_sink import describe_results, sink_views
+
     with _user_errors(args):
         rt = open_circuit(args.circuit, _config(args))
         report = publish_views(rt, progress=_err)
-    print(report.summary())
+        sunk = sink_views(rt.compiled.spec, rt.committed, _err)  # database sinks (outputs.<view>.sink) too
+    print("\n".join([report.summary(), *describe_results(sunk)]))
     return 1 if report.failed else 0
 
 

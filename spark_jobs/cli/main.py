@@ -1,4 +1,4 @@
-"""`dbsp`: validate, explain, draw, step, run, status, show and reset circuits by hand.
+"""`dbsp`: validate, explain, draw, step, plan-change, run, status, show and reset circuits by hand.
 
 Everything a command prints as its result goes to stdout; progress and Spark's chatter go to
 stderr, so `dbsp show ... --format csv > view.csv` gives a clean file.
@@ -48,7 +48,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recompute", action="store_true",
                    help="recompute the views from the integrated inputs the state keeps (not the input files), "
                         "whatever the cost model says; committed as new view minus old view")
+    p.add_argument("--apply-change", action="store_true",
+                   help="the circuit was edited since its state was committed: keep the state of the nodes the "
+                        "edit did not touch and rebuild the others from the state (`dbsp plan-change` shows which)")
     p.add_argument("-v", "--verbose", action="store_true", help="keep Spark's own error logs on stderr")
+    _common(p)
+
+    p = sub.add_parser("plan-change", help="after editing a circuit: which nodes keep their state, which are new, "
+                                           "rebuilt or removed, and what each rebuild reads (changes nothing)")
+    p.add_argument("circuit", metavar="CIRCUIT")
     _common(p)
 
     p = sub.add_parser("run", help="run up to N timesteps, stopping when no input has pending changes")
@@ -90,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        handler = getattr(commands, f"cmd_{args.command}")
+        handler = getattr(commands, f"cmd_{args.command.replace('-', '_')}")
         try:
             code = int(handler(args) or 0)
         except commands.UserError as exc:

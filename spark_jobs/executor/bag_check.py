@@ -141,7 +141,7 @@ def negative_tuples(table: pa.Table, files: TraceFiles | None, policy: NarrowPol
     cols = [c for c in neg.column_names if c != WEIGHT]
     parts = [_tagged(neg, cols, before=False)]
     if files is not None:
-        found = _integral_rows(neg, cols, files, policy, scan).select(cols + [WEIGHT])
+        found = _padded(_integral_rows(neg, cols, files, policy, scan), neg.schema).select(cols + [WEIGHT])
         found = _as_spark_groups(found.cast(pa.schema([neg.schema.field(c) for c in cols] + [found.schema.field(WEIGHT)])))
         parts.append(_tagged(found, cols, before=True))
     total = pa.concat_tables(parts, promote_options="permissive")
@@ -149,6 +149,15 @@ def negative_tuples(table: pa.Table, files: TraceFiles | None, policy: NarrowPol
     b, c = sums.column(f"{BEFORE}_sum"), sums.column(f"{CHANGE}_sum")
     bad = sums.filter(pc.and_(pc.less(c, 0), pc.less(pc.add_checked(b, c), 0)))
     return bad.rename_columns(cols + [BEFORE, CHANGE]) if bad.num_rows else None
+
+
+def _padded(found: pa.Table, schema: pa.Schema) -> pa.Table:
+    """An integral written before a column was added to its input: NULL in that column (what the
+    rows of an input mean after the change, ``runtime/change.py``)."""
+    for f in schema:
+        if f.name not in found.column_names:
+            found = found.append_column(f.name, pa.nulls(found.num_rows, f.type))
+    return found
 
 
 def _integral_rows(neg: pa.Table, cols: list[str], files: TraceFiles, policy: NarrowPolicy,
@@ -214,7 +223,10 @@ def _on_spark(delta: DataFrame, integral: DataFrame | None) -> Negatives | None:
     parts = delta.select(*[col(c) for c in cols], zero.alias(BEFORE), col(WEIGHT).cast("long").alias(CHANGE))
     if integral is not None:
         deleting = delta.where(col(WEIGHT) < 0)
-        looked = zset.restrict(integral.select(*[col(c) for c in cols], col(WEIGHT)), deleting, cols, cols)
+        types = dict(delta.dtypes)  # a column added since the integral was written: NULL in its rows
+        held = integral.select(*[col(c) if c in integral.columns else F.lit(None).cast(types[c]).alias(c)
+                                 for c in cols], col(WEIGHT))
+        looked = zset.restrict(held, deleting, cols, cols)
         parts = parts.unionByName(looked.select(*[col(c) for c in cols], col(WEIGHT).cast("long").alias(BEFORE),
                                                 zero.alias(CHANGE)))
     sums = parts.groupBy(*[col(c) for c in cols]).agg(zset.checked_sum(BEFORE, cols).alias(BEFORE),

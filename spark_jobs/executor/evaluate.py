@@ -59,6 +59,11 @@ def trace_kind(circuit: Circuit, state_id: str) -> str:
     """How a store keeps a state update: "sum" (running totals) or "zset" (``State.kind``). A
     scope's traces are named ``<scope>/<body node>`` and are Z-sets."""
     node = circuit.nodes.get(state_id)
+    if node is None and "/" in state_id:  # a trace a node keeps under its own id (``Operator.trace_kinds``)
+        owner, _, rest = state_id.partition("/")
+        found = circuit.nodes.get(owner)
+        hook = operator(found.op).trace_kinds if found is not None else None
+        return hook(found, rest) if hook is not None else "zset"
     state = operator(node.op).state if node is not None else None
     return state.kind if state is not None else "zset"
 

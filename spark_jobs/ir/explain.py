@@ -58,6 +58,10 @@ def explain_text(circuit: Circuit, title: str = "", insert_only: Sequence[str] =
         lines.append("Insert-only (append_only inputs, no delete reaches them): " + ", ".join(insert_only))
     for scope in (n for n in circuit if n.op == "scope"):
         lines += ["", *_scope_text(scope)]
+    for loop in (n for n in circuit if n.op == "iterate"):
+        from spark_jobs.ir.ops.iterate import loop_text
+
+        lines += ["", *loop_text(loop)]
     return "\n".join(lines)
 
 

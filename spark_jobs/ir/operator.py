@@ -122,6 +122,7 @@ class Operator:
     form_of: str = ""  # an operator of Q^Δ only: the query operator whose rule produces it (it has no rule)
     floor: Callable[..., Any] | None = None  # (circuit, node, column, floors) -> bounds.Floor | None
     forgets: Callable[..., Any] | None = None  # (circuit, node, position | None, floors) -> bounds.Forget | None
+    trace_kinds: Callable[["Node", str], str] | None = None  # kind ("zset"/"sum") of its trace "<node>/<rest>"
 
     def stateful(self, circuit: "Circuit", node: "Node") -> bool:
         """Does ``node`` (of this operator) keep state of its own between timesteps?"""

@@ -24,7 +24,7 @@ def success_note(dag_id: str, commit: dict | None, plan: dict | None) -> str | N
         lines += [f"| {v} | {c.get('inserted', 0)} | {c.get('deleted', 0)} |" for v, c in views[:MAX_VIEWS]]
         if len(views) > MAX_VIEWS:
             lines.append(f"| … {len(views) - MAX_VIEWS} more | | |")
-        lines += ["", f"[quality report]({quality_url(dag_id)})"]
+        lines += [""] + source_lines(plan) + [f"[quality report]({quality_url(dag_id)})"]
         return _fit(lines)
     if plan and plan.get("empty"):
         return (f"**no new input files**: timestep {plan.get('timestep')} skipped, nothing committed "
@@ -32,6 +32,25 @@ def success_note(dag_id: str, commit: dict | None, plan: dict | None) -> str | N
     if plan and plan.get("already_committed"):
         return f"timestep {plan.get('timestep')} was already committed by this run"
     return None
+
+
+def source_lines(plan: dict | None) -> list[str]:
+    """What the run read of table sources: each Delta input's version and each PostgreSQL input's
+    log position (the ones its commit recorded), from the plan's frozen items."""
+    from spark_jobs.executor.sources.delta_log import version_of
+    from spark_jobs.executor.sources.pg_log import lsn_text, position_of
+
+    out = []
+    for name, items in ((plan or {}).get("inputs") or {}).items():
+        for item in items[-1:]:
+            label, base = str(item.get("name", "")), item.get("base")
+            if (v := version_of(label)) is not None:
+                since = f" (changes since version {base})" if base is not None else " (whole table)"
+                out.append(f"input `{name}`: Delta version {v}{since}")
+            elif (lsn := position_of(label)) is not None:
+                since = f" (changes since {lsn_text(int(base))})" if base is not None else " (snapshot)"
+                out.append(f"input `{name}`: PostgreSQL log position {lsn_text(lsn)}{since}")
+    return out + ([""] if out else [])
 
 
 def failure_note(dag_id: str, plan: dict | None, failed: list[str], phase: str | None = None) -> str:

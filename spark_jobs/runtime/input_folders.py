@@ -79,7 +79,7 @@ def missing_folders(inputs: dict[str, InputSpec], data_root: str) -> list[Missin
     snapshot source may be a folder of files only)."""
     missing = []
     for spec in inputs.values():
-        if spec.source is None:
+        if spec.source is None or spec.source.kind == "postgres":  # a table, no folder
             continue
         folder = folder_of(spec.source.path, data_root)
         if _kind(folder) != pafs.FileType.Directory:

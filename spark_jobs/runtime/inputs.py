@@ -148,6 +148,9 @@ def retained_inputs(spec_inputs: dict[str, InputSpec], data_root: str, manifest,
         if spec.kind == "delta":  # the whole table at its newest version
             out[name] = [replace(f, base=None, fingerprint=fingerprint_of(f)) for f in scan.listed[-1:]]
             continue
+        if spec.kind == "postgres":  # a new snapshot of the table
+            out[name] = [replace(f, base=None) for f in scan.listed[-1:]]
+            continue
         listed = {f.name for f in scan.listed}
         missing = [n for n in scan.consumed.by_name if n not in listed]
         if missing and not is_snapshot(spec):
@@ -241,6 +244,12 @@ def read_input(spark, spec: InputSpec, files: list[InputFile], state: InputState
         if change is None:  # files without a record
             return InputChange(spark.createDataFrame([], spark_schema(spec)), trace)
         return InputChange(change.delta, trace, change.unknown_keys)
+    if spec.kind == "postgres":  # read in this process (psycopg), applied by key as in-process, handed over
+        from spark_jobs.executor.arrow.readers import postgres_tables
+
+        pg = postgres_tables.read_change(spec, files[-1], state.trace_files(keyed_trace(spec.name)),
+                                         policy or ExecutionPolicy())
+        return InputChange(spark.createDataFrame(pg.table, schema=spark_schema(spec)), trace)
     if spec.kind == "delta":  # read in this process by deltalake (Spark has no Delta reader here), handed over
         from spark_jobs.executor.arrow.inputs import read_delta
 
@@ -248,6 +257,23 @@ def read_input(spark, spec: InputSpec, files: list[InputFile], state: InputState
         return InputChange(spark.createDataFrame(change.table, schema=spark_schema(spec)),
                            bytes_read=change.bytes_read)
     return InputChange(read_changes(spark, spec, files))
+
+
+def advance_slots(spec_inputs: dict[str, InputSpec], manifest) -> list[str]:
+    """After a commit: move each postgres input's replication slot to the position the manifest
+    recorded (never before: a crash in between only makes the next step skip what it applied).
+    Returns notes for what could not be done (the next step's scan tries again)."""
+    from spark_jobs.executor.sources.pg_scan import advance_to
+
+    notes = []
+    for name, spec in spec_inputs.items():
+        if spec.kind != "postgres" or manifest is None:
+            continue
+        try:
+            advance_to(spec, consumed_records(manifest, name))
+        except DbspError as exc:
+            notes.append(f"input {name}: replication slot not advanced yet ({exc}); the next step does it")
+    return notes
 
 
 def count_unknown_keys(txn, input_name: str, n: int, *, restart: bool = False) -> None:

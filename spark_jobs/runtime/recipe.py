@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from spark_jobs.state.store import Transaction
 
 Progress = Callable[[str], None]
-MODES = ("incremental", "full_refresh", "recompute")
+MODES = ("incremental", "full_refresh", "recompute", "apply_change")
 
 
 class StepEngine(Protocol):
@@ -133,6 +133,7 @@ class Work:
     change_rows: int | None = None
     input_rows: int | None = None
     started: float = field(default_factory=time.perf_counter)  # what ``meta.cost.seconds`` measures from
+    change: Any = None  # ``change.ChangePlan`` of a step that applies an edit of the circuit
 
     @property
     def full(self) -> bool:
@@ -148,7 +149,7 @@ def commit(rt: "CircuitRuntime", txn: "Transaction", work: Work) -> "Manifest":
     """Phase 6: write ``work`` into ``txn`` and publish the manifest (the commit point).
 
     The one place that decides what a committed timestep records: every path comes here."""
-    from spark_jobs.runtime import refresh
+    from spark_jobs.runtime import change, refresh
     from spark_jobs.runtime.inputs import count_unknown_keys, record_input_paths, source_paths
 
     if txn.timestep != work.timestep:
@@ -159,6 +160,8 @@ def commit(rt: "CircuitRuntime", txn: "Transaction", work: Work) -> "Manifest":
         work.notes += refresh.start(txn, rt.store, refresh.schemas(work.view_schemas))
     if work.recompute:  # every trace is rewritten: one a first step over the integrals does not write is gone
         drop_unwritten(txn, work)
+    if work.change is not None:  # an edit applied: removed and rebuilt nodes' old traces are gone
+        change.drop_replaced(txn, rt, work.change, {w.trace for w in work.writes})
     for name, records in work.records.items():
         txn.set_consumed(name, records)
     record_input_paths(txn, source_paths(spec.inputs))  # so a later step can say an input's folder moved
@@ -174,6 +177,7 @@ def commit(rt: "CircuitRuntime", txn: "Transaction", work: Work) -> "Manifest":
     write_values(txn, work.writes, work.outputs, batched=work.batched)
     failpoint("mid_step")
     txn.set_meta("mode", work.mode)
+    txn.set_meta(change.META_KEY, change.fingerprints(rt))  # what a later edit keeps (runtime/change.py)
     txn.set_meta("engine", work.engine)
     txn.set_meta("engine_reason", work.engine_reason)
     if work.run_id is not None:
@@ -206,7 +210,7 @@ def record_cost(txn: "Transaction", work: Work, keep: int) -> None:
     from spark_jobs.runtime import cost
 
     previous = txn.previous.meta if txn.previous is not None else None
-    if work.full or work.change_rows is None or work.input_rows is None:
+    if work.full or work.change is not None or work.change_rows is None or work.input_rows is None:
         history = cost.history_of(previous)
         if history:
             txn.set_meta("cost", {"mode": work.mode, "engine": work.engine, "reason": work.mode_reason,
@@ -274,7 +278,10 @@ def after_commit(rt: "CircuitRuntime", manifest: "Manifest", say: Progress | Non
     from spark_jobs.runtime.quality_gate import quality_dir
     from spark_jobs.runtime.retention import after_commit as retention
 
+    from spark_jobs.runtime.inputs import advance_slots
+
     started = time.perf_counter()
+    advance_slots(rt.compiled.spec.inputs, manifest)  # the positions this commit recorded are applied
     mark_committed(quality_dir(rt), manifest.timestep)
     publish_feeds(rt, manifest)
     if cleanup is not None:
@@ -285,10 +292,29 @@ def after_commit(rt: "CircuitRuntime", manifest: "Manifest", say: Progress | Non
     report = publish_views(rt, progress=say)
     if strict:
         report.raise_if_failed()
+    sink_outputs(rt, say, strict)
     published = time.perf_counter()
     note = retention(rt)
     return Published(report, note, {"feeds": round(fed - started, 3), "publish": round(published - fed, 3),
                                     "retention": round(time.perf_counter() - published, 3)})
+
+
+def sink_outputs(rt: "CircuitRuntime", say: Progress | None, strict: bool) -> None:
+    """Database sinks (``outputs.<view>.sink``) brought to the last commit, each timestep in one
+    transaction with its progress row; a failure raises with ``strict`` (a DAG commit task is
+    retried), else it is said and the next step or commit catches up."""
+    if not any(o.sink is not None for o in rt.compiled.spec.outputs.values()):
+        return
+    from spark_jobs.errors import DbspError
+    from spark_jobs.publish.postgres_sink import sink_views
+
+    try:
+        sink_views(rt.compiled.spec, rt.committed, say)
+    except DbspError as exc:
+        if strict:
+            raise
+        if say is not None:
+            say(f"sink not written yet ({exc}); the next step or commit retries")
 
 
 # ---- phases 1-5 in one process ------------------------------------------------------------------
@@ -392,6 +418,16 @@ def compute(rt: "CircuitRuntime", engine: StepEngine, work: Work, files: Mapping
         say(f"timestep {t}: recomputing the views from the integrated inputs ({work.mode_reason})")
         evaluated, own = integrate(rt, engine, deltas, state)
         on = NoState()
+    if work.change is not None:  # an edit applied: kept nodes step, the others are bootstrapped
+        from spark_jobs.runtime import change
+
+        applied = change.compute(rt, engine, work.change, deltas, own, state, say)
+        work.notes += applied.notes
+        outputs, writes, checked = engine.settle(applied.outputs, applied.writes, checked)
+        # the gate compares with each view's old value where comparable (a reshaped view has none)
+        gate = engine.gate(t, outputs, checked, True, work.clock.report(), change.GateState(state, work.change))
+        work.outputs, work.writes = outputs, writes
+        return Computed(work, reports, gate)
     say(f"timestep {t}: evaluating {len(circuit.nodes)} operators" + (" (Arrow)" if engine.name == "arrow" else ""))
     result = engine.evaluate(evaluated, on, first_step=work.full or work.recompute or t == 1, full=work.full)
     outputs = dict(result.outputs)

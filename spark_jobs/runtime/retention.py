@@ -137,7 +137,7 @@ def prune_inputs(rt: "CircuitRuntime", store, rule: Retention | None, now: datet
         return {}
     found: dict[str, list[str]] = {}
     for name, spec in rt.compiled.spec.inputs.items():
-        if spec.source is None or spec.source.kind in ("snapshots", "delta"):  # a table's log is not ours
+        if spec.source is None or spec.source.kind in ("snapshots", "delta", "postgres"):  # a table's log is not ours
             continue
         scan = scan_input(spec, rt.config.data_root, manifest.consumed(name),
                           allowed_roots=rt.config.allowed_input_roots, fingerprints=False)

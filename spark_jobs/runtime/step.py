@@ -33,7 +33,7 @@ from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.runtime.errors import input_errors
 from spark_jobs.runtime.event_time import StepClock, iso
 from spark_jobs.runtime.failures import step_failures
-from spark_jobs.runtime.inputs import ChosenInputs, choose_inputs, pending_inputs as _pending
+from spark_jobs.runtime.inputs import CannotRebuild, ChosenInputs, choose_inputs, pending_inputs as _pending
 from spark_jobs.runtime.reach import driver_reach
 from spark_jobs.runtime.refresh import EmptyState
 from spark_jobs.runtime.step_types import InputReport, StepReport, StoreReader
@@ -154,8 +154,28 @@ class Path:
                                                "change_rows", "input_rows")})
 
 
+def change_plan(rt: CircuitRuntime, *, full_refresh: bool = False, apply_change: bool = False):
+    """The plan of applying an edited circuit to its state (None: not edited, or a full refresh).
+    Refuses (``FingerprintMismatch``, naming the change and how to apply it) unless the change is
+    asked for: ``apply_change`` (`dbsp step --apply-change`, a DAG param) or ``settings.on_change:
+    bootstrap``. A plan whose ``cannot`` is set falls back to a full refresh (the caller)."""
+    from spark_jobs.runtime import change
+    from spark_jobs.state.store import FingerprintMismatch
+
+    if full_refresh:
+        return None
+    plan = change.plan_change(rt)
+    if plan is None:
+        return None
+    if not (apply_change or change.on_change(rt) == "bootstrap"):
+        m = rt.committed.manifest()
+        raise FingerprintMismatch(rt.name, rt.committed.root, m.timestep, m.fingerprint, rt.compiled.fingerprint,
+                                  change=plan.summary())
+    return plan
+
+
 def choose_path(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full_refresh: bool = False,
-                recompute: bool = False) -> Path:
+                recompute: bool = False, change: Any = None) -> Path:
     """The mode and engine of this step, read without Spark: the engine of an incremental step
     (``choose_engine``), then the cost model (``cost.choose``): incremental, or recomputed from
     the integrated inputs when that is estimated cheaper (``execution.cost``), on Arrow when the
@@ -176,6 +196,14 @@ def choose_path(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full
     if rt.committed.last_committed() == 0:  # a load: Q over the inputs already (recorded as a recompute's cost)
         return Path("incremental", engine, reason, "the first step loads the inputs", None, rows, 0)
     held = recomputing.input_rows(rt)
+    if change is not None:  # an edit applied (runtime/change.py): the bootstrap reads the integrals
+        inprocess = (policy.engine != "spark" and rows is not None and step_engines.unsupported(rt, pending) is None
+                     and driver_reach(rt) is None)
+        small = inprocess and held + (rows or 0) <= policy.cost.arrow_rows
+        return Path("apply_change", "arrow" if small else "spark",
+                    "in-process: the integrals fit execution.cost.arrow_rows" if small else
+                    "on Spark: the integrals exceed execution.cost.arrow_rows or are not in-process",
+                    f"applying a change of the circuit: {change.summary()}", None, rows, held)
     if not any(pending.values()) and not recompute:
         return Path("incremental", engine, reason, "no input changed", None, rows, held)
     settings = replace(policy.cost, recompute="always") if recompute else policy.cost
@@ -200,7 +228,7 @@ def choose_path(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full
 
 
 def run_step(rt: CircuitRuntime, progress: Progress | None = None, *, full_refresh: bool = False,
-             recompute: bool = False) -> StepReport:
+             recompute: bool = False, apply_change: bool = False) -> StepReport:
     """Run and commit the next timestep (last committed + 1) on the engine the policy picks,
     holding the circuit's lease, then publish the views (``spark_jobs.publish``: no Spark; a view
     that fails to publish stays committed, and the next run repairs its table). ``seconds`` is the
@@ -211,18 +239,30 @@ def run_step(rt: CircuitRuntime, progress: Progress | None = None, *, full_refre
     are new view - old view. ``recompute``: recompute the views from the integrated inputs the
     state keeps, whatever the cost model says (``recompute.py``; a circuit that cannot be stays
     incremental, and the report says why). A value refused inside a job raises ``ValueRefused``,
-    a full disk ``StorageFull``: one message each, nothing committed.
+    a full disk ``StorageFull``: one message each, nothing committed. ``apply_change``: the
+    circuit was edited since its state was committed: keep the state of the nodes the edit did not
+    touch and bootstrap the others from the state (``change.py``); without it (or
+    ``settings.on_change: bootstrap``) an edited circuit is refused, naming the change.
     """
     with process_lease(rt), step_failures(rt):
         with input_errors({}) as files:
-            return _run_step(rt, progress or (lambda _msg: None), full_refresh, files, recompute)
+            return _run_step(rt, progress or (lambda _msg: None), full_refresh, files, recompute, apply_change)
 
 
 def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files: dict,
-              recompute: bool = False) -> StepReport:
-    chosen = _chosen_inputs(rt, full_refresh, say)
+              recompute: bool = False, apply_change: bool = False) -> StepReport:
+    plan = change_plan(rt, full_refresh=full_refresh, apply_change=apply_change)
+    if plan is not None and plan.cannot:  # no kept state can feed a node: a full refresh (refused
+        say(f"the change cannot be bootstrapped from the state ({'; '.join(plan.cannot)}): full refresh")
+        try:  # when retention removed input files)
+            chosen = _chosen_inputs(rt, True, say)
+        except CannotRebuild as exc:
+            raise CannotRebuild(f"the change cannot be applied: {'; '.join(plan.cannot)}, and {exc}") from exc
+        full_refresh, plan = True, None
+    else:
+        chosen = _chosen_inputs(rt, full_refresh, say)
     read_files.update(chosen.files)
-    path = choose_path(rt, chosen.files, full_refresh=full_refresh, recompute=recompute)
+    path = choose_path(rt, chosen.files, full_refresh=full_refresh, recompute=recompute, change=plan)
     manifest, computed, seconds = commit_path(rt, chosen.files, chosen.records(), path, say)
     done = recipe.after_commit(rt, manifest, say)  # a failed view: committed, the next run repairs it
     report = recipe.step_report(rt, manifest, computed, seconds, chosen.notes())
@@ -251,7 +291,7 @@ def commit_path(rt: CircuitRuntime, files: dict[str, list[InputFile]], records: 
             what = "" if isinstance(why, NotLocal) else "Arrow refused: "
             path.engine, path.engine_reason = "spark", f"in-process on Arrow was not possible: {what}{why}"
             log.info("timestep runs on Spark: %s", path.engine_reason)
-    large = full or path.mode == "recompute"  # a recompute's values are the inputs: never "small"
+    large = full or path.mode in ("recompute", "apply_change")  # a recompute's values are the inputs: never "small"
     spark = step_engines.SparkSteps(rt, full=full, small=False if large else None,
                                     driver_writes=driver_reach(rt) is None)
     return _compute_and_commit(rt, spark, files, records, path, say, run_id)
@@ -265,10 +305,17 @@ def _compute_and_commit(rt: CircuitRuntime, engine: "recipe.StepEngine", files: 
     store = rt.store
     full = path.mode == "full_refresh"
     state = EmptyState() if full else StoreReader(store)
-    with store.begin(refresh=full) as txn:
+    changing = path.mode == "apply_change"
+    with store.begin(refresh=full or changing) as txn:
         txn.in_process = engine.name == "arrow"
         path.engine = engine.name
         work = path.work(txn, StepClock(rt.compiled.spec.inputs, txn.previous, fresh=full), records, run_id)
+        if changing:
+            from spark_jobs.runtime.change import plan_change
+
+            work.change = plan_change(rt, txn.previous)
+            if work.change is None:  # (another writer applied it meanwhile: a plain incremental step)
+                work.mode = "incremental"
         try:
             computed = recipe.compute(rt, engine, work, files, state, say)
             say(f"timestep {work.timestep}: writing state")

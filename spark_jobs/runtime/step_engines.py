@@ -43,6 +43,7 @@ class SparkSteps:
         self.results: list[Any] = []
         self.local = False  # the changes were brought to the driver (``count``)
         self.settled_arrow = False  # the step's values came to this process as Arrow (``settle``)
+        self.unchanged = False  # no input changed (``count``): the values may be known empty without a job
         # this process reads and writes the state itself (``step.driver_reach``): a small step's
         # values are written by pyarrow, not by a Spark job
         self.driver_writes = driver_writes
@@ -67,9 +68,12 @@ class SparkSteps:
               ) -> dict[str, tuple[int, int]]:
         from spark_jobs.runtime.step import count_inputs, ins_del
 
-        if not deltas:
-            return {}
         policy = self.rt.config.policy
+        if not deltas:  # no input changed: the smallest change there is (its results come back as Arrow)
+            self.unchanged = True
+            if not self._small_given:
+                self.small = not self.full
+            return {}
         counts, local = count_inputs(self.spark, clock, deltas, files, policy)  # late rows counted, then left out
         if local is not None:
             deltas.update(local)
@@ -122,8 +126,13 @@ class SparkSteps:
         from spark_jobs.executor.sources import spark_schema
         from spark_jobs.executor.spark import zset
 
-        columns = spark_schema(self.rt.compiled.spec.inputs[name]).fieldNames()
-        parts = [df.select(*columns) for df in (state.read(trace), change) if df is not None]
+        from pyspark.sql import functions as F
+
+        fields = spark_schema(self.rt.compiled.spec.inputs[name]).fields
+        # a column added to the input since the integral was written: NULL in its old rows
+        parts = [df.select(*[F.col(f.name) if f.name in df.columns else F.lit(None).cast(f.dataType).alias(f.name)
+                             for f in fields])
+                 for df in (state.read(trace), change) if df is not None]
         if not parts:
             return self.spark.createDataFrame([], spark_schema(self.rt.compiled.spec.inputs[name]))
         total = parts[0] if len(parts) == 1 else zset.plus(parts[0], parts[1])
@@ -138,14 +147,17 @@ class SparkSteps:
         pyarrow writes them, so the step's Spark jobs are that one and the input count's. Where
         this process cannot write the state itself, or the values are too many rows, the view
         deltas are computed once (to the driver, or cached) and Spark writes."""
-        from spark_jobs.executor.spark.local_relations import collect_arrow, collect_local
+        from spark_jobs.executor.spark.local_relations import collect_arrow, collect_local, known_empty
 
         policy = self.rt.config.policy
         if self.small and not self.full and self.driver_writes:
             frames = {f"output/{v}": df for v, df in outputs.items()}
             frames.update({f"write/{i}": w.value for i, w in enumerate(writes)})
             frames.update({f"input/{n}": df for n, df in checked.items()})
-            tables = collect_arrow(self.spark, frames, policy.local_change_rows)[0] if frames else {}
+            if self.unchanged and all(known_empty(df) for df in frames.values()):  # nothing to collect
+                tables = {key: _typed(None, df) for key, df in frames.items()}
+            else:
+                tables = collect_arrow(self.spark, frames, policy.local_change_rows)[0] if frames else {}
             if tables is not None:
                 typed = {key: _typed(tables[key], frames[key]) for key in frames}
                 self.settled_arrow = True
@@ -274,7 +286,7 @@ class ArrowSteps:
         limit = self.rt.config.policy.cost.arrow_rows
         if files is not None and files.rows() > limit:
             raise NotLocal(f"input {name}'s integral holds {files.rows()} rows > execution.cost.arrow_rows ({limit})")
-        parts = [t.select(schema.names).cast(schema) for t in
+        parts = [_padded(t, schema) for t in
                  ((files.read_all() if files is not None else None), change) if t is not None]
         if not parts:
             return schema.empty_table()
@@ -297,6 +309,17 @@ class ArrowSteps:
 
     def release(self) -> None:
         return None
+
+
+def _padded(table: Any, schema: Any) -> Any:
+    """``table`` with ``schema``'s columns and ``_weight``: a column added to the input since an
+    integral was written is NULL in its old rows (applying a change: ``runtime/change.py``)."""
+    import pyarrow as pa
+
+    for f in schema:
+        if f.name not in table.column_names:
+            table = table.append_column(f.name, pa.nulls(table.num_rows, f.type))
+    return table.select(schema.names).cast(schema)
 
 
 def _settled(table: Any, consolidate: Any) -> Any:
@@ -322,10 +345,13 @@ def _settled(table: Any, consolidate: Any) -> Any:
 
 def _typed(table: Any, frame: Any) -> Any:
     """A table collected from Spark with the Arrow types the in-process engine and the store
-    use for ``frame``'s Spark schema (one mapping whichever engine wrote a file)."""
+    use for ``frame``'s Spark schema (one mapping whichever engine wrote a file); None: the
+    empty table of those types."""
     from spark_jobs.state.arrow_trace import arrow_of
 
     schema = arrow_of(frame.schema)
+    if table is None:  # known empty
+        return schema.empty_table()
     return table if table.schema == schema else table.select(schema.names).cast(schema)
 
 

@@ -21,7 +21,7 @@ import yaml
 from . import yaml_limits
 from .errors import CircuitError, Problem
 from .model import (DEFAULT_CDC_OPS, DEFAULT_ORCHESTRATION_TASKS, ON_INPUTS, CdcOptions, CircuitSpec, Column,
-                    Expectation, InputSpec, NodeSpec, Orchestration, OutputSpec, PublishSpec, Source)
+                    Expectation, InputSpec, NodeSpec, Orchestration, OutputSpec, PublishSpec, SinkSpec, Source)
 from .node_ops import Loading, node_op
 from .sql import ParsedQuery, Position, SqlError, parse_query
 from .sql_limits import QueryBudget, line_col, query_problem
@@ -285,11 +285,22 @@ def build_input(name: str, raw: Any, doc: Document) -> InputSpec:
         source = Source(kind=kind, path=str(src.get("path", "")),
                         format=str(src.get("format", "parquet")),
                         options=dict(options) if isinstance(options, dict) else {},
-                        line=doc.line(path + ("source",)), cdc=cdc)
+                        line=doc.line(path + ("source",)), cdc=cdc, table=_str(src.get("table")) or "",
+                        connection=_str(src.get("connection")) or "", slot=_str(src.get("slot")) or "")
     return InputSpec(name=name, columns=tuple(columns), source=source,
                      expectations=build_expectations(raw.get("expectations"), path + ("expectations",), doc),
                      line=doc.line(path), key=_strs(raw.get("key")),
                      time=event_time_of(raw.get("time"), doc.line(path + ("time",))))
+
+
+def _slot_named(spec: InputSpec, circuit: str) -> InputSpec:
+    """A postgres source's slot: as written, else one per circuit and input (two circuits reading
+    one table each consume the table's changes once)."""
+    src = spec.source
+    if src is None or src.kind != "postgres" or src.slot:
+        return spec
+    slot = re.sub(r"[^a-z0-9_]", "_", f"dbsp_{circuit}_{spec.name}".lower())[:63]
+    return replace(spec, source=replace(src, slot=slot))
 
 
 def build_cdc(src: dict[str, Any]) -> CdcOptions:
@@ -311,6 +322,14 @@ def build_publish(raw: Any, line: int) -> PublishSpec:
     return PublishSpec(line=line)
 
 
+def build_sink(raw: Any, line: int) -> SinkSpec | None:
+    """`sink: {kind: postgres, table: schema.name, connection: NAME}` (wrong shapes: the schema's)."""
+    if not isinstance(raw, dict):
+        return None
+    return SinkSpec(kind=_str(raw.get("kind")) or "", table=_str(raw.get("table")) or "",
+                    connection=_str(raw.get("connection")) or "", line=line)
+
+
 def build_outputs(raw: Any, doc: Document) -> dict[str, OutputSpec]:
     if isinstance(raw, list):
         return {v: OutputSpec(v, (), doc.line(("outputs", i))) for i, v in enumerate(raw) if isinstance(v, str)}
@@ -322,7 +341,7 @@ def build_outputs(raw: Any, doc: Document) -> dict[str, OutputSpec]:
         out[v] = OutputSpec(v, build_expectations(body.get("expectations"), ("outputs", v, "expectations"), doc),
                             doc.line(("outputs", v)), key=_strs(body.get("key")),
                             publish=build_publish(body.get("publish"), doc.line(("outputs", v, "publish"))),
-                            feed=body.get("feed") is True)
+                            feed=body.get("feed") is True, sink=build_sink(body.get("sink"), doc.line(("outputs", v, "sink"))))
     return out
 
 
@@ -365,9 +384,10 @@ def build_spec(doc: Document, broken: frozenset[str] = frozenset()) -> tuple[Cir
     known = {n.lower(): n for n in list(inputs) + list(nodes)}
     built = {k: replace(n, tables=tuple(known.get(t.lower(), t) for t in n.tables)) if n.tables else n
              for k, n in built.items()}  # SQL names are case-insensitive: the circuit's spelling
+    name = str(data.get("name", ""))
     spec = CircuitSpec(
-        name=str(data.get("name", "")), path=doc.file,
-        inputs={k: build_input(k, v, doc) for k, v in inputs.items()},
+        name=name, path=doc.file,
+        inputs={k: _slot_named(build_input(k, v, doc), name) for k, v in inputs.items()},
         nodes=built,
         outputs=build_outputs(data.get("outputs"), doc),
         schedule=schedule,

@@ -28,7 +28,8 @@ def reserved_column_problem(name: str) -> str | None:
 # The ops a user may write in `nodes.<name>.op` are registered by their modules (``spec/ops/``,
 # ``node_ops.op_names()``), each with its YAML form.
 
-SOURCE_KINDS = ("changes", "snapshots", "cdc", "append_only", "delta")
+SOURCE_KINDS = ("changes", "snapshots", "cdc", "append_only", "delta", "postgres")
+TABLE_KINDS = ("postgres",)  # sources that name a database table and a connection, not a path
 SOURCE_FORMATS = ("parquet", "csv", "json", "jsonl")  # jsonl: another name for json (JSON lines)
 # What a change of a `cdc` input does to its key (the values of its operation column map to these)
 CDC_OPERATIONS = ("insert", "update", "delete", "upsert")
@@ -80,6 +81,9 @@ class Source:
     options: dict[str, Any] = field(default_factory=dict)  # extra Spark reader options (e.g. csv header)
     line: int = 0
     cdc: CdcOptions | None = None  # kind cdc only
+    table: str = ""  # kind postgres: schema.name of the source table
+    connection: str = ""  # kind postgres: the connection's name (spark_jobs/executor/sources/pg_connections.py)
+    slot: str = ""  # kind postgres: the replication slot (and publication) name; default dbsp_<circuit>_<input>
 
     @property
     def reader_format(self) -> str:
@@ -246,6 +250,16 @@ class PublishSpec:
 
 
 @dataclass(frozen=True)
+class SinkSpec:
+    """Where a view's changes are also written (`outputs.<view>.sink`): a PostgreSQL table."""
+
+    kind: str  # "postgres"
+    table: str  # schema.name
+    connection: str  # a connection's name (DBSP_CONN_<NAME> or an Airflow connection id)
+    line: int = 0
+
+
+@dataclass(frozen=True)
 class OutputSpec:
     name: str  # a node or input name
     expectations: tuple[Expectation, ...] = ()
@@ -253,6 +267,7 @@ class OutputSpec:
     feed: bool = False  # also write each timestep's change as a change file under feeds/ (chaining)
     key: tuple[str, ...] = ()  # the view's key: its published table is maintained by MERGE on it
     publish: PublishSpec = field(default_factory=PublishSpec)
+    sink: SinkSpec | None = None  # also written to a database table after each commit
 
 
 @dataclass(frozen=True)

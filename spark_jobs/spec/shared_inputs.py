@@ -50,7 +50,7 @@ class Reader:
 
 def readers(circuits: Iterable[tuple[str, CircuitSpec]]) -> list[Reader]:
     return [Reader(file, spec.name, inp) for file, spec in circuits
-            for inp in spec.inputs.values() if inp.source is not None]
+            for inp in spec.inputs.values() if inp.source is not None and inp.source.path]  # a table has no folder
 
 
 def differences(a: Reader, b: Reader) -> list[str]:

@@ -53,14 +53,15 @@ class FingerprintMismatch(DbspError, RuntimeError):
     retryable = False
 
     def __init__(self, circuit: str, root: str, timestep: int, state_fingerprint: str,
-                 circuit_fingerprint: str) -> None:
+                 circuit_fingerprint: str, change: str = "") -> None:
         self.circuit, self.root, self.timestep = circuit, root, timestep
         self.state_fingerprint, self.circuit_fingerprint = state_fingerprint, circuit_fingerprint
+        self.change = change  # what changed, node by node (runtime/change.py), when the runtime knows
         super().__init__(self.describe(f"dbsp reset {circuit} --yes"))
 
     def __reduce__(self):  # picklable with its fields (the message is derived)
         return (type(self), (self.circuit, self.root, self.timestep, self.state_fingerprint,
-                             self.circuit_fingerprint))
+                             self.circuit_fingerprint, self.change))
 
     def user_message(self, reset_command: str | None = None) -> str:
         return self.describe(reset_command) if reset_command else str(self)
@@ -68,8 +69,11 @@ class FingerprintMismatch(DbspError, RuntimeError):
     def describe(self, reset: str) -> str:
         return (f"circuit {self.circuit!r} changed since its state was committed: state at "
                 f"{self.root} (timestep {self.timestep}) has fingerprint {self.state_fingerprint}, the "
-                f"circuit now has fingerprint {self.circuit_fingerprint}. Incremental state cannot "
-                f"be carried across a definition change; rebuild it from the inputs with `{reset}`.")
+                f"circuit now has fingerprint {self.circuit_fingerprint}"
+                + (f": {self.change}" if self.change else "") + ". "
+                f"Apply the change with `dbsp step --apply-change` (or set `settings.on_change: bootstrap` "
+                f"in the circuit): unchanged nodes keep their state, new and changed ones are rebuilt from "
+                f"the state (`dbsp plan-change` shows which); or rebuild it from the inputs with `{reset}`.")
 
 
 class TimestepNotRetained(DbspError, LookupError):

@@ -171,6 +171,12 @@ def read_input(spec: InputSpec, files: Sequence[InputFile], state: TraceSource,
     if spec.kind == "delta":
         change = read_delta(spec, files)
         return ArrowInputChange(change.table, bytes_read=change.bytes_read)
+    if spec.kind == "postgres":
+        from .readers import postgres_tables
+
+        pg = postgres_tables.read_change(spec, files[-1], state.trace_files(keyed_trace(spec.name)),
+                                         policy or ExecutionPolicy())
+        return ArrowInputChange(pg.table, trace)
     table, nbytes = read_changes(spec, files)
     return ArrowInputChange(table, bytes_read=nbytes)
 

@@ -282,6 +282,10 @@ def scan_input(spec: InputSpec, data_root: str, consumed: Iterable[dict | str] =
     """
     if spec.source is None:
         return InputScan([], ConsumedRecords())
+    if spec.source.kind == "postgres":  # a table, not a folder: its log positions (pg_log.py)
+        from .pg_scan import scan_postgres
+
+        return scan_postgres(spec, ConsumedRecords.load(spec.name, "", "", consumed), fingerprints)
     root = resolve_path(spec.source, data_root, allowed_roots)
     roots = real_roots(data_root, allowed_roots)
     records = ConsumedRecords.load(spec.name, root, spec.source.path, consumed)

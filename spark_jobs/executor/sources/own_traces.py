@@ -28,6 +28,6 @@ def input_trace(spec: InputSpec) -> tuple[str, tuple[str, ...]] | None:
     appended to (a snapshot input's last snapshot; a cdc input's rows, sorted by key)."""
     if is_snapshot(spec):
         return snapshot_trace(spec.name), ()
-    if spec.kind == "cdc":
+    if spec.kind in ("cdc", "postgres"):  # a postgres table's rows, found by key as cdc records find them
         return keyed_trace(spec.name), tuple(spec.key)
     return None

@@ -106,6 +106,17 @@ def is_connect(spark: SparkSession) -> bool:
 _SLOT_COL = "__slot"
 
 
+def known_empty(df: DataFrame) -> bool:
+    """Does Spark's optimizer already know ``df`` has no row (an empty local relation: a step
+    whose inputs did not change), so that collecting it would be a job for nothing? False when it
+    cannot tell without a job (and on Spark Connect, which has no plan in this process)."""
+    if is_connect(df.sparkSession):
+        return False
+    plan = df._jdf.queryExecution().optimizedPlan()
+    return plan.getClass().getSimpleName() == "LocalRelation" and plan.data().isEmpty()
+
+
+
 def collect_arrow(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows: int,
                   extras: Mapping[str, DataFrame] | None = None,
                   max_extra_rows: int = ExecutionPolicy().collect_extra_rows

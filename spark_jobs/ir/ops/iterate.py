@@ -9,12 +9,22 @@ that still changes after ``max_iterations`` applications fails the step.
 
 Unlike ``scope`` (a least fixed point of a monotone body, semi-naive on 2-D deltas), the body may
 hold any operator: aggregates, distinct, antijoins and differences of the loop, top-k, maps
-computing new values. Its incremental form here is the one every operator has (Algorithm 4.6
-applied to a non-incremental operator, ``Q^Δ = D ∘ Q ∘ I``): at each timestep the loop runs from
-``init`` over the integrated inputs and the step emits its value minus the previous one. That is
-correct for insertions and deletions alike; its cost is that of the loop on the whole inputs, not
-of the change. State: the integrals of the inputs (shared with any other reader) and the loop's
-previous value (``D``).
+computing new values.
+
+**Incremental form** (Algorithm 4.6 with nested time, the paper's section 6 applied to the while
+loop): the loop is a stream over iterations ``x_0 = init, x_i = Q(x_(i-1))``, and across
+timesteps each iteration's value changes by ``Δx_i``. Iteration ``i`` of a timestep evaluates
+Q^Δ, the body's own incremental circuit, on ``Δx_(i-1)`` and the imports' changes, with the
+body's state *as of iteration i at the previous timestep* (each stateful body node keeps one trace
+per iteration, ``<node>/<i>/<state>``; loop-invariant ones one trace, ``<node>/<state>``): that
+gives ``Δx_i``. The per-iteration differences ``D_i = x_i - x_(i-1)`` are kept too (one trace
+with an ``_iter`` column, ``<node>/diff``), so the step knows where the loop stops now (``x_i =
+x_(i-1)`` iff ``D_i + Δx_i - Δx_(i-1) = 0``) without reading whole values, and the depth
+(``<node>/depth``): past it the previous values are all equal, so iteration ``i > depth`` reads the
+state of ``depth``. The view's change is ``Δx_k`` (minus the ``D_j`` of the iterations the loop no
+longer runs, when it stops earlier than before). A step with no change of the loop's inputs does
+nothing. The kernels run this in-process; a step without that state (the first, a recompute, or
+on Spark) runs the loop from ``init`` over the integrated inputs and writes the same state.
 """
 from __future__ import annotations
 
@@ -22,34 +32,107 @@ from dataclasses import replace
 from typing import Any
 
 from spark_jobs.ir.builder import Builder
-from spark_jobs.ir.graph import Circuit, Node, make_node
-from spark_jobs.ir.operator import NONLINEAR, Operator, register
+from spark_jobs.ir.graph import Circuit, Node, make_node, state_of
+from spark_jobs.ir.operator import NONLINEAR, Operator, State, operator, register
 from spark_jobs.spec.model import NodeSpec, dependency_order
 
 KERNELS = "spark_jobs.executor.kernels.iterate"
+DIFF, DEPTH, VALUE = "diff", "depth", "value"
+_BODIES: dict[int, tuple[Circuit, Circuit]] = {}
 
 
 def rule_iterate(b: Builder, node: Node, deltas: list[str]) -> str:
-    """``D(iterate(I Δinit, I Δimports...))``: the loop over the integrated inputs, differentiated."""
-    integrals = tuple(b.integral(d) for d in deltas)
-    loop = b.add(node.with_(inputs=integrals))
-    return b.add(make_node(f"D({node.id})", "differentiate", [loop], node.columns, origin=node.origin))
+    """The loop on the inputs' changes (``deltas``) and, to run it from scratch, their integrals."""
+    integrals = [b.integral(d) for d in deltas]
+    params = node.params + (("incremental", True),)
+    return b.add(node.with_(inputs=tuple(deltas) + tuple(integrals), params=params))
+
+
+def incremental_body(node: Node) -> Circuit:
+    """Q^Δ of the node's body (computed once per body)."""
+    from spark_jobs.ir.incrementalize import incrementalize
+
+    body = node.param("body")
+    cached = _BODIES.get(id(body))
+    if cached is None or cached[0] is not body:
+        cached = (body, incrementalize(body))
+        _BODIES[id(body)] = cached
+    return cached[1]
+
+
+def body_states(node: Node) -> dict[str, bool]:
+    """Stateful nodes of the body's Q^Δ -> whether their state differs per iteration (it depends
+    on the loop variable) or is the same at every iteration (loop-invariant: one trace)."""
+    inc = incremental_body(node)
+    loop = node.param("loop")
+    variant: set[str] = set()
+    for n in inc:
+        if n.id == loop or any(i in variant for i in n.inputs):
+            variant.add(n.id)
+    return {n.id: n.id in variant for n in inc if state_of(inc, n) is not None}
+
+
+def trace_kinds(node: Node, rest: str) -> str:
+    """The kind of trace ``<node>/<rest>``: a body state's (per iteration ``<i>/<state>`` or
+    shared ``<state>``), else a Z-set (diff, depth, value)."""
+    head, _, tail = rest.partition("/")
+    sid = tail if head.isdigit() and tail else rest
+    inc = incremental_body(node)
+    if sid in inc:
+        state = operator(inc[sid].op).state
+        return state.kind if state is not None else "zset"
+    return "zset"
+
+
+def _state(circuit: Circuit, node: Node) -> str:
+    states = body_states(node)
+    variant = sum(states.values())
+    return (f"per iteration i: the body's state at i ({variant} trace(s) per iteration, "
+            f"{len(states) - variant} shared), the changes D_i = x_i - x_(i-1), the depth and the value")
 
 
 def _uses(circuit: Circuit, node: Node, position: int) -> str:
-    what = "the start" if position == 0 else "a relation its body reads"
-    return f"iterate {node.origin!r} ({what}: the loop reruns over the whole input)"
+    return f"iterate {node.origin!r} (to run the loop from scratch: a first step, a recompute, Spark)"
 
 
 def _delta_form(circuit: Circuit, node: Node) -> str:
-    return ("the while loop reruns from init over the integrated inputs each timestep (not incremental "
-            "yet: its work follows the inputs, not the change); D then emits the change of its value; "
-            "state: the inputs' integrals and the loop's previous value")
+    return ("each iteration i runs the body's incremental circuit on the change of iteration i-1, with the "
+            "body's state at iteration i of the previous timestep; the loop stops where x_i = x_(i-1) now; "
+            "a change that reaches every iteration costs every iteration (Spark: the loop from scratch)")
+
+
+def loop_text(node: Node) -> list[str]:
+    """``dbsp explain``: the loop's body, the state it keeps and what a step may recompute."""
+    body: Circuit = node.param("body")
+    incremental = bool(node.param("incremental"))
+    lines = [f"While loop {node.id!r} (section 7.6): x_0 = {node.inputs[0]!r}, x_i = body(x_(i-1)) until "
+             f"x_i = x_(i-1); at most {node.param('max_iterations')} iterations (settings.max_iterations), "
+             f"past which the step fails and commits nothing",
+             f"  the body reads x as {node.param('loop')!r}" + (f" and {', '.join(node.param('imports'))}"
+                                                              if node.param("imports") else "")
+             + f"; the next x is {body.outputs['value']!r}"]
+    rows = [("  node", "op", "inputs")] + [(f"  {n.id}", n.op, ", ".join(n.inputs) or "-") for n in body]
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    lines += [r[0].ljust(widths[0]) + "  " + r[1].ljust(widths[1]) + "  " + r[2] for r in rows]
+    if incremental:
+        states = body_states(node)
+        lines.append(f"  State of {node.id!r}: per iteration i, the body's state at i "
+                     f"({', '.join(f'{node.id}/<i>/{s}' for s, v in states.items() if v) or 'none'}); shared by all "
+                     f"iterations ({', '.join(f'{node.id}/{s}' for s, v in states.items() if not v) or 'none'}); "
+                     f"{node.id}/{DIFF} (D_i = x_i - x_(i-1), by iteration), {node.id}/{DEPTH} (where the last "
+                     f"loop stopped) and {node.id}/{VALUE} (its value). State grows with iterations × the body's state.")
+        lines.append("  A step (in-process) runs iteration i on the change of iteration i-1 against the body's "
+                     "state at i, and stops where x_i = x_(i-1) now: its work follows the change as far as the "
+                     "change reaches; a change that reaches every iteration (a deletion that lengthens many "
+                     "shortest paths) costs every iteration, on the changed rows. A first step, a recompute and "
+                     "a Spark step rerun the loop from init over the integrated inputs and rewrite this state.")
+    return lines
 
 
 ITERATE = register(Operator(
     "iterate", arity=None, linearity=NONLINEAR, symbol="while", consolidated=True,
     summary="the relational while loop (section 7.6): x := init; x := body(x) until it stops changing",
+    state=State(_state), keeps_state=lambda c, n: bool(n.param("incremental")), trace_kinds=trace_kinds,
     incremental=rule_iterate, uses=_uses, delta_form=_delta_form,
     kernels={"spark": f"{KERNELS}:spark", "arrow": f"{KERNELS}:arrow"}))
 

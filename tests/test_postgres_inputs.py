@@ -1,0 +1,309 @@
+"""PostgreSQL inputs (`source: {kind: postgres, table: schema.name, connection: NAME}`) on a real server.
+
+The server is the project's own (``spark_jobs/local_postgres.py``: the pinned pgserver wheel's
+PostgreSQL 16, wal_level=logical, a temporary folder, 127.0.0.1). Random streams of inserts,
+updates and deletes (several per key per step, key changes, a transaction left open across a
+step) run against a table; after every step the circuit's views, integrated from their committed
+deltas, equal the query over the table as committed before the step's position, and the manifest
+holds that position. A crash at any point of a step applies each change once; the password never
+reaches the state folder.
+"""
+from __future__ import annotations
+
+import os
+import random
+from collections import Counter
+from decimal import Decimal
+
+import pytest
+
+from spark_jobs.runtime.circuit import open_circuit
+from spark_jobs.runtime.step import run_step
+from spark_jobs.spec.model import WEIGHT
+from spark_jobs.state import InjectedFailure, arm, disarm
+from spark_jobs.state.arrow_read import read_view
+from tests.policies import config
+
+psycopg = pytest.importorskip("psycopg")
+
+
+@pytest.fixture(scope="module")
+def server():
+    from spark_jobs.local_postgres import NoServer, start
+
+    try:
+        pg = start()
+    except NoServer as exc:
+        pytest.skip(f"no PostgreSQL server could start here: {exc}")
+    yield pg
+    pg.stop()
+
+
+CIRCUIT = """\
+name: {name}
+inputs:
+  orders:
+    schema: {{id: long, cust: string, amount: "decimal(10,2)", note: string}}
+    source: {{kind: postgres, table: public.{table}, connection: shop}}
+nodes:
+  big: {{op: filter, input: orders, where: "amount > 5"}}
+  per_cust: {{op: aggregate, input: orders, group_by: [cust], aggregates: {{n: "count(*)", total: "sum(amount)"}}}}
+outputs: [orders, big, per_cust]
+"""
+
+
+def _view(rt, view: str) -> Counter:
+    table = read_view(rt.store, view)
+    if table is None:
+        return Counter()
+    cols = [c for c in table.column_names if c != WEIGHT]
+    return +Counter({tuple(r[c] for c in cols): r[WEIGHT] for r in table.to_pylist()})
+
+
+def _expected(rows: list[tuple]) -> dict[str, Counter]:
+    orders = Counter(rows)
+    big = Counter(r for r in rows if r[2] is not None and r[2] > 5)
+    groups: dict = {}
+    for _, cust, amount, _ in rows:
+        n, total = groups.get(cust, (0, None))
+        groups[cust] = (n + 1, total if amount is None else (total or Decimal(0)) + amount)
+    return {"orders": orders, "big": big,
+            "per_cust": Counter({(c, n, t): 1 for c, (n, t) in groups.items()})}
+
+
+class Orders:
+    """A table changed at random through its own connections."""
+
+    def __init__(self, uri: str, table: str, rng: random.Random) -> None:
+        self.uri, self.table, self.rng, self.next_id = uri, table, rng, 1
+        self.conn = psycopg.connect(uri, autocommit=True)
+        self.conn.execute(f"DROP TABLE IF EXISTS {table}")
+        self.conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, cust text, amount numeric(10,2), note text)")
+        self.open = None  # a transaction left open across a step
+
+    def _amount(self):
+        return self.rng.choice([None, Decimal("0.50"), Decimal("3.25"), Decimal("7.00"), Decimal("12.10")])
+
+    def _ids(self, conn) -> list[int]:
+        return [r[0] for r in conn.execute(f"SELECT id FROM {self.table} ORDER BY id").fetchall()]
+
+    def change(self, conn=None) -> None:
+        conn = conn or self.conn
+        ids = self._ids(conn)
+        op = self.rng.choice(["insert", "insert", "update", "update", "delete", "rekey"] if ids else ["insert"])
+        if op == "insert":
+            conn.execute(f"INSERT INTO {self.table} VALUES (%s, %s, %s, %s)",
+                         (self.next_id, self.rng.choice(["x", "y", None]), self._amount(),
+                          self.rng.choice([None, "n", "é"])))
+            self.next_id += 1
+        elif op == "update":
+            conn.execute(f"UPDATE {self.table} SET amount = %s, cust = %s WHERE id = %s",
+                         (self._amount(), self.rng.choice(["x", "y", "z"]), self.rng.choice(ids)))
+        elif op == "delete":
+            conn.execute(f"DELETE FROM {self.table} WHERE id = %s", (self.rng.choice(ids),))
+        else:
+            conn.execute(f"UPDATE {self.table} SET id = %s WHERE id = %s", (self.next_id, self.rng.choice(ids)))
+            self.next_id += 1
+
+    def rows(self) -> list[tuple]:
+        return [tuple(r) for r in self.conn.execute(f"SELECT id, cust, amount, note FROM {self.table}").fetchall()]
+
+
+def _circuit(tmp_path, name: str, table: str) -> str:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(CIRCUIT.format(name=name, table=table))
+    return str(path)
+
+
+def _position(rt) -> int:
+    from spark_jobs.executor.sources.pg_scan import recorded_position
+
+    return recorded_position(rt.store.manifest().consumed("orders"))
+
+
+def test_views_follow_random_inserts_updates_and_deletes(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
+    rng = random.Random(3)
+    orders = Orders(server.uri, "orders_a", rng)
+    for _ in range(6):
+        orders.change()
+    file, cfg = _circuit(tmp_path, "pga", "orders_a"), config(tmp_path, engine="arrow")
+    positions = []
+    side = psycopg.connect(server.uri)  # a transaction left open across steps
+    for step in range(10):
+        for _ in range(rng.randint(0, 6)):
+            orders.change()
+        if step % 3 == 1:
+            side.execute("BEGIN")
+            for _ in range(2):
+                orders.change(side)
+        report = run_step(open_circuit(file, cfg))
+        assert report.engine == "arrow"
+        rt = open_circuit(file, cfg)
+        expected = _expected(orders.rows())  # the open transaction's changes are not in it yet
+        for view in ("orders", "big", "per_cust"):
+            assert _view(rt, view) == expected[view], (step, view)
+        positions.append(_position(rt))
+        if step % 3 == 1:
+            side.commit()  # lands in the next step
+    side.close()
+    assert positions == sorted(positions) and len(set(positions)) > 5
+
+
+@pytest.mark.parametrize("point", ["mid_step", "before_manifest", "after_manifest"])
+def test_a_crash_at_any_point_applies_each_change_once(server, tmp_path, monkeypatch, point):
+    monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
+    rng = random.Random(17)
+    table = f"orders_{point}"
+    orders = Orders(server.uri, table, rng)
+    file, cfg = _circuit(tmp_path, f"pgc_{point}", table), config(tmp_path, engine="arrow")
+    for _ in range(4):
+        orders.change()
+    run_step(open_circuit(file, cfg))
+    for _ in range(3):
+        for _ in range(5):
+            orders.change()
+        arm(point)
+        try:
+            with pytest.raises(InjectedFailure):
+                run_step(open_circuit(file, cfg))
+        finally:
+            disarm()
+        run_step(open_circuit(file, cfg))  # the retry; after the manifest it reads the next changes
+        rt = open_circuit(file, cfg)
+        assert _view(rt, "orders") == _expected(orders.rows())["orders"]
+
+
+def test_no_password_in_the_state_and_a_missing_key_or_column_is_refused(server, tmp_path, monkeypatch):
+    from spark_jobs.executor.sources.pg_log import PostgresRefused
+
+    monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
+    orders = Orders(server.uri, "orders_p", random.Random(1))
+    orders.change()
+    file, cfg = _circuit(tmp_path, "pgp", "orders_p"), config(tmp_path, engine="arrow")
+    run_step(open_circuit(file, cfg))
+    orders.change()
+    run_step(open_circuit(file, cfg))
+    for folder, _, names in os.walk(tmp_path):
+        for n in names:
+            with open(os.path.join(folder, n), "rb") as fh:
+                assert server.password.encode() not in fh.read(), os.path.join(folder, n)
+    orders.conn.execute("CREATE TABLE nokey (id bigint, cust text, amount numeric(10,2), note text)")
+    with pytest.raises(PostgresRefused, match="no primary key"):
+        run_step(open_circuit(_circuit(tmp_path, "pgk", "nokey"), cfg))
+    orders.conn.execute("ALTER TABLE orders_p DROP COLUMN note")
+    with pytest.raises(PostgresRefused, match="note"):
+        run_step(open_circuit(file, cfg))
+
+
+def test_an_unknown_connection_says_what_to_set(tmp_path, monkeypatch):
+    from spark_jobs.executor.sources.pg_connections import NoConnection
+
+    monkeypatch.delenv("DBSP_CONN_SHOP", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_SHOP", raising=False)
+    with pytest.raises(NoConnection, match="DBSP_CONN_SHOP"):
+        run_step(open_circuit(_circuit(tmp_path, "pgn", "orders_n"), config(tmp_path, engine="arrow")))
+
+
+SINK_CIRCUIT = """\
+name: {name}
+inputs:
+  orders:
+    schema: {{id: long, cust: string, amount: "decimal(10,2)", note: string}}
+    source: {{kind: postgres, table: public.{table}, connection: shop}}
+nodes:
+  per_cust: {{op: aggregate, input: orders, group_by: [cust], aggregates: {{n: "count(*)", total: "sum(amount)"}}}}
+outputs:
+  per_cust:
+    key: [cust]
+    sink: {{kind: postgres, table: public.{target}, connection: shop}}
+"""
+
+
+def _sink_rows(orders: Orders, target: str) -> Counter:
+    return Counter(tuple(r) for r in orders.conn.execute(f"SELECT cust, n, total FROM {target}").fetchall())
+
+
+def test_a_keyed_view_is_upserted_into_a_postgres_table_once_per_timestep(server, tmp_path, monkeypatch):
+    """The sink table equals the view after every step; a crash inside the sink's transaction and a
+    retried commit apply nothing twice; a target whose columns differ is refused before writing."""
+    from spark_jobs.publish.postgres_sink import SinkRefused, sink_views
+
+    monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
+    rng = random.Random(8)
+    orders = Orders(server.uri, "orders_s", rng)
+    orders.conn.execute("DROP TABLE IF EXISTS cust_totals")
+    orders.conn.execute("CREATE TABLE cust_totals (cust text, n bigint, total numeric(20,2))")
+    path = tmp_path / "pgs.yaml"
+    path.write_text(SINK_CIRCUIT.format(name="pgs", table="orders_s", target="cust_totals"))
+    cfg = config(tmp_path, engine="arrow")
+    for step in range(6):
+        for _ in range(rng.randint(1, 5)):
+            orders.change()
+        if step == 3:
+            arm("sink_before_commit")
+            try:
+                run_step(open_circuit(str(path), cfg))  # committed; the sink's transaction rolled back
+            except InjectedFailure:
+                pass
+            finally:
+                disarm()
+        else:
+            run_step(open_circuit(str(path), cfg))
+        rt = open_circuit(str(path), cfg)
+        sink_views(rt.compiled.spec, rt.committed)  # a retried commit: applies only what is missing
+        view = _view(rt, "per_cust")
+        assert _sink_rows(orders, "cust_totals") == view, step
+        progress = orders.conn.execute("SELECT timestep FROM dbsp_progress WHERE view = 'per_cust'").fetchone()[0]
+        assert progress == rt.store.last_committed()
+    orders.conn.execute("DROP TABLE IF EXISTS other_totals")
+    orders.conn.execute("CREATE TABLE other_totals (cust text, n bigint)")
+    path.write_text(SINK_CIRCUIT.format(name="pgs", table="orders_s", target="other_totals"))
+    rt = open_circuit(str(path), cfg)
+    with pytest.raises(SinkRefused, match="has columns"):
+        sink_views(rt.compiled.spec, rt.committed)
+    assert orders.conn.execute("SELECT count(*) FROM other_totals").fetchone()[0] == 0
+
+
+def test_a_connection_comes_from_airflow_inside_a_task_and_is_never_printed(monkeypatch):
+    """Inside a task (AIRFLOW_CTX_DAG_ID set) the Airflow connection is used, here in Airflow's
+    own JSON environment form; messages describe it without its password."""
+    from spark_jobs.executor.sources.pg_connections import describe, redact, resolve
+
+    monkeypatch.delenv("DBSP_CONN_SHOPX", raising=False)
+    monkeypatch.setenv("AIRFLOW_CTX_DAG_ID", "x")
+    monkeypatch.setenv("AIRFLOW_CONN_SHOPX", '{"conn_type": "postgres", "host": "127.0.0.1", "port": 5433, '
+                                             '"login": "u", "password": "s3cret-pw", "schema": "db"}')
+    uri = resolve("shopx")
+    assert uri.startswith("postgresql://u:") and "127.0.0.1:5433/db" in uri
+    assert "s3cret-pw" not in describe(uri) and "s3cret-pw" not in redact(f"failed: {uri}", ("s3cret-pw",))
+    assert redact("host=h password='a b' user=u") == "host=h password=*** user=u"
+
+
+def test_the_example_circuit_writes_back_to_postgres_and_publishes_delta(server, tmp_path, monkeypatch):
+    """circuits/shop_postgres.yaml on the local server: its view in the sink table and in its
+    published Delta table, after a snapshot step and a replication step."""
+    import deltalake
+
+    from tests.conftest import ROOT
+
+    monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
+    conn = psycopg.connect(server.uri, autocommit=True)
+    conn.execute("DROP TABLE IF EXISTS public.orders")
+    conn.execute("CREATE TABLE public.orders (id bigint PRIMARY KEY, customer text, amount numeric(12,2), status text)")
+    conn.execute("DROP TABLE IF EXISTS public.customer_totals")
+    conn.execute("CREATE TABLE public.customer_totals (customer text PRIMARY KEY, orders bigint, spent numeric(22,2))")
+    conn.execute("INSERT INTO orders VALUES (1, 'ann', 10.50, 'paid'), (2, 'bob', 3.00, 'open'), (3, 'ann', 1.25, 'paid')")
+    cfg = config(tmp_path, engine="arrow")
+    circuit = str(ROOT / "circuits" / "shop_postgres.yaml")
+    run_step(open_circuit(circuit, cfg))
+    conn.execute("UPDATE orders SET status = 'paid' WHERE id = 2")
+    conn.execute("DELETE FROM orders WHERE id = 1")
+    run_step(open_circuit(circuit, cfg))
+    rt = open_circuit(circuit, cfg)
+    expected = Counter({("ann", 1, Decimal("1.25")): 1, ("bob", 1, Decimal("3.00")): 1})
+    assert _view(rt, "customer_totals") == expected
+    assert Counter(tuple(r) for r in conn.execute("SELECT customer, orders, spent FROM customer_totals")) == expected
+    table = deltalake.DeltaTable(str(tmp_path / "views" / "shop_postgres" / "customer_totals")).to_pyarrow_table()
+    assert Counter((r["customer"], r["orders"], r["spent"]) for r in table.to_pylist()) == expected
+    conn.close()
