@@ -249,8 +249,8 @@ def matches(table: pa.Table, probe: pa.Table, keys: Sequence[str], probe_keys: S
     lhs = lhs.append_column("__row", pa.array(np.arange(table.num_rows, dtype=np.int64)))
     rhs = pa.table([probe.column(k).cast(table.schema.field(t).type) for k, t in zip(probe_keys, keys)], names=names)
     lhs, rhs = canonical_columns(lhs, names), canonical_columns(rhs, names)
-    rhs = rhs.group_by(names, use_threads=False).aggregate([])  # each probe key once
-    lhs, rhs, lk, rk = _null_safe_keys(lhs, rhs, names, names)
+    lhs, rhs, lk, rk = _null_safe_keys(lhs, rhs, names, names)  # NULLs (a NULL-typed column too) as keys
+    lhs, rhs = lhs.select([*lk, "__row"]), rhs.select(rk).group_by(rk, use_threads=False).aggregate([])
     found = lhs.join(rhs, keys=lk, right_keys=rk, join_type="left semi", use_threads=False).column("__row")
     mask = np.zeros(table.num_rows, dtype=bool)
     mask[found.to_numpy()] = True
