@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import argparse
 import glob
+import hashlib
 import importlib.util
 import os
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -105,12 +107,51 @@ def _run(args: list[str], timeout: float, **kwargs) -> None:
         raise NoServer(f"{Path(args[0]).name} failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-800:]}")
 
 
+def _reachable_by_others(path: Path) -> bool:
+    """Can a user other than the owner reach and run ``path`` (every folder above it o+x)?"""
+    p = path.resolve()
+    for part in [p, *p.parents]:
+        if not part.stat().st_mode & stat.S_IXOTH:
+            return False
+    return True
+
+
+def _runnable(folder: Path) -> Path:
+    """``folder``, or as root (the server runs as ``nobody``) a copy of its installation in a
+    world-readable temporary folder when ``nobody`` cannot reach it (a clone under /root)."""
+    if os.geteuid() != 0 or _reachable_by_others(folder / "postgres"):
+        return folder
+    # the wheel's binaries find their libraries at $ORIGIN/../../../pgserver.libs: copy the
+    # folder three levels up from bin/ with the layout below it (site-packages/{pgserver,pgserver.libs})
+    install, top = folder.parent, folder.parent.parent.parent
+    rel = install.relative_to(top)
+    digest = hashlib.sha256(str(install.resolve()).encode()).hexdigest()[:12]
+    copy = Path(tempfile.gettempdir()) / f"dbsp-pg-install-{digest}"
+    if not (copy / rel / "bin" / "postgres").is_file():
+        partial = Path(tempfile.mkdtemp(prefix="dbsp-pg-install-"))
+        os.chmod(partial, 0o755)
+        shutil.copytree(install, partial / "i" / rel, symlinks=True)
+        libs = top / (rel.parts[0] + ".libs")
+        if libs.is_dir():
+            shutil.copytree(libs, partial / "i" / libs.name, symlinks=True)
+        for d in [partial / "i", *(partial / "i" / rel).parents]:
+            if d.is_dir():
+                os.chmod(d, 0o755)
+        try:
+            os.rename(partial / "i", copy)
+        except OSError:  # another process copied it first
+            pass
+        shutil.rmtree(partial, ignore_errors=True)
+    return copy / rel / "bin"
+
+
 def start(run_dir: str | None = None, timeout: float = 90) -> LocalPostgres:
     """Initialise and start a server in ``run_dir`` (a new temporary folder by default)."""
     folder = server_bin()
     if folder is None:
         raise NoServer("no PostgreSQL server binaries: install the pinned `pgserver` wheel (make install), "
                        f"Debian's postgresql package, or point {BIN_ENV} at a folder with initdb and postgres")
+    folder = _runnable(folder)
     run = Path(run_dir or tempfile.mkdtemp(prefix="dbsp-pg-"))
     run.mkdir(parents=True, exist_ok=True)
     data, sock = run / "data", run / "sock"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+from collections import Counter
 
 import pytest
 
@@ -172,3 +173,112 @@ def test_the_cli_plans_refuses_and_applies_and_the_setting_applies_by_itself(tmp
     reference = _recomputed(tmp_path, path, bags, 3)
     for view, rows in reference.items():
         assert _view(rt, view) == rows, view
+
+
+def test_a_dag_run_applies_the_change_when_its_param_or_the_setting_asks(tmp_path):
+    from spark_jobs.runtime import timestep
+    from tests.dag_tasks import run_stage_tasks
+
+    path = tmp_path / "paths.yaml"
+    path.write_text(CIRCUIT)
+    cfg = config(tmp_path / "data", engine="arrow")
+    rng = random.Random(4)
+    bags = {name: Bag(dict(cols), dict(domain), rng) for name, (cols, domain) in INPUTS.items()}
+    _write([tmp_path / "data"], bags, 1, 0)
+    run_step(open_circuit(str(path), cfg))
+    for t, (text, how) in enumerate([(EDITS["add_view_over_join"][0], "param"),
+                                     (EDITS["add_view_over_join"][0].replace("amount > 2", "amount > 3")
+                                      + "settings:\n  on_change: bootstrap\n", "setting")], start=2):
+        path.write_text(text)
+        rt = open_circuit(str(path), cfg)
+        _write([tmp_path / "data"], bags, t, 4)
+        if how == "param":
+            with pytest.raises(FingerprintMismatch, match="apply-change"):
+                timestep.plan(rt, f"inc__{t}")
+        run = f"run__{t}"
+        planned = timestep.plan(rt, run, mode="apply_change" if how == "param" else "incremental")
+        assert planned["path"]["mode"] == "apply_change" and not planned["empty"]
+        run_stage_tasks(rt, run, "per_stage")
+        timestep.check(rt, run)
+        done = timestep.commit(rt, run)
+        assert done["timestep"] == t and any("view big" in n for n in done["notes"]), done["notes"]
+        rt = open_circuit(str(path), cfg)
+        assert rt.committed.manifest().meta["mode"] == "apply_change"
+        for view, rows in _recomputed(tmp_path, path, bags, t).items():
+            assert _view(rt, view) == rows, (how, view)
+
+
+APPEND = """
+name: clicks
+inputs:
+  a:
+    schema: {k: long, v: long}
+    source: {kind: append_only, path: inbox/a, format: parquet}
+nodes:
+  tot: {op: aggregate, input: a, group_by: [k], aggregates: {s: "sum(v)"}}
+outputs: [tot]
+"""
+
+
+@pytest.mark.parametrize("retention", [False, True], ids=["all_files", "pruned"])
+def test_a_node_no_kept_state_can_feed_falls_back_to_a_full_refresh_or_is_refused(spark, tmp_path, retention):
+    from spark_jobs.runtime.inputs import CannotRebuild
+
+    suffix = RETAIN if retention else ""
+    path = tmp_path / "clicks.yaml"
+    path.write_text(APPEND + suffix)
+    cfg = config(tmp_path / "data", engine="arrow")
+    bags = {"a": Bag({"k": "long", "v": "long"}, {"k": KEYS, "v": KEYS}, random.Random(6))}
+    rt = open_circuit(str(path), cfg)
+    for t in (1, 2):
+        _write([tmp_path / "data"], bags, t, 0)
+        run_step(rt)
+    path.write_text(APPEND.replace("outputs: [tot]", "  big: {op: filter, input: a, where: \"v > 2\"}\n"
+                                   "outputs: [tot, big]") + suffix)
+    rt = open_circuit(str(path), cfg)
+    plan = plan_change(rt)
+    assert plan.cannot == ["input a (append_only) keeps no integral of its rows: big cannot be bootstrapped from state"]
+    _write([tmp_path / "data"], bags, 3, 0)
+    if retention:
+        with pytest.raises(CannotRebuild, match=r"the change cannot be applied: input a \(append_only\)"):
+            run_step(rt, apply_change=True)
+        return
+    assert run_step(rt, apply_change=True).mode == "full_refresh"
+    for view, rows in _recomputed(tmp_path, path, bags, 3).items():
+        assert _view(rt, view) == rows, view
+
+
+def test_published_tables_of_new_and_reshaped_views_get_their_whole_value_and_removed_ones_stay(tmp_path):
+    from deltalake import DeltaTable
+
+    from spark_jobs.publish import targets
+
+    path = tmp_path / "paths.yaml"
+    path.write_text(CIRCUIT)
+    cfg = config(tmp_path / "data", engine="arrow")
+    rng = random.Random(8)
+    bags = {name: Bag(dict(cols), dict(domain), rng) for name, (cols, domain) in INPUTS.items()}
+    for t in (1, 2):
+        _write([tmp_path / "data"], bags, t, 4)
+        run_step(open_circuit(str(path), cfg))
+    old_uris = {tg.view: tg.uri for tg in targets(cfg, open_circuit(str(path), cfg).compiled.spec)}
+    edited = EDITS["change_aggregate"][0].replace("outputs:", "  big: {op: filter, input: enriched, where: \"amount > 2\"}"
+                                                  "\noutputs:\n  big: {}").replace("  regions_seen: {}\n", "")
+    path.write_text(edited)
+    rt = open_circuit(str(path), cfg)
+    _write([tmp_path / "data"], bags, 3, 4)
+    report = run_step(rt, apply_change=True)
+    assert not report.published.failed, report.published.summary()
+    for t in (3, 4):
+        if t == 4:
+            _write([tmp_path / "data"], bags, 4, 4)
+            assert not run_step(rt).published.failed
+        for tg in targets(cfg, rt.compiled.spec):
+            table = DeltaTable(tg.uri).to_pyarrow_table()
+            cols = [c for c in table.column_names if c != "_weight"]
+            got = Counter()
+            for row in table.to_pylist():
+                got[tuple(row[c] for c in cols)] += row.get("_weight", 1) if tg.key == () and "_weight" in row else 1
+            want = _view(rt, tg.view)
+            assert +got == +want, (t, tg.view)
+    assert os.path.exists(old_uris["regions_seen"])  # a removed view's table is left in place

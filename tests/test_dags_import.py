@@ -53,7 +53,7 @@ def test_one_dag_per_circuit_with_one_task_for_all_stages(circuits_env):
         assert dag.max_active_runs == 1 and dag.catchup is False and "dbsp" in dag.tags
         assert dag.schedule == c.spec.schedule  # None for circuits without a schedule
         assert dag.params["mode"] == "incremental"
-        assert dag.params.get_param("mode").schema["enum"] == ["incremental", "full_refresh", "recompute"]
+        assert dag.params.get_param("mode").schema["enum"] == ["incremental", "full_refresh", "recompute", "apply_change"]
         assert c.spec.orchestration.tasks == "per_step"  # the default
         assert set(dag.task_ids) == {"timestep"}  # the whole timestep in one task: no task-to-task hops
         assert dag.get_task("timestep").retries == 2

@@ -85,8 +85,12 @@ class Table:
         return op
 
     def rows(self, version: int | None = None) -> Counter:
-        table = dl.DeltaTable(self.path, version=version).to_pyarrow_table(columns=["k", "g", "v"])
-        return Counter(tuple(r.values()) for r in table.to_pylist())
+        return _table_rows(self.path, version)
+
+
+def _table_rows(path: str, version: int | None = None) -> Counter:
+    table = dl.DeltaTable(path, version=version).to_pyarrow_table(columns=["k", "g", "v"])
+    return Counter(tuple(r.values()) for r in table.to_pylist())
 
 
 def _expected(rows: Counter) -> dict[str, Counter]:
@@ -104,6 +108,25 @@ def _view(rt, view: str) -> Counter:
         return Counter()
     cols = [c for c in table.column_names if c != WEIGHT]
     return +Counter({tuple(r[c] for c in cols): r[WEIGHT] for r in table.to_pylist()})
+
+
+def _both_ways(rt, path: str, base: int, version: int) -> dict:
+    """The change from ``base`` to ``version`` as a step reads it, and by file lists only."""
+    from spark_jobs.executor.arrow.inputs import _target
+    from spark_jobs.executor.arrow.readers.delta_tables import read_change
+    from spark_jobs.executor.sources.discovery import InputFile
+    from spark_jobs.executor.sources.reading import declared
+
+    spec = rt.compiled.spec.inputs["t"]
+    d = declared(spec, allow_weight=False)
+    name = f"_delta_log/{version:020d}.json"
+    item = InputFile(f"{path}/{name}", 0, 0.0, name, base=base)
+    read = read_change(spec, item, d, _target(d))
+    lists = read_change(spec, item, d, _target(d), feed=False)
+
+    def rows(t):
+        return Counter({tuple(r[c] for c in ("k", "g", "v")): r[WEIGHT] for r in t.to_pylist()})
+    return {"read": rows(read.table), "file lists": rows(lists.table), "how": read.how}
 
 
 def _consumed_version(rt) -> int:
@@ -126,20 +149,27 @@ def test_views_over_a_randomly_changed_table_equal_a_recompute(tmp_path, cdf, pa
     cfg = config(tmp_path, engine="arrow")
     file = _circuit(tmp_path)
     ops: list[str] = []
+    used: set[str] = set()
     first = ["append", "delete", "update", "merge", "optimize", "overwrite"]  # each at least once
     rng.shuffle(first)
     for step in range(12):
         for _ in range(rng.choice([0, 1, 1, 2, 3])):
             ops.append(table.change(first.pop() if first else None))
+        before = _consumed_version(open_circuit(file, cfg)) if step else None
         report = run_step(open_circuit(file, cfg))
         rt = open_circuit(file, cfg)
         version = _consumed_version(rt)
         assert version == dl.DeltaTable(table.path).version()
+        if before is not None and before < version:  # the feed and the file lists give one change
+            ways = _both_ways(rt, table.path, before, version)
+            assert ways["file lists"] == ways["read"], (step, ops)
+            used.add(ways["how"])
         expected = _expected(table.rows(version))
         for view in ("t", "big", "per_g"):
             assert _view(rt, view) == expected[view], (step, view, ops)
         assert report.engine == "arrow"
     assert not first
+    assert ("change data feed" in used) if cdf else used == {"file lists"}, used
 
 
 def test_no_new_version_is_no_change_and_the_version_is_recorded_once_per_step(tmp_path):
@@ -299,3 +329,30 @@ def test_the_spark_step_reads_the_same_change(spark, tmp_path):
     expected = _expected(table.rows(_consumed_version(rt)))
     for view in ("t", "big", "per_g"):
         assert _view(rt, view) == expected[view]
+
+
+def test_a_table_written_from_pandas_and_a_dag_run_over_it(tmp_path):
+    """A table `deltalake` writes from pandas; the DAG's tasks (plan, stages, check, commit) read
+    the planned version and the run note names it."""
+    import pandas as pd
+
+    from spark_jobs.orchestration.run_note import success_note
+    from spark_jobs.runtime import timestep
+
+    path = str(tmp_path / "tables" / "t")
+    dl.write_deltalake(path, pd.DataFrame({"k": [1, 2, 3], "g": ["a", "b", None], "v": [5, 6, None]}).astype(
+        {"v": "Int64"}))
+    file, cfg = _circuit(tmp_path), config(tmp_path, engine="arrow")
+    for run in range(2):
+        if run:
+            dl.DeltaTable(path).delete("k = 2")
+            dl.write_deltalake(path, pd.DataFrame({"k": [9], "g": ["c"], "v": [7]}), mode="append")
+        rt = open_circuit(file, cfg)
+        p = timestep.plan(rt, f"r{run}")
+        timestep.run_stages(rt, f"r{run}")
+        timestep.check(rt, f"r{run}")
+        commit = timestep.commit(rt, f"r{run}")
+        rt = open_circuit(file, cfg)
+        assert _view(rt, "t") == _table_rows(path)
+        note = success_note("x", commit, p)
+        assert f"Delta version {dl.DeltaTable(path).version()}" in note

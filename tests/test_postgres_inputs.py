@@ -150,7 +150,7 @@ def test_views_follow_random_inserts_updates_and_deletes(server, tmp_path, monke
     assert positions == sorted(positions) and len(set(positions)) > 5
 
 
-@pytest.mark.parametrize("point", ["mid_step", "before_manifest", "after_manifest"])
+@pytest.mark.parametrize("point", ["begin", "after_state_write", "mid_step", "before_manifest", "after_manifest"])
 def test_a_crash_at_any_point_applies_each_change_once(server, tmp_path, monkeypatch, point):
     monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
     rng = random.Random(17)
@@ -307,3 +307,119 @@ def test_the_example_circuit_writes_back_to_postgres_and_publishes_delta(server,
     table = deltalake.DeltaTable(str(tmp_path / "views" / "shop_postgres" / "customer_totals")).to_pyarrow_table()
     assert Counter((r["customer"], r["orders"], r["spent"]) for r in table.to_pylist()) == expected
     conn.close()
+
+
+def _dag_run(rt, run_id: str, tasks: str = "per_step") -> dict:
+    from spark_jobs.runtime import timestep
+    from tests.dag_tasks import run_stage_tasks
+
+    p = timestep.plan(rt, run_id)
+    run_stage_tasks(rt, run_id, tasks)
+    timestep.check(rt, run_id)
+    return {"plan": p, "commit": timestep.commit(rt, run_id)}
+
+
+@pytest.mark.parametrize("tasks", ["per_step", "per_stage"])
+def test_a_dag_run_reads_the_planned_position_and_its_note_names_it(server, tmp_path, monkeypatch, tasks):
+    """The DAG's tasks (plan, stages, check, commit) as Airflow runs them: the plan freezes the
+    position, the stages read up to it, the commit records it; the run note names it."""
+    from spark_jobs.orchestration.run_note import success_note
+
+    monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
+    rng = random.Random(31)
+    table = f"orders_dag_{tasks}"
+    orders = Orders(server.uri, table, rng)
+    file, cfg = _circuit(tmp_path, f"pgd_{tasks}", table), config(tmp_path, engine="arrow")
+    for run in range(3):
+        for _ in range(4):
+            orders.change()
+        done = _dag_run(open_circuit(file, cfg), f"run-{run}", tasks)
+        rt = open_circuit(file, cfg)
+        assert _view(rt, "orders") == _expected(orders.rows())["orders"]
+        note = success_note("x", done["commit"], done["plan"])
+        assert "PostgreSQL log position" in note and ("snapshot" in note if run == 0 else "changes since" in note)
+
+
+TYPES_CIRCUIT = """\
+name: {name}
+inputs:
+  t:
+    schema: {{id: long, i: int, d: double, b: boolean, day: date, at: timestamp, local: timestamp_ntz,
+             m: "decimal(10,3)", s: string}}
+    {key}source: {{kind: postgres, table: public.{table}, connection: shop}}
+nodes:
+  f: {{op: filter, input: t, where: "true"}}
+outputs: [f]
+"""
+
+
+def _typed_rows(conn, table: str) -> Counter:
+    import datetime
+
+    out = Counter()
+    for r in conn.execute(f"SELECT id, i, d, b, day, at, local, m, s FROM {table}").fetchall():
+        r = list(r)
+        r[5] = None if r[5] is None else r[5].astimezone(datetime.timezone.utc)
+        out[tuple(r)] += 1
+    return out
+
+
+@pytest.mark.parametrize("engine,identity", [("arrow", "pk"), ("arrow", "full"), ("spark", "pk")])
+def test_every_supported_type_on_both_engines_and_a_full_identity_key(server, tmp_path, monkeypatch, engine,
+                                                                       identity, request):
+    """Values of each supported type (NULLs, infinities, negative decimals, time zones, text
+    with quotes and non-ASCII) arrive as PostgreSQL holds them, on the Arrow and the Spark step;
+    a table without a primary key is read by a declared key once its replica identity is FULL."""
+    if engine == "spark":
+        request.getfixturevalue("spark")
+    monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
+    table = f"typed_{engine}_{identity}"
+    conn = psycopg.connect(server.uri, autocommit=True)
+    conn.execute(f"DROP TABLE IF EXISTS {table}")
+    pk = "PRIMARY KEY" if identity == "pk" else ""
+    conn.execute(f"CREATE TABLE {table} (id bigint {pk}, i integer, d double precision, b boolean, day date, "
+                 f"at timestamptz, local timestamp, m numeric(10,3), s text)")
+    if identity == "full":
+        conn.execute(f"ALTER TABLE {table} REPLICA IDENTITY FULL")
+    conn.execute("SET TimeZone = 'Europe/Paris'")
+    insert = f"INSERT INTO {table} VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    conn.execute(insert, (1, 7, 1.5, True, "2024-02-29", "2024-03-31 02:30:00+02", "1999-12-31 23:59:59.123456",
+                          "-12.345", "it's \"é\""))
+    conn.execute(insert, (2, None, None, None, None, None, None, None, None))
+    key = "key: [id]\n    " if identity == "full" else ""
+    path = tmp_path / "typed.yaml"
+    path.write_text(TYPES_CIRCUIT.format(name=f"pgt_{engine}_{identity}", table=table, key=key))
+    cfg = config(tmp_path, engine=engine)
+    run_step(open_circuit(str(path), cfg))
+    conn.execute(insert, (3, -2147483648, float("inf"), False, "0001-01-01", "2038-01-19 03:14:08+00",
+                          "2024-01-01 00:00:00", "9999999.999", ""))
+    conn.execute(f"UPDATE {table} SET s = 'changed', d = -0.25 WHERE id = 1")
+    conn.execute(f"DELETE FROM {table} WHERE id = 2")
+    report = run_step(open_circuit(str(path), cfg))
+    assert report.engine == engine
+    rt = open_circuit(str(path), cfg)
+    assert _view(rt, "f") == _typed_rows(conn, table)
+    conn.close()
+
+
+def test_a_profile_names_a_connection_without_its_password(server, tmp_path, monkeypatch):
+    """The CLI's other way: the profile's `connections:` holds a password-less URI (a password
+    there is refused) and libpq takes the password from PGPASSWORD."""
+    from dataclasses import replace
+
+    from spark_jobs.config import ProfileError, load_config
+
+    monkeypatch.delenv("DBSP_CONN_SHOP", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_SHOP", raising=False)
+    monkeypatch.setenv("PGPASSWORD", server.password)
+    orders = Orders(server.uri, "orders_prof", random.Random(4))
+    orders.change()
+    cfg = replace(config(tmp_path, engine="arrow"), connections={"shop": f"postgresql://dbsp@127.0.0.1:{server.port}/postgres"})
+    rt = open_circuit(_circuit(tmp_path, "pgprof", "orders_prof"), cfg)
+    run_step(rt)
+    assert _view(open_circuit(_circuit(tmp_path, "pgprof", "orders_prof"), cfg), "orders") == Counter(orders.rows())
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"connections:\n  shop: {server.uri}\n")
+    with pytest.raises(ProfileError, match="holds a password"):
+        load_config(str(profile))
+    assert server.password not in str(pytest.raises(ProfileError, load_config, str(profile)).value)

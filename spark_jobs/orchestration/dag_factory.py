@@ -216,7 +216,9 @@ def build_dag(circuit: LoadedCircuit, config: Config, views: dict[str, list[str]
                               description="incremental: apply the new input changes; full_refresh: "
                                           "rebuild all state from the retained input files (also "
                                           "after editing the circuit); recompute: recompute the views "
-                                          "from the integrated inputs the state keeps")},
+                                          "from the integrated inputs the state keeps; apply_change: "
+                                          "after editing the circuit, keep the state of unchanged nodes "
+                                          "and rebuild the others from the state")},
         default_args={"owner": "dbsp", "retries": RETRIES, "retry_delay": retry_delay()},
         allowed_run_types=RUN_TYPES,
     )

@@ -132,7 +132,9 @@ def dag_doc(path: str, compiled: CompiledCircuit, stages: Sequence, task_ids: Ma
         "**Trigger → Run Parameters:** `mode` = `incremental` (default) or `full_refresh` (rebuild "
         "all state from the retained input files, also after editing the circuit; the committed view "
         "deltas are new view − old view), or `recompute` (the views recomputed from the integrated "
-        "inputs the state keeps).",
+        "inputs the state keeps), or `apply_change` (after editing the circuit: unchanged nodes keep "
+        "their state, new and changed ones are rebuilt from the state; `settings.on_change: bootstrap` "
+        "does it in every run).",
         f"- **Circuit file:** `{path}`\n- **Schedule:** {schedule}\n- **Tasks:** `{spec.orchestration.tasks}`"
         f"\n- **Spark:** {submission}\n- **Fingerprint:** `{compiled.fingerprint}`",
     ]

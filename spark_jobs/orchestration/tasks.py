@@ -25,7 +25,7 @@ from spark_jobs.orchestration import logs
 log = logging.getLogger(__name__)
 
 STEPS = ("plan", "stage", "stages", "check", "commit", "timestep")
-MODES = ("incremental", "full_refresh", "recompute")  # = spark_jobs.runtime.timestep.MODES (not imported: pyspark)
+MODES = ("incremental", "full_refresh", "recompute", "apply_change")  # = spark_jobs.runtime.timestep.MODES (not imported: pyspark)
 PLAN_XCOM_KEY = "dbsp_plan"  # the plan of a run the plan task skips (else: its return value)
 FAILED_PHASE_XCOM_KEY = "dbsp_failed_phase"  # where a one-task timestep stopped (plan, stages, check, commit)
 

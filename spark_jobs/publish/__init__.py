@@ -88,6 +88,22 @@ class PublishReport:
         return self
 
 
+VIEW_STARTS = "view_starts"  # manifest meta: views a circuit change started again (``runtime/change.py``)
+
+
+def restart_of(store, view: str, before: int, last: int) -> int | None:
+    """The last timestep in (before, last] at which a change of the circuit started ``view``
+    again (new, or its columns changed): its table is rewritten with the whole view there
+    instead of applying deltas that do not fit it."""
+    for t in range(last, before, -1):
+        m = store.manifest(t)
+        if m is None:
+            return None
+        if view in ((m.meta or {}).get(VIEW_STARTS) or {}):
+            return t
+    return None
+
+
 def _catch_up(target: Target, store, last: int, say: Callable[[str], None],
               circuits: Callable[[], set[str]] = set, result: TableResult | None = None) -> TableResult:
     result = result if result is not None else TableResult(target.view, target.uri)
@@ -115,7 +131,16 @@ def _catch_up(target: Target, store, last: int, say: Callable[[str], None],
         why = "the state at" if result.before > last else f"retention removed deltas through {pruned}, the state at"
         result.note = f"table was at timestep {result.before}, {why} {last}: rebuilt at {last}"
         return result
-    for t in range(result.before + 1, last + 1):
+    first = result.before + 1
+    start = restart_of(store, target.view, result.before, last)
+    if start is not None:  # a circuit change made the view new or changed its columns at `start`
+        view = read_view(store, target.view, start)
+        if view is None:
+            view = pa.schema(table.schema().to_arrow()).append(pa.field(WEIGHT, pa.int64())).empty_table()
+        overwrite(target, view, start)
+        result.after, first = start, start + 1
+        result.note = f"the view starts again at timestep {start} (a change of the circuit): one commit of its whole value"
+    for t in range(first, last + 1):
         try:
             commit_change(table, target, t, read_delta(store, target.view, t))
         except Unpublishable as exc:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from spark_jobs.state.manifest import Manifest
 
 META_KEY = "node_fingerprints"
+VIEW_STARTS = "view_starts"  # = spark_jobs.publish.VIEW_STARTS: views this change started again
 APPLY_CHANGE = "apply_change"  # the mode of a step that applies a change
 ON_CHANGE = ("refuse", "bootstrap")  # settings.on_change
 

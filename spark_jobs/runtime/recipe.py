@@ -162,6 +162,9 @@ def commit(rt: "CircuitRuntime", txn: "Transaction", work: Work) -> "Manifest":
         drop_unwritten(txn, work)
     if work.change is not None:  # an edit applied: removed and rebuilt nodes' old traces are gone
         change.drop_replaced(txn, rt, work.change, {w.trace for w in work.writes})
+        started = sorted(v for v, s in work.change.views.items() if s in ("new", "reshaped"))
+        if started:  # their published tables get the whole view in one commit (publish.restart_of)
+            txn.set_meta(change.VIEW_STARTS, {v: work.timestep for v in started})
     for name, records in work.records.items():
         txn.set_consumed(name, records)
     record_input_paths(txn, source_paths(spec.inputs))  # so a later step can say an input's folder moved

@@ -20,7 +20,17 @@ class InputReport:
             return "no new files: no changes"
         unknown = f"; {self.unknown_keys} change(s) to unknown keys ignored" if self.unknown_keys else ""
         late = f"; {self.late}" if self.late else ""
-        return f"{len(self.files)} file(s){unknown}{late}"
+        return f"{_what_was_read(self.files)}{unknown}{late}"
+
+
+def _what_was_read(files: list[str]) -> str:
+    """"3 file(s)", or for a table source the version or log position read up to."""
+    last = files[-1] if files else ""
+    if len(files) == 1 and "/_delta_log/" in last and last.endswith(".json"):
+        return f"Delta table up to version {int(last.rsplit('/', 1)[1][:-5])}"
+    if len(files) == 1 and last.startswith("postgresql:"):
+        return f"PostgreSQL table {last.split('/', 1)[-1].split('@')[0]} up to log position {last.rsplit('@', 1)[1]}"
+    return f"{len(files)} file(s)"
 
 
 @dataclass

@@ -61,7 +61,9 @@ if TYPE_CHECKING:
 
 # recompute: this run recomputes its views from the integrated inputs whatever the cost model says
 # (where the circuit can be: ``recompute.py``); its plan records mode incremental, path recompute
-MODES = ("incremental", "full_refresh", "recompute")
+# apply_change: the circuit was edited since its state was committed: this run keeps the state of
+# unchanged nodes and bootstraps the others from the state (``change.py``), in its commit task
+MODES = ("incremental", "full_refresh", "recompute", "apply_change")
 # the reason a run's manifest gives when its plan recorded none (a plan written by an older version)
 DAG_ENGINE_REASON = "a DAG run computes its stages on Spark, one task per stage or per run"
 STEPS = ("plan", "stage", "stages", "check", "commit", "timestep")
@@ -101,8 +103,6 @@ def is_skipped(rt: CircuitRuntime, p: dict) -> bool:
 
 def _plan(rt: CircuitRuntime, run_id: str, mode: str) -> dict:
     store = rt.committed
-    if mode != "full_refresh":  # a refresh rebuilds state of another definition on purpose
-        store.check_fingerprint()
     done = _committed_by(rt, run_id)
     if done is not None:
         return {"run_id": run_id, "timestep": done, "mode": mode, "already_committed": True, "empty": False}
@@ -111,19 +111,25 @@ def _plan(rt: CircuitRuntime, run_id: str, mode: str) -> dict:
     existing = read_json(rt, path)
     if existing and existing["timestep"] == t and existing.get("requested", existing["mode"]) == mode:
         return existing
-    from spark_jobs.runtime.step import choose_path
+    from spark_jobs.runtime.step import change_plan, choose_path
 
     full = mode == "full_refresh"  # refused (CannotRebuild) once retention removed consumed change files
+    # an edited circuit: refused unless the run (mode apply_change) or settings.on_change asks to apply it
+    change = change_plan(rt, full_refresh=full, apply_change=mode == "apply_change")
+    notes = []
+    if change is not None and change.cannot:  # no kept state can feed a node: a full refresh
+        notes.append(f"the change cannot be bootstrapped from the state ({'; '.join(change.cannot)}): full refresh")
+        full, change = True, None
     chosen = choose_inputs(rt.compiled.spec.inputs, rt.config.data_root, store.manifest(),
                            rt.config.allowed_input_roots, full_refresh=full,
                            pruned=Removed.read(store).inputs if full else None)
-    empty = mode == "incremental" and not any(chosen.files.values())
-    # incremental or recompute (cost.py, or the run's mode), and the engine
-    way = choose_path(rt, chosen.files, full_refresh=full, recompute=mode == "recompute")
+    empty = mode == "incremental" and change is None and not any(chosen.files.values())
+    # incremental or recompute (cost.py, or the run's mode), or applying a change, and the engine
+    way = choose_path(rt, chosen.files, full_refresh=full, recompute=mode == "recompute", change=change)
     data = {"run_id": run_id, "timestep": t, "mode": "full_refresh" if full else "incremental", "requested": mode,
             "created_at": time.time(), "empty": empty,
             "inputs": {name: [f.as_dict() for f in files] for name, files in chosen.files.items()},
-            "consumed_records": chosen.records(), "notes": chosen.notes(),
+            "consumed_records": chosen.records(), "notes": notes + chosen.notes(),
             "change_rows": None if full else way.change_rows,
             "engine": way.engine, "engine_reason": way.engine_reason, "path": way.to_dict()}
     if is_skipped(rt, data):
@@ -183,7 +189,7 @@ def recomputes(p: dict) -> bool:
     """Does this run recompute its views from the integrated inputs (the plan's cost model chose
     it: ``step.choose_path``)? Then the commit task computes and commits the whole timestep in one
     process (``recompute.py``); the stage and check tasks have nothing to do."""
-    return (p.get("path") or {}).get("mode") == "recompute"
+    return (p.get("path") or {}).get("mode") in ("recompute", "apply_change")
 
 
 RECOMPUTED = "this run recomputes the views from the integrated inputs in its commit task"
@@ -516,20 +522,26 @@ def run_timestep(rt: CircuitRuntime, run_id: str, mode: str = "incremental",
     report = on_phase or (lambda _name, _summary: None)
     phase = "plan"
     try:
-        p = plan(rt, run_id, mode=mode)
-        report("plan", p)
-        out: dict = {"plan": p}
-        if is_skipped(rt, p):
-            return dict(out, skipped=True)
-        if not p.get("already_committed"):
-            phase = "stages"
-            out["stages"] = run_stages(rt, run_id, on_stage=lambda summary: report("stage", summary))
-            report("stages", out["stages"])
-            phase = "check"
-            out["check"] = check(rt, run_id)
-            report("check", out["check"])
-        phase = "commit"
-        out["commit"] = commit(rt, run_id)
+        # one lease for every phase: each phase's own ``run_lease`` reuses it (same owner) instead
+        # of taking it over, renewing it and starting a heartbeat again; the plan gives it back
+        # when it skips the run, and it is given back after the commit. A failed phase leaves it
+        # held, as a failed task does, for the retry to take over.
+        with run_lease(rt, run_id, take_over_runs=True) as lease:
+            p = plan(rt, run_id, mode=mode)
+            report("plan", p)
+            out: dict = {"plan": p}
+            if is_skipped(rt, p):
+                return dict(out, skipped=True)
+            if not p.get("already_committed"):
+                phase = "stages"
+                out["stages"] = run_stages(rt, run_id, on_stage=lambda summary: report("stage", summary))
+                report("stages", out["stages"])
+                phase = "check"
+                out["check"] = check(rt, run_id)
+                report("check", out["check"])
+            phase = "commit"
+            out["commit"] = commit(rt, run_id)
+            lease.release()
         report("commit", out["commit"])
         return out
     except BaseException as exc:

@@ -79,9 +79,13 @@ def _input_problems(spec: CircuitSpec, doc: "Document", inp: InputSpec) -> list[
     if inp.source is None:
         return problems
     kind = inp.source.kind
-    if inp.key and kind != "cdc":
+    if inp.key and kind not in ("cdc", "postgres"):
         problems.append(Problem(spec.path, doc.line(here + ("key",)), inp.name,
-                                f"'key' is read by inputs of kind cdc only (this one is {kind!r})"))
+                                f"'key' is read by inputs of kind cdc or postgres only (this one is {kind!r})"))
+    if kind != "postgres":
+        problems += [Problem(spec.path, doc.line(here + ("source", f)), inp.name,
+                             f"source field '{f}' is for kind postgres only (this source is {kind!r})")
+                     for f in ("table", "connection", "slot") if f in raw_source]
     if kind != "cdc":
         return problems + [Problem(spec.path, doc.line(here + ("source", f)), inp.name,
                                    f"source field '{f}' is for kind cdc only (this source is {kind!r})")

@@ -103,15 +103,18 @@ def _shape(node: Node) -> tuple[str, list[str], int]:
     return node.param("loop"), imports, 1 + len(imports)
 
 
-def scratch(node: Node, values: Sequence[Any], previous: Any | None, ops: Ops) -> Done:
+def scratch(node: Node, values: Sequence[Any], previous: Any | None, ops: Ops, per_iteration: bool = True) -> Done:
     """The loop from ``init`` over whole values (``values``: init, then the imports); with the
     loop's state (per-iteration traces, changes, depth, value) to write when the node is
-    incremental. ``previous``: the loop's committed value (None: none), for the output change."""
+    incremental. ``previous``: the loop's committed value (None: none), for the output change.
+    ``per_iteration`` False: write only the value, and depth 0 (no per-iteration state: the
+    next step runs from scratch too)."""
     body = incremental_body(node)
     loop, imports, _ = _shape(node)
     fixed = dict(zip(imports, values[1:]))
     limit = int(node.param("max_iterations"))
-    states = body_states(node) if node.param("incremental") else {}
+    keep = bool(node.param("incremental"))
+    states = body_states(node) if keep and per_iteration else {}
     updates: dict[str, StateUpdate] = {}
     diffs: list[Any] = []
     x = ops.order(values[0])
@@ -125,6 +128,9 @@ def scratch(node: Node, values: Sequence[Any], previous: Any | None, ops: Ops) -
         change = ops.consolidate(ops.plus(y, ops.negate(x)))
         if ops.is_empty(change):
             out = ops.consolidate(ops.plus(y, ops.negate(previous))) if previous is not None else y
+            if keep and not per_iteration:
+                updates[f"{node.id}/{DEPTH}"] = StateUpdate("replace", ops.depth(0))
+                updates[f"{node.id}/{VALUE}"] = StateUpdate("replace", y, tuple(node.columns))
             if states:
                 tagged = [ops.tag(d, j) for j, d in enumerate(diffs, start=1)]
                 updates[f"{node.id}/{DIFF}"] = StateUpdate(
@@ -249,8 +255,9 @@ def arrow(s: "Step", node: Node) -> Any:
         return found.read_all()
 
     depth_table = read_whole(f"{node.id}/{DEPTH}") if incremental_node and not s.first_step else None
-    if depth_table is not None and depth_table.num_rows:
-        depth = max(r[DEPTH] for r in zsets.consolidate(depth_table).to_pylist() if r[WEIGHT] > 0)
+    depth = max((r[DEPTH] for r in zsets.consolidate(depth_table).to_pylist() if r[WEIGHT] > 0), default=0) \
+        if depth_table is not None else 0
+    if depth > 0:  # the per-iteration state of the last step (depth 0: a Spark step wrote none)
         diff_files = files(f"{node.id}/{DIFF}")
 
         def old_diff(i: int) -> pa.Table | None:
@@ -278,8 +285,10 @@ def arrow(s: "Step", node: Node) -> Any:
 
 def spark(s: "Step", node: Node) -> Any:
     """The loop on Spark, from scratch over the integrated inputs: one job per iteration for the
-    body (its value checkpointed) and one for the comparison with the previous iteration; it
-    writes the per-iteration state the in-process loop continues from."""
+    body (its value checkpointed) and one for the comparison with the previous iteration. It
+    writes the value and depth 0, not the per-iteration state (a job per iteration and trace):
+    Spark runs the large steps, which rerun the loop anyway, and the next in-process step then
+    runs from scratch too and writes the state the following ones continue from."""
     from pyspark.sql import functions as F
     from pyspark.sql.functions import col
 
@@ -306,7 +315,7 @@ def spark(s: "Step", node: Node) -> Any:
     ops = Ops(lambda: SparkEngine(session, outer.policy, broadcast=False), zset.consolidate, zset.plus,
               zset.negate, lambda df: df.isEmpty(), order, tag, depth, settle=zset.cut_lineage)
     previous = s.state.read(f"{node.id}/{VALUE}") if incremental_node and not s.first_step else None
-    done = scratch(node, values, order(previous) if previous is not None else None, ops)
+    done = scratch(node, values, order(previous) if previous is not None else None, ops, per_iteration=False)
     for trace, update in done.updates.items():
         s.update(trace, update)
     return done.output

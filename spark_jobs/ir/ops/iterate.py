@@ -24,7 +24,8 @@ x_(i-1)`` iff ``D_i + Δx_i - Δx_(i-1) = 0``) without reading whole values, and
 state of ``depth``. The view's change is ``Δx_k`` (minus the ``D_j`` of the iterations the loop no
 longer runs, when it stops earlier than before). A step with no change of the loop's inputs does
 nothing. The kernels run this in-process; a step without that state (the first, a recompute, or
-on Spark) runs the loop from ``init`` over the integrated inputs and writes the same state.
+on Spark) runs the loop from ``init`` over the integrated inputs; in-process it writes the same
+state, on Spark only the value and depth 0 (the next in-process step then reruns the loop once).
 """
 from __future__ import annotations
 
@@ -125,7 +126,8 @@ def loop_text(node: Node) -> list[str]:
                      "state at i, and stops where x_i = x_(i-1) now: its work follows the change as far as the "
                      "change reaches; a change that reaches every iteration (a deletion that lengthens many "
                      "shortest paths) costs every iteration, on the changed rows. A first step, a recompute and "
-                     "a Spark step rerun the loop from init over the integrated inputs and rewrite this state.")
+                     "a Spark step rerun the loop from init over the integrated inputs (Spark writes no per-iteration "
+                     "state: the next in-process step reruns the loop once and rewrites it).")
     return lines
 
 
