@@ -422,3 +422,47 @@ def test_a_linear_aggregate_in_the_loop_keeps_per_iteration_running_totals(tmp_p
         want = {(k, min(1 + m, 3)) for (k,), m in seeds.items() if m > 0}
         assert set(view) == want and set(view.values()) <= {1}, f"timestep {t}"
     assert any(k.startswith("x/2/") for k in rt.store.status()["traces"])  # per-iteration state
+
+
+def test_recompute_steps_interleave_with_incremental_ones(tmp_path):
+    """A recompute (the loop from scratch over the integrated inputs, ``execution.cost``) between
+    incremental steps: the same view deltas as the incremental run, and Dijkstra's distances."""
+    rng = random.Random(13)
+    plain = _open(SP, tmp_path / "plain", cost={"recompute": "never"})
+    edges, start, view = Counter(), Counter({(0, 0): 1}), Counter()
+    modes = []
+    for t in range(1, 8):
+        change = graph_change(rng, edges, lambda r: (r.randrange(9), r.randrange(9), r.randrange(5)), 5,
+                              0 if t < 2 else 3)
+        for root in ("plain", "mixed"):
+            write_change(str(tmp_path / root), "weighted_edges", t, EDGE, change)
+            if t == 1:
+                write_change(str(tmp_path / root), "start", t, START, start)
+        mixed = _open(SP, tmp_path / "mixed", cost={"recompute": "always" if t % 2 == 0 else "never"})
+        run_step(plain)
+        modes.append(run_step(mixed).mode)
+        assert output_delta(mixed, "dist") == output_delta(plain, "dist"), f"timestep {t}"
+        view = integrate(view, output_delta(mixed, "dist")[0])
+        assert set(view) == dijkstra(edges, start), f"timestep {t}"
+    assert "recompute" in modes and "incremental" in modes
+
+
+def test_an_init_of_another_type_than_the_loop_s_value(tmp_path):
+    """``init`` has long distances, the body computes doubles (``d + w`` with double weights):
+    the loop's value has the body's types, incrementally too."""
+    text = open(SP).read().replace("{src: long, dst: long, w: long}", "{src: long, dst: long, w: double}")
+    path = tmp_path / "sp.yaml"
+    path.write_text(text)
+    rt = _open(str(path), tmp_path)
+    rng = random.Random(17)
+    edges, start, view = Counter(), Counter({(0, 0): 1}), Counter()
+    write_change(str(tmp_path), "start", 1, START, start)
+    for t in range(1, 7):
+        change = graph_change(rng, edges, lambda r: (r.randrange(7), r.randrange(7), float(r.randrange(4))), 4,
+                              0 if t < 2 else 2)
+        write_change(str(tmp_path), "weighted_edges", t, {"src": "long", "dst": "long", "w": "double"}, change)
+        run_step(rt)
+        delta, types = output_delta(rt, "dist")
+        view = integrate(view, delta)
+        assert set(view) == dijkstra(edges, start), f"timestep {t}"
+        assert not types or types[1] == ("d", "double"), types

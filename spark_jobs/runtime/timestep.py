@@ -522,20 +522,26 @@ def run_timestep(rt: CircuitRuntime, run_id: str, mode: str = "incremental",
     report = on_phase or (lambda _name, _summary: None)
     phase = "plan"
     try:
-        p = plan(rt, run_id, mode=mode)
-        report("plan", p)
-        out: dict = {"plan": p}
-        if is_skipped(rt, p):
-            return dict(out, skipped=True)
-        if not p.get("already_committed"):
-            phase = "stages"
-            out["stages"] = run_stages(rt, run_id, on_stage=lambda summary: report("stage", summary))
-            report("stages", out["stages"])
-            phase = "check"
-            out["check"] = check(rt, run_id)
-            report("check", out["check"])
-        phase = "commit"
-        out["commit"] = commit(rt, run_id)
+        # one lease for every phase: each phase's own ``run_lease`` reuses it (same owner) instead
+        # of taking it over, renewing it and starting a heartbeat again; the plan gives it back
+        # when it skips the run, and it is given back after the commit. A failed phase leaves it
+        # held, as a failed task does, for the retry to take over.
+        with run_lease(rt, run_id, take_over_runs=True) as lease:
+            p = plan(rt, run_id, mode=mode)
+            report("plan", p)
+            out: dict = {"plan": p}
+            if is_skipped(rt, p):
+                return dict(out, skipped=True)
+            if not p.get("already_committed"):
+                phase = "stages"
+                out["stages"] = run_stages(rt, run_id, on_stage=lambda summary: report("stage", summary))
+                report("stages", out["stages"])
+                phase = "check"
+                out["check"] = check(rt, run_id)
+                report("check", out["check"])
+            phase = "commit"
+            out["commit"] = commit(rt, run_id)
+            lease.release()
         report("commit", out["commit"])
         return out
     except BaseException as exc:
