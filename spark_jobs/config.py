@@ -5,6 +5,7 @@ A profile is plain YAML; switching local -> cluster is a change of profile, neve
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,8 @@ class Config:
     views: ViewsSettings = field(default_factory=ViewsSettings)
     allowed_input_roots: tuple[str, ...] = ()  # inputs.allowed_roots: outside roots inputs may read
     retention: RetentionSettings = field(default_factory=RetentionSettings)  # state.retention defaults
+    # connections: name -> libpq URI without a password (PGPASSWORD or ~/.pgpass supply it)
+    connections: dict[str, str] = field(default_factory=dict)
 
     def with_data_root(self, data_root: str | None) -> "Config":
         """The same profile on another data root (an explicit ``state_root`` stays)."""
@@ -114,7 +117,7 @@ class ProfileError(DbspError, ValueError):
     exit_code = EXIT_FAILED
 
 
-_SECTIONS = ("spark", "state", "views", "inputs", "execution")  # the profile keys that hold mappings
+_SECTIONS = ("spark", "state", "views", "inputs", "execution", "connections")  # the profile keys that hold mappings
 
 
 def read_profile(path: str) -> dict[str, Any]:
@@ -165,7 +168,26 @@ def _config(raw: dict[str, Any], chosen: str, data_root: str | None) -> Config:
         views=_views(raw),
         allowed_input_roots=_allowed_roots(raw),
         retention=_retention(raw.get("state") or {}),
+        connections=_connections(raw.get("connections") or {}),
     )
+
+
+def _connections(raw: dict[str, Any]) -> dict[str, str]:
+    """``connections:`` of a profile: name -> a libpq URI or key=value string. A profile is a file
+    people commit, so a password in it is refused: libpq reads PGPASSWORD or ~/.pgpass."""
+    out = {}
+    for name, value in raw.items():
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"connections.{name} must be a connection string (postgresql://user@host:5432/db); "
+                             f"got {value!r}")
+        has_password = (re.search(r"://[^/@\s]*:[^/@\s]*@", value) is not None
+                        or re.search(r"(^|\s)password\s*=", value, re.IGNORECASE) is not None)
+        if has_password:
+            raise ValueError(f"connections.{name} holds a password: a profile is a file others read; remove it and "
+                             f"set PGPASSWORD or a ~/.pgpass entry (libpq reads them), or set DBSP_CONN_"
+                             f"{re.sub(r'[^A-Za-z0-9]', '_', str(name)).upper()} instead")
+        out[str(name)] = value.strip()
+    return out
 
 
 def _retention(state: dict[str, Any]) -> RetentionSettings:

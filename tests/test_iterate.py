@@ -445,3 +445,24 @@ def test_recompute_steps_interleave_with_incremental_ones(tmp_path):
         view = integrate(view, output_delta(mixed, "dist")[0])
         assert set(view) == dijkstra(edges, start), f"timestep {t}"
     assert "recompute" in modes and "incremental" in modes
+
+
+def test_an_init_of_another_type_than_the_loop_s_value(tmp_path):
+    """``init`` has long distances, the body computes doubles (``d + w`` with double weights):
+    the loop's value has the body's types, incrementally too."""
+    text = open(SP).read().replace("{src: long, dst: long, w: long}", "{src: long, dst: long, w: double}")
+    path = tmp_path / "sp.yaml"
+    path.write_text(text)
+    rt = _open(str(path), tmp_path)
+    rng = random.Random(17)
+    edges, start, view = Counter(), Counter({(0, 0): 1}), Counter()
+    write_change(str(tmp_path), "start", 1, START, start)
+    for t in range(1, 7):
+        change = graph_change(rng, edges, lambda r: (r.randrange(7), r.randrange(7), float(r.randrange(4))), 4,
+                              0 if t < 2 else 2)
+        write_change(str(tmp_path), "weighted_edges", t, {"src": "long", "dst": "long", "w": "double"}, change)
+        run_step(rt)
+        delta, types = output_delta(rt, "dist")
+        view = integrate(view, delta)
+        assert set(view) == dijkstra(edges, start), f"timestep {t}"
+        assert not types or types[1] == ("d", "double"), types

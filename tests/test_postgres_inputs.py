@@ -197,7 +197,7 @@ def test_no_password_in_the_state_and_a_missing_key_or_column_is_refused(server,
 
 
 def test_an_unknown_connection_says_what_to_set(tmp_path, monkeypatch):
-    from spark_jobs.executor.sources.pg_connections import NoConnection
+    from spark_jobs.connections import NoConnection
 
     monkeypatch.delenv("DBSP_CONN_SHOP", raising=False)
     monkeypatch.delenv("AIRFLOW_CONN_SHOP", raising=False)
@@ -268,7 +268,7 @@ def test_a_keyed_view_is_upserted_into_a_postgres_table_once_per_timestep(server
 def test_a_connection_comes_from_airflow_inside_a_task_and_is_never_printed(monkeypatch):
     """Inside a task (AIRFLOW_CTX_DAG_ID set) the Airflow connection is used, here in Airflow's
     own JSON environment form; messages describe it without its password."""
-    from spark_jobs.executor.sources.pg_connections import describe, redact, resolve
+    from spark_jobs.connections import describe, redact, resolve
 
     monkeypatch.delenv("DBSP_CONN_SHOPX", raising=False)
     monkeypatch.setenv("AIRFLOW_CTX_DAG_ID", "x")
@@ -400,3 +400,26 @@ def test_every_supported_type_on_both_engines_and_a_full_identity_key(server, tm
     rt = open_circuit(str(path), cfg)
     assert _view(rt, "f") == _typed_rows(conn, table)
     conn.close()
+
+
+def test_a_profile_names_a_connection_without_its_password(server, tmp_path, monkeypatch):
+    """The CLI's other way: the profile's `connections:` holds a password-less URI (a password
+    there is refused) and libpq takes the password from PGPASSWORD."""
+    from dataclasses import replace
+
+    from spark_jobs.config import ProfileError, load_config
+
+    monkeypatch.delenv("DBSP_CONN_SHOP", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_SHOP", raising=False)
+    monkeypatch.setenv("PGPASSWORD", server.password)
+    orders = Orders(server.uri, "orders_prof", random.Random(4))
+    orders.change()
+    cfg = replace(config(tmp_path, engine="arrow"), connections={"shop": f"postgresql://dbsp@127.0.0.1:{server.port}/postgres"})
+    rt = open_circuit(_circuit(tmp_path, "pgprof", "orders_prof"), cfg)
+    run_step(rt)
+    assert _view(open_circuit(_circuit(tmp_path, "pgprof", "orders_prof"), cfg), "orders") == Counter(orders.rows())
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"connections:\n  shop: {server.uri}\n")
+    with pytest.raises(ProfileError, match="holds a password"):
+        load_config(str(profile))
+    assert server.password not in str(pytest.raises(ProfileError, load_config, str(profile)).value)

@@ -30,10 +30,10 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from spark_jobs.errors import DbspError, EXIT_REFUSED
+from spark_jobs.errors import DbspError, EXIT_FAILED, EXIT_REFUSED
 from spark_jobs.spec.model import InputSpec
 
-from .pg_connections import describe, password_of, redact, resolve
+from spark_jobs.connections import describe, password_of, redact, resolve
 from .spark_types import declared_types
 
 
@@ -45,7 +45,7 @@ class PostgresRefused(DbspError):
 
 class PostgresUnavailable(DbspError, ConnectionError):
     """The database could not be reached (retryable: nothing was read or committed)."""
-    exit_code = 1
+    exit_code = EXIT_FAILED
     retryable = True
 
 

@@ -1,12 +1,14 @@
-"""Where a PostgreSQL source or sink connects (``connection: NAME``), and how a password stays out of
+"""Layer 2, connections: where a PostgreSQL source or sink connects (``connection: NAME``), and how a password stays out of
 every log, manifest and message.
 
 A circuit names a connection, never its settings: the settings are looked up, in this order,
 
 1. ``DBSP_CONN_<NAME>``: a libpq URI or key=value string (the CLI and local runs);
-2. ``AIRFLOW_CONN_<NAME>``: Airflow's own environment form of a connection (a URI);
-3. inside an Airflow task, the Airflow connection ``NAME`` (``BaseHook.get_connection``), so a
-   DAG run uses the connection registered in Airflow (`make airflow` documents how).
+2. inside an Airflow task, the Airflow connection ``NAME`` (``BaseHook.get_connection``), so a
+   DAG run uses the connection registered in Airflow (`make airflow` documents how);
+3. ``AIRFLOW_CONN_<NAME>``: Airflow's own environment form of a connection (a URI);
+4. the profile's ``connections: {NAME: postgresql://user@host:5432/db}``, without a password
+   (the profile refuses one; libpq reads PGPASSWORD or ~/.pgpass).
 
 ``NAME`` is upper-cased for the environment, ``-`` and ``.`` read as ``_``. A message about a
 connection names it and its host, port, database and user (``describe``), never the password;
@@ -47,18 +49,36 @@ def _airflow(name: str) -> str | None:
     return re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql://", uri)
 
 
+_PROFILE: dict[str, str] = {}  # the open profile's ``connections:`` (``use_profile``)
+
+
+def use_profile(connections: dict[str, str]) -> None:
+    """Make a profile's ``connections:`` (password-less strings) the last place ``resolve`` looks."""
+    _PROFILE.clear()
+    _PROFILE.update(connections)
+
+
+def _uri(value: str) -> str:
+    return re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql://", value.strip())
+
+
 def resolve(name: str) -> str:
     """The connection string of ``name``; ``NoConnection`` saying where it was looked for."""
-    for var in (env_name(name), env_name(name, "AIRFLOW_CONN_")):
-        value = os.environ.get(var)
-        if value and "://" in value:  # Airflow's JSON form is Airflow's to read (below)
-            return re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql://", value.strip())
-    found = _airflow(name)
+    value = os.environ.get(env_name(name))
+    if value:
+        return _uri(value)
+    found = _airflow(name)  # inside a DAG run's task: the Airflow connection
     if found:
         return found
+    value = os.environ.get(env_name(name, "AIRFLOW_CONN_"))
+    if value and "://" in value:  # Airflow's JSON form is Airflow's to read (above, in a task)
+        return _uri(value)
+    if name in _PROFILE:
+        return _uri(_PROFILE[name])
     raise NoConnection(f"connection {name!r} is not configured: set {env_name(name)} to its URI "
-                       f"(postgresql://user:password@host:port/db), or register an Airflow connection "
-                       f"{name!r} (or set {env_name(name, 'AIRFLOW_CONN_')})")
+                       f"(postgresql://user:password@host:port/db), register an Airflow connection "
+                       f"{name!r} (or set {env_name(name, 'AIRFLOW_CONN_')}), or add it to the profile's "
+                       f"connections: (without its password)")
 
 
 def describe(conninfo: str) -> str:
