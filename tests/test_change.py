@@ -149,6 +149,10 @@ def test_plan_change_names_what_is_kept_and_what_each_rebuild_reads(tmp_path):
     assert "kept: by_region, customers, enriched, orders, paid, region_of, regions_seen, tops" in text
     assert "big reads: input customers: integral I(customers) (" in text and "; input orders: integral I(orders) (" in text
     assert "evaluates kept enriched, paid again" in text
+    # a NOT NULL column added to an input: its committed rows have no value for it
+    path.write_text(EDITS["add_column"][0].replace("tier: long}", "tier: {type: long, nullable: false}}"))
+    plan = plan_change(open_circuit(str(path), cfg))
+    assert any("input customers gained NOT NULL column(s) tier" in why for why in plan.cannot), plan.cannot
 
 
 def test_the_cli_plans_refuses_and_applies_and_the_setting_applies_by_itself(tmp_path, capsys):
