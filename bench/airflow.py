@@ -171,6 +171,7 @@ class Bench:
             tasks.append({"task": ti["task_id"], "state": ti["state"], "duration": ti.get("duration"),
                           "queue_delay": round(start - queued, 3) if start and queued else None,
                           "timing": timing, "stages": stages,
+                          "spark_opened": value.get("spark_opened") if isinstance(value, dict) else None,
                           "phases": _phases(value),
                           "overhead": round(ti["duration"] - work, 3) if ti.get("duration") and work is not None else None})
         return {"dag_id": dag_id, "run_id": run_id, "wall": round(wall, 2) if wall is not None else None,
@@ -214,6 +215,7 @@ def summarize(results: dict) -> dict:
                              "open": median([t["timing"].get("open") for t in ts]),
                              "overhead": median([t["overhead"] for t in ts]),
                              "queue_delay": median([t["queue_delay"] for t in ts]),
+                             "runs_that_opened_spark": sum(1 for t in ts if t.get("spark_opened")),
                              "phases": {k: median([(t.get("phases") or {}).get(k) for t in ts])
                                         for k in (ts[-1].get("phases") or {})}}
                       for task, ts in per_task.items()},

@@ -30,6 +30,7 @@ LAYERS: tuple[Layer, ...] = (
     Layer(1, "state store", ("state",), "Parquet traces, atomic manifests, compaction, leases"),
     Layer(2, "IR + incrementalizer", ("ir",), "the operator graph, Q -> Q^Δ, explain and draw"),
     Layer(2, "profiles", ("config",), "a profile's settings (Spark, paths, policy)"),
+    Layer(2, "connections", ("connections",), "a named database connection's settings, passwords kept out"),
     Layer(3, "executor", ("executor",), "one timestep of Q^Δ on Z-sets, on Spark or on Arrow"),
     Layer(4, "published views", ("publish",), "every output as a Delta table after each commit"),
     Layer(4, "quality", ("quality",), "built-in checks and Great Expectations before commit"),

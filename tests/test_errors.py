@@ -52,7 +52,7 @@ USER_ERRORS = {
     "spark_jobs.services:ServiceError": (EXIT_FAILED, True),
     "spark_jobs.cli.commands:UserError": (EXIT_FAILED, True),  # its default; each raise may choose
     "spark_jobs.orchestration.tasks:NotRetried": (EXIT_FAILED, False),  # its default; each carries its error's code
-    "spark_jobs.executor.sources.pg_connections:NoConnection": (EXIT_REFUSED, False),
+    "spark_jobs.connections:NoConnection": (EXIT_REFUSED, False),
     "spark_jobs.executor.sources.pg_log:PostgresRefused": (EXIT_REFUSED, False),
     "spark_jobs.executor.sources.pg_log:PostgresUnavailable": (EXIT_FAILED, True),
     "spark_jobs.publish.postgres_sink:SinkRefused": (EXIT_REFUSED, False),

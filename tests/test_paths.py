@@ -96,6 +96,7 @@ def _step(path: str, rt, t: int) -> str:
                 fh.write(text.replace("data_root: data\n", f"data_root: {rt.config.data_root}\n", 1))
         done = tasks.run_step("timestep", rt.path, config=profile, run_id=run_id, params={})
         assert done["commit"]["timestep"] == t and set(done["timing"]) == {"imports", "open", "work"}, done
+        assert done["spark_opened"] is (done["commit"]["engine"] == "spark"), done
         return done["commit"]["engine"]
     if path in ("dag-per_step", "dag-recompute"):
         phases = []

@@ -197,7 +197,7 @@ def test_no_password_in_the_state_and_a_missing_key_or_column_is_refused(server,
 
 
 def test_an_unknown_connection_says_what_to_set(tmp_path, monkeypatch):
-    from spark_jobs.executor.sources.pg_connections import NoConnection
+    from spark_jobs.connections import NoConnection
 
     monkeypatch.delenv("DBSP_CONN_SHOP", raising=False)
     monkeypatch.delenv("AIRFLOW_CONN_SHOP", raising=False)
@@ -268,7 +268,7 @@ def test_a_keyed_view_is_upserted_into_a_postgres_table_once_per_timestep(server
 def test_a_connection_comes_from_airflow_inside_a_task_and_is_never_printed(monkeypatch):
     """Inside a task (AIRFLOW_CTX_DAG_ID set) the Airflow connection is used, here in Airflow's
     own JSON environment form; messages describe it without its password."""
-    from spark_jobs.executor.sources.pg_connections import describe, redact, resolve
+    from spark_jobs.connections import describe, redact, resolve
 
     monkeypatch.delenv("DBSP_CONN_SHOPX", raising=False)
     monkeypatch.setenv("AIRFLOW_CTX_DAG_ID", "x")

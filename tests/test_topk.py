@@ -154,7 +154,7 @@ def comparable(views: dict[str, Counter]) -> dict[str, Counter]:
 def test_rule_state_and_explain():
     inc = incrementalize(query({"rn": VIEWS["rn"]}))
     assert [n.op for n in inc] == ["input", "integrate", "delay", "topk_touched"]
-    assert state_of(inc, inc["rn"]) is None  # no state of its own: the integral is the state
+    assert state_of(inc, inc["rn"]) and state_keys(inc, inc["rn"]) == ("g",)  # its top-k so far, by partition
     assert state_of(inc, inc["I(x)"]) and state_keys(inc, inc["I(x)"]) == ("g",)  # sorted on the partition
     text = explain_text(inc)
     assert "top-k(touched)" in text and "top-k 'rn': rows of the touched groups" in text
@@ -197,3 +197,74 @@ def test_both_engines_agree_through_run_step(spark, tmp_path):
     from tests.test_engines import A
 
     assert run_both(tmp_path, TOPK_YAML, {"a": A}, steps=3, seed=5) == ["arrow", "spark", "arrow"]
+
+
+def test_the_top_k_so_far_decides_a_step_and_the_integral_only_the_groups_it_cannot(tmp_path, monkeypatch):
+    """A step reads a group's rows of the integral only when the change deletes so much of the
+    group's top-k that fewer than k are left (here: the current maximum of a group, k = 1, deleted
+    every third step, ties and copies included); every other step is decided by the top-k so far
+    and the change (a maximum replaced by a peer or a better row, as an aggregate's -old +new row
+    of a growing count is, is no deletion of the top). At every step the views equal DuckDB's
+    window query."""
+    from spark_jobs.executor.kernels import topk as kernels
+
+    reads: list[int] = []
+    integral_rows = kernels._integral_rows
+    monkeypatch.setattr(kernels, "_integral_rows",
+                        lambda s, integral, delta, part: reads.append(delta.num_rows) or
+                        integral_rows(s, integral, delta, part))
+    views = {"max": (("g",), (("v", True, False),), 1, "rank", "r"),
+             "top2": (("g",), (("v", True, False),), 2, "row_number", "n"),
+             "dense": (("g",), (("v", True, False),), 1, "dense_rank", None)}
+    steps, integrated, deletes_top, peers = _update_stream(7, 18)
+    got = run(None, tmp_path, "arrow", steps, views)
+    for t, (mine, want) in enumerate(zip(got, integrated), start=1):
+        assert comparable(mine) == comparable(duckdb_views(want, views)), f"step {t}"
+    # a deleted maximum: each view reads its group; a maximum replaced: at most row_number's
+    assert deletes_top and peers and 0 < len(reads) <= 3 * len(deletes_top) + len(peers), (reads, deletes_top)
+    assert all(n <= 8 for n in reads)  # only the undecided group's change, not the step's
+
+
+def _update_stream(seed: int, n: int) -> tuple[list[Counter], list[Counter], list[int], list[int]]:
+    """Inserts; every third step all copies of a group's maximum deleted, or the maximum replaced
+    by a peer or a better row, or a low row deleted. Returns the changes, the integrated input
+    after each, and the steps that deleted a maximum and that replaced one."""
+    rng = random.Random(seed)
+    bag: Counter = Counter()
+    steps, integrated, deletes_top, peers = [], [], [], []
+    for t in range(n):
+        change: Counter = Counter()
+        for _ in range(4):
+            change[(rng.choice([1, 2]), "p", float(rng.randint(1, 40)), rng.choice(["a", "b"]))] += rng.choice((1, 2))
+        if t % 3 == 2:  # delete every copy of a group's current maximum
+            g = rng.choice([1, 2])
+            top = max((r for r in bag if r[0] == g), key=lambda r: r[2], default=None)
+            if top is not None:
+                change[top] -= bag[top]
+                deletes_top.append(t + 1)
+        elif t % 3 == 0 and bag:  # the maximum replaced by a peer or a better row (an aggregate's -old +new)
+            top = max(bag, key=lambda r: r[2])
+            change[top] -= 1
+            change[(top[0], "q", top[2] + rng.choice([0.0, 0.0, 3.0]), top[3])] += 1
+            peers.append(t + 1)
+        elif t % 3 == 1 and bag:  # delete a row that is not a maximum (the top-k decides)
+            g_max = {g: max(r[2] for r in bag if r[0] == g) for g in {r[0] for r in bag}}
+            low = sorted(r for r in bag if r[2] < g_max[r[0]] - 10)
+            if low:
+                change[low[0]] -= 1
+        change = Counter({r: w for r, w in change.items() if w})
+        bag.update(change)
+        bag = +bag
+        steps.append(change)
+        integrated.append(Counter(bag))
+    return steps, integrated, deletes_top, peers
+
+
+def test_updates_of_the_top_rows_equal_duckdb_on_every_view(tmp_path):
+    """The update-shaped stream above through every view of ``VIEWS`` (ties, copies, partitions of
+    two columns, a global top-k; NULLs and NaN are the other stream's): DuckDB's window query at
+    every step."""
+    steps, integrated, _, _ = _update_stream(11, 21)
+    got = run(None, tmp_path, "arrow", steps)
+    for t, (mine, want) in enumerate(zip(got, integrated), start=1):
+        assert comparable(mine) == comparable(duckdb_views(want)), f"step {t}"

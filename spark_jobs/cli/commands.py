@@ -360,7 +360,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     between a commit and its publish, or publishes after `views.enabled` was switched on."""
     from spark_jobs.publish import publish_views
 
-    from spark_jobs.publish.postgres_sink import describe_results, sink_views
+    from spark_jobs.publish.postgres_sink import describe_results, sink_views  # imports no Spark
 
     with _user_errors(args):
         rt = open_circuit(args.circuit, _config(args))

@@ -7,7 +7,8 @@ fix (a failed `fail` expectation, refused input files, a changed circuit) fail t
 
 Each callable returns a small JSON summary (XCom) with ``timing``: seconds spent importing the
 runtime, opening the circuit (compile; Spark session), and in the step's own work; the rest of
-the task's duration is Airflow's (process, DAG parse, API calls). The benchmark reads it.
+the task's duration is Airflow's (process, DAG parse, API calls). The benchmark reads it, and
+``spark_opened``: whether the task opened a Spark session (an in-process step never does).
 """
 from __future__ import annotations
 
@@ -124,6 +125,7 @@ def execute(step: str, circuit: str, run_id: str, stage: str | None = None, mode
     summary = timestep.run_task(rt, step, run_id, stage, mode, on_phase)
     t3 = time.perf_counter()
     summary["timing"] = {"imports": round(t1 - t0, 3), "open": round(t2 - t1, 3), "work": round(t3 - t2, 3)}
+    summary["spark_opened"] = "spark" in vars(rt)  # an in-process step must not open a Spark session
     return summary
 
 

@@ -23,8 +23,7 @@ from typing import Callable
 import pyarrow as pa
 
 from spark_jobs.errors import DbspError, EXIT_FAILED, EXIT_REFUSED
-from spark_jobs.executor.sources.pg_connections import describe, password_of, redact, resolve
-from spark_jobs.executor.sources.pg_log import qualified
+from spark_jobs.connections import describe, password_of, redact, resolve
 from spark_jobs.spec.model import CircuitSpec, OutputSpec
 from spark_jobs.state.arrow_read import arrow_schema, read_delta, read_view
 from spark_jobs.state.failpoints import failpoint
@@ -57,6 +56,12 @@ class SinkResult:
 
 def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def qualified(table: str) -> str:
+    """``schema.name`` quoted as two identifiers."""
+    schema, _, name = table.partition(".")
+    return f"{_ident(schema)}.{_ident(name)}"
 
 
 def _progress_table(table: str) -> str:

@@ -174,6 +174,15 @@ def _columns(entry: Any) -> set[str] | None:
     return {f["name"] for f in json.loads(entry.schema).get("fields", []) if f["name"] != "_weight"}
 
 
+def _not_null_added(inp: Any, entry: Any) -> list[str]:
+    """Columns the input declares NOT NULL that its committed integral lacks (added by the edit:
+    its old rows would read NULL where NULL is not allowed)."""
+    held = _columns(entry)
+    if held is None:
+        return []
+    return [c.name for c in inp.columns if c.name not in held and not c.nullable]
+
+
 def bootstrap_targets(plan: ChangePlan, circuit: Any) -> set[str]:
     """Nodes whose value the bootstrap pass needs: new and rebuilt nodes, and the node of every
     view that is not kept (a new view of a kept node starts with its whole value)."""
@@ -217,6 +226,10 @@ def _plan_reads(rt: "CircuitRuntime", m: "Manifest", plan: ChangePlan) -> None:
                 reads.append(f"input {name}: its integral {trace}, bounded by event time")
                 blocked.add(f"input {name}'s integral dropped rows below its event-time bound: {origin} "
                             f"cannot be bootstrapped from state")
+            elif (added := _not_null_added(spec.inputs[name], entry)):
+                reads.append(f"input {name}: nothing (new NOT NULL column(s) {', '.join(added)})")
+                blocked.add(f"input {name} gained NOT NULL column(s) {', '.join(added)} its committed rows have no "
+                            f"value for: {origin} cannot be bootstrapped from state (declare them nullable)")
             else:
                 reads.append(f"input {name}: integral {trace} ({entry.rows:,} rows) + this step's change")
         kept_above = sorted({circuit[i].origin or i for i in above if plan.nodes.get(i) == "kept"

@@ -126,7 +126,7 @@ class CircuitRuntime:
 
 
 def open_circuit(ref: str, config: Config) -> CircuitRuntime:
-    from spark_jobs.executor.sources.pg_connections import use_profile
+    from spark_jobs.connections import use_profile
 
     use_profile(config.connections)  # the profile's connections: the last place a connection is looked up
     path = find_circuit_file(ref, config)

@@ -281,10 +281,11 @@ def after_commit(rt: "CircuitRuntime", manifest: "Manifest", say: Progress | Non
     from spark_jobs.runtime.quality_gate import quality_dir
     from spark_jobs.runtime.retention import after_commit as retention
 
-    from spark_jobs.runtime.inputs import advance_slots
-
     started = time.perf_counter()
-    advance_slots(rt.compiled.spec.inputs, manifest)  # the positions this commit recorded are applied
+    if any(i.kind == "postgres" for i in rt.compiled.spec.inputs.values()):
+        from spark_jobs.runtime.inputs import advance_slots
+
+        advance_slots(rt.compiled.spec.inputs, manifest)  # the positions this commit recorded are applied
     mark_committed(quality_dir(rt), manifest.timestep)
     publish_feeds(rt, manifest)
     if cleanup is not None:

@@ -82,7 +82,7 @@ class Source:
     line: int = 0
     cdc: CdcOptions | None = None  # kind cdc only
     table: str = ""  # kind postgres: schema.name of the source table
-    connection: str = ""  # kind postgres: the connection's name (spark_jobs/executor/sources/pg_connections.py)
+    connection: str = ""  # kind postgres: the connection's name (spark_jobs/connections.py)
     slot: str = ""  # kind postgres: the replication slot (and publication) name; default dbsp_<circuit>_<input>
 
     @property

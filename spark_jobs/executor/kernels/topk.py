@@ -103,21 +103,162 @@ def arrow_topk(s: Any, node: Node) -> Any:
 
 
 def arrow_topk_touched(s: Any, node: Node) -> Any:
-    """The touched groups' rows of the integral (row groups admitted by the change's partition
-    values), top-k before and after the change, new − old."""
+    """Δtopk of the touched groups from this node's own state (its output so far: each group's
+    current top-k rows) and the change, new − old; the integral is read only for the groups
+    where that cannot decide (``_undecided``: a change that deletes enough of a group's top-k
+    rows). The output is appended to the own state."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    from spark_jobs.executor.arrow.zsets import consolidate, negate, semi, total
-    from spark_jobs.executor.arrow.kernels import Integral
+    from spark_jobs.executor.arrow.zsets import anti, consolidate, negate, semi, total
+    from spark_jobs.executor.engine import StateUpdate
 
     delta, integral = s.args(node)
     delta = s.engine.table(delta)
     delta = delta.cast(pa.schema([f.with_nullable(True) for f in delta.schema]))  # as rows read from files
     empty = topk_table(delta.slice(0, 0), node)
-    if delta.num_rows == 0:
-        return empty
     part = _partition(node)
+    if delta.num_rows == 0:
+        out = empty
+    else:
+        delta = consolidate(delta)
+        top = _own_top(s, node, delta, part)
+        undecided = _undecided(top, delta, node)
+        slow = empty
+        if undecided:  # read those groups of the integral
+            groups = pa.table([pa.array([g[j] for g in undecided], delta.schema.field(c).type)
+                               for j, c in enumerate(part)], names=list(part)) if part else None
+            slow_delta = semi(delta, groups, part, part) if part else delta
+            old = _integral_rows(s, integral, slow_delta, part)
+            slow = total([topk_table(total([old, slow_delta]), node), negate(topk_table(old, node))])
+            delta = anti(delta, groups, part, part) if part else delta.slice(0, 0)
+            top = anti(top, groups, part, part) if part else top.slice(0, 0)
+        fast = total([topk_table(total([top, delta]), node), negate(topk_table(top, node))])
+        out = consolidate(total([fast.cast(empty.schema), slow.cast(empty.schema)])).cast(empty.schema)
+    s.update(node.id, StateUpdate("append", out, part, sort_by=part))
+    return out
+
+
+def _own_top(s: Any, node: Node, delta: Any, part: Sequence[str]) -> Any:
+    """The current top-k rows (input columns, positive weights) of the groups ``delta`` touches,
+    from this node's own trace (its output so far, the rank column dropped)."""
+    import pyarrow.compute as pc
+
+    from spark_jobs.executor.arrow.zsets import consolidate, semi
+    from spark_jobs.spec.model import WEIGHT
+
+    trace = s.engine.trace(node.id)
+    if trace is None:
+        return delta.slice(0, 0)
+    if not part:
+        s.engine.charge(trace.rows(), "the state of a global top-k")
+        rows = trace.read_all()
+    else:
+        rows = s.engine.lookup(trace, part[0], pc.unique(delta.column(part[0])).to_pylist())
+        rows = semi(rows, delta, part, part) if len(part) > 1 else rows
+    rows = consolidate(rows.select(delta.column_names).cast(delta.schema))
+    return rows.filter(pc.greater(rows.column(WEIGHT), 0)) if rows.num_rows else rows
+
+
+def _undecided(top: Any, delta: Any, node: Node) -> list[tuple]:
+    """The groups (partition values) whose new top-k the old top-k and the change do not decide.
+
+    Why the rest are: a row outside a group's top-k comes after every row in it (rank and
+    dense_rank: strictly worse on ``order_by``; row_number: later in the total order, or a copy
+    of a kept row). So if the top-k held less than k (rows, or distinct values for dense_rank),
+    the group has no other row; and if what is left of it after the change's deletions, with the
+    inserted rows at least as good as its worst row, still holds k, no other row can reach rank k
+    (every such row is behind k rows of the new top-k). Otherwise the group is read from the
+    integral."""
+    import pyarrow.compute as pc
+
+    from spark_jobs.executor.arrow.zsets import consolidate, total
+    from spark_jobs.spec.model import WEIGHT
+
+    k, rank, part = int(node.param("k")), node.param("rank"), list(_partition(node))
+    deletes = delta.filter(pc.less(delta.column(WEIGHT), 0))
+    if deletes.num_rows == 0 or top.num_rows == 0:
+        return []
+    ordered = [c for c, _, _ in node.param("order_by")]
+    before = _measure(top, part, ordered, rank)
+    # an inserted row at least as good as the old top-k's worst counts too (an aggregate's -old
+    # +new row of a count that grows is no deletion of the top)
+    inserts = delta.filter(pc.greater(delta.column(WEIGHT), 0))
+    left = consolidate(total([top, deletes, inserts.filter(_as_good(top, inserts, node))]))
+    left = left.filter(pc.greater(left.column(WEIGHT), 0))
+    after = _measure(left, part, ordered, rank)
+    return [g for g, m in before.items() if m >= k and after.get(g, 0) < k]
+
+
+def _as_good(top: Any, inserts: Any, node: Node) -> Any:
+    """Per row of ``inserts``: is it at least as good (in the top-k's order; for row_number its
+    total order) as the worst row of its group's ``top``? Both sorted together in Spark's order,
+    an insert ahead of a top row it ties with; an insert is as good when a top row of its group
+    comes after it. Vectorized: a large change is decided without a Python pass over its rows."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from spark_jobs.spec.model import WEIGHT
+    from spark_jobs.state.float_keys import canonical_columns
+
+    if inserts.num_rows == 0 or top.num_rows == 0:
+        return pa.array([False] * inserts.num_rows, pa.bool_())
+    part = list(_partition(node))
+    columns = [c for c in inserts.column_names if c != WEIGHT]
+    both = pa.concat_tables([top.select(columns).cast(inserts.select(columns).schema), inserts.select(columns)])
+    both = canonical_columns(both, part)
+    tag = np.concatenate([np.zeros(top.num_rows, np.int8), np.ones(inserts.num_rows, np.int8)])
+    helped, keys, _ = _sort_keys(both.append_column("__tag", pa.array(tag)), node, columns)
+    order = pc.sort_indices(helped, sort_keys=keys + [("__tag", "descending", "at_end")]).to_numpy()
+    first = np.zeros(len(order), dtype=bool)
+    first[0] = True
+    for p in part:
+        col = both.column(p).take(pa.array(order)).combine_chunks()
+        a, b = col.slice(1), col.slice(0, len(col) - 1)
+        differ = pc.fill_null(pc.not_equal(a, b), False)
+        differ = pc.or_(differ, pc.not_equal(pc.is_null(a), pc.is_null(b)))
+        if pa.types.is_floating(col.type):  # NaN is one group (canonical: no -0.0 left)
+            differ = pc.and_(differ, pc.invert(pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False)))
+        first[1:] |= differ.to_numpy(zero_copy_only=False)
+    group = np.cumsum(first) - 1
+    tags = tag[order]
+    positions = np.arange(len(order))
+    last_top = np.full(group[-1] + 1, -1)
+    np.maximum.at(last_top, group[tags == 0], positions[tags == 0])
+    good_sorted = (tags == 1) & (positions < last_top[group])
+    good = np.zeros(len(order), dtype=bool)
+    good[order] = good_sorted
+    return pa.array(good[top.num_rows:])
+
+
+def _measure(table: Any, part: Sequence[str], ordered: Sequence[str], rank: str) -> dict[tuple, int]:
+    """Per group (floats as Spark groups them): its rows (rank, row_number) or distinct
+    ``order_by`` values (dense_rank)."""
+    from spark_jobs.spec.model import WEIGHT
+    from spark_jobs.state.float_keys import canonical_columns
+
+    if table.num_rows == 0:
+        return {}
+    table = canonical_columns(table, [*part, *ordered])  # one NaN, one zero: Spark's groups and peers
+    if rank == "dense_rank":
+        per = table.group_by([*part, *ordered], use_threads=False).aggregate([(WEIGHT, "count")])
+        sums = per.group_by(list(part), use_threads=False).aggregate([(f"{WEIGHT}_count", "count")])
+        name = f"{WEIGHT}_count_count"
+    else:
+        sums = table.group_by(list(part), use_threads=False).aggregate([(WEIGHT, "sum")])
+        name = f"{WEIGHT}_sum"
+    keys = list(zip(*[sums.column(p).to_pylist() for p in part])) if part else [()]
+    return dict(zip(keys, sums.column(name).to_pylist()))
+
+
+def _integral_rows(s: Any, integral: Any, delta: Any, part: Sequence[str]) -> Any:
+    """The integral's rows of the groups ``delta`` touches (row groups admitted by its partition
+    values), in the delta's columns and types."""
+    import pyarrow.compute as pc
+
+    from spark_jobs.executor.arrow.kernels import Integral
+    from spark_jobs.executor.arrow.zsets import semi
+
     if not part:
         old = s.engine.table(integral)
     elif isinstance(integral, Integral):
@@ -125,10 +266,7 @@ def arrow_topk_touched(s: Any, node: Node) -> Any:
         old = semi(found, delta, part, part) if len(part) > 1 else found
     else:
         old = semi(integral, delta, part, part)
-    old = old.select(delta.column_names).cast(delta.schema)
-    new = total([old, delta])
-    out = total([topk_table(new, node), negate(topk_table(old, node))])
-    return consolidate(out).cast(empty.schema)
+    return old.select(delta.column_names).cast(delta.schema)
 
 
 # ---- Spark kernels ------------------------------------------------------------------------------
@@ -181,7 +319,9 @@ def spark_topk(s: Any, node: Node) -> Any:
 
 def spark_topk_touched(s: Any, node: Node) -> Any:
     """The touched groups' rows of the integral (a semi join with the change's partition values,
-    pre-filtered by the first one so Parquet skips row groups), top-k before and after, new − old."""
+    pre-filtered by the first one so Parquet skips row groups), top-k before and after, new − old;
+    appended to the own state (the output so far, which the Arrow kernel reads first)."""
+    from spark_jobs.executor.engine import StateUpdate
     from spark_jobs.executor.spark.zset import consolidate, negate, plus, restrict
 
     delta, integral = s.args(node)
@@ -190,6 +330,8 @@ def spark_topk_touched(s: Any, node: Node) -> Any:
     if part:
         old = restrict(old, delta, part, part, broadcast=s.engine.broadcast,
                        in_list_max=s.engine.policy.narrow.in_list_max)
-    return consolidate(plus(topk_frame(plus(old, delta), node), negate(topk_frame(old, node))))
+    out = consolidate(plus(topk_frame(plus(old, delta), node), negate(topk_frame(old, node))))
+    s.update(node.id, StateUpdate("append", out, part, sort_by=part))
+    return out
 
 

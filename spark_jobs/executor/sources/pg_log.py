@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 from spark_jobs.errors import DbspError, EXIT_FAILED, EXIT_REFUSED
 from spark_jobs.spec.model import InputSpec
 
-from .pg_connections import describe, password_of, redact, resolve
+from spark_jobs.connections import describe, password_of, redact, resolve
 from .spark_types import declared_types
 
 

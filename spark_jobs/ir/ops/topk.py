@@ -22,9 +22,11 @@ NULLs sort as Spark's default: first in ascending order, last in descending orde
 order says otherwise; NaN is larger than every number and equal to itself.
 
 Incremental rule: Δtopk = topk(z⁻¹(I x)|G + Δx) − topk(z⁻¹(I x)|G), where G are the groups Δx
-touches (``topk_touched``). Its only state is the integral of its input, kept sorted on the
-partition columns, so a step reads only the rows of the touched groups (a global top-k reads
-the whole integral on a step with a change, and nothing on a step without).
+touches (``topk_touched``). Its state: the integral of its input, kept sorted on the partition
+columns, and its own output so far (each group's current top-k rows, format 2). A row outside a
+group's top-k comes after every row in it, so the top-k of (old top-k + Δx) is the new top-k
+unless Δx deletes so much of a group's top-k that fewer than k are left: only such groups are
+read from the integral (the Arrow kernel; a step's cost follows the change, not the window).
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from typing import Sequence
 from spark_jobs.ir.bounds import Floor, Floors, Forget, group_forget
 from spark_jobs.ir.builder import Builder
 from spark_jobs.ir.graph import Circuit, Node, make_node
-from spark_jobs.ir.operator import ALWAYS, NONLINEAR, Operator, register
+from spark_jobs.ir.operator import ALWAYS, NONLINEAR, Operator, State, register
 from spark_jobs.spec.model import NodeSpec
 
 RANK_TYPE = "int"  # the type Spark gives row_number(), rank() and dense_rank()
@@ -61,8 +63,9 @@ def _floor(circuit: Circuit, node: Node, column: str, floors: Floors) -> Floor |
 
 
 def _forgets(circuit: Circuit, node: Node, position: int | None, floors: Floors) -> Forget | None:
-    """The integral is looked up by partition: a partition below its floor is never read again."""
-    return group_forget(circuit, node, _partition(node), floors) if position == 1 else None
+    """The integral and the own state are looked up by partition: a partition below its floor
+    is never read again."""
+    return group_forget(circuit, node, _partition(node), floors) if position in (1, None) else None
 
 
 def describe(node: Node) -> str:
@@ -75,8 +78,9 @@ def describe(node: Node) -> str:
 
 def _delta_form(circuit: Circuit, node: Node) -> str:
     groups = ", ".join(_partition(node))
-    return (f"{describe(node)}: top-k of the touched groups from {circuit[node.inputs[1]].inputs[0]} before and "
-            f"after the change, emits new − old" + (f" (looked up by {groups})" if groups else " (one group: the "
+    return (f"{describe(node)}: top-k of the touched groups from its previous top-k (or, where the change "
+            f"deletes too much of it, from {circuit[node.inputs[1]].inputs[0]}) before and after the change, emits "
+            f"new − old" + (f" (looked up by {groups})" if groups else " (one group: the "
                                                     "whole integral)"))
 
 
@@ -98,6 +102,8 @@ TOPK = register(Operator(
 TOPK_TOUCHED = register(Operator(
     "topk_touched", arity=2, linearity=NONLINEAR, symbol="top-k(touched)", consolidated=True, form_of="topk",
     summary="top-k of the groups the delta touches, before and after it, from z⁻¹(I x): new − old",
+    # format 2: the output so far kept as its own state (each group's top-k, looked up first)
+    state=State("previous top-k rows per group", keys=lambda c, n: _partition(n), update_reads="output", format=2),
     lookup=_lookup, uses=lambda c, n, p: f"top-k {n.origin!r}: rows of the touched groups", delta_form=_delta_form,
     floor=_floor, forgets=_forgets,
     kernels={"spark": f"{KERNELS}:spark_topk_touched", "arrow": f"{KERNELS}:arrow_topk_touched"}))

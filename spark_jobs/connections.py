@@ -1,4 +1,4 @@
-"""Where a PostgreSQL source or sink connects (``connection: NAME``), and how a password stays out of
+"""Layer 2, connections: where a PostgreSQL source or sink connects (``connection: NAME``), and how a password stays out of
 every log, manifest and message.
 
 A circuit names a connection, never its settings: the settings are looked up, in this order,
