@@ -26,6 +26,21 @@ def test_slt_case_file(tmp_path, path):
     assert sum(o.must_refuse for o in report.outcomes) >= 1
 
 
+EXTENDED = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "slt", "cases", "extended", "*.test")))
+
+
+@pytest.mark.parametrize("path", EXTENDED, ids=os.path.basename)
+def test_slt_extended_sample(tmp_path, path):
+    """Every 8th query of the larger files (correlated subqueries in grouped queries, HAVING and
+    LATERAL; NULL semantics; aggregates); ``make slt`` runs them whole."""
+    report = run_file(path, Options(oracle="duckdb", steps=3, chunk=200, workdir=str(tmp_path), subset=8))
+    bad = [f"line {o.line} {o.status}{' (expected: ' + o.expected + ')' if o.expected == 'differ' else ''}: "
+           f"{o.sql}\n  {o.reason[:600]}" for o in report.outcomes
+           if (o.status != "agree" and not (o.status == "refused" and o.must_refuse)) or o.expected == "differ"]
+    assert not bad, "\n".join(bad)
+    assert sum(o.status == "agree" for o in report.outcomes) >= 5
+
+
 def test_parse_directives():
     text = ("hash-threshold 8\n\nstatement ok\nCREATE TABLE t(a INTEGER)\n\nskipif dbsp\nquery I nosort\nSELECT 1\n"
             "----\n1\n\nonlyif sqlite\nquery I nosort\nSELECT 2\n----\n2\n\nonlyif dbsp\nquery II rowsort label-x\n"

@@ -36,9 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--accept-only", action="store_true", help="only compile each query: accepted / refused")
     ap.add_argument("--sample", type=int, default=1, help="run only every n-th accepted query (by line)")
+    ap.add_argument("--subset", type=int, default=1,
+                    help="take only every n-th query of a file at all (not compiled, not counted): big files")
+    ap.add_argument("--files", type=int, default=1, help="take only every n-th file of a folder (by name)")
     args = ap.parse_args(argv)
     opts = Options(oracle=args.oracle, steps=args.steps, chunk=args.chunk, seed=args.seed, accept_only=args.accept_only,
-                   sample=args.sample,
+                   sample=args.sample, subset=args.subset,
                    log=None if args.quiet else (lambda s: print("  " + s, file=sys.stderr, flush=True)))
     oracle = None
     totals: Counter = Counter()
@@ -47,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = False
     header = f"{'file':<28}{'queries':>8}{'accepted':>10}{'agree':>8}{'wrong':>7}{'error':>7}{'oracle_err':>11}{'refused':>9}{'unsupp':>8}{'not run':>9}   expected (vs the file)"
     print(header)
-    for path in _files(args.paths):
+    for path in _files(args.paths)[::args.files]:
         started = time.time()
         if oracle is None and not args.accept_only:
             from tests.slt.runner import DuckOracle, SparkOracle

@@ -166,21 +166,258 @@ SUBQUERIES = [
     ("I", "SELECT a FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.a AND t2.z > 0)"),
     ("II", "SELECT b, count(*) FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.x >= t1.a) GROUP BY b"),
     ("II", "SELECT b, (SELECT count(*) FROM t2) FROM t1 GROUP BY b"),
+    ("II", "SELECT b, (SELECT count(*) FROM t2 WHERE t2.x = t1.b) FROM t1 GROUP BY b"),
+    ("II", "SELECT b, sum(a) FROM t1 GROUP BY b HAVING sum(a) > (SELECT count(*) FROM t2 WHERE t2.x <= t1.b)"),
+    ("II", "SELECT a, s.n FROM t1, LATERAL (SELECT count(*) AS n FROM t2 WHERE t2.x = t1.a) AS s"),
     ("I", "SELECT a FROM t1 WHERE a > (SELECT min(x) FROM t2) AND b IN (SELECT x FROM t2)"),
 ]
 
 REFUSED_SUBQUERIES = [
     "SELECT (SELECT x FROM t2 WHERE t2.x = t1.a) FROM t1",
-    "SELECT b, (SELECT count(*) FROM t2 WHERE t2.x = t1.b) FROM t1 GROUP BY b",
+    "SELECT b, (SELECT count(*) FROM t2 WHERE t2.x = t1.a) FROM t1 GROUP BY b",
     "SELECT a FROM t1 WHERE (a, b) IN (SELECT x, x FROM t2) OR c = 1",
     "SELECT a, (SELECT max(x) FROM t2 WHERE t2.x < t1.a ORDER BY 1 LIMIT 1) FROM t1",
     "SELECT a FROM t1 WHERE EXISTS (SELECT x FROM t2 WHERE t2.x = t1.a UNION SELECT b FROM t1 AS u)",
 ]
 
 
+_OPS = ("=", "<>", "<", "<=", ">", ">=")
+
+# correlated subqueries in a grouped SELECT list, in HAVING, in FROM (LATERAL), and at depth
+CORRELATED = [
+    ("II", "SELECT b, count(*) + (SELECT count(*) FROM t2 WHERE t2.x < t1.b) FROM t1 GROUP BY b"),
+    ("IR", "SELECT b, (SELECT max(z) FROM t2 WHERE t2.x >= t1.b) FROM t1 GROUP BY b"),
+    ("III", "SELECT b, c, (SELECT count(*) FROM t1 AS u WHERE u.b = t1.b AND u.c < t1.c) FROM t1 GROUP BY b, c"),
+    ("IT", "SELECT b, EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.b) FROM t1 GROUP BY b"),
+    ("IT", "SELECT b, b IN (SELECT x FROM t2 WHERE t2.x < 5) FROM t1 GROUP BY b"),
+    ("IT", "SELECT b, b NOT IN (SELECT x FROM t2) FROM t1 GROUP BY b"),
+    ("IT", "SELECT b, b NOT IN (SELECT x FROM t2 WHERE x IS NOT NULL) FROM t1 GROUP BY b"),
+    ("II", "SELECT b, CASE WHEN EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.b) THEN sum(a) ELSE -1 END FROM t1 GROUP BY b"),
+    ("II", "SELECT b, sum(a) - (SELECT coalesce(sum(x), 0) FROM t2 WHERE t2.x <= t1.b) FROM t1 GROUP BY b"),
+    ("II", "SELECT b, (SELECT count(*) FROM t2 WHERE t2.x = t1.b) FROM t1 WHERE a > 2 GROUP BY b"),
+    ("II", "SELECT count(*), (SELECT count(*) FROM t2) FROM t1"),
+    ("II", "SELECT b, (SELECT count(*) FROM t2 WHERE t2.x = t1.b) AS n FROM t1 GROUP BY b HAVING count(*) > 1"),
+    ("IIT", "SELECT b, d, (SELECT min(y) FROM t2 WHERE t2.x = t1.b OR t2.x = t1.d) FROM t1 GROUP BY b, d"),
+    ("I", "SELECT b FROM t1 GROUP BY b HAVING EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.b)"),
+    ("I", "SELECT b FROM t1 GROUP BY b HAVING NOT EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.b)"),
+    ("II", "SELECT b, count(*) FROM t1 GROUP BY b HAVING b IN (SELECT x FROM t2 WHERE t2.z > 0)"),
+    ("II", "SELECT b, count(*) FROM t1 GROUP BY b HAVING b NOT IN (SELECT x FROM t2 WHERE x IS NOT NULL)"),
+    ("II", "SELECT b, count(*) FROM t1 GROUP BY b HAVING b NOT IN (SELECT x FROM t2)"),
+    ("II", "SELECT b, max(c) FROM t1 GROUP BY b HAVING max(c) >= (SELECT avg(c) FROM t1 AS u WHERE u.b <> t1.b)"),
+    ("I", "SELECT b FROM t1 GROUP BY b HAVING count(*) = (SELECT count(*) FROM t1 AS u WHERE u.b = t1.b)"),
+    ("I", "SELECT b FROM t1 GROUP BY b HAVING count(*) > 1 OR EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.b)"),
+    ("II", "SELECT b, sum(a) FROM t1 GROUP BY b HAVING (SELECT count(*) FROM t2 WHERE t2.x < t1.b) BETWEEN 1 AND 3"),
+    ("II", "SELECT d, count(*) FROM t1 GROUP BY d HAVING d > (SELECT min(x) FROM t2)"),
+    ("II", "SELECT b, sum(a) FROM t1 GROUP BY b HAVING sum(a) > (SELECT count(*) FROM t2 WHERE t2.x <= t1.b) "
+           "AND (SELECT count(*) FROM t2 WHERE t2.x = t1.b) = 0"),
+    ("I", "SELECT a FROM t1 WHERE EXISTS (SELECT x FROM t2 WHERE t2.x <= t1.a GROUP BY x HAVING count(*) > "
+          "(SELECT count(*) FROM t1 AS u WHERE u.b = t2.x))"),
+    ("II", "SELECT a, (SELECT count(*) FROM t2 WHERE t2.x < t1.a AND t2.x IN "
+           "(SELECT b FROM t1 AS u GROUP BY b HAVING count(*) > 1)) FROM t1"),
+    ("II", "SELECT s.b, s.n FROM (SELECT b, (SELECT count(*) FROM t2 WHERE t2.x = t1.b) AS n FROM t1 GROUP BY b) AS s "
+           "WHERE s.n > 0"),
+    # LATERAL: an aggregate is one row per outer row (count 0 on no match); other subqueries drop rows
+    ("II", "SELECT a, n FROM t1 JOIN LATERAL (SELECT count(*) AS n FROM t2 WHERE t2.x < t1.a) AS s ON n > 1"),
+    ("IT", "SELECT a, s.y FROM t1, LATERAL (SELECT y FROM t2 WHERE t2.x = t1.b) AS s"),
+    ("IR", "SELECT a, s.m FROM t1 CROSS JOIN LATERAL (SELECT max(z) AS m, count(*) AS c FROM t2 "
+           "WHERE t2.x <= t1.b) AS s WHERE s.c > 0"),
+    ("II", "SELECT a, s.k FROM t1, LATERAL (SELECT x AS k FROM t2) AS s WHERE a = k"),
+    ("II", "SELECT a, s.sx FROM t1, LATERAL (SELECT sum(x) AS sx FROM t2 WHERE t2.x IS NOT DISTINCT FROM t1.b) AS s"),
+    ("II", "SELECT t1.a, s.c FROM t1, LATERAL (SELECT count(*) AS c FROM t1 AS u WHERE u.a < t1.a AND u.b = t1.b) AS s"),
+    ("IT", "SELECT a, s.y FROM t1, LATERAL (SELECT DISTINCT y FROM t2 WHERE t2.x >= t1.c) AS s"),
+    ("ITI", "SELECT a, s.y, s.n FROM t1, LATERAL (SELECT y, count(*) AS n FROM t2 WHERE t2.x < t1.a GROUP BY y) AS s"),
+    ("III", "SELECT a, s.n, r.m FROM t1, LATERAL (SELECT count(*) AS n FROM t2 WHERE t2.x = t1.a) AS s, "
+            "LATERAL (SELECT max(x) AS m FROM t2 WHERE t2.x < s.n + t1.b) AS r"),
+    ("II", "SELECT a, s.n FROM t1, LATERAL (SELECT count(*) AS n FROM t2 WHERE t2.x = t1.a) AS s(n) WHERE a > 3"),
+    ("II", "SELECT s.n, count(*) FROM t1, LATERAL (SELECT count(*) AS n FROM t2 WHERE t2.x <= t1.b) AS s GROUP BY s.n"),
+    # scalar / EXISTS / IN in more places
+    ("I", "SELECT a FROM t1 WHERE (SELECT max(x) FROM t2 WHERE t2.x < t1.a) IS NULL"),
+    ("IT", "SELECT a, (SELECT min(y) FROM t2 WHERE t2.x = t1.a) FROM t1"),
+    ("I", "SELECT a FROM t1 WHERE a = (SELECT max(x) FROM t2 WHERE t2.x <= t1.b + 2)"),
+    ("II", "SELECT a, (SELECT count(*) FROM t2 WHERE t2.x IN (t1.a, t1.b)) FROM t1"),
+    ("I", "SELECT a FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.a) AND NOT EXISTS "
+          "(SELECT 1 FROM t2 WHERE t2.x = t1.b)"),
+    ("I", "SELECT a FROM t1 WHERE NOT (a IN (SELECT x FROM t2 WHERE t2.x > t1.b))"),
+    ("IT", "SELECT a, b NOT IN (SELECT x FROM t2 WHERE t2.x <> t1.a) FROM t1"),
+    ("I", "SELECT a FROM t1 WHERE b IN (SELECT x FROM t2 WHERE t2.y = 'y') OR c IN (SELECT x FROM t2 WHERE t2.z < 0)"),
+    ("II", "SELECT a, (SELECT count(*) FROM t2 AS p WHERE EXISTS (SELECT 1 FROM t2 AS q WHERE q.x = p.x "
+           "AND q.y <> p.y) AND p.x < t1.a) FROM t1"),
+    ("I", "SELECT a FROM t1 WHERE (SELECT count(*) FROM t2 WHERE t2.x < t1.a) > (SELECT count(*) FROM t2 WHERE t2.x > t1.a)"),
+    ("IT", "SELECT a, CASE (SELECT count(*) FROM t2 WHERE t2.x = t1.a) WHEN 0 THEN 'none' WHEN 1 THEN 'one' "
+           "ELSE 'many' END FROM t1"),
+    ("IR", "SELECT a, (SELECT avg(z) FROM t2 WHERE t2.x < t1.a) FROM t1"),
+    ("II", "SELECT a, (SELECT count(*) FROM t1 AS u WHERE u.a > t1.a) + (SELECT count(*) FROM t1 AS v WHERE v.a < t1.a) FROM t1"),
+    ("I", "SELECT DISTINCT (SELECT count(*) FROM t2 WHERE t2.x <= t1.b) FROM t1"),
+    ("I", "SELECT a FROM t1 WHERE c = (SELECT count(*) FROM t2 WHERE t2.x > t1.a) OR d = "
+          "(SELECT count(*) FROM t2 WHERE t2.x < t1.a)"),
+    ("II", "SELECT s, count(*) FROM (SELECT (SELECT count(*) FROM t2 WHERE t2.x < t1.a) AS s FROM t1) AS d GROUP BY s"),
+    ("I", "SELECT a FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.a OR t2.x = t1.b)"),
+    ("I", "SELECT a FROM t1 WHERE NOT EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.a OR t2.y IS NULL)"),
+    ("II", "SELECT a, (SELECT count(*) FROM t2 WHERE t2.x = t1.a AND t2.y = 'x') FROM t1"),
+    ("I", "SELECT a FROM t1 WHERE a IN (SELECT x FROM t2 WHERE t2.x = t1.b)"),
+    ("I", "SELECT a FROM t1 WHERE a NOT IN (SELECT x FROM t2 WHERE t2.x = t1.b)"),
+    ("I", "SELECT a FROM t1 WHERE EXISTS (SELECT 1 FROM t1 AS u WHERE u.b = t1.a AND EXISTS "
+          "(SELECT 1 FROM t2 WHERE t2.x = u.c))"),
+    ("IT", "SELECT a, EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.a) OR EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.b) FROM t1"),
+    ("I", "SELECT a FROM t1 WHERE CASE WHEN EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.a) THEN b ELSE c END > 2"),
+    ("I", "SELECT a FROM t1 WHERE a > (SELECT count(*) FROM t2) + (SELECT count(*) FROM t2 WHERE t2.x = t1.b)"),
+    ("II", "SELECT a, (SELECT count(*) FROM t2 WHERE t2.x < (SELECT max(b) FROM t1 AS u WHERE u.a < t1.a)) FROM t1"),
+]
+for op in _OPS:
+    CORRELATED += [
+        ("II", f"SELECT a, (SELECT count(*) FROM t2 WHERE t2.x {op} t1.b) FROM t1"),
+        ("I", f"SELECT a FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.x {op} t1.c)"),
+        ("I", f"SELECT a FROM t1 WHERE NOT EXISTS (SELECT 1 FROM t2 WHERE t2.x {op} t1.d)"),
+        ("II", f"SELECT b, (SELECT count(*) FROM t2 WHERE t2.x {op} t1.b) FROM t1 GROUP BY b"),
+        ("II", f"SELECT b, count(*) FROM t1 GROUP BY b HAVING EXISTS (SELECT 1 FROM t2 WHERE t2.x {op} t1.b)"),
+        ("IT", f"SELECT a, c IN (SELECT x FROM t2 WHERE t2.x {op} t1.a) FROM t1"),
+    ]
+
+REFUSED_CORRELATED = [
+    "SELECT b + 1, (SELECT count(*) FROM t2 WHERE t2.x = t1.b) FROM t1 GROUP BY b + 1",
+    "SELECT b FROM t1 GROUP BY b HAVING EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.c)",
+    "SELECT a, s.k FROM t1 LEFT JOIN LATERAL (SELECT x AS k FROM t2 WHERE t2.x = t1.b) AS s ON true",
+    "SELECT a, s.k FROM t1, LATERAL (SELECT x AS k FROM t2 WHERE t2.x = t1.a ORDER BY k LIMIT 1) AS s",
+    "SELECT a FROM t1, (SELECT x FROM t2 WHERE t2.x = t1.a) AS s",
+]
+
+# NULL semantics: comparisons, IN lists, CASE, coalesce, aggregates, grouping, joins, set operations
+NULLS = [
+    ("I", "SELECT a FROM t1 WHERE NOT (b > c)"),
+    ("I", "SELECT a FROM t1 WHERE b > c OR d > e"),
+    ("I", "SELECT a FROM t1 WHERE NOT (b > c OR d IS NULL)"),
+    ("I", "SELECT a FROM t1 WHERE b > c AND NOT (d < e)"),
+    ("I", "SELECT a FROM t1 WHERE a IN (1, NULL)"),
+    ("I", "SELECT a FROM t1 WHERE a NOT IN (1, NULL)"),
+    ("I", "SELECT a FROM t1 WHERE c NOT IN (1, 2)"),
+    ("IT", "SELECT a, b IN (1, NULL, 3) FROM t1"),
+    ("IT", "SELECT a, c NOT IN (1, 2) FROM t1"),
+    ("II", "SELECT a, CASE b WHEN NULL THEN 1 ELSE 0 END FROM t1"),
+    ("II", "SELECT a, CASE WHEN b IS NULL THEN 1 WHEN c IS NULL THEN 2 ELSE 0 END FROM t1"),
+    ("II", "SELECT a, CASE WHEN b > 2 THEN 1 WHEN NOT (b > 2) THEN 0 END FROM t1"),
+    ("II", "SELECT a, nullif(b, 2) FROM t1"),
+    ("II", "SELECT a, coalesce(c, d, e, -1) FROM t1"),
+    ("IIII", "SELECT a, b + c, b * d, b - e FROM t1"),
+    ("I", "SELECT a FROM t1 WHERE b BETWEEN c AND d"),
+    ("I", "SELECT a FROM t1 WHERE b NOT BETWEEN c AND d"),
+    ("I", "SELECT count(*) FROM t1 WHERE b = NULL"),
+    ("I", "SELECT count(*) FROM t1 WHERE b <> NULL OR b IS NULL"),
+    ("IT", "SELECT a, b IS DISTINCT FROM c FROM t1"),
+    ("IT", "SELECT a, b IS NOT DISTINCT FROM c FROM t1"),
+    ("I", "SELECT a FROM t1 WHERE b IS DISTINCT FROM 2"),
+    ("III", "SELECT sum(c), count(c), count(*) FROM t1 WHERE a > 100"),
+    ("II", "SELECT max(c), count(*) FROM t1 WHERE a > 100"),
+    ("IR", "SELECT count(*), avg(c) FROM t1 WHERE a IS NULL"),
+    ("III", "SELECT c, d, count(*) FROM t1 GROUP BY c, d"),
+    ("II", "SELECT DISTINCT b, c FROM t1"),
+    ("I", "SELECT count(DISTINCT c) FROM t1"),
+    ("II", "SELECT t1.a, t2.x FROM t1 JOIN t2 ON t1.b = t2.x"),
+    ("II", "SELECT t1.a, t2.x FROM t1 JOIN t2 ON t1.b <=> t2.x"),
+    ("II", "SELECT a, x FROM t1 LEFT JOIN t2 ON t1.c = t2.x WHERE x IS NULL"),
+    ("II", "SELECT a, x FROM t1 FULL JOIN t2 ON t1.c = t2.x WHERE a IS NULL OR x IS NULL"),
+    ("IT", "SELECT a, coalesce(y, '?') FROM t1 LEFT JOIN t2 ON t1.a = t2.x"),
+    ("I", "SELECT b FROM t1 INTERSECT SELECT x FROM t2"),
+    ("I", "SELECT c FROM t1 EXCEPT SELECT x FROM t2"),
+    ("I", "SELECT b FROM t1 UNION SELECT x FROM t2"),
+    ("I", "SELECT c FROM t1 UNION ALL SELECT x FROM t2 WHERE x IS NULL"),
+    ("ITT", "SELECT x, y IS NULL, coalesce(y, '?') FROM t2"),
+    ("TI", "SELECT y, count(*) FROM t2 GROUP BY y"),
+    ("I", "SELECT x FROM t2 WHERE y = ''"),
+    ("II", "SELECT x, length(y) FROM t2"),
+    ("I", "SELECT x FROM t2 WHERE z > 0 OR z IS NULL"),
+    ("R", "SELECT sum(z) FROM t2"),
+    ("RR", "SELECT min(z), max(z) FROM t2"),
+    ("IR", "SELECT x, z * 2 FROM t2 WHERE NOT (z < 1)"),
+    ("TT", "SELECT max(y), min(y) FROM t2"),
+    ("III", "SELECT count(DISTINCT y), count(y), count(*) FROM t2"),
+    ("I", "SELECT a FROM t1 WHERE a IS NOT NULL ORDER BY a LIMIT 2"),
+    ("I", "SELECT a FROM t1 WHERE coalesce(b, 0) = coalesce(c, 0)"),
+    ("I", "SELECT a FROM t1 WHERE (b = 2) IS NULL"),
+    ("I", "SELECT a FROM t1 WHERE (b = 2) IS NOT TRUE"),
+    ("II", "SELECT b, count(*) FROM t1 WHERE c IS NULL OR d IS NULL GROUP BY b"),
+    ("I", "SELECT a FROM t1 WHERE a IN (SELECT b FROM t1 AS u WHERE u.b IS NOT NULL)"),
+    ("I", "SELECT a FROM t1 WHERE c NOT IN (SELECT d FROM t1 AS u)"),
+    ("I", "SELECT a FROM t1 WHERE c NOT IN (SELECT d FROM t1 AS u WHERE u.d IS NOT NULL)"),
+    ("IT", "SELECT a, c IN (SELECT d FROM t1 AS u) FROM t1"),
+    ("IT", "SELECT a, c NOT IN (SELECT x FROM t2 WHERE x > 100) FROM t1"),
+    ("II", "SELECT a, (SELECT max(x) FROM t2 WHERE x > 100) FROM t1"),
+    ("II", "SELECT a, (SELECT count(*) FROM t2 WHERE x > 100) FROM t1"),
+]
+for op in ("=", "<>", "<", ">=", "<=>"):
+    NULLS += [("III", f"SELECT a, b, c FROM t1 WHERE b {op} c"), ("IT", f"SELECT a, b {op} c FROM t1")]
+
+# aggregates: functions, grouping keys, HAVING, nesting, over joins
+AGGREGATES = [
+    ("II", "SELECT b % 3, count(*) FROM t1 GROUP BY b % 3"),
+    ("III", "SELECT b, sum(c), count(e) FROM t1 GROUP BY b"),
+    ("III", "SELECT b, min(e), max(a) FROM t1 GROUP BY b"),
+    ("IR", "SELECT b, avg(d) FROM t1 GROUP BY b"),
+    ("IIIIII", "SELECT count(*), count(a), count(b), count(DISTINCT b), min(b), max(b) FROM t1"),
+    ("II", "SELECT sum(b), count(b) FROM t1"),
+    ("II", "SELECT b, count(DISTINCT c) FROM t1 GROUP BY b"),
+    ("II", "SELECT b, sum(c * 2 + d) FROM t1 GROUP BY b"),
+    ("II", "SELECT b, sum(CASE WHEN c > 2 THEN 1 ELSE 0 END) FROM t1 GROUP BY b"),
+    ("II", "SELECT b, max(c) - min(d) FROM t1 GROUP BY b HAVING count(*) > 1"),
+    ("III", "SELECT b, c, count(*) FROM t1 GROUP BY b, c HAVING count(*) >= 1"),
+    ("I", "SELECT sum(a) FROM t1 HAVING sum(a) > 10"),
+    ("TRI", "SELECT y, sum(z), count(z) FROM t2 GROUP BY y"),
+    ("IR", "SELECT x, avg(z) FROM t2 GROUP BY x"),
+    ("I", "SELECT max(n) FROM (SELECT b, count(*) AS n FROM t1 GROUP BY b) AS g"),
+    ("II", "SELECT n, count(*) FROM (SELECT b, count(*) AS n FROM t1 GROUP BY b) AS g GROUP BY n"),
+    ("TII", "SELECT t2.y, count(*), sum(t1.c) FROM t1 JOIN t2 ON t1.a = t2.x GROUP BY t2.y"),
+    ("II", "SELECT t1.a, count(t2.x) FROM t1 LEFT JOIN t2 ON t1.b = t2.x GROUP BY t1.a"),
+    ("II", "SELECT b, count(*) AS n FROM t1 WHERE b IS NOT NULL GROUP BY b ORDER BY n DESC, b LIMIT 2"),
+    ("I", "SELECT DISTINCT count(*) FROM t1 GROUP BY b"),
+    ("III", "SELECT b, min(a), max(a) FROM t1 WHERE c IS NOT NULL GROUP BY b"),
+    ("I", "SELECT count(*) FROM t1 AS p, t1 AS q WHERE p.b = q.c"),
+    ("II", "SELECT b, sum(a) FROM t1 GROUP BY b UNION ALL SELECT x, count(*) FROM t2 GROUP BY x"),
+    ("I", "SELECT b FROM t1 GROUP BY b HAVING min(a) > 2 AND max(a) < 9"),
+    ("II", "SELECT b, count(*) FROM t1 GROUP BY 1"),
+    ("II", "SELECT b + c AS k, count(*) FROM t1 GROUP BY b + c"),
+    ("IR", "SELECT b, avg(a) FROM t1 GROUP BY b"),
+    ("II", "SELECT b, count(*) FROM t1 WHERE a > 100 GROUP BY b"),
+    ("II", "SELECT b, sum(a) FROM t1 GROUP BY b HAVING sum(a) IS NULL OR sum(a) > 8"),
+    ("I", "SELECT count(*) FROM (SELECT DISTINCT b FROM t1) AS d"),
+    ("II", "SELECT e, count(*) FROM t1 GROUP BY e HAVING count(*) > 1"),
+    ("III", "SELECT b, c, sum(d) FROM t1 GROUP BY c, b"),
+    ("II", "SELECT b, max(a) FROM t1 WHERE a NOT IN (SELECT x FROM t2 WHERE x IS NOT NULL) GROUP BY b"),
+    ("I", "SELECT sum(x) FROM t2 WHERE x IN (SELECT b FROM t1)"),
+    ("II", "SELECT b, count(*) FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.b) GROUP BY b"),
+    ("II", "SELECT x, count(*) FROM t2 GROUP BY x HAVING count(*) > 1"),
+    ("IT", "SELECT count(*), max(y) FROM t2 WHERE z IS NULL"),
+    ("II", "SELECT b, sum(a) + count(c) FROM t1 GROUP BY b"),
+    ("II", "SELECT b, coalesce(max(c), -1) FROM t1 GROUP BY b"),
+    ("II", "SELECT b, count(*) FROM (SELECT b FROM t1 UNION ALL SELECT x FROM t2) AS u GROUP BY b"),
+    ("I", "SELECT min(a) FROM t1 WHERE b = (SELECT max(b) FROM t1)"),
+    ("III", "SELECT * FROM (SELECT b, count(*), count(*) FROM t1 GROUP BY b) AS s(p, q, r)"),
+    ("II", "SELECT p, q FROM (SELECT a, a FROM t1) AS s(p, q) WHERE p > 4"),
+    ("II", "SELECT b, count(*) FROM t1 GROUP BY b HAVING count(*) = (SELECT max(n) FROM "
+           "(SELECT count(*) AS n FROM t1 GROUP BY b) AS g)"),
+]
+for agg in ("count", "sum", "min", "max"):
+    for col in ("b", "c", "d"):
+        AGGREGATES.append(("II", f"SELECT e, {agg}({col}) FROM t1 GROUP BY e"))
+for agg in ("count", "sum", "min", "max"):
+    AGGREGATES.append(("I", f"SELECT {agg}(DISTINCT c) FROM t1" if agg == "count" else f"SELECT {agg}(c) FROM t1"))
+    AGGREGATES.append(("II", f"SELECT b, {agg}(c) FROM t1 GROUP BY b HAVING {agg}(c) > 1"))
+
+REFUSED_AGGREGATES = [
+    "SELECT b, group_concat(c) FROM t1 GROUP BY b",
+    "SELECT b, c FROM t1 GROUP BY b",
+    "SELECT b, sum(DISTINCT c) FROM t1 GROUP BY b",
+    "SELECT b, count(*) FILTER (WHERE c > 1) FROM t1 GROUP BY b",
+    "SELECT b, sum(max(c)) FROM t1 GROUP BY b",
+    "SELECT b, count(*) FROM t1 GROUP BY b ORDER BY count(*) DESC, b LIMIT 2",
+]
+
+
 def main() -> None:
     write("basic.test", BASIC, REFUSED)
     write("subqueries.test", SUBQUERIES, REFUSED_SUBQUERIES)
+    os.makedirs(os.path.join(HERE, "extended"), exist_ok=True)
+    write("extended/correlated.test", CORRELATED, REFUSED_CORRELATED)
+    write("extended/nulls.test", NULLS, [])
+    write("extended/aggregates.test", AGGREGATES, REFUSED_AGGREGATES)
 
 
 if __name__ == "__main__":

@@ -342,6 +342,7 @@ class Options:
     log: object = None  # a callable(str) for progress lines
     accept_only: bool = False  # only compile each query (accepted / refused), run nothing
     sample: int = 1  # run every n-th accepted query of a file (the others: accepted, not run)
+    subset: int = 1  # take only every n-th query of a file at all (the others are not counted)
 
 
 def run_file(path: str, opts: Options, oracle=None) -> FileReport:
@@ -355,6 +356,7 @@ def run_file(path: str, opts: Options, oracle=None) -> FileReport:
     broken: str | None = None
     work = opts.workdir or tempfile.mkdtemp(prefix="slt-")
     n_chunk = [0]
+    n_query = 0
 
     def flush() -> None:
         if pending:
@@ -381,6 +383,9 @@ def run_file(path: str, opts: Options, oracle=None) -> FileReport:
             except Unsupported as e:
                 broken = f"line {rec.line}: {e}"
                 report.unsupported.append(broken)
+            continue
+        n_query += 1
+        if (n_query - 1) % opts.subset:
             continue
         if broken:
             report.outcomes.append(Outcome(rec.line, rec.sql, "unsupported", f"after unsupported statement {broken}"))

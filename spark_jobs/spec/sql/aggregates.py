@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from . import plan as P
-from .errors import SqlError, describe
-from .exprs import AGGREGATES, aggregates_of, check_row_expression, column_sql, function_name, is_literal_int, walk
+from .errors import SqlError, describe, position_of
+from .exprs import (AGGREGATES, aggregates_of, check_row_expression, column_sql, function_name,
+                    is_literal_int, subqueries_of, walk)
 from .scope import Field, Scope, fresh
 from .time_windows import STRUCT, group_by_window, spelled
 
@@ -164,18 +165,65 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
 
         return binder.source.splice(node, replace)
 
+    if having is not None or any(subqueries_of(i) for i in items):
+        out = grouped_names(binder, rel, out, keys, domain_keys, corr)
     if having is not None:
-        hrel, _ = binder.attach_scalars(out, [having.this], ctes, Scope(rel.fields), "HAVING", correlate=False)
+        hrel = _attach(binder, out, [having.this], ctes, rel, "HAVING")
         cond = post(having.this, "HAVING")
         out = Relation(P.Filter(hrel.plan.columns, f"HAVING {describe(having.this)}", hrel.plan, cond), hrel.fields)
-    out, items = binder.attach_scalars(out, items, ctes, Scope(rel.fields), "the SELECT list of a grouped query",
-                                       correlate=False)
+    out = _attach(binder, out, items, ctes, rel, "the SELECT list of a grouped query")
     result = binder.projection(out, items, names_needed, post, names=scope)
     if corr is not None:
         from .decorrelate import append_domain
 
         result = append_domain(result, domain_keys, corr)
     return result
+
+
+def grouped_names(binder: "Binder", rel: "Relation", out: "Relation", keys: dict[str, str],
+                  domain_keys: list[tuple[int, str]], corr) -> "Relation":
+    """The aggregate's output named as the query before grouping names it, for its subqueries:
+    a column that is a GROUP BY key by its own names (``t1.b`` is the key column ``b``), an
+    enclosing domain's copy by its key (``__dN``); every other column hidden. A subquery of the
+    SELECT list or HAVING then correlates on group keys exactly as one of WHERE on columns: it is
+    decorrelated on the domain of the groups' keys (``decorrelate.py``)."""
+    from dataclasses import replace
+
+    from .binder import Relation
+
+    by_domain = dict(domain_keys)
+    fields = []
+    for f in rel.fields:
+        if f.hidden:
+            continue
+        if corr is not None and f.fallback is not None and f.fallback[0] == corr.token:
+            if f.fallback[1] in by_domain:
+                fields.append(replace(f, column=by_domain[f.fallback[1]]))
+            continue
+        one = Scope([replace(f, unqualified=True, qualifier=None)])
+        canon = binder.canonical(exp.Column(this=exp.Identifier(this=f.name)), one)
+        if canon in keys:
+            fields.append(replace(f, column=keys[canon]))
+    return Relation(out.plan, fields + [replace(f, hidden=True) for f in out.fields])
+
+
+def _attach(binder: "Binder", out: "Relation", items: list[exp.Expression], ctes: dict, rel: "Relation",
+            what: str) -> "Relation":
+    """``binder.attach_scalars`` on the grouped output; a subquery reading a column that is no
+    group key is refused by name (SQL allows only group keys there)."""
+    try:
+        out, _ = binder.attach_scalars(out, items, ctes, None, what)
+    except SqlError as e:
+        for item in items:
+            for sub in subqueries_of(item):
+                for col in sub.find_all(exp.Column):
+                    if e.position is not None and position_of(col) == e.position and rel.scope.find(col) \
+                            and not out.scope.find(col):
+                        raise SqlError(f"column '{col.sql(dialect='spark')}' is read by a subquery in {what} but is "
+                                       f"not a GROUP BY column: a grouped query's subqueries may read its group "
+                                       f"keys only", col) from None
+        raise
+    return out
 
 
 def _aggregate_call(call: exp.AggFunc, text: str | None = None) -> tuple[str, bool, exp.Expression | None]:

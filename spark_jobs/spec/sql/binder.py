@@ -311,9 +311,17 @@ class Binder:
             outs.append((name, bind(expr, "the SELECT list")))
             sources.append(item)
         out_names = [n for n, _ in outs]
-        self.unique_names(out_names, None, sources)
+        columns = list(out_names)
+        if names_needed:
+            self.unique_names(out_names, None, sources)
+        else:  # names nobody reads by name (a derived table's column list renames them): kept apart
+            taken: set[str] = set()
+            for i, n in enumerate(out_names):
+                columns[i] = fresh(n, taken)
+                taken.add(columns[i])
         text = "SELECT " + ", ".join(describe(s, 30) for s in dict.fromkeys(sources))
-        return Relation(P.Map(tuple(out_names), text, rel.plan, tuple(outs)), [Field(None, n, n) for n in out_names])
+        plan = P.Map(tuple(columns), text, rel.plan, tuple((c, e) for c, (_, e) in zip(columns, outs)))
+        return Relation(plan, [Field(None, n, c) for n, c in zip(out_names, columns)])
 
     def unique_names(self, names: Sequence[str], node: exp.Expression | None,
                      sources: Sequence[exp.Expression] | None = None) -> None:
@@ -385,6 +393,17 @@ class Binder:
                            f"USING", join)
         side = (join.side or "").upper()
         kind = (join.kind or "").upper()
+        if isinstance(join.this, exp.Lateral) and isinstance(join.this.this, exp.Subquery) \
+                and not join.this.args.get("view"):
+            if side or kind not in ("", "INNER", "CROSS") or join.this.args.get("outer"):
+                raise SqlError(f"{side or kind} JOIN LATERAL is not supported: only an inner LATERAL subquery "
+                               f"(FROM t, LATERAL (...) or JOIN LATERAL (...) ON ...)", join)
+            from .decorrelate import lateral
+
+            left = group.materialize([])
+            group.reset(lateral(self, left, join.this, outer, ctes))
+            group.conds.extend(conjuncts(join.args.get("on")))
+            return
         right = self.table_expr(join.this, outer, ctes)
         on = join.args.get("on")
         using = join.args.get("using") or []

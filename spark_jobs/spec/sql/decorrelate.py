@@ -113,7 +113,9 @@ def dependent(binder: "Binder", q: exp.Expression, rel: "Relation", outer: Scope
                                                          is_grouped(inner))
             binder.query(inner, outer, ctes, names_needed=False)
         finally:
-            RECORDERS.remove(recorder)
+            # by identity: list.remove compares sets by value, and an enclosing subquery's
+            # recorder may hold the same names (it then removed the wrong one: a crash)
+            del RECORDERS[next(i for i, r in enumerate(RECORDERS) if r is recorder)]
             binder.correlations.pop(id(inner), None)
         used = {i for t, i in recorder if t == token}
         _pass_on(rel, used)
@@ -302,3 +304,32 @@ def negated(rel: "Relation", col: str) -> tuple["Relation", str]:
     plan = P.Map(rel.plan.columns + (name,), "NOT IN", rel.plan,
                  tuple((c, column_sql(c)) for c in rel.plan.columns) + ((name, f"NOT {column_sql(col)}"),))
     return Relation(plan, rel.fields + [Field(FLAG, name, name, hidden=True)]), name
+
+
+def lateral(binder: "Binder", left: "Relation", node: exp.Lateral, outer: Scope | None, ctes: dict) -> "Relation":
+    """``left, LATERAL (S) AS s``: S once per distinct value of the ``left`` columns it reads (on a
+    domain, as any correlated subquery), joined back on them; an aggregate without GROUP BY is one
+    row per ``left`` row (``count`` 0 on no match), any other S drops the rows it has none for."""
+    from .binder import Relation
+
+    sub = node.this
+    alias = node.args.get("alias")
+    dep = dependent(binder, sub, left, outer, ctes, "a LATERAL subquery")
+    visible = [f for f in dep.rel.fields if not f.hidden and f.star and f.fallback is None]
+    names = [c.name for c in alias.columns] if alias is not None and alias.columns else [f.name for f in visible]
+    if len(names) != len(visible):
+        raise SqlError(f"the LATERAL subquery lists {len(names)} column names for {len(visible)} columns", alias)
+    binder.unique_names(names, alias)
+    qualifier = alias.name.lower() if alias is not None and alias.name else None
+    taken = set(left.plan.columns)
+    right_out, fields = [], []
+    for f, name in zip(visible, names):
+        col = fresh(name, taken, qualifier)
+        taken.add(col)
+        right_out.append((f.column, col))
+        fields.append(Field(qualifier, name, col))
+    plan = P.Join(left.plan.columns + tuple(c for _, c in right_out), f"LATERAL {describe(sub, 40)}", "inner",
+                  left.plan, dep.rel.plan, tuple(dep.k), tuple(dep.d), tuple((c, c) for c in left.plan.columns),
+                  tuple(right_out), null_safe=True)
+    return Relation(plan, left.fields + fields)
+
