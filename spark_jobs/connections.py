@@ -7,8 +7,8 @@ A circuit names a connection, never its settings: the settings are looked up, in
 2. inside an Airflow task, the Airflow connection ``NAME`` (``BaseHook.get_connection``), so a
    DAG run uses the connection registered in Airflow (`make airflow` documents how);
 3. ``AIRFLOW_CONN_<NAME>``: Airflow's own environment form of a connection (a URI);
-4. the profile's ``connections: {NAME: postgresql://user@host:5432/db}``, without a password
-   (the profile refuses one; libpq reads PGPASSWORD or ~/.pgpass).
+4. the profile's ``connections: {NAME: postgresql://user@host:5432/db}`` (a password may be in
+   it; better left to libpq's PGPASSWORD or ~/.pgpass, which it reads when the URI has none).
 
 ``NAME`` is upper-cased for the environment, ``-`` and ``.`` read as ``_``. A message about a
 connection names it and its host, port, database and user (``describe``), never the password;
@@ -53,7 +53,7 @@ _PROFILE: dict[str, str] = {}  # the open profile's ``connections:`` (``use_prof
 
 
 def use_profile(connections: dict[str, str]) -> None:
-    """Make a profile's ``connections:`` (password-less strings) the last place ``resolve`` looks."""
+    """Make a profile's ``connections:`` the last place ``resolve`` looks."""
     _PROFILE.clear()
     _PROFILE.update(connections)
 
@@ -78,7 +78,7 @@ def resolve(name: str) -> str:
     raise NoConnection(f"connection {name!r} is not configured: set {env_name(name)} to its URI "
                        f"(postgresql://user:password@host:port/db), register an Airflow connection "
                        f"{name!r} (or set {env_name(name, 'AIRFLOW_CONN_')}), or add it to the profile's "
-                       f"connections: (without its password)")
+                       f"connections:")
 
 
 def describe(conninfo: str) -> str:
