@@ -23,13 +23,11 @@ the new view of ``apply`` is checked against ``once``'s. Results: ``bench/result
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", help="results folder (default bench/results)")
     parser.add_argument("--work-dir", help="scratch data roots (default: a temp folder, removed at the end)")
     args = parser.parse_args(argv)
-    from spark_jobs.config import PROJECT_ROOT
+    from bench.report import write_results
 
     before = os.getloadavg()
     with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
@@ -176,17 +174,7 @@ def main(argv: list[str] | None = None) -> None:
             result = run(0.001, 2, 100, Path(tmp))
         else:
             result = run(args.sf, args.history, args.size, Path(tmp))
-    commit = os.popen(f"git -C {PROJECT_ROOT} rev-parse --short HEAD 2>/dev/null").read().strip()
-    meta = {"when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit,
-            "cores": os.cpu_count(), "loadavg_before": before, "loadavg_after": os.getloadavg(), "under_load": True}
-    out = Path(args.out) if args.out else PROJECT_ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    name = "change-smoke" if args.smoke else "change"
-    (out / f"{name}.json").write_text(json.dumps({**meta, **result}, indent=1, default=str))
-    text = markdown(result, meta)
-    (out / f"{name}.md").write_text(text)
-    print(text)
-
+    write_results("change-smoke" if args.smoke else "change", result, {}, before, args.out, markdown)
 
 if __name__ == "__main__":
     main()

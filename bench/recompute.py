@@ -37,7 +37,6 @@ import sys
 import tempfile
 import time
 from dataclasses import replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -205,25 +204,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", help="results folder (default bench/results)")
     parser.add_argument("--work-dir", help="scratch data roots (default: a temp folder, removed at the end)")
     args = parser.parse_args(argv)
-    from spark_jobs.config import PROJECT_ROOT
+    from bench.report import write_results
 
     sizes = list(SMOKE_SIZES) if args.smoke else [int(s) for s in (args.sizes or "").split(",") if s] or list(DEFAULT_SIZES)
     sf = 0.001 if args.smoke else args.sf
     before = os.getloadavg()
     with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
         result = run(sf, sizes, Path(tmp), args.inprocess, 1 if args.smoke else max(1, args.reps))
-    commit = os.popen(f"git -C {PROJECT_ROOT} rev-parse --short HEAD 2>/dev/null").read().strip()
-    meta = {"when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit,
-            "cores": os.cpu_count(), "loadavg_before": before, "loadavg_after": os.getloadavg(),
-            "inprocess": args.inprocess, "under_load": True}
-    out = Path(args.out) if args.out else PROJECT_ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    name = "recompute-smoke" if args.smoke else "recompute"
-    (out / f"{name}.json").write_text(json.dumps({**meta, **result}, indent=1, default=str))
-    text = markdown(result, meta)
-    (out / f"{name}.md").write_text(text)
-    print(text)
-
+    write_results("recompute-smoke" if args.smoke else "recompute", result, {"inprocess": args.inprocess},
+                  before, args.out, markdown)
 
 if __name__ == "__main__":
     main()

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 CSV_COLUMNS = [
     "workload", "size", "input_rows_total", "change_rows_median", "step_median_s", "jobs_median",
@@ -318,3 +320,21 @@ def write_all(results: dict[str, Any], out: Path, plots: bool = True) -> None:
 if __name__ == "__main__":  # regenerate csv/md/png from a results.json
     src = Path(sys.argv[1] if len(sys.argv) > 1 else "bench/results/results.json")
     write_all(json.loads(src.read_text(encoding="utf-8")), src.parent)
+
+
+def write_results(name: str, result: dict[str, Any], extra: dict[str, Any], before: tuple[float, ...],
+                  out: str | None, render: Callable[[dict[str, Any], dict[str, Any]], str]) -> None:
+    """``<name>.json`` and ``<name>.md`` under ``out`` (default bench/results): the result with
+    when, which commit, the cores and the load around the run, so every figure says its context."""
+    from spark_jobs.config import PROJECT_ROOT
+
+    commit = os.popen(f"git -C {PROJECT_ROOT} rev-parse --short HEAD 2>/dev/null").read().strip()
+    meta = {"when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit,
+            "cores": os.cpu_count(), "loadavg_before": before, "loadavg_after": os.getloadavg(),
+            **extra, "under_load": True}
+    folder = Path(out) if out else PROJECT_ROOT / "bench" / "results"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.json").write_text(json.dumps({**meta, **result}, indent=1, default=str))
+    text = render(result, meta)
+    (folder / f"{name}.md").write_text(text)
+    print(text)

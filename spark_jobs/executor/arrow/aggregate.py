@@ -146,16 +146,7 @@ def _summed(g: Groups, keys: list[tuple], aggs: Sequence[Agg], timezone: str, no
     for key in keys:
         acc = totals[key] = dict.fromkeys(names, 0)
         for r in g.members.get(key, []):
-            w = g.weights[r]
-            acc[ROWS] += w
-            for j in sorted(set(slots.values())):
-                x = g.args[j][r]
-                if x is None:
-                    continue
-                acc[count_name(j)] += w
-                if j in sums:
-                    for (n, _), term in zip(sums[j].parts, sums[j].terms(x, w)):
-                        acc[n] += term
+            _accumulate(acc, g.weights[r], [(j, g.args[j][r]) for j in sorted(set(slots.values()))], sums)
     _check_totals(totals, accs)
     finished = _finish(totals, slots, sums, _outs(aggs, g.arg_types), timezone, linear)
     return {k: {i: row[i] for i in linear} for k, row in finished.items()}
@@ -369,16 +360,7 @@ def _delta_totals(delta: pa.Table, group_by: Sequence[str], args: dict[int, list
     changed: dict[tuple, dict[str, Any]] = {}
     for r, key in enumerate(_keys(delta, group_by)):
         acc = changed.setdefault(key, dict.fromkeys(names, 0))
-        w = weights[r]
-        acc[ROWS] += w
-        for j in sorted(set(slots.values())):
-            x = args[j][r]
-            if x is None:
-                continue
-            acc[count_name(j)] += w
-            if j in sums:
-                for (n, _), term in zip(sums[j].parts, sums[j].terms(x, w)):
-                    acc[n] += term
+        _accumulate(acc, weights[r], [(j, args[j][r]) for j in sorted(set(slots.values()))], sums)
     return changed
 
 
@@ -531,3 +513,17 @@ def _finish(groups: dict[tuple, dict[str, Any]], slots: dict[int, int], sums: di
         sql = finish_sql(func, arg, j, j in sums and sums[j].family == "integer")
         values.append(column_value(table, f"CAST({sql} AS {_spark_name(dtype)})", timezone)[0].to_pylist())
     return {k: [v[r] for v in values] for r, k in enumerate(groups)}
+
+
+def _accumulate(acc: dict[str, Any], w: int, values: list[tuple[int, Any]], sums: dict[int, Any]) -> None:
+    """Add one row of weight ``w`` to a group's running totals: its row count, then per argument
+    slot ``j`` (``values``: (j, the row's value)) the count of non-NULL values and the exact sum's
+    parts. One place, so a group's totals and a change's totals are built alike."""
+    acc[ROWS] += w
+    for j, x in values:
+        if x is None:
+            continue
+        acc[count_name(j)] += w
+        if j in sums:
+            for (n, _), term in zip(sums[j].parts, sums[j].terms(x, w)):
+                acc[n] += term
