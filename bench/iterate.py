@@ -46,13 +46,17 @@ def write(root: str, folder: str, name: str, columns: tuple[str, ...], rows: Cou
     pq.write_table(pa.table(data), os.path.join(path, name))
 
 
-def dijkstra(edges: Counter, source: int) -> dict[int, int]:
+def dijkstra(edges: Counter, source: int | dict[int, int]) -> dict[int, int]:
+    """Shortest distances over the edges (src, dst, w) of positive multiplicity, from ``source``
+    (a node at 0, or node -> starting distance: a super-source with an edge of that weight to
+    each); weights >= 0, parallel edges and multiplicities do not matter."""
     adj: dict[int, list[tuple[int, int]]] = {}
     for (s, d, w), n in edges.items():
         if n > 0:
             adj.setdefault(s, []).append((d, w))
     best: dict[int, int] = {}
-    heap = [(0, source)]
+    heap = [(d, node) for node, d in ({source: 0} if isinstance(source, int) else source).items()]
+    heapq.heapify(heap)
     while heap:
         d, node = heapq.heappop(heap)
         if node in best:

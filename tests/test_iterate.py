@@ -10,12 +10,12 @@ aggregates and negation of the loop in an ``iterate`` body (and keeps refusing t
 """
 from __future__ import annotations
 
-import heapq
 import random
 from collections import Counter
 
 import pytest
 
+from bench.iterate import dijkstra as bench_dijkstra
 from spark_jobs.config import PROJECT_ROOT
 from spark_jobs.executor.loop import RecursionLimitExceeded
 from spark_jobs.runtime.circuit import open_circuit
@@ -35,24 +35,13 @@ LINK = {"src": "long", "dst": "long"}
 # ---- plain Python references ------------------------------------------------------------------
 
 def dijkstra(edges: Counter, start: Counter) -> set[tuple[int, int]]:
-    """Shortest distances from the start rows (node, d): a super-source with an edge of weight d
-    to each start node (weights >= 0); parallel edges and multiplicities do not matter."""
-    adj: dict[int, list[tuple[int, int]]] = {}
-    for (s, d, w), n in edges.items():
+    """Shortest distances from the start rows (node, d) of positive multiplicity (bench.iterate's
+    Dijkstra with one starting distance per node: the least, as a super-source's edges give)."""
+    starts: dict[int, int] = {}
+    for (node, d), n in start.items():
         if n > 0:
-            adj.setdefault(s, []).append((d, w))
-    best: dict[int, int] = {}
-    heap = [(d, node) for (node, d), n in start.items() if n > 0]
-    heapq.heapify(heap)
-    while heap:
-        d, node = heapq.heappop(heap)
-        if node in best:
-            continue
-        best[node] = d
-        for nxt, w in adj.get(node, ()):
-            if nxt not in best:
-                heapq.heappush(heap, (d + w, nxt))
-    return set(best.items())
+            starts[node] = min(d, starts.get(node, d))
+    return set(bench_dijkstra(edges, starts).items())
 
 
 def components(links: Counter) -> set[tuple[int, int]]:
