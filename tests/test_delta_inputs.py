@@ -21,7 +21,7 @@ from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
 from spark_jobs.spec import load_circuit_text
 from spark_jobs.spec.errors import CircuitError as SpecError
-from spark_jobs.state import InjectedFailure, arm, disarm
+from spark_jobs.state import InjectedFailure, armed
 from spark_jobs.state.arrow_read import read_view
 from spark_jobs.spec.model import WEIGHT
 from tests.policies import config
@@ -197,12 +197,8 @@ def test_a_crash_at_any_point_applies_each_version_once(tmp_path, point):
     for _ in range(3):
         table.change()
     table.change()
-    arm(point)
-    try:
-        with pytest.raises(InjectedFailure):
-            run_step(open_circuit(file, cfg))
-    finally:
-        disarm()
+    with armed(point), pytest.raises(InjectedFailure):
+        run_step(open_circuit(file, cfg))
     run_step(open_circuit(file, cfg))  # the retry (after the manifest: nothing left to read)
     rt = open_circuit(file, cfg)
     version = _consumed_version(rt)

@@ -10,6 +10,7 @@ reaches the state folder.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from collections import Counter
@@ -20,7 +21,7 @@ import pytest
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
 from spark_jobs.spec.model import WEIGHT
-from spark_jobs.state import InjectedFailure, arm, disarm
+from spark_jobs.state import InjectedFailure, armed
 from spark_jobs.state.arrow_read import read_view
 from tests.policies import config
 
@@ -163,12 +164,8 @@ def test_a_crash_at_any_point_applies_each_change_once(server, tmp_path, monkeyp
     for _ in range(3):
         for _ in range(5):
             orders.change()
-        arm(point)
-        try:
-            with pytest.raises(InjectedFailure):
-                run_step(open_circuit(file, cfg))
-        finally:
-            disarm()
+        with armed(point), pytest.raises(InjectedFailure):
+            run_step(open_circuit(file, cfg))
         run_step(open_circuit(file, cfg))  # the retry; after the manifest it reads the next changes
         rt = open_circuit(file, cfg)
         assert _view(rt, "orders") == _expected(orders.rows())["orders"]
@@ -241,13 +238,8 @@ def test_a_keyed_view_is_upserted_into_a_postgres_table_once_per_timestep(server
         for _ in range(rng.randint(1, 5)):
             orders.change()
         if step == 3:
-            arm("sink_before_commit")
-            try:
+            with armed("sink_before_commit"), contextlib.suppress(InjectedFailure):
                 run_step(open_circuit(str(path), cfg))  # committed; the sink's transaction rolled back
-            except InjectedFailure:
-                pass
-            finally:
-                disarm()
         else:
             run_step(open_circuit(str(path), cfg))
         rt = open_circuit(str(path), cfg)
