@@ -282,8 +282,18 @@ def test_published_tables_of_new_and_reshaped_views_get_their_whole_value_and_re
     path.write_text(edited)
     rt = open_circuit(str(path), cfg)
     _write([tmp_path / "data"], bags, 3, 4)
+    before = {tg.view: len(DeltaTable(tg.uri).history()) for tg in targets(cfg, rt.compiled.spec)
+              if os.path.exists(tg.uri)}
     report = run_step(rt, apply_change=True)
     assert not report.published.failed, report.published.summary()
+    uris = {tg.view: tg.uri for tg in targets(cfg, rt.compiled.spec)}
+    # the new view's table: created with its whole value in ONE commit (timestep 3); every other
+    # table (the reshaped view's too) one commit more
+    assert [h["dbsp.timestep"] for h in DeltaTable(uris["big"]).history()] == ["3"]
+    assert "big" not in before and before["tops"] == before["by_region"] == 3
+    for view in ("tops", "by_region"):
+        history = DeltaTable(uris[view]).history()
+        assert len(history) == 4 and history[0]["dbsp.timestep"] == "3", (view, history[0])
     for t in (3, 4):
         if t == 4:
             _write([tmp_path / "data"], bags, 4, 4)
