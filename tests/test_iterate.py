@@ -3,7 +3,7 @@
 The example circuits (shortest paths, connected components) run through ``run_step`` on random
 graphs (cycles, self-loops, parallel edges, bags) with insertions and deletions for 30+ steps,
 and every view, integrated, equals a from-scratch computation by a plain Python algorithm
-(Dijkstra, union-find) at every step. Loops that never converge (a counter, an oscillation) fail
+(Dijkstra, union-find; both checked against networkx on random graphs) at every step. Loops that never converge (a counter, an oscillation) fail
 the step naming the node and the iteration count, and commit nothing. Validation accepts
 aggregates and negation of the loop in an ``iterate`` body (and keeps refusing them in
 ``recursive``).
@@ -64,6 +64,28 @@ def components(links: Counter) -> set[tuple[int, int]]:
     return {(v, find(v)) for v in parent}
 
 
+def test_the_references_agree_with_networkx():
+    """The plain-Python references the tests compare views with, checked against networkx on
+    random graphs of the tests' kinds (cycles, self-loops, 0 weights, parallel edges, bags,
+    several starting rows per node)."""
+    import networkx as nx
+
+    rng = random.Random(1)
+    for _ in range(300):
+        n = rng.randint(1, 14)
+        edges = Counter((rng.randrange(n), rng.randrange(n), rng.randrange(6)) for _ in range(rng.randint(0, 40)))
+        start = Counter((rng.randrange(n), rng.randrange(3)) for _ in range(rng.randint(0, 3)))
+        g = nx.MultiDiGraph()
+        g.add_weighted_edges_from(edges, weight="w")
+        g.add_weighted_edges_from((("source", node, d) for node, d in start), weight="w")  # a super-source
+        want = nx.single_source_dijkstra_path_length(g, "source", weight="w") if start else {}
+        assert dijkstra(edges, start) == {(v, d) for v, d in want.items() if v != "source"}
+
+        links = Counter((rng.randrange(n), rng.randrange(n)) for _ in range(rng.randint(0, 20)))
+        u = nx.MultiGraph(list(links))
+        assert components(links) == {(v, min(c)) for c in nx.connected_components(u) for v in c}
+
+
 # ---- random graphs ------------------------------------------------------------------------------
 
 def graph_change(rng: random.Random, live: Counter, make, inserts: int, deletes: int) -> Counter:
@@ -92,38 +114,84 @@ def _open(path: str, root, engine: str = "arrow", **sections):
     return rt
 
 
-@pytest.mark.parametrize("circuit", [SP, SP_SQL], ids=["yaml", "sql"])
-def test_shortest_paths_on_random_graphs_match_dijkstra(tmp_path, circuit):
+def shortest_paths_run(circuit: str, root, steps: int = 32) -> None:
+    """Random edges and sources of a small graph (cycles, self-loops, 0 weights, parallel edges,
+    bags), inserted and deleted over ``steps`` steps; after each the integrated view must equal
+    Dijkstra's distances (an AssertionError names the first timestep where it does not)."""
     rng = random.Random(7)
-    rt = _open(circuit, tmp_path)
+    rt = _open(circuit, root)
     edges, start, view = Counter(), Counter(), Counter()
     make_edge = lambda r: (r.randrange(12), r.randrange(12), r.randrange(6))  # noqa: E731 - self-loops, 0 weights
-    for t in range(1, 33):
+    for t in range(1, steps + 1):
         change = graph_change(rng, edges, make_edge, 6 if t < 6 else 3, 0 if t < 3 else 3)
         if change:
-            write_change(str(tmp_path), "weighted_edges", t, EDGE, change)
+            write_change(str(root), "weighted_edges", t, EDGE, change)
         if t in (1, 12, 20) or rng.random() < 0.15:  # the sources move too: insert, delete
             s = graph_change(rng, start, lambda r: (r.randrange(12), r.randrange(3)), 1, 1 if t > 1 else 0)
             if s:
-                write_change(str(tmp_path), "start", t, START, s)
+                write_change(str(root), "start", t, START, s)
         report = run_step(rt)
         assert report.timestep == t and report.engine == "arrow"
         view = integrate(view, output_delta(rt, "dist")[0])
         assert set(view) == dijkstra(edges, start) and set(view.values()) <= {1}, f"timestep {t}"
 
 
-def test_connected_components_on_random_graphs_match_union_find(tmp_path):
+def components_run(root, steps: int = 32) -> None:
+    """Random undirected links inserted and deleted over ``steps`` steps; after each the
+    integrated view must equal union-find's components."""
     rng = random.Random(11)
-    rt = _open(CC, tmp_path)
+    rt = _open(CC, root)
     links, view = Counter(), Counter()
-    for t in range(1, 33):
+    for t in range(1, steps + 1):
         change = graph_change(rng, links, lambda r: (r.randrange(16), r.randrange(16)), 4 if t < 8 else 2,
                               0 if t < 4 else 2)
         if change:
-            write_change(str(tmp_path), "links", t, LINK, change)
+            write_change(str(root), "links", t, LINK, change)
         run_step(rt)
         view = integrate(view, output_delta(rt, "component")[0])
         assert set(view) == components(links) and set(view.values()) <= {1}, f"timestep {t}"
+
+
+@pytest.mark.parametrize("circuit", [SP, SP_SQL], ids=["yaml", "sql"])
+def test_shortest_paths_on_random_graphs_match_dijkstra(tmp_path, circuit):
+    shortest_paths_run(circuit, tmp_path)
+
+
+def test_connected_components_on_random_graphs_match_union_find(tmp_path):
+    components_run(tmp_path)
+
+
+@pytest.mark.parametrize("circuit", ["sp", "cc"])
+def test_the_random_graph_tests_fail_when_the_loop_skips_earlier_deletions(tmp_path, monkeypatch, circuit):
+    """Broken on purpose: iteration i of an incremental step is given only the insertions of
+    iteration i-1's change (its deletions skipped, as a loop that only ever adds would do). The
+    random-graph tests above must catch it: a mismatch with the reference at some timestep."""
+    import pyarrow.compute as pc
+
+    from spark_jobs.executor.kernels import iterate as kernels
+    from spark_jobs.spec.model import WEIGHT
+
+    real_incremental, real_evaluate = kernels.incremental, kernels.evaluate_step
+    loops: list[str] = []
+    skipped: list[int] = []
+
+    def incremental(node, *args, **kwargs):  # noqa: ANN001, ANN202 - the kernel's signature
+        loops.append(node.param("loop"))
+        return real_incremental(node, *args, **kwargs)
+
+    def evaluate_step(body, inputs, reader, **kwargs):  # noqa: ANN001, ANN202
+        if isinstance(reader, kernels.Iteration) and loops:
+            change = inputs[loops[-1]]
+            gone = pc.less(change[WEIGHT], 0)
+            skipped.append(pc.sum(gone.cast("int64")).as_py() or 0)
+            inputs = {**inputs, loops[-1]: change.filter(pc.invert(gone))}
+        return real_evaluate(body, inputs, reader, **kwargs)
+
+    monkeypatch.setattr(kernels, "incremental", incremental)
+    monkeypatch.setattr(kernels, "evaluate_step", evaluate_step)
+    with pytest.raises(AssertionError, match="timestep"):
+        shortest_paths_run(SP, tmp_path) if circuit == "sp" else components_run(tmp_path)
+    assert sum(skipped) > 0  # the deletions were there to skip
 
 
 def test_deleting_a_bridge_splits_a_component_and_a_path_lengthens(tmp_path):

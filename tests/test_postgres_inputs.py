@@ -417,3 +417,149 @@ def test_a_profile_names_a_connection_without_its_password(server, tmp_path, mon
     profile.write_text("connections:\n  shop: [1]\n")
     with pytest.raises(ProfileError, match="must be a connection string"):
         load_config(str(profile))
+
+
+def _refused_step(file: str, cfg, match: str) -> str:
+    from spark_jobs.executor.sources.pg_log import PostgresRefused
+
+    with pytest.raises(PostgresRefused, match=match) as caught:
+        run_step(open_circuit(file, cfg))
+    return str(caught.value)
+
+
+def test_a_truncate_stops_the_input_and_a_full_refresh_reads_the_table_again(server, spark, tmp_path, monkeypatch):
+    """TRUNCATE is not in the log as deletes: the step stops with a message naming the table and the
+    way out, commits nothing, and a full refresh rebuilds the views from the table as it is."""
+    monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
+    orders = Orders(server.uri, "orders_trunc", random.Random(2))
+    for _ in range(4):
+        orders.change()
+    file, cfg = _circuit(tmp_path, "pgtr", "orders_trunc"), config(tmp_path, engine="arrow")
+    run_step(open_circuit(file, cfg))
+    last = open_circuit(file, cfg).store.last_committed()
+    orders.conn.execute("TRUNCATE orders_trunc")
+    orders.change()
+    message = _refused_step(file, cfg, "TRUNCATE")
+    assert "public.orders_trunc" in message and "--full-refresh" in message
+    assert open_circuit(file, cfg).store.last_committed() == last  # nothing committed
+    _refused_step(file, cfg, "TRUNCATE")  # and it stays stopped
+    run_step(open_circuit(file, cfg), full_refresh=True)
+    assert _view(open_circuit(file, cfg), "orders") == Counter(orders.rows())
+    orders.change()
+    run_step(open_circuit(file, cfg))  # and reads the log again after it
+    assert _view(open_circuit(file, cfg), "orders") == Counter(orders.rows())
+
+
+@pytest.mark.parametrize("alter,match", [
+    ("ALTER TABLE {t} ALTER COLUMN amount TYPE text", "column amount is text in the table but the schema says decimal"),
+    ("ALTER TABLE {t} ALTER COLUMN id TYPE numeric(20,0)", "column id is numeric.* but the schema says bigint"),
+    ("ALTER TABLE {t} RENAME COLUMN cust TO customer", "column cust is not in the table"),
+])
+def test_a_schema_change_of_the_source_table_stops_the_input(server, tmp_path, monkeypatch, alter, match):
+    """A declared column whose type changed (to one the declared type cannot hold), renamed or
+    dropped stops the input with a message naming the column, before anything is read or
+    committed; changes logged before the ALTER are not applied half-way."""
+    monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
+    table = f"orders_alter_{abs(hash(alter)) % 1000}"
+    orders = Orders(server.uri, table, random.Random(6))
+    for _ in range(3):
+        orders.change()
+    file, cfg = _circuit(tmp_path, f"pgal{table[-3:]}", table), config(tmp_path, engine="arrow")
+    run_step(open_circuit(file, cfg))
+    before = _view(open_circuit(file, cfg), "orders")
+    orders.change()
+    orders.conn.execute(alter.format(t=table))
+    message = _refused_step(file, cfg, match)
+    assert f"public.{table}" in message
+    assert _view(open_circuit(file, cfg), "orders") == before
+
+
+def test_a_column_added_to_the_source_table_is_ignored(server, tmp_path, monkeypatch):
+    """Only the declared columns are read: a column added to the table changes nothing."""
+    monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
+    orders = Orders(server.uri, "orders_added", random.Random(12))
+    for _ in range(3):
+        orders.change()
+    file, cfg = _circuit(tmp_path, "pgadd", "orders_added"), config(tmp_path, engine="arrow")
+    run_step(open_circuit(file, cfg))
+    orders.conn.execute("ALTER TABLE orders_added ADD COLUMN extra text DEFAULT 'x'")
+    for _ in range(4):
+        orders.change()
+    run_step(open_circuit(file, cfg))
+    assert _view(open_circuit(file, cfg), "orders") == Counter(orders.rows())
+
+
+_RNG = random.Random(0)
+BIG = "".join(_RNG.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(6000))  # incompressible
+
+
+@pytest.mark.parametrize("identity", ["default", "full"])
+def test_an_unchanged_toasted_value_in_an_update(server, tmp_path, monkeypatch, identity):
+    """A text value over 2 KB is stored out of line (TOAST); an UPDATE of another column logs it as
+    'unchanged' without its value. With REPLICA IDENTITY FULL the old row carries it and the
+    update is applied with it; with the default identity the step is refused with a message that
+    says to set FULL (it never writes a wrong or missing value)."""
+    monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
+    table = f"orders_toast_{identity}"
+    orders = Orders(server.uri, table, random.Random(14))
+    if identity == "full":
+        orders.conn.execute(f"ALTER TABLE {table} REPLICA IDENTITY FULL")
+    orders.conn.execute(f"INSERT INTO {table} VALUES (1, 'x', 1.00, %s), (2, 'y', 2.00, 'small')", (BIG,))
+    toast = orders.conn.execute(f"SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = '{table}'::regclass"
+                                ).fetchone()[0]
+    assert orders.conn.execute(f"SELECT count(*) FROM {toast}").fetchone()[0] > 0  # stored out of line
+    file, cfg = _circuit(tmp_path, f"pgtoast{identity}", table), config(tmp_path, engine="arrow")
+    run_step(open_circuit(file, cfg))
+    orders.conn.execute(f"UPDATE {table} SET amount = 9.50 WHERE id = 1")  # note: unchanged, not in the log
+    orders.conn.execute(f"UPDATE {table} SET cust = 'z' WHERE id = 2")
+    if identity == "default":
+        message = _refused_step(file, cfg, "TOAST")
+        assert "REPLICA IDENTITY FULL" in message and f"public.{table}" in message
+        return
+    run_step(open_circuit(file, cfg))
+    got = _view(open_circuit(file, cfg), "orders")
+    assert got == Counter(orders.rows())
+    assert any(r[3] == BIG and r[2] == Decimal("9.50") for r in got)
+
+
+def test_a_keyless_table_needs_replica_identity_full_even_with_a_declared_key(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
+    conn = psycopg.connect(server.uri, autocommit=True)
+    conn.execute("DROP TABLE IF EXISTS keyless")
+    conn.execute("CREATE TABLE keyless (id bigint, cust text, amount numeric(10,2), note text)")
+    conn.execute("INSERT INTO keyless VALUES (1, 'x', 1.00, NULL)")
+    path = tmp_path / "pgkl.yaml"
+    path.write_text(CIRCUIT.format(name="pgkl", table="keyless").replace("    source:", "    key: [id]\n    source:"))
+    cfg = config(tmp_path, engine="arrow")
+    message = _refused_step(str(path), cfg, "no primary key")
+    assert "REPLICA IDENTITY FULL" in message
+    conn.execute("ALTER TABLE keyless REPLICA IDENTITY FULL")
+    run_step(open_circuit(str(path), cfg))
+    conn.execute("UPDATE keyless SET amount = 2.00")
+    run_step(open_circuit(str(path), cfg))
+    assert _view(open_circuit(str(path), cfg), "orders") == Counter([(1, "x", Decimal("2.00"), None)])
+    conn.close()
+
+
+def test_a_keyless_view_is_refused_by_a_postgres_sink(server, tmp_path, monkeypatch):
+    """A keyless view cannot be written to a PostgreSQL table (which copy of a duplicate would a
+    delete remove?): the sink refuses it with a message naming the key to declare, and writes
+    nothing; `dbsp step` commits the timestep and says so, a DAG's commit task fails."""
+    from spark_jobs.publish.postgres_sink import SinkRefused, sink_views
+
+    monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
+    orders = Orders(server.uri, "orders_kv", random.Random(9))
+    orders.change()
+    orders.conn.execute("DROP TABLE IF EXISTS kv_totals")
+    orders.conn.execute("CREATE TABLE kv_totals (cust text, n bigint, total numeric(20,2))")
+    path = tmp_path / "pgkv.yaml"
+    path.write_text(SINK_CIRCUIT.format(name="pgkv", table="orders_kv", target="kv_totals")
+                    .replace("    key: [cust]\n", ""))
+    cfg = config(tmp_path, engine="arrow")
+    said: list[str] = []
+    run_step(open_circuit(str(path), cfg), progress=said.append)
+    assert any("outputs.per_cust.key" in s for s in said), said
+    rt = open_circuit(str(path), cfg)
+    with pytest.raises(SinkRefused, match=r"needs outputs\.per_cust\.key"):
+        sink_views(rt.compiled.spec, rt.committed)
+    assert orders.conn.execute("SELECT count(*) FROM kv_totals").fetchone()[0] == 0
