@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from spark_jobs.runtime.change import plan_change
+from spark_jobs.runtime.change import bootstrap_nodes, plan_change
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
 from spark_jobs.state.store import FingerprintMismatch
@@ -63,10 +63,11 @@ def test_an_edit_applied_equals_the_new_circuit_from_scratch(tmp_path, edit, ret
     _edit_and_compare(tmp_path, edit, retention, "arrow")
 
 
-@pytest.mark.parametrize("edit", ["add_column"])
+@pytest.mark.parametrize("edit", ["add_column", "add_view_over_join"])
 def test_an_edit_applied_on_spark(spark, tmp_path, edit):
     """The step applying the edit on the Spark engine (its integrals and bag check padded with
-    NULL, its gate's old views); the other steps in-process."""
+    NULL, its gate's old views; a kept join's integral read as the new view's input); the other
+    steps in-process."""
     _edit_and_compare(tmp_path, edit, False, "spark")
 
 
@@ -130,6 +131,10 @@ def _edit_and_compare(tmp_path, edit: str, retention: bool, engine: str) -> None
             assert _view(rt, view) == rows, f"{edit}: timestep {t}, view {view}"
 
 
+def plan_rows(rt, trace: str) -> int:
+    return rt.committed.manifest().traces[trace].rows
+
+
 def test_plan_change_names_what_is_kept_and_what_each_rebuild_reads(tmp_path):
     path = tmp_path / "paths.yaml"
     path.write_text(CIRCUIT)
@@ -147,8 +152,18 @@ def test_plan_change_names_what_is_kept_and_what_each_rebuild_reads(tmp_path):
     text = "\n".join(plan.lines(origins))
     assert "  new: big" in text and "removed: -" in text
     assert "kept: by_region, customers, enriched, orders, paid, region_of, regions_seen, tops" in text
-    assert "big reads: input customers: integral I(customers) (" in text and "; input orders: integral I(orders) (" in text
-    assert "evaluates kept enriched, paid again" in text
+    # the kept join keeps its integral (for tops): big reads it, nothing above it (no input)
+    assert "big reads: kept enriched: its integral I(enriched) (" in text and "input" not in text.split("big reads:")[1]
+    assert plan.cuts == {"enriched": "I(enriched)"} and plan.read_rows == plan_rows(rt, "I(enriched)")
+    assert not {n for n in bootstrap_nodes(rt.compiled.incremental, {"big"}, plan.cuts)} - {"big"}
+    # a changed aggregate over the kept join: the same integral, read once
+    path.write_text(EDITS["change_aggregate"][0])
+    plan = plan_change(open_circuit(str(path), cfg))
+    assert plan.cuts == {"enriched": "I(enriched)"} and "tops reads: kept enriched: its integral" in "\n".join(plan.lines({}))
+    # a changed filter under the join: rebuilt from the inputs' integrals
+    path.write_text(EDITS["change_filter"][0])
+    plan = plan_change(open_circuit(str(path), cfg))
+    assert plan.cuts == {} and plan.read_rows == plan_rows(rt, "I(orders)") + plan_rows(rt, "I(customers)")
     # a NOT NULL column added to an input: its committed rows have no value for it
     path.write_text(EDITS["add_column"][0].replace("tier: long}", "tier: {type: long, nullable: false}}"))
     plan = plan_change(open_circuit(str(path), cfg))
