@@ -543,9 +543,13 @@ def test_a_keyless_table_needs_replica_identity_full_even_with_a_declared_key(se
 
 def test_a_keyless_view_is_refused_by_a_postgres_sink(server, tmp_path, monkeypatch):
     """A keyless view cannot be written to a PostgreSQL table (which copy of a duplicate would a
-    delete remove?): the sink refuses it with a message naming the key to declare, and writes
-    nothing; `dbsp step` commits the timestep and says so, a DAG's commit task fails."""
-    from spark_jobs.publish.postgres_sink import SinkRefused, sink_views
+    delete remove?): the circuit is refused when it is loaded (`dbsp validate`, a DAG's import),
+    with the line of the sink and the key to declare; the sink itself refuses it too, writing
+    nothing."""
+    from dataclasses import replace
+
+    from spark_jobs.publish.postgres_sink import SinkRefused, sink_view
+    from spark_jobs.spec.errors import CircuitError as SpecError
 
     monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
     orders = Orders(server.uri, "orders_kv", random.Random(9))
@@ -553,13 +557,15 @@ def test_a_keyless_view_is_refused_by_a_postgres_sink(server, tmp_path, monkeypa
     orders.conn.execute("DROP TABLE IF EXISTS kv_totals")
     orders.conn.execute("CREATE TABLE kv_totals (cust text, n bigint, total numeric(20,2))")
     path = tmp_path / "pgkv.yaml"
-    path.write_text(SINK_CIRCUIT.format(name="pgkv", table="orders_kv", target="kv_totals")
-                    .replace("    key: [cust]\n", ""))
+    keyed = SINK_CIRCUIT.format(name="pgkv", table="orders_kv", target="kv_totals")
+    path.write_text(keyed.replace("    key: [cust]\n", ""))
     cfg = config(tmp_path, engine="arrow")
-    said: list[str] = []
-    run_step(open_circuit(str(path), cfg), progress=said.append)
-    assert any("outputs.per_cust.key" in s for s in said), said
+    with pytest.raises(SpecError, match=r"pgkv.yaml:10: .*needs outputs\.per_cust\.key") as caught:
+        open_circuit(str(path), cfg)
+    assert "per_cust" in str(caught.value)
+    path.write_text(keyed)
     rt = open_circuit(str(path), cfg)
+    run_step(rt)
+    keyless = replace(rt.compiled.spec.outputs["per_cust"], key=())
     with pytest.raises(SinkRefused, match=r"needs outputs\.per_cust\.key"):
-        sink_views(rt.compiled.spec, rt.committed)
-    assert orders.conn.execute("SELECT count(*) FROM kv_totals").fetchone()[0] == 0
+        sink_view("pgkv", keyless, rt.committed, rt.committed.last_committed())
