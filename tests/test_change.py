@@ -203,6 +203,19 @@ def test_the_cli_plans_refuses_and_applies_and_the_setting_applies_by_itself(tmp
     reference = _recomputed(tmp_path, path, bags, 3)
     for view, rows in reference.items():
         assert _view(rt, view) == rows, view
+    # `dbsp run`: refused like `dbsp step`; with --apply-change its first step applies the edit
+    path.write_text(EDITS["remove_view"][0].replace("status <> 'x'", "status <> 'z'"))
+    _write([data], bags, 4, 3)
+    assert main(["run", *common, "--steps", "3"]) == 1
+    assert "dbsp step --apply-change" in capsys.readouterr().err
+    assert main(["run", *common, "--steps", "3", "--apply-change"]) == 0
+    assert "stopping after 1 step(s)" in capsys.readouterr().err
+    _write([data], bags, 5, 3)  # the circuit is unchanged now: the flag changes nothing
+    assert main(["run", *common, "--steps", "3", "--apply-change"]) == 0
+    store = open_circuit(str(path), config(data)).committed
+    assert [store.manifest(t).meta["mode"] for t in (4, 5)] == ["apply_change", "incremental"]
+    for view, rows in _recomputed(tmp_path, path, bags, 5).items():
+        assert _view(open_circuit(str(path), config(data)), view) == rows, view
 
 
 def test_a_dag_run_applies_the_change_when_its_param_or_the_setting_asks(tmp_path):
