@@ -6,7 +6,8 @@
 - **Pages** under ``/dbsp`` on the API server (same origin and login as the UI):
   ``/dbsp/docs/<dag>-<hash>.svg`` (the circuit pictures the DAG docs show, drawn at parse time)
   and ``/dbsp/quality/<dag_id>/`` (the circuit's quality reports: ``index.html`` and the
-  per-timestep JSON files).
+  per-timestep JSON files), and ``/dbsp/views/<dag_id>/`` (the views' asset events with their
+  timestep and row counts unfolded: the DAG page's "Views" tab, ``view_events.py``).
 - The **Quality report** extra link of the DAGs' tasks (``links.py``).
 
 Keep imports light: every Airflow process loads plugins.
@@ -141,6 +142,18 @@ def _app():
         kind = HTMLResponse if name.endswith(".html") else (lambda body: Response(body, media_type="application/json"))
         return _report(dag_id, name, kind, HTTPException)
 
+    @app.get("/views/{dag_id}/", dependencies=[Depends(requires_access_dag("GET"))])
+    def view_events_page(dag_id: str):
+        from airflow.utils.session import create_session
+
+        from spark_jobs.orchestration import view_events
+
+        if not _DAG_ID.match(dag_id):
+            raise HTTPException(404, "no such DAG")
+        with create_session() as session:
+            events = view_events.load(session, dag_id)
+        return HTMLResponse(view_events.render(dag_id, events))
+
     return app
 
 
@@ -175,3 +188,6 @@ class DbspPlugin(AirflowPlugin):
     listeners = [RunNotes()]
     operator_extra_links = [QualityReportLink()]
     fastapi_apps = _AppsWhenServed()
+    # a tab on every DAG's page (Airflow fills in {DAG_ID}): the views' events, unfolded
+    external_views = [{"name": "Views", "href": "/dbsp/views/{DAG_ID}/", "destination": "dag",
+                       "url_route": "dbsp-views"}]
