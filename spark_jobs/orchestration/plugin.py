@@ -95,7 +95,20 @@ class RunNotes:
     @staticmethod
     def _safely(dag_run, succeeded: bool) -> None:
         try:
-            annotate(dag_run, succeeded)
+            from sqlalchemy.orm import object_session
+
+            if object_session(dag_run) is not None:
+                annotate(dag_run, succeeded)
+                return
+            # `airflow dags test` (dag.test()) hands the listener a run no session holds: annotate
+            # the same run read in a session of its own, committed when it closes
+            from airflow.models.dagrun import DagRun
+            from airflow.utils.session import create_session
+
+            with create_session() as session:
+                run = session.get(DagRun, dag_run.id)
+                if run is not None:
+                    annotate(run, succeeded)
         except Exception:  # noqa: BLE001 - a note must never break the scheduler
             log.exception("dbsp: could not write the note of run %s", getattr(dag_run, "run_id", "?"))
 
