@@ -51,9 +51,12 @@ def _rows(rng: random.Random, n: int, start: int) -> pa.Table:
 class Table:
     """A Delta table changed at random by ``deltalake`` the ways other jobs change tables."""
 
-    def __init__(self, path: str, rng: random.Random, cdf: bool, partitioned: bool) -> None:
+    def __init__(self, path: str, rng: random.Random, cdf: bool, partitioned: bool, dv: bool = False) -> None:
         self.path, self.rng, self.next_key = path, rng, 0
-        config_ = {"delta.enableChangeDataFeed": "true"} if cdf else None
+        config_ = {"delta.enableChangeDataFeed": "true"} if cdf else {}
+        if dv:  # the deletion vector feature on (deltalake still rewrites files: no vector is written)
+            config_["delta.enableDeletionVectors"] = "true"
+        config_ = config_ or None
         dl.write_deltalake(path, self._fresh(5), partition_by=["g"] if partitioned else None,
                            configuration=config_)
 
@@ -89,8 +92,9 @@ class Table:
 
 
 def _table_rows(path: str, version: int | None = None) -> Counter:
-    table = dl.DeltaTable(path, version=version).to_pyarrow_table(columns=["k", "g", "v"])
-    return Counter(tuple(r.values()) for r in table.to_pylist())
+    # deltalake's own DataFusion scan: another reader than the step's (which reads the files)
+    table = pa.table(dl.DeltaTable(path, version=version).scan(columns=["k", "g", "v"]))
+    return Counter((r["k"], r["g"], r["v"]) for r in table.to_pylist())
 
 
 def _expected(rows: Counter) -> dict[str, Counter]:
@@ -352,3 +356,29 @@ def test_a_table_written_from_pandas_and_a_dag_run_over_it(tmp_path):
         assert _view(rt, "t") == _table_rows(path)
         note = success_note("x", commit, p)
         assert f"Delta version {dl.DeltaTable(path).version()}" in note
+
+
+@pytest.mark.parametrize("cdf", [False, True])
+def test_a_table_with_the_deletion_vector_feature_but_no_vector_is_read(tmp_path, cdf):
+    """`deltalake` turns the feature on (reader feature `deletionVectors`) yet rewrites files on
+    DELETE, UPDATE and MERGE: every version's files are its rows, and the views follow the table.
+    (A version that holds a deletion vector is refused; `deltalake` cannot write one, so that
+    refusal is not exercised here.)"""
+    from spark_jobs.executor.arrow.readers.delta_tables import _files_with_deletion_vectors
+
+    rng = random.Random(40 + cdf)
+    table = Table(str(tmp_path / "tables" / "t"), rng, cdf, False, dv=True)
+    assert "deletionVectors" in (dl.DeltaTable(table.path).protocol().reader_features or [])
+    file, cfg = _circuit(tmp_path), config(tmp_path, engine="arrow")
+    ops = ["delete", "update", "merge", "append", "optimize", "overwrite", None, None]
+    for step, op in enumerate(ops):
+        if step:
+            table.change(op)
+        run_step(open_circuit(file, cfg))
+        rt = open_circuit(file, cfg)
+        version = _consumed_version(rt)
+        assert version == dl.DeltaTable(table.path).version()
+        assert _files_with_deletion_vectors(dl.DeltaTable(table.path)) == 0
+        expected = _expected(table.rows(version))
+        for view in ("t", "big", "per_g"):
+            assert _view(rt, view) == expected[view], (step, op, view)

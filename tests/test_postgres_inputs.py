@@ -495,31 +495,37 @@ BIG = "".join(_RNG.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range
 
 @pytest.mark.parametrize("identity", ["default", "full"])
 def test_an_unchanged_toasted_value_in_an_update(server, tmp_path, monkeypatch, identity):
-    """A text value over 2 KB is stored out of line (TOAST); an UPDATE of another column logs it as
-    'unchanged' without its value. With REPLICA IDENTITY FULL the old row carries it and the
-    update is applied with it; with the default identity the step is refused with a message that
-    says to set FULL (it never writes a wrong or missing value)."""
+    """A text value over 2 KB is stored out of line (TOAST); an UPDATE of other columns logs it as
+    'unchanged' without its value. With REPLICA IDENTITY FULL the old row in the log carries it;
+    with the default identity it is the value the key's row held: the committed one, or the one
+    an earlier change of the same step wrote, or the old key's when the update changed the key.
+    The views hold the right value every time, never a missing or stale one."""
     monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
     table = f"orders_toast_{identity}"
     orders = Orders(server.uri, table, random.Random(14))
     if identity == "full":
         orders.conn.execute(f"ALTER TABLE {table} REPLICA IDENTITY FULL")
-    orders.conn.execute(f"INSERT INTO {table} VALUES (1, 'x', 1.00, %s), (2, 'y', 2.00, 'small')", (BIG,))
+    other = BIG[::-1]
+    orders.conn.execute(f"INSERT INTO {table} VALUES (1, 'x', 1.00, %s), (2, 'y', 2.00, 'small'), "
+                        f"(3, 'z', 3.00, %s)", (BIG, other))
     toast = orders.conn.execute(f"SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = '{table}'::regclass"
                                 ).fetchone()[0]
     assert orders.conn.execute(f"SELECT count(*) FROM {toast}").fetchone()[0] > 0  # stored out of line
     file, cfg = _circuit(tmp_path, f"pgtoast{identity}", table), config(tmp_path, engine="arrow")
     run_step(open_circuit(file, cfg))
     orders.conn.execute(f"UPDATE {table} SET amount = 9.50 WHERE id = 1")  # note: unchanged, not in the log
-    orders.conn.execute(f"UPDATE {table} SET cust = 'z' WHERE id = 2")
-    if identity == "default":
-        message = _refused_step(file, cfg, "TOAST")
-        assert "REPLICA IDENTITY FULL" in message and f"public.{table}" in message
-        return
+    orders.conn.execute(f"UPDATE {table} SET cust = 'w' WHERE id = 2")
+    orders.conn.execute(f"UPDATE {table} SET id = 30 WHERE id = 3")  # a key change leaving the value alone
+    orders.conn.execute(f"INSERT INTO {table} VALUES (4, 'v', 4.00, %s)", (other + "4",))
+    orders.conn.execute(f"UPDATE {table} SET amount = 4.50 WHERE id = 4")  # held by this step's insert
     run_step(open_circuit(file, cfg))
     got = _view(open_circuit(file, cfg), "orders")
     assert got == Counter(orders.rows())
-    assert any(r[3] == BIG and r[2] == Decimal("9.50") for r in got)
+    assert {r[0]: r[3] for r in got} == {1: BIG, 2: "small", 30: other, 4: other + "4"}
+    orders.conn.execute(f"UPDATE {table} SET amount = 1.25, cust = 'q' WHERE id = 30")  # the committed row's
+    orders.conn.execute(f"UPDATE {table} SET note = 'short now' WHERE id = 1")
+    run_step(open_circuit(file, cfg))
+    assert _view(open_circuit(file, cfg), "orders") == Counter(orders.rows())
 
 
 def test_a_keyless_table_needs_replica_identity_full_even_with_a_declared_key(server, tmp_path, monkeypatch):
@@ -543,9 +549,13 @@ def test_a_keyless_table_needs_replica_identity_full_even_with_a_declared_key(se
 
 def test_a_keyless_view_is_refused_by_a_postgres_sink(server, tmp_path, monkeypatch):
     """A keyless view cannot be written to a PostgreSQL table (which copy of a duplicate would a
-    delete remove?): the sink refuses it with a message naming the key to declare, and writes
-    nothing; `dbsp step` commits the timestep and says so, a DAG's commit task fails."""
-    from spark_jobs.publish.postgres_sink import SinkRefused, sink_views
+    delete remove?): the circuit is refused when it is loaded (`dbsp validate`, a DAG's import),
+    with the line of the sink and the key to declare; the sink itself refuses it too, writing
+    nothing."""
+    from dataclasses import replace
+
+    from spark_jobs.publish.postgres_sink import SinkRefused, sink_view
+    from spark_jobs.spec.errors import CircuitError as SpecError
 
     monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
     orders = Orders(server.uri, "orders_kv", random.Random(9))
@@ -553,16 +563,18 @@ def test_a_keyless_view_is_refused_by_a_postgres_sink(server, tmp_path, monkeypa
     orders.conn.execute("DROP TABLE IF EXISTS kv_totals")
     orders.conn.execute("CREATE TABLE kv_totals (cust text, n bigint, total numeric(20,2))")
     path = tmp_path / "pgkv.yaml"
-    path.write_text(SINK_CIRCUIT.format(name="pgkv", table="orders_kv", target="kv_totals")
-                    .replace("    key: [cust]\n", ""))
+    keyed = SINK_CIRCUIT.format(name="pgkv", table="orders_kv", target="kv_totals")
+    path.write_text(keyed.replace("    key: [cust]\n", ""))
     cfg = config(tmp_path, engine="arrow")
-    said: list[str] = []
-    run_step(open_circuit(str(path), cfg), progress=said.append)
-    assert any("outputs.per_cust.key" in s for s in said), said
+    with pytest.raises(SpecError, match=r"pgkv.yaml:10: .*needs outputs\.per_cust\.key") as caught:
+        open_circuit(str(path), cfg)
+    assert "per_cust" in str(caught.value)
+    path.write_text(keyed)
     rt = open_circuit(str(path), cfg)
+    run_step(rt)
+    keyless = replace(rt.compiled.spec.outputs["per_cust"], key=())
     with pytest.raises(SinkRefused, match=r"needs outputs\.per_cust\.key"):
-        sink_views(rt.compiled.spec, rt.committed)
-    assert orders.conn.execute("SELECT count(*) FROM kv_totals").fetchone()[0] == 0
+        sink_view("pgkv", keyless, rt.committed, rt.committed.last_committed())
 
 
 RESHAPE_CIRCUIT = """\

@@ -15,12 +15,14 @@ the file lists, which need every file of both versions still on disk (``VACUUM``
 The result is a consolidated Z-set of the declared columns (a table's other columns are not
 read; two rows differing only there are one tuple with weight 2), typed as declared with the
 same lossless widenings as Parquet files, and checked as files are (declared non-null columns,
-UTF-8 strings, dates in range). Tables with deletion vectors or column mapping are refused with
-a message: their files do not hold the rows as written.
+UTF-8 strings, dates in range). Tables with column mapping, and versions that hold deletion
+vectors, are refused with a message: their files do not hold the rows as written. A table with
+the deletion vector feature on but no deletion vector in the versions read is read as any other.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Sequence
 
 import pyarrow as pa
@@ -80,19 +82,53 @@ def open_version(spec: InputSpec, item: InputFile, version: int) -> Any:
 
 
 def unsupported_features(table: Any) -> str | None:
-    """Why the table's files cannot be read as its rows (None: they can)."""
+    """Why the table's files cannot be read as its rows (None: they can). A table with the
+    deletion vector feature on is read while the version has none (``deltalake`` writes such
+    tables: its DELETE rewrites files); a version with one is refused."""
     protocol = table.protocol()
     features = set(protocol.reader_features or ())
     config = table.metadata().configuration or {}
-    if "deletionVectors" in features or str(config.get("delta.enableDeletionVectors", "")).lower() == "true":
-        return ("the Delta table uses deletion vectors, which this reader does not apply; turn them off "
-                "(ALTER TABLE ... SET TBLPROPERTIES ('delta.enableDeletionVectors' = false)) and rewrite the "
-                "table (REORG TABLE ... APPLY (PURGE)), or publish it without them")
     mode = str(config.get("delta.columnMapping.mode", "none")).lower()
     if "columnMapping" in features or mode not in ("", "none"):
         return (f"the Delta table uses column mapping (mode {mode}): its files do not hold the columns by "
                 f"their names, which this reader needs")
+    if _dv_feature(table):
+        files = _files_with_deletion_vectors(table)
+        if files:
+            return (f"version {table.version()} of the Delta table has deletion vectors on {files} file(s) (rows "
+                    f"marked deleted without rewriting their file), which this reader does not apply; turn them "
+                    f"off (ALTER TABLE ... SET TBLPROPERTIES ('delta.enableDeletionVectors' = false)), rewrite the "
+                    f"table (REORG TABLE ... APPLY (PURGE)) and rebuild the views (`dbsp step --full-refresh`)")
     return None
+
+
+def _dv_feature(table: Any) -> bool:
+    features = set(table.protocol().reader_features or ())
+    config = table.metadata().configuration or {}
+    return "deletionVectors" in features or str(config.get("delta.enableDeletionVectors", "")).lower() == "true"
+
+
+def _files_with_deletion_vectors(table: Any) -> int:
+    return sum(batch.num_rows for batch in table.deletion_vectors())
+
+
+def _pyarrow_dataset(table: Any) -> ds.Dataset:
+    """``table.to_pyarrow_dataset()``, also for a version with the deletion vector feature on but
+    no deletion vector (``unsupported_features`` checked it): deltalake refuses any table with the
+    feature, though such a version's files are exactly its rows."""
+    protocol = table.protocol()
+    features = list(protocol.reader_features or ())
+    if "deletionVectors" not in features:
+        return table.to_pyarrow_dataset()
+    shown = SimpleNamespace(min_reader_version=protocol.min_reader_version,
+                            min_writer_version=protocol.min_writer_version,
+                            reader_features=[f for f in features if f != "deletionVectors"],
+                            writer_features=protocol.writer_features)
+    table.protocol = lambda: shown  # this one call only: the object is the step's own
+    try:
+        return table.to_pyarrow_dataset()
+    finally:
+        del table.protocol
 
 
 def _cdf_on(table: Any) -> bool:
@@ -139,7 +175,7 @@ def _checked(spec: InputSpec, item: InputFile, raw: pa.Table, d: Declared, targe
 
 def _fragments(spec: InputSpec, item: InputFile, table: Any) -> tuple[ds.Dataset, dict[str, ds.Fragment]]:
     try:
-        dataset = table.to_pyarrow_dataset()
+        dataset = _pyarrow_dataset(table)
     except Exception as exc:
         raise InputRefused([(item.path, f"the Delta table cannot be read as Parquet files: {_first_line(exc)}")],
                            spec.name) from None
