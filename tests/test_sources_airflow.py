@@ -1,11 +1,12 @@
 """A circuit over a PostgreSQL table and a Delta table, with a PostgreSQL sink, run by Airflow.
 
+The first timestep (the snapshot) is a step in this process; the second is a DAG run by
 `airflow dags test` (a real Airflow: its metadata DB, the DAG parsed from dags/, every task run,
-the dbsp plugin's listener writing the run note) runs two timesteps. The connection is an
-Airflow connection (``AIRFLOW_CONN_SHOP`` in Airflow's JSON form, which only Airflow reads: no
-``DBSP_CONN_SHOP`` is set), so the tasks get it from Airflow. Then: the views and the sink table
-are right, each run's note names the Delta version and the PostgreSQL log position its commit
-recorded, and the password is in none of the Airflow home (its DB), the data root (manifests,
+the dbsp plugin's listener writing the run note). Its connection is an Airflow connection
+(``AIRFLOW_CONN_SHOP`` in Airflow's JSON form, which only Airflow reads: no ``DBSP_CONN_SHOP`` is
+in its environment), so the tasks get it from Airflow. Then: the views and the sink table are
+right, the run's note names the Delta version and the PostgreSQL log position its commit
+recorded and the ones it read from, and the password is in none of the Airflow home (its DB), the data root (manifests,
 quality reports, published tables) or the tasks' logs (`dags test` prints them).
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 
 from spark_jobs.config import load_config
 from spark_jobs.runtime.circuit import open_circuit
+from spark_jobs.runtime.step import run_step
 from tests.airflow_support import ROOT, free_port
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
@@ -68,7 +70,7 @@ def _notes(home) -> list[str]:
     return [r[0] for r in rows]
 
 
-def test_a_dag_run_reads_postgres_and_delta_through_an_airflow_connection(server, tmp_path):
+def test_a_dag_run_reads_postgres_and_delta_through_an_airflow_connection(server, tmp_path, monkeypatch):
     from spark_jobs.executor.sources.pg_log import lsn_text
     from spark_jobs.executor.sources.pg_scan import recorded_position
     from spark_jobs.orchestration.airflow_env import environment
@@ -97,33 +99,33 @@ def test_a_dag_run_reads_postgres_and_delta_through_an_airflow_connection(server
     migrated = subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
     assert migrated.returncode == 0, migrated.stderr[-3000:]
     cfg = load_config(str(profile), data_root=str(data))
-    recorded = []
-    for run in range(2):
-        if run:
-            conn.execute("UPDATE af_orders SET amount = 4.00, customer = 'ann' WHERE id = 2")
-            conn.execute("DELETE FROM af_orders WHERE id = 1")
-            conn.execute("INSERT INTO af_orders VALUES (4, 'bob', 7.75)")
-            dl.write_deltalake(delta, pa.table({"customer": ["bob"], "rate": [5]}, schema=RATES), mode="overwrite")
-        out = subprocess.run([airflow, "dags", "test", "pg_airflow"], env=env, capture_output=True, text=True,
-                             timeout=900, cwd=tmp_path)
-        outputs.append(out.stdout + out.stderr)
-        (tmp_path / f"dags_test_{run}.log").write_text(outputs[-1])  # kept for a failure's reader
-        assert out.returncode == 0 and "state=success" in outputs[-1], outputs[-1][-5000:]
-        rt = open_circuit(str(tmp_path / "circuits" / "pg_airflow.yaml"), cfg)
-        assert rt.store.last_committed() == run + 1
-        recorded.append((recorded_position(rt.store.manifest().consumed("orders")), dl.DeltaTable(delta).version()))
+    circuit = str(tmp_path / "circuits" / "pg_airflow.yaml")
+    with monkeypatch.context() as m:  # the first timestep by hand (the CLI's way to the connection)
+        m.setenv("DBSP_CONN_SHOP", server.uri)
+        run_step(open_circuit(circuit, cfg))
+    recorded = [recorded_position(open_circuit(circuit, cfg).store.manifest().consumed("orders"))]
+    conn.execute("UPDATE af_orders SET amount = 4.00, customer = 'ann' WHERE id = 2")
+    conn.execute("DELETE FROM af_orders WHERE id = 1")
+    conn.execute("INSERT INTO af_orders VALUES (4, 'bob', 7.75)")
+    dl.write_deltalake(delta, pa.table({"customer": ["bob"], "rate": [5]}, schema=RATES), mode="overwrite")
+    out = subprocess.run([airflow, "dags", "test", "pg_airflow"], env=env, capture_output=True, text=True,
+                         timeout=900, cwd=tmp_path)
+    outputs.append(out.stdout + out.stderr)
+    (tmp_path / "dags_test.log").write_text(outputs[-1])  # kept for a failure's reader
+    assert out.returncode == 0 and "state=success" in outputs[-1], outputs[-1][-5000:]
+    rt = open_circuit(circuit, cfg)
+    assert rt.store.last_committed() == 2
+    recorded.append(recorded_position(rt.store.manifest().consumed("orders")))
     totals = Counter(tuple(r) for r in conn.execute("SELECT customer, orders, spent FROM af_totals"))
     assert totals == Counter({("ann", 2, Decimal("5.25")): 1, ("bob", 1, Decimal("7.75")): 1})
     from tests.test_postgres_inputs import _view
 
     rt = open_circuit(str(tmp_path / "circuits" / "pg_airflow.yaml"), cfg)
     assert _view(rt, "rated") == Counter({("bob", 1, Decimal("7.75"), 5): 1})
-    notes = _notes(home)
-    assert len(notes) == 2, notes
-    for note, (lsn, version), how in zip(notes, recorded, ("(whole table)", "(changes since version 0)")):
-        assert f"input `orders`: PostgreSQL log position {lsn_text(lsn)}" in note, note
-        assert f"input `rates`: Delta version {version} {how}" in note, note
-    assert "(snapshot)" in notes[0] and f"(changes since {lsn_text(recorded[0][0])})" in notes[1]
+    [note] = _notes(home)
+    assert (f"input `orders`: PostgreSQL log position {lsn_text(recorded[1])} (changes since "
+            f"{lsn_text(recorded[0])})") in note, note
+    assert "input `rates`: Delta version 1 (changes since version 0)" in note, note
     secret = server.password.encode()
     for root in (home, data, tmp_path / "circuits"):
         for folder, _, names in os.walk(root):
@@ -131,6 +133,6 @@ def test_a_dag_run_reads_postgres_and_delta_through_an_airflow_connection(server
                 with open(os.path.join(folder, n), "rb") as fh:
                     assert secret not in fh.read(), os.path.join(folder, n)
     # `dags test` runs the tasks in its own process: their logs are its output
-    assert all("committed timestep" in o and "[DAG TEST] end task" in o for o in outputs)
-    assert all(server.password not in o for o in outputs)
+    assert "committed timestep 2" in outputs[0] and "[DAG TEST] end task" in outputs[0]
+    assert server.password not in outputs[0]
     conn.close()
