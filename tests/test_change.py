@@ -34,6 +34,10 @@ EDITS = {
     "add_view_over_join": (
         CIRCUIT.replace("outputs:", "  big: {op: filter, input: enriched, where: \"amount > 2\"}\noutputs:\n  big: {}"),
         {"big": "new", "by_region": "kept", "tops": "kept", "regions_seen": "kept"}),
+    "add_view_over_an_input": (  # its aggregate looks the input's integral up by other keys
+        CIRCUIT.replace("outputs:", "  widest: {op: aggregate, input: orders, group_by: [status], "
+                                    "aggregates: {top: \"max(amount)\"}}\noutputs:\n  widest: {}"),
+        {"widest": "new", "by_region": "kept", "tops": "kept", "regions_seen": "kept"}),
     "change_filter": (
         CIRCUIT.replace("status <> 'x'", "status <> 'y'"),
         {"by_region": "rebuilt", "tops": "rebuilt", "regions_seen": "rebuilt"}),
