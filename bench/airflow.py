@@ -122,6 +122,14 @@ def write_circuits(folder: Path) -> dict[str, str]:
     return dags
 
 
+def make_empty_inputs(data: Path) -> None:
+    """The scheduled DAG's input folders, created empty: an empty folder is "no changes" (the run
+    it is measured for), a missing one refuses the step (``runtime/input_folders.py``), so every
+    scheduled run failed and none was measured."""
+    for rel in ("empty/inbox/orders", "empty/snapshots/customers"):
+        (data / rel).mkdir(parents=True, exist_ok=True)
+
+
 class Bench:
     def __init__(self, base: Path) -> None:
         self.base = base
@@ -129,6 +137,7 @@ class Bench:
         self.circuits.mkdir()
         self.data.mkdir()
         self.dags = write_circuits(self.circuits)
+        make_empty_inputs(self.data)
         write_dags_folder(base / "dags")
         inherited = {k: v for k, v in os.environ.items()
                      if not k.startswith(("AIRFLOW", "DBSP_", "SPARK_CONNECT_", "SPARK_CLUSTER_"))}
@@ -394,9 +403,16 @@ def main(argv: list[str] | None = None) -> int:
                 dag = bench.dags["scheduled"]
                 bench.api.unpause(dag)
                 deadline = time.time() + 90 * (args.scheduled + 1)
+                done: list[dict] = []
                 while time.time() < deadline:
                     runs = bench.api.call("GET", f"/api/v2/dags/{dag}/dagRuns?limit=100")["dag_runs"]
-                    done = [r for r in runs if r["state"] == "success" and r["run_type"] == "scheduled"]
+                    ended = [r for r in runs if r["state"] in ("success", "failed") and r["run_type"] == "scheduled"]
+                    done = [r for r in ended if r["state"] == "success"]
+                    failed = [r for r in ended if r["state"] == "failed"]
+                    if failed:  # a scheduled run that fails is a finding, not a run to wait past
+                        _log("a scheduled run failed: " + bench.api.describe(dag, failed[0]["dag_run_id"], bench.airflow.home))
+                        results["scheduled_failed"] = [r["dag_run_id"] for r in failed]
+                        break
                     if len(done) >= args.scheduled:
                         break
                     time.sleep(2)

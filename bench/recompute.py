@@ -153,9 +153,43 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3)
         point["policy_over_best"] = round(point["policy"]["seconds"] / best, 2) if best else None
         point["views_right"] = all(v["ok"] for check in point["view_ok"] for v in check.values())
         point["loadavg_before"], point["loadavg_after"] = before, os.getloadavg()
+        point["memory"] = memory()
+        if points:  # continuity: this size's policy step against the previous (smaller) size's
+            prev = points[-1]
+            point["policy_over_previous"] = round(point["policy"]["seconds"] / max(prev["policy"]["seconds"], 1e-9), 2)
+            point["rows_over_previous"] = round(point["change_rows"] / max(prev["change_rows"], 1), 2)
         points.append(point)
-        _log(f"  {size}: policy / min = {point['policy_over_best']}; views right: {point['views_right']}")
+        _log(f"  {size}: policy / min = {point['policy_over_best']}; views right: {point['views_right']}; "
+             f"memory {point['memory']}")
     return {"sf": sf, "load_rows": loaded.total, "load": load, "reps": reps, "points": points}
+
+
+def memory() -> dict[str, float]:
+    """GiB: this process's peak RSS so far, and the current RSS of it and its descendants (the
+    Spark JVM) from /proc (Linux; {} elsewhere). SF10 is large: the run reports what it held."""
+    import resource
+
+    out = {"peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}
+    try:
+        children: dict[int, list[int]] = {}
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(pid))
+        todo, rss = [os.getpid()], 0
+        while todo:
+            pid = todo.pop()
+            todo += children.get(pid, [])
+            try:
+                rss += int(open(f"/proc/{pid}/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            except (OSError, IndexError, ValueError):
+                pass
+        out["tree_rss_gib"] = round(rss / 2**30, 2)
+    except OSError:
+        pass
+    return out
 
 
 def median(values: list[float]) -> float:
@@ -174,17 +208,23 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
              "modes in a rotated order); the seconds are `dbsp step`'s (read, check, evaluate, commit).", "",
              f"Load: {result['load_rows']:,} rows ("
              + ", ".join(f"{m} {v['seconds']} s" for m, v in result["load"].items()) + ").", "",
-             "| change rows | incremental s | recompute s | policy s (its choice) | policy / min | "
-             "estimated incr / recompute s | views right | load avg |",
-             "|---:|---:|---:|---|---:|---|---|---|"]
+             "| change rows | incremental s | recompute s | policy s (its choice, engine) | policy / min | "
+             "policy s / previous size's (rows x) | estimated incr / recompute s | views right | load avg | "
+             "GiB: peak RSS / process tree RSS |",
+             "|---:|---:|---:|---|---:|---|---|---|---|---|"]
     for p in result["points"]:
         est = p["policy"].get("estimate") or {}
         guess = f"{est.get('incremental', '-')} / {est.get('recompute', '-')}" if est else "-"
         ok = p["views_right"]
         lines.append(f"| {p['change_rows']:,} | {p['incremental']['seconds']} | {p['recompute']['seconds']} | "
-                     f"{p['policy']['seconds']} ({p['policy']['mode']}) | {p['policy_over_best']} | {guess} | "
+                     f"{p['policy']['seconds']} ({p['policy']['mode']}, {p['policy']['engine']}) | "
+                     f"{p['policy_over_best']} | "
+                     + (f"{p['policy_over_previous']} ({p['rows_over_previous']}x) | " if "policy_over_previous" in p
+                        else "- | ")
+                     + f"{guess} | "
                      f"{'yes' if ok else 'NO: ' + json.dumps(p['view_ok'], default=str)} | "
-                     f"{p['loadavg_before'][0]:.1f} -> {p['loadavg_after'][0]:.1f} |")
+                     f"{p['loadavg_before'][0]:.1f} -> {p['loadavg_after'][0]:.1f} | "
+                     f"{(p.get('memory') or {}).get('peak_rss_gib', '-')} / {(p.get('memory') or {}).get('tree_rss_gib', '-')} |")
     worst = max((p["policy_over_best"] or 0 for p in result["points"]), default=0)
     lines += ["", f"Worst policy / min(incremental, recompute): **{worst}** over {len(result['points'])} sizes.",
               "Views right: after every step of every size, each of the three roots' view equals DuckDB's Q3 "

@@ -2,9 +2,12 @@
 
     python -m tests.cluster_driver PROFILE DATA_ROOT STEPS     the paper example, STEPS batches
     python -m tests.cluster_driver w1 PROFILE DATA_ROOT        W1 (TPC-H Q3): a load, a small and a large change
+    python -m tests.cluster_driver spark PROFILE DATA_ROOT CIRCUIT   one step on Spark per line read
 
 Writes one batch of changes before each step, runs the step, prints one line per commit (W1:
-also the engine and mode the policy chose).
+also the engine and mode the policy chose). ``spark`` writes nothing: the caller writes each
+step's change files, then sends a line; every step is forced onto the profile's Spark
+(``execution.engine: spark``), so through a Spark Connect profile the server computes it.
 """
 from __future__ import annotations
 
@@ -59,7 +62,20 @@ def w1(profile: str | None, data_root: str) -> list[tuple[int, str, str, str]]:
     return out
 
 
+def on_spark(profile: str, data_root: str, circuit: str) -> int:
+    """One step forced onto the profile's Spark per line of stdin; prints "committed T ENGINE"."""
+    from tests.policies import policy
+
+    rt = open_circuit(circuit, load_config(profile, data_root=data_root).with_policy(policy(engine="spark")))
+    for _ in sys.stdin:
+        report = run_step(rt)
+        print(f"committed {report.timestep} {report.engine}", flush=True)
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "spark":
+        sys.exit(on_spark(*sys.argv[2:5]))
     if sys.argv[1] == "w1":
         w1(sys.argv[2], sys.argv[3])
         sys.exit(0)

@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from spark_jobs.runtime.change import plan_change
+from spark_jobs.runtime.change import bootstrap_nodes, plan_change
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
 from spark_jobs.state.store import FingerprintMismatch
@@ -34,6 +34,10 @@ EDITS = {
     "add_view_over_join": (
         CIRCUIT.replace("outputs:", "  big: {op: filter, input: enriched, where: \"amount > 2\"}\noutputs:\n  big: {}"),
         {"big": "new", "by_region": "kept", "tops": "kept", "regions_seen": "kept"}),
+    "add_view_over_an_input": (  # its aggregate looks the input's integral up by other keys
+        CIRCUIT.replace("outputs:", "  widest: {op: aggregate, input: orders, group_by: [status], "
+                                    "aggregates: {top: \"max(amount)\"}}\noutputs:\n  widest: {}"),
+        {"widest": "new", "by_region": "kept", "tops": "kept", "regions_seen": "kept"}),
     "change_filter": (
         CIRCUIT.replace("status <> 'x'", "status <> 'y'"),
         {"by_region": "rebuilt", "tops": "rebuilt", "regions_seen": "rebuilt"}),
@@ -63,10 +67,11 @@ def test_an_edit_applied_equals_the_new_circuit_from_scratch(tmp_path, edit, ret
     _edit_and_compare(tmp_path, edit, retention, "arrow")
 
 
-@pytest.mark.parametrize("edit", ["add_column"])
+@pytest.mark.parametrize("edit", ["add_column", "add_view_over_join"])
 def test_an_edit_applied_on_spark(spark, tmp_path, edit):
     """The step applying the edit on the Spark engine (its integrals and bag check padded with
-    NULL, its gate's old views); the other steps in-process."""
+    NULL, its gate's old views; a kept join's integral read as the new view's input); the other
+    steps in-process."""
     _edit_and_compare(tmp_path, edit, False, "spark")
 
 
@@ -130,6 +135,10 @@ def _edit_and_compare(tmp_path, edit: str, retention: bool, engine: str) -> None
             assert _view(rt, view) == rows, f"{edit}: timestep {t}, view {view}"
 
 
+def plan_rows(rt, trace: str) -> int:
+    return rt.committed.manifest().traces[trace].rows
+
+
 def test_plan_change_names_what_is_kept_and_what_each_rebuild_reads(tmp_path):
     path = tmp_path / "paths.yaml"
     path.write_text(CIRCUIT)
@@ -147,8 +156,18 @@ def test_plan_change_names_what_is_kept_and_what_each_rebuild_reads(tmp_path):
     text = "\n".join(plan.lines(origins))
     assert "  new: big" in text and "removed: -" in text
     assert "kept: by_region, customers, enriched, orders, paid, region_of, regions_seen, tops" in text
-    assert "big reads: input customers: integral I(customers) (" in text and "; input orders: integral I(orders) (" in text
-    assert "evaluates kept enriched, paid again" in text
+    # the kept join keeps its integral (for tops): big reads it, nothing above it (no input)
+    assert "big reads: kept enriched: its integral I(enriched) (" in text and "input" not in text.split("big reads:")[1]
+    assert plan.cuts == {"enriched": "I(enriched)"} and plan.read_rows == plan_rows(rt, "I(enriched)")
+    assert not {n for n in bootstrap_nodes(rt.compiled.incremental, {"big"}, plan.cuts)} - {"big"}
+    # a changed aggregate over the kept join: the same integral, read once
+    path.write_text(EDITS["change_aggregate"][0])
+    plan = plan_change(open_circuit(str(path), cfg))
+    assert plan.cuts == {"enriched": "I(enriched)"} and "tops reads: kept enriched: its integral" in "\n".join(plan.lines({}))
+    # a changed filter under the join: rebuilt from the inputs' integrals
+    path.write_text(EDITS["change_filter"][0])
+    plan = plan_change(open_circuit(str(path), cfg))
+    assert plan.cuts == {} and plan.read_rows == plan_rows(rt, "I(orders)") + plan_rows(rt, "I(customers)")
     # a NOT NULL column added to an input: its committed rows have no value for it
     path.write_text(EDITS["add_column"][0].replace("tier: long}", "tier: {type: long, nullable: false}}"))
     plan = plan_change(open_circuit(str(path), cfg))
@@ -188,6 +207,19 @@ def test_the_cli_plans_refuses_and_applies_and_the_setting_applies_by_itself(tmp
     reference = _recomputed(tmp_path, path, bags, 3)
     for view, rows in reference.items():
         assert _view(rt, view) == rows, view
+    # `dbsp run`: refused like `dbsp step`; with --apply-change its first step applies the edit
+    path.write_text(EDITS["remove_view"][0].replace("status <> 'x'", "status <> 'z'"))
+    _write([data], bags, 4, 3)
+    assert main(["run", *common, "--steps", "3"]) == 1
+    assert "dbsp step --apply-change" in capsys.readouterr().err
+    assert main(["run", *common, "--steps", "3", "--apply-change"]) == 0
+    assert "stopping after 1 step(s)" in capsys.readouterr().err
+    _write([data], bags, 5, 3)  # the circuit is unchanged now: the flag changes nothing
+    assert main(["run", *common, "--steps", "3", "--apply-change"]) == 0
+    store = open_circuit(str(path), config(data)).committed
+    assert [store.manifest(t).meta["mode"] for t in (4, 5)] == ["apply_change", "incremental"]
+    for view, rows in _recomputed(tmp_path, path, bags, 5).items():
+        assert _view(open_circuit(str(path), config(data)), view) == rows, view
 
 
 def test_a_dag_run_applies_the_change_when_its_param_or_the_setting_asks(tmp_path):
@@ -282,8 +314,18 @@ def test_published_tables_of_new_and_reshaped_views_get_their_whole_value_and_re
     path.write_text(edited)
     rt = open_circuit(str(path), cfg)
     _write([tmp_path / "data"], bags, 3, 4)
+    before = {tg.view: len(DeltaTable(tg.uri).history()) for tg in targets(cfg, rt.compiled.spec)
+              if os.path.exists(tg.uri)}
     report = run_step(rt, apply_change=True)
     assert not report.published.failed, report.published.summary()
+    uris = {tg.view: tg.uri for tg in targets(cfg, rt.compiled.spec)}
+    # the new view's table: created with its whole value in ONE commit (timestep 3); every other
+    # table (the reshaped view's too) one commit more
+    assert [h["dbsp.timestep"] for h in DeltaTable(uris["big"]).history()] == ["3"]
+    assert "big" not in before and before["tops"] == before["by_region"] == 3
+    for view in ("tops", "by_region"):
+        history = DeltaTable(uris[view]).history()
+        assert len(history) == 4 and history[0]["dbsp.timestep"] == "3", (view, history[0])
     for t in (3, 4):
         if t == 4:
             _write([tmp_path / "data"], bags, 4, 4)

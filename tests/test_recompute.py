@@ -74,7 +74,15 @@ def test_choose_picks_the_cheaper_with_a_margin_and_honours_the_settings():
     assert cost.choose(CostPolicy(recompute="never"), big, None).mode == "incremental"
     assert cost.choose(CostPolicy(), big, "input x keeps no integral").mode == "incremental"
     assert cost.choose(CostPolicy(recompute="always"), est, None).mode == "recompute"
-    assert cost.choose(CostPolicy(min_change_rows=3_000_000), big, None).mode == "incremental"
+    big_inprocess = cost.Estimate(2_000_000, 1_000_000, "arrow", 30.0, "arrow", 2.0, 0)
+    assert cost.choose(CostPolicy(), big_inprocess, None).mode == "recompute"
+    assert cost.choose(CostPolicy(min_change_rows=3_000_000), big_inprocess, None).mode == "incremental"
+    # the guards hold a step in-process only: an incremental step on Spark is left to the estimates
+    assert cost.choose(CostPolicy(min_change_rows=3_000_000), big, None).mode == "recompute"
+    on_spark = cost.Estimate(1_000_000, 76_000_000, "spark", 62.0, "spark", 13.4, 0)  # W1 SF10 past the threshold
+    assert cost.choose(CostPolicy(), on_spark, None).mode == "recompute"
+    assert cost.choose(CostPolicy(), cost.Estimate(1_000_000, 76_000_000, "arrow", 15.2, "spark", 13.4, 0),
+                       None).mode == "incremental"  # 1.3% of the inputs, in-process: min_change_fraction
     small_part = cost.Estimate(100_000, 1_500_000, "arrow", 5.0, "arrow", 1.0, 0)  # 6.7% of the inputs
     picked = cost.choose(CostPolicy(), small_part, None)
     assert picked.mode == "incremental" and "min_change_fraction" in picked.reason

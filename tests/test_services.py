@@ -1,6 +1,7 @@
 """The Spark service scripts for real: a standalone cluster and a Spark Connect server on
 loopback, each started, used by a job in a separate process (through config/cluster.yaml and
-config/connect.yaml), stopped, and checked to leave no process behind.
+config/connect.yaml), stopped, and checked to leave no process behind. While the Connect server
+runs, the same steps forced onto it and run in-process commit the same views and state.
 
 Each test uses its own run dir (logs, pids, work dirs) but the default ports, so it is skipped
 when a port is taken (e.g. by a cluster you started by hand: `scripts/spark_cluster.sh stop`).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -99,6 +101,53 @@ def test_standalone_cluster_runs_a_job_and_stops_clean(tmp_path):
     assert [p for p in services.spark_daemon_processes() if str(run_dir) in p] == []  # ps: no worker of ours
 
 
+def _same_steps_on_connect_as_in_process(base) -> None:
+    """The same random changes stepped on the Connect server (every step forced onto Spark, in a
+    client process of its own) and in this process (in-process, Arrow): after every timestep the
+    committed view deltas, every trace's integrated value and the manifest's keys are the same."""
+    from spark_jobs.runtime.circuit import open_circuit
+    from spark_jobs.runtime.step import run_step
+    from tests.engines import Bag, output_delta, write_change
+    from tests.policies import config
+    from tests.test_paths import CIRCUIT, INPUTS, _traces
+
+    circuit = base / "paths.yaml"
+    base.mkdir()
+    circuit.write_text(CIRCUIT)
+    remote, local = base / "connect", base / "local"
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    log = base / "driver.log"
+    with open(log, "w") as err:  # a file, not a pipe: a full pipe would stall the client
+        driver = subprocess.Popen([sys.executable, "-m", "tests.cluster_driver", "spark", "connect", str(remote),
+                                   str(circuit)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                  text=True, env=env)
+    try:
+        rt_local = open_circuit(str(circuit), config(local))
+        rt_remote = open_circuit(str(circuit), config(remote))  # read with pyarrow only: never stepped here
+        rng = random.Random(11)
+        bags = {name: Bag(cols, domain, rng) for name, (cols, domain) in INPUTS.items()}
+        for t in (1, 2):  # the load, then a change with deletes (the lean path: results back as Arrow)
+            for name, bag in bags.items():
+                change = bag.change(10, 4)
+                for root in (remote, local):
+                    write_change(str(root), name, t, bag.columns, change)
+            driver.stdin.write("step\n")
+            driver.stdin.flush()
+            line = driver.stdout.readline()
+            assert line.split() == ["committed", str(t), "spark"], line + log.read_text()[-3000:]
+            assert run_step(rt_local).engine == "arrow"
+            for view in rt_local.compiled.spec.outputs:
+                assert output_delta(rt_remote, view) == output_delta(rt_local, view), f"timestep {t}, view {view}"
+            assert _traces(rt_remote) == _traces(rt_local), f"timestep {t}: the state differs"
+            meta = rt_remote.committed.manifest().meta
+            assert meta["engine"] == "spark", meta
+            assert set(meta) - {"bytes_read"} == set(rt_local.committed.manifest().meta) - {"bytes_read"}
+    finally:
+        driver.stdin.close()
+        driver.wait(timeout=120)
+    assert driver.returncode == 0, log.read_text()[-3000:]
+
+
 def test_spark_connect_server_serves_a_client_and_stops_clean(tmp_path):
     _require_free(15002)
     run_dir = tmp_path / "connect"
@@ -118,6 +167,9 @@ def test_spark_connect_server_serves_a_client_and_stops_clean(tmp_path):
         assert result["groups"] == 7
         assert result["parquet_rows"] == 1000       # the server wrote and read under the data dir
         timings.update({k: v for k, v in result.items() if k.endswith("_s")})
+        t3 = time.perf_counter()
+        _same_steps_on_connect_as_in_process(tmp_path / "differential")
+        timings["differential"] = time.perf_counter() - t3
     finally:
         t2 = time.perf_counter()
         services.stop_connect(run_dir=run_dir)

@@ -11,7 +11,7 @@ the others on Arrow when the circuit allows it (each engine reads the state the 
 
 CI runs ``ARROW_SEEDS`` and ``SPARK_SEEDS``. More: ``DBSP_SQLFUZZ_SEEDS=300`` (Arrow seeds 0-299),
 ``=300:600`` or ``=7,42``; ``DBSP_SQLFUZZ_SPARK_SEEDS`` the same for Spark seeds;
-``DBSP_SQLFUZZ_STEPS`` timesteps per seed; ``DBSP_SQLFUZZ_LOG=file`` appends one JSON line per
+``DBSP_SQLFUZZ_SHAPED_SEEDS`` for the grouped and LATERAL correlated shapes; ``DBSP_SQLFUZZ_STEPS`` timesteps per seed; ``DBSP_SQLFUZZ_LOG=file`` appends one JSON line per
 seed (queries generated, refused and why, compared, steps that could not run on Arrow, failure).
 """
 from __future__ import annotations
@@ -26,13 +26,14 @@ import pytest
 from spark_jobs.runtime.circuit import compile_file
 from spark_jobs.spec.errors import CircuitError
 from tests.fuzz.seeds import seeds_from_env
-from tests.fuzz.sql_queries import circuit_text, domain, random_case
+from tests.fuzz.sql_queries import Case, circuit_text, domain, random_case, shaped_case
 from tests.sql_streams import SqlStream, to_duckdb
 from tests.streams import RandomRelation
 
 ARROW_SEEDS = [0, 1, 2, 3, 5, 129, 136]  # ARROW_STEPS each; 129, 136: outer joins matching a column twice
 SPARK_SEEDS = [0]  # SPARK_STEPS each
 ARROW_STEPS, SPARK_STEPS = 8, 3
+SHAPED_SEEDS, SHAPED_STEPS = [0, 1, 3], 6  # grouped / LATERAL correlated shapes (shaped_case)
 
 
 def _refusal(tmp_path, tables, query: str) -> str | None:
@@ -61,8 +62,8 @@ def _duckdb_error(tables, query: str) -> str | None:
     return None
 
 
-def run_seed(tmp_path, seed: int, steps: int, spark_every: int, arrow_only: bool) -> dict:
-    case = random_case(seed, arrow_only=arrow_only)
+def run_seed(tmp_path, seed: int, steps: int, spark_every: int, arrow_only: bool, case: Case | None = None) -> dict:
+    case = case or random_case(seed, arrow_only=arrow_only)
     stats = {"seed": seed, "generated": len(case.queries), "refused": [], "oracle_errors": [], "compared": 0}
     accepted, oracle = {}, {}
     for i, (engine_q, oracle_q) in enumerate(case.queries):
@@ -110,15 +111,25 @@ def _log(stats: dict) -> None:
             f.write(json.dumps(stats) + "\n")
 
 
-def _run(tmp_path, seed: int, steps: int, spark_every: int, arrow_only: bool) -> None:
+def _run(tmp_path, seed: int, steps: int, spark_every: int, arrow_only: bool, case: Case | None = None) -> dict:
     steps = int(os.environ.get("DBSP_SQLFUZZ_STEPS", steps))
-    stats = run_seed(tmp_path, seed, steps, spark_every, arrow_only)
+    stats = run_seed(tmp_path, seed, steps, spark_every, arrow_only, case)
     assert not stats["oracle_errors"], "the generator wrote a query DuckDB cannot run:\n" + "\n".join(stats["oracle_errors"])
+    return stats
 
 
 @pytest.mark.parametrize("seed", seeds_from_env("DBSP_SQLFUZZ_SEEDS", ARROW_SEEDS))
 def test_random_sql_views_equal_duckdb_in_process(spark, tmp_path, seed):
     _run(tmp_path, seed, ARROW_STEPS, spark_every=0, arrow_only=True)
+
+
+@pytest.mark.parametrize("seed", seeds_from_env("DBSP_SQLFUZZ_SHAPED_SEEDS", SHAPED_SEEDS))
+def test_grouped_and_lateral_correlated_shapes_equal_duckdb_in_process(spark, tmp_path, seed):
+    """``shaped_case``: a grouped query with a subquery correlated on its key in SELECT (and
+    EXISTS in HAVING), and a LATERAL subquery, over the seed's random inputs, every step on Arrow."""
+    stats = _run(tmp_path, seed, SHAPED_STEPS, spark_every=0, arrow_only=True, case=shaped_case(seed, arrow_only=True))
+    assert stats["compared"] == 2, stats["refused"]
+    assert not stats["fallbacks"], stats["fallbacks"]
 
 
 @pytest.mark.parametrize("seed", seeds_from_env("DBSP_SQLFUZZ_SPARK_SEEDS", SPARK_SEEDS))

@@ -116,3 +116,41 @@ def test_a_yaml_topk_node_reads_its_order():
     assert not problems
     top = spec.nodes["q"].extra["topk"]
     assert top.order_by == (("x", True, False), ("s", False, False)) and top.rank == "dense_rank"
+
+
+ORDER_BY_AGGREGATE = "name: sql_topk_agg\n" + INPUTS + """
+nodes:
+  most: {op: sql, query: "SELECT k, count(*) AS n FROM a GROUP BY k ORDER BY count(*) DESC, k LIMIT 2"}
+  hidden: {op: sql, query: "SELECT k FROM a GROUP BY k ORDER BY sum(x) DESC NULLS LAST, k LIMIT 3"}
+  spread:
+    op: sql
+    query: |
+      SELECT s, min(x) AS lo FROM a WHERE x IS NOT NULL GROUP BY s
+      HAVING count(*) > 1 ORDER BY max(x) - min(x), s DESC LIMIT 2
+  joined:
+    op: sql
+    query: "SELECT a.k, count(*) AS n FROM a JOIN b ON a.k = b.k GROUP BY a.k ORDER BY count(DISTINCT b.y), a.k LIMIT 1"
+outputs: [most, hidden, spread, joined]
+"""
+
+
+def test_order_by_an_aggregate_with_limit_is_aggregate_then_top_k_and_equals_duckdb(tmp_path):
+    """``ORDER BY count(*) LIMIT k``: the aggregate computed as a hidden column of the grouped query,
+    the top-k sorting on it, on a stream with deletes (groups moving in and out of the top k)."""
+    stream = SqlStream(tmp_path, ORDER_BY_AGGREGATE, in_process=True)
+    rels = relations(seed=5)
+    for t in range(12):
+        inserts, deletes = (8, 2) if t < 3 else (3, 5) if t % 2 else (5, 3)
+        stream.step({name: rel.change(inserts, deletes) for name, rel in rels.items()})
+    assert stream.t == 12
+    from spark_jobs.spec.columns import output_columns
+    from spark_jobs.spec.loader import load_circuit_text
+
+    columns = output_columns(load_circuit_text(ORDER_BY_AGGREGATE))
+    assert columns["most"] == ("k", "n") and columns["hidden"] == ("k",) and columns["spread"] == ("s", "lo")
+
+
+def test_order_by_an_aggregate_with_select_distinct_is_refused():
+    _, problems = check_text(ORDER_BY_AGGREGATE.replace("SELECT k FROM a GROUP BY k ORDER BY sum(x)",
+                                                        "SELECT DISTINCT k FROM a GROUP BY k ORDER BY sum(x)"), "c.yaml")
+    assert problems and "ORDER BY an aggregate with SELECT DISTINCT" in str(problems[0])

@@ -300,7 +300,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     _err(f"no input has pending changes; stopping after {i} step(s)")
                     break
                 _err(f"[{i + 1}/{args.steps}] {rt.name}: running timestep {rt.store.last_committed() + 1}")
-                report = run_step(rt, progress=_err)
+                # an edit is applied by the first step; later ones find the circuit unchanged
+                report = run_step(rt, progress=_err, apply_change=i == 0 and bool(getattr(args, "apply_change", False)))
                 print(render.step_report(report))
                 if _published(report):
                     return 1

@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run up to N timesteps, stopping when no input has pending changes")
     p.add_argument("circuit", metavar="CIRCUIT")
     p.add_argument("--steps", type=int, default=1, metavar="N")
+    p.add_argument("--apply-change", action="store_true",
+                   help="the circuit was edited since its state was committed: the first step keeps the state of "
+                        "the nodes the edit did not touch and rebuilds the others from the state, as `dbsp step "
+                        "--apply-change` (`dbsp plan-change` shows which)")
     p.add_argument("-v", "--verbose", action="store_true", help="keep Spark's own error logs on stderr")
     _common(p)
 

@@ -116,7 +116,17 @@ def _catch_up(target: Target, store, last: int, say: Callable[[str], None],
         if target.root and (why := claim_problem(target.root, target.uri, target.circuit, target.view,
                                                  circuits(), target.storage_options)):
             raise PublishError(why)
-        table = create(target, schema)
+        start = restart_of(store, target.view, 0, last)
+        if start is not None:  # a change of the circuit started the view at `start` (new): its table
+            # is created holding the whole view there, one commit (not an empty one and then the view)
+            view = read_view(store, target.view, start)
+            if view is None:  # no row at `start`: the columns, no rows
+                view = (schema if WEIGHT in schema.names else schema.append(pa.field(WEIGHT, pa.int64()))).empty_table()
+            table = create(target, schema, view, start)
+            result.note = (f"the view starts at timestep {start} (a change of the circuit): its table created "
+                           f"with its whole value, one commit")
+        else:
+            table = create(target, schema)
     result.before = result.after = published_timestep(table, target)
     pruned = Removed.read(store).view_deltas_through.get(safe_name(target.view), 0)
     if result.before > last or pruned > result.before:

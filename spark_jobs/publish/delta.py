@@ -102,12 +102,20 @@ def table_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, f.type, nullable=True) for f in schema if f.name != WEIGHT])
 
 
-def create(target: Target, schema: pa.Schema):
-    """A new empty table at version 0 = timestep 0 (so version t is timestep t as a rule)."""
+def create(target: Target, schema: pa.Schema, view: pa.Table | None = None, t: int = 0):
+    """A new table in one commit: empty at version 0 = timestep 0 (so version t is timestep t as
+    a rule), or, for a view a change of the circuit started at timestep ``t``, holding ``view``
+    (its whole value) as version 0 = timestep t, its first and only commit so far."""
     dl = _dl()
-    return dl.DeltaTable.create(target.uri, table_schema(schema), mode="error", configuration=TABLE_CONFIG,
-                                storage_options=target.storage_options or None,
-                                commit_properties=_commit(target, 0))
+    options = target.storage_options or None
+    if view is None:
+        return dl.DeltaTable.create(target.uri, table_schema(schema), mode="error", configuration=TABLE_CONFIG,
+                                    storage_options=options, commit_properties=_commit(target, 0))
+    columns = table_schema(schema)
+    rows = rows_of(view.select(columns.names + [WEIGHT]), target, t).cast(columns)
+    dl.write_deltalake(target.uri, rows, mode="error", configuration=TABLE_CONFIG, storage_options=options,
+                       commit_properties=_commit(target, t))
+    return dl.DeltaTable(target.uri, storage_options=options)
 
 
 def rows_of(view: pa.Table, target: Target, t: int) -> pa.Table:

@@ -12,8 +12,10 @@ committed one node by node:
   evaluated as a first step over the integrated inputs the state keeps (a ``changes`` input's
   integral, a snapshot input's last snapshot, a cdc input's rows by key, each plus this step's
   change; ``recompute.py``), never over the input files, so it works after retention pruned
-  them. Kept nodes upstream of a rebuilt one are evaluated again in that pass (from the same
-  integrals) but keep their own state;
+  them. A kept node upstream of a rebuilt one whose integral the state keeps (``I(x)`` of a
+  join side, an aggregate's or a distinct's input) is not evaluated again: its value is that
+  integral plus its change of this step, and nothing above it is read; other kept nodes upstream
+  are evaluated again in that pass (from the integrals) but keep their own state;
 - **removed**: a node of the committed circuit that is gone: its traces are dropped at this commit.
 
 Views: a kept view's delta is its incremental delta; a new view's first delta is its whole value;
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from spark_jobs.executor.sources.own_traces import input_trace
-from spark_jobs.ir.node_fingerprints import ancestors, node_fingerprints, owner
+from spark_jobs.ir.node_fingerprints import node_fingerprints, owner
 from spark_jobs.state.store import VIEW_TRACE_PREFIX, view_trace_id
 
 if TYPE_CHECKING:
@@ -75,6 +77,12 @@ class ChangePlan:
     reads: dict[str, list[str]] = field(default_factory=dict)  # user node -> what its bootstrap reads
     inputs: dict[str, str] = field(default_factory=dict)  # input -> the trace its integral is read from
     cannot: list[str] = field(default_factory=list)  # why a node cannot be bootstrapped from state
+    # kept node -> its kept integral's trace: the bootstrap reads it (+ the node's change) instead
+    # of evaluating the node and what is above it again
+    cuts: dict[str, str] = field(default_factory=dict)
+    read_rows: int = 0  # rows of the integrals (inputs' and kept nodes') the bootstrap reads
+    notes: list[str] = field(default_factory=list)  # what the user must do besides (a sink table to alter)
+    keys: dict[str, tuple] = field(default_factory=dict)  # committed Z-set trace -> the keys it is sorted on
 
     def ids(self, *status: str) -> set[str]:
         return {n for n, s in self.nodes.items() if s in status}
@@ -109,6 +117,8 @@ class ChangePlan:
         out.append("  views: " + ", ".join(f"{v} {s}" for v, s in sorted(self.views.items())))
         for origin, reads in sorted(self.reads.items()):
             out.append(f"  {origin} reads: {'; '.join(reads)}")
+        for note in self.notes:
+            out.append(f"  note: {note}")
         for why in self.cannot:
             out.append(f"  cannot bootstrap: {why}")
         if self.cannot:
@@ -137,6 +147,7 @@ def plan_change(rt: "CircuitRuntime", manifest: "Manifest | None" = None) -> Cha
     old = (m.meta or {}).get(META_KEY)
     now = fingerprints(rt)
     plan = ChangePlan(rt.name, m.timestep, isinstance(old, dict))
+    plan.keys = {t: tuple(e.keys) for t, e in m.traces.items() if e.kind == "zset"}
     old = old if isinstance(old, dict) else {}
     for nid, fp in now.items():
         plan.nodes[nid] = "kept" if old.get(nid) == fp else ("rebuilt" if nid in old or _has_trace(m, circuit, nid)
@@ -156,6 +167,13 @@ def plan_change(rt: "CircuitRuntime", manifest: "Manifest | None" = None) -> Cha
     for t in m.traces:
         if t.startswith(VIEW_TRACE_PREFIX) and t[len(VIEW_TRACE_PREFIX):] not in circuit.outputs:
             plan.views[t[len(VIEW_TRACE_PREFIX):]] = "removed"
+    for view, status in sorted(plan.views.items()):
+        sink = spec.outputs[view].sink if view in spec.outputs else None
+        if status == "reshaped" and sink is not None:
+            old_cols = sorted(_columns(m.traces[view_trace_id(view)]) or ())
+            plan.notes.append(f"view {view} changes its columns ({', '.join(old_cols)} -> "
+                              f"{', '.join(circuit[circuit.outputs[view]].columns)}): alter its PostgreSQL table "
+                              f"{sink.table} to the new columns; its rows are then rewritten from the whole view")
     _plan_reads(rt, m, plan)
     return plan
 
@@ -189,6 +207,37 @@ def bootstrap_targets(plan: ChangePlan, circuit: Any) -> set[str]:
     return plan.targets | {circuit.outputs[v] for v, s in plan.views.items() if s not in ("kept", "removed")}
 
 
+def bootstrap_nodes(circuit: Any, targets: set[str], cuts: Mapping[str, str]) -> set[str]:
+    """The nodes the bootstrap pass evaluates for ``targets``: they and what they read,
+    transitively, except kept nodes whose integral is read instead (``cuts``) and what is above
+    them (unless another path needs it)."""
+    seen: set[str] = set()
+    todo = list(targets)
+    while todo:
+        nid = todo.pop()
+        if nid in seen or nid in cuts or nid not in circuit:
+            continue
+        seen.add(nid)
+        todo.extend(circuit[nid].inputs)
+    return seen
+
+
+def _kept_integrals(circuit: Any, plan: ChangePlan, m: "Manifest") -> dict[str, str]:
+    """Kept node -> the trace of its integral ``I(node)``, where that integral is kept, committed
+    and whole (not bounded by event time): the node's value at this step is that integral plus
+    its change, so a bootstrap needs nothing above it. Inputs' integrals are read as inputs."""
+    out: dict[str, str] = {}
+    for node in circuit:
+        if node.op != "integrate" or len(node.inputs) != 1:
+            continue
+        source = node.inputs[0]
+        entry = m.traces.get(node.id)
+        if (circuit[source].op != "input" and plan.nodes.get(source) == "kept" and plan.nodes.get(node.id) == "kept"
+                and entry is not None and not entry.dropped_below):
+            out[source] = node.id
+    return out
+
+
 def _plan_reads(rt: "CircuitRuntime", m: "Manifest", plan: ChangePlan) -> None:
     """What each bootstrapped user node reads, and the inputs that cannot feed it."""
     from spark_jobs.ir.incrementalize import bag_integrals
@@ -203,13 +252,22 @@ def _plan_reads(rt: "CircuitRuntime", m: "Manifest", plan: ChangePlan) -> None:
         trace = own[0] if own is not None else bags.get(name) if inp.kind == "changes" else None
         if trace is not None:
             plan.inputs[name] = trace
+    integrals = _kept_integrals(circuit, plan, m)
     by_origin: dict[str, set[str]] = {}
     for nid in targets:
         by_origin.setdefault(circuit[nid].origin or nid, set()).add(nid)
     blocked: set[str] = set()
+    read: dict[str, int] = {}  # trace -> rows, each integral counted once
     for origin, nids in sorted(by_origin.items()):
         reads = []
-        above = ancestors(circuit, nids)
+        above = bootstrap_nodes(circuit, nids, integrals)
+        cuts = {i: integrals[i] for n in above for i in circuit[n].inputs if i in integrals}
+        cuts.update({n: integrals[n] for n in nids if n in integrals})
+        plan.cuts.update(cuts)
+        for nid, trace in sorted(cuts.items()):
+            rows = m.traces[trace].rows
+            read[trace] = rows
+            reads.append(f"kept {circuit[nid].origin or nid}: its integral {trace} ({rows:,} rows) + this step's change")
         for node in (circuit[i] for i in sorted(above) if circuit[i].op == "input"):
             name = node.param("name") or node.id
             trace = plan.inputs.get(name)
@@ -231,14 +289,16 @@ def _plan_reads(rt: "CircuitRuntime", m: "Manifest", plan: ChangePlan) -> None:
                 blocked.add(f"input {name} gained NOT NULL column(s) {', '.join(added)} its committed rows have no "
                             f"value for: {origin} cannot be bootstrapped from state (declare them nullable)")
             else:
+                read[trace] = entry.rows
                 reads.append(f"input {name}: integral {trace} ({entry.rows:,} rows) + this step's change")
         kept_above = sorted({circuit[i].origin or i for i in above if plan.nodes.get(i) == "kept"
-                             and circuit[i].op != "input" and (circuit[i].origin or i) != origin}
-                            - set(spec.inputs))
+                             and circuit[i].op not in ("input", "integrate", "delay")
+                             and (circuit[i].origin or i) != origin} - set(spec.inputs))
         if kept_above:
             reads.append(f"evaluates kept {', '.join(kept_above)} again from those (their state is kept)")
         plan.reads[origin] = reads
     plan.cannot = sorted(blocked)
+    plan.read_rows = sum(read.values())
 
 
 # ---- applying it -----------------------------------------------------------------------------
@@ -265,23 +325,27 @@ def compute(rt: "CircuitRuntime", engine: Any, plan: ChangePlan, deltas: Mapping
     incr = engine.evaluate(deltas, state, first_step=False, full=False, only=kept)
     kept_inputs = {n for n in kept if circuit[n].op == "input"}
     kept_own = {name: t for name, t in own.items() if name in kept_inputs}
-    writes = state_writes(rt, incr, deltas, kept_own, False)
+    writes = [_resorted(w, plan, engine, state) for w in state_writes(rt, incr, deltas, kept_own, False)]
     outputs = {v: d for v, d in incr.outputs.items() if plan.views.get(v) == "kept"}
     notes = []
     if targets:
-        needed = ancestors(circuit, targets)
+        # kept nodes whose integral the state keeps: their value is that integral + their change
+        values = {nid: engine.integral(trace, incr.values[nid], state) for nid, trace in sorted(plan.cuts.items())}
+        needed = bootstrap_nodes(circuit, targets, plan.cuts)
         names = {circuit[i].param("name") or i for i in needed if circuit[i].op == "input"}
         integrated = {name: engine.integrate(name, plan.inputs[name], deltas.get(name), state)
                       if name in plan.inputs else deltas.get(name) for name in sorted(names)}
         integrated = {k: v for k, v in integrated.items() if v is not None}
-        rec = engine.evaluate(integrated, NoState(), first_step=True, full=False, only=needed)
+        rec = engine.evaluate(integrated, NoState(), first_step=True, full=False, only=needed,
+                              external=values.__getitem__)
         for w in state_writes(rt, rec, integrated, {}, True):
             if owner(circuit, w.trace) in plan.targets:
                 writes.append(w)
         for v, status in plan.views.items():
             if status in ("kept", "removed"):
                 continue
-            value = rec.outputs[v]
+            nid = circuit.outputs[v]
+            value = rec.engine.consolidate(values[nid]) if nid in values else rec.outputs[v]
             outputs[v] = value if status in ("new", "reshaped") else engine.view_delta(v, value)
             notes.append({"new": f"view {v} is new: its first delta is its whole value",
                           "reshaped": f"view {v} changed its columns: its delta is its whole new value "
@@ -301,6 +365,18 @@ def compute(rt: "CircuitRuntime", engine: Any, plan: ChangePlan, deltas: Mapping
             notes.append(f"view {v} is no longer in the circuit: its state is dropped (its published table, "
                          f"if any, is left in place)")
     return Applied(outputs, writes, notes)
+
+
+def _resorted(w: Any, plan: ChangePlan, engine: Any, state: Any) -> Any:
+    """A kept Z-set trace the edited circuit looks up by other keys (a new reader of an input's
+    integral, e.g. an aggregate grouping it by its own columns) cannot take an append sorted on
+    them: it is rewritten whole (its committed value + this step's append), sorted on the new keys."""
+    from spark_jobs.runtime.recipe import Write
+
+    old = plan.keys.get(w.trace)
+    if w.replace or w.kind != "zset" or old is None or old == tuple(w.keys):
+        return w
+    return Write(w.trace, engine.integral(w.trace, w.value, state), w.kind, w.keys, w.sort_by, True)
 
 
 class GateState:
@@ -341,5 +417,6 @@ def drop_replaced(txn: Any, rt: "CircuitRuntime", plan: ChangePlan, written: set
             txn.drop(trace_id)
 
 
-__all__ = ["APPLY_CHANGE", "Applied", "ChangePlan", "GateState", "META_KEY", "ON_CHANGE", "bootstrap_targets", "compute",
+__all__ = ["APPLY_CHANGE", "Applied", "ChangePlan", "GateState", "META_KEY", "ON_CHANGE", "bootstrap_nodes",
+           "bootstrap_targets", "compute",
            "drop_replaced", "fingerprints", "on_change", "plan_change"]

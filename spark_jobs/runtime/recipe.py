@@ -77,6 +77,10 @@ class StepEngine(Protocol):
     def integrate(self, name: str, trace: str, change: Any, state: Any) -> Any:
         """A recompute's input ``name``: its committed integral (trace ``trace``) plus ``change``."""
 
+    def integral(self, trace: str, change: Any, state: Any) -> Any:
+        """A kept node's value after this step, for a change's bootstrap: its committed integral
+        (trace ``trace``) plus its ``change`` of this step."""
+
     def settle(self, outputs: dict[str, Any], writes: list["Write"], checked: dict[str, Any]
                ) -> tuple[dict[str, Any], list["Write"], dict[str, Any]]:
         """The view deltas, state updates and the input changes the gate checks, as the gate and

@@ -199,6 +199,7 @@ def choose_path(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full
     if change is not None:  # an edit applied (runtime/change.py): the bootstrap reads the integrals
         inprocess = (policy.engine != "spark" and rows is not None and step_engines.unsupported(rt, pending) is None
                      and driver_reach(rt) is None)
+        held = change.read_rows  # the integrals it reads: inputs' and kept nodes' (not every input's)
         small = inprocess and held + (rows or 0) <= policy.cost.arrow_rows
         return Path("apply_change", "arrow" if small else "spark",
                     "in-process: the integrals fit execution.cost.arrow_rows" if small else

@@ -140,6 +140,16 @@ class SparkSteps:
         self.cached.append(value)
         return value
 
+    def integral(self, trace: str, change: Any, state: Any) -> Any:
+        """A kept node's value after this step: its committed integral plus ``change`` (``change.py``)."""
+        from spark_jobs.executor.spark import zset
+
+        old = state.read(trace)
+        total = change if old is None else zset.plus(old.select(*change.columns), change)
+        value = zset.consolidate(total).cache()
+        self.cached.append(value)
+        return value
+
     def settle(self, outputs: dict[str, Any], writes: list[Any], checked: dict[str, Any]
                ) -> tuple[dict[str, Any], list[Any], dict[str, Any]]:
         """A small step's view deltas, state updates and checked input changes come to this
@@ -290,6 +300,21 @@ class ArrowSteps:
                  ((files.read_all() if files is not None else None), change) if t is not None]
         if not parts:
             return schema.empty_table()
+        return _settled(pa.concat_tables(parts), consolidate)
+
+    def integral(self, trace: str, change: Any, state: Any) -> Any:
+        """A kept node's value after this step: its committed integral plus ``change`` (``change.py``)."""
+        import pyarrow as pa
+
+        from spark_jobs.executor.arrow.zsets import consolidate
+
+        change = self.engine.table(change)
+        files = state.trace_files(trace)
+        limit = self.rt.config.policy.cost.arrow_rows
+        if files is not None and files.rows() > limit:
+            raise NotLocal(f"the integral {trace} holds {files.rows()} rows > execution.cost.arrow_rows ({limit})")
+        parts = [_padded(t, change.schema) for t in ((files.read_all() if files is not None else None), change)
+                 if t is not None]
         return _settled(pa.concat_tables(parts), consolidate)
 
     def settle(self, outputs: dict[str, Any], writes: list[Any], checked: dict[str, Any]

@@ -378,6 +378,52 @@ def correlated(ctx: Ctx, rel: Rel, tables: dict[str, list[tuple[str, str]]]) -> 
     return Rel(sel + fe + where, sel + fo + where, [(n, t) for _, n, t in items])
 
 
+def _scalar(ctx: Ctx, outer: list[tuple[str, str]], tables: dict[str, list[tuple[str, str]]]) -> tuple[str, str]:
+    """An aggregate subquery correlated with ``outer`` (text without parentheses) and its type."""
+    body, inner = _subquery(ctx, outer, tables, ctx.fresh("s"))
+    c, t = ctx.rng.choice(inner)
+    func = ctx.rng.choice(["count(*)", f"count({c})", f"max({c})", f"min({c})"])
+    return f"SELECT {func} AS v {body}", "long" if func.startswith("count") else t
+
+
+def correlated_grouped(ctx: Ctx, rel: Rel, tables: dict[str, list[tuple[str, str]]]) -> Rel:
+    """``rel`` grouped by one of its columns, with a subquery correlated on that key in the
+    SELECT list and, sometimes, an EXISTS correlated on it in HAVING."""
+    rng = ctx.rng
+    fe, fo = from_item(ctx, rel, "p")
+    key, kt = rng.choice([(f"p.{c}", t) for c, t in rel.cols])
+    sub, kind = _scalar(ctx, [(key, kt)], tables)
+    items = [(key, "k0", kt), ("count(*)", "n", "long"), (f"({sub})", "c", kind)]
+    having = ""
+    if rng.random() < 0.5:
+        body, _ = _subquery(ctx, [(key, kt)], tables, ctx.fresh("s"))
+        having = f" HAVING {rng.choice(['', 'NOT '])}EXISTS (SELECT 1 {body})"
+        if rng.random() < 0.3:
+            having += " OR count(*) > 1"
+    sel = f"SELECT {_render(items)} FROM "
+    tail = f" GROUP BY {key}{having}"
+    return Rel(sel + fe + tail, sel + fo + tail, [(n, t) for _, n, t in items])
+
+
+def lateral(ctx: Ctx, rel: Rel, tables: dict[str, list[tuple[str, str]]]) -> Rel:
+    """``rel, LATERAL (q)``: q an aggregate (one row per row of ``rel``) or a plain selection
+    (rows of ``rel`` without a match dropped), correlated with ``rel``'s columns."""
+    rng = ctx.rng
+    fe, fo = from_item(ctx, rel, "p")
+    cols = [(f"p.{c}", t) for c, t in rel.cols]
+    alias = ctx.fresh("l")
+    if rng.random() < 0.6:
+        sub, kind = _scalar(ctx, cols, tables)
+    else:
+        body, inner = _subquery(ctx, cols, tables, ctx.fresh("s"))
+        c, kind = rng.choice(inner)
+        sub = f"SELECT {c} AS v {body}"
+    items = _select_list(rng, cols, rng.randint(1, 2)) + [(f"{alias}.v", "lv", kind)]
+    join = f", LATERAL ({sub}) AS {alias}"
+    sel = f"SELECT {_render(items)} FROM "
+    return Rel(sel + fe + join, sel + fo + join, [(n, t) for _, n, t in items])
+
+
 def relation(ctx: Ctx, tables: dict[str, list[tuple[str, str]]], depth: int) -> Rel:
     rng = ctx.rng
     if depth <= 0 or rng.random() < 0.3:
@@ -413,11 +459,13 @@ def query(rng: random.Random, tables: dict[str, list[tuple[str, str]]], arrow_on
     return f"WITH {with_e} {rel.engine}", f"WITH {with_o} {rel.oracle}"
 
 
-def subquery_query(rng: random.Random, tables: dict[str, list[tuple[str, str]]], arrow_only: bool = False
+def subquery_query(rng: random.Random, tables: dict[str, list[tuple[str, str]]], arrow_only: bool = False,
+                   shape: Callable[[Ctx, Rel, dict[str, list[tuple[str, str]]]], Rel] | None = None
                    ) -> tuple[str, str]:
-    """A query with correlated (or uncorrelated) subqueries over a random relation."""
+    """A query with correlated (or uncorrelated) subqueries over a random relation (``shape``:
+    ``correlated`` by default, or ``correlated_grouped`` / ``lateral``)."""
     ctx = Ctx(rng, arrow_only)
-    rel = correlated(ctx, relation(ctx, tables, rng.choice([0, 1, 1, 2])), tables)
+    rel = (shape or correlated)(ctx, relation(ctx, tables, rng.choice([0, 1, 1, 2])), tables)
     if not ctx.ctes:
         return rel.engine, rel.oracle
     with_e = ", ".join(f"{n} AS ({e})" for n, e, _ in ctx.ctes)
@@ -456,6 +504,16 @@ def random_case(seed: int, n_queries: int = 5, arrow_only: bool = False) -> Case
     sub = random.Random(seed * 7919 + 17)
     queries += [subquery_query(sub, listed, arrow_only) for _ in range(2)]
     return Case(tables, queries)
+
+
+def shaped_case(seed: int, arrow_only: bool = False) -> Case:
+    """``random_case``'s inputs for ``seed`` and two queries of the grouped and LATERAL correlated
+    shapes (``correlated_grouped``: a subquery on the group key in SELECT, EXISTS in HAVING;
+    ``lateral``), from an RNG of their own: a seed of ``random_case`` keeps its queries."""
+    tables = random_case(seed, n_queries=0, arrow_only=arrow_only).tables
+    listed = {n: list(c.items()) for n, c in tables.items()}
+    rng = random.Random(seed * 104729 + 29)
+    return Case(tables, [subquery_query(rng, listed, arrow_only, shape) for shape in (correlated_grouped, lateral)])
 
 
 def circuit_text(tables: dict[str, dict[str, str]], queries: dict[str, str]) -> str:

@@ -367,6 +367,10 @@ AGGREGATES = [
     ("TII", "SELECT t2.y, count(*), sum(t1.c) FROM t1 JOIN t2 ON t1.a = t2.x GROUP BY t2.y"),
     ("II", "SELECT t1.a, count(t2.x) FROM t1 LEFT JOIN t2 ON t1.b = t2.x GROUP BY t1.a"),
     ("II", "SELECT b, count(*) AS n FROM t1 WHERE b IS NOT NULL GROUP BY b ORDER BY n DESC, b LIMIT 2"),
+    ("II", "SELECT b, count(*) FROM t1 GROUP BY b ORDER BY count(*) DESC, b LIMIT 2"),
+    ("I", "SELECT b FROM t1 GROUP BY b ORDER BY sum(c) DESC NULLS LAST, b LIMIT 3"),
+    ("I", "SELECT count(*) FROM t1 GROUP BY e ORDER BY t1.e LIMIT 2"),
+    ("II", "SELECT e, max(a) - min(a) FROM t1 GROUP BY e HAVING count(*) > 1 ORDER BY min(a), e LIMIT 2"),
     ("I", "SELECT DISTINCT count(*) FROM t1 GROUP BY b"),
     ("III", "SELECT b, min(a), max(a) FROM t1 WHERE c IS NOT NULL GROUP BY b"),
     ("I", "SELECT count(*) FROM t1 AS p, t1 AS q WHERE p.b = q.c"),
@@ -407,7 +411,6 @@ REFUSED_AGGREGATES = [
     "SELECT b, sum(DISTINCT c) FROM t1 GROUP BY b",
     "SELECT b, count(*) FILTER (WHERE c > 1) FROM t1 GROUP BY b",
     "SELECT b, sum(max(c)) FROM t1 GROUP BY b",
-    "SELECT b, count(*) FROM t1 GROUP BY b ORDER BY count(*) DESC, b LIMIT 2",
 ]
 
 

@@ -226,9 +226,7 @@ def run_stream(root: str, tables: dict[str, list[tuple[str, str]]], bags: dict[s
         f.write(circuit_text(tables, queries))
     oracle_sql = oracle_sql or queries
     try:
-        # no compaction within the stream: an in-process compaction of an integer sum's state
-        # (decimal(38,0) limbs) fails in pyarrow and falls back to Spark (noticed, not this tool's)
-        rt = open_circuit(path, config(root, engine="arrow", state={"compact_fraction": 1e9, "delta_fanout": 10_000}))
+        rt = open_circuit(path, config(root, engine="arrow"))  # state compacted as the policy says
         make_input_folders(rt)
     except Exception as e:  # noqa: BLE001
         raise EngineFailed(f"open: {type(e).__name__}: {e}") from e

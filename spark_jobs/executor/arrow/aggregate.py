@@ -299,7 +299,13 @@ def linear_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str],
 
 
 def _linear_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str], aggs: Sequence[Agg],
-                 first_step: bool, timezone: str, node: str) -> tuple[pa.Table, pa.Table]:
+                 first_step: bool, timezone: str, node: str, vectorized: bool = True) -> tuple[pa.Table, pa.Table]:
+    """``linear_step`` (``vectorized``: counts in Arrow compute when they can be; False: the
+    reference path in Python, which the tests compare it with)."""
+    if vectorized and group_by and all(func == "count" and not distinct for _, func, _, distinct in aggs):
+        fast = _counts_step(delta, prev, group_by, aggs, timezone)
+        if fast is not None:
+            return fast
     args, types = _arguments(delta, aggs, timezone)
     slots, sums, accs = _layout(aggs, types, node)
     names = [n for n, _, _ in accs]
@@ -329,6 +335,78 @@ def _linear_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str]
     finished = {side: _finish({k: rows.get(k, zero) for k in groups}, slots, sums, outs, timezone)
                 for side, rows in (("old", old), ("new", new))}
     return _changes(key_fields, outs, groups, old, new, finished, first_step), totals
+
+
+def _counts_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str], aggs: Sequence[Agg],
+                 timezone: str) -> tuple[pa.Table, pa.Table] | None:
+    """``_linear_step`` of a grouped aggregate of counts only, in Arrow compute (no Python per
+    row): the same rows, types and totals. Why: a windowed count (Nexmark q5, q7) touches 100k
+    groups per step and reads the open window's totals; per-row Python cost seconds. The change's
+    totals and the old totals of the touched groups come from one hash aggregate over both
+    (NULL keys one group, floats as Spark groups them: ``zsets.group_sums``). None (the caller
+    takes the exact Python path) when a sum could leave the weight range."""
+    from spark_jobs.executor.arrow.zsets import _max_abs, group_sums, semi
+
+    names = [ROWS]
+    contrib = [delta.column(WEIGHT)]
+    zero = pa.scalar(0, pa.int64())
+    for j in sorted(set(linear_slots(aggs).values())):
+        value, _ = column_value(delta, aggs[j][2], timezone)
+        names.append(count_name(j))
+        contrib.append(pc.if_else(pc.is_null(value), zero, delta.column(WEIGHT)))
+    keys = list(group_by)
+    mine = pa.table([delta.column(g) for g in keys] + contrib, names=keys + [f"__d{n}" for n in names])
+    parts = [mine]
+    if prev is not None and prev.num_rows:
+        old = semi(prev.select([*keys, *names]).cast(pa.schema([delta.schema.field(g) for g in keys]
+                                                               + [prev.schema.field(n) for n in names])),
+                   delta, keys, keys)
+        parts.append(pa.table([old.column(g) for g in keys] + [pc.fill_null(old.column(n), 0) for n in names],
+                              names=keys + [f"__o{n}" for n in names]))
+    columns = [f"__d{n}" for n in names] + [f"__o{n}" for n in names]
+    filled = []
+    for part in parts:
+        for c in columns:
+            if c not in part.column_names:
+                part = part.append_column(c, pa.nulls(part.num_rows, pa.int64()).fill_null(0))
+        filled.append(part.select(keys + columns))
+    both = pa.concat_tables(filled)
+    if both.num_rows * max((_max_abs(both.column(c)) for c in columns), default=0) > 2 ** 62:
+        return None
+    sums = group_sums(both, keys, columns)
+    d = {n: sums.column(f"__d{n}_sum") for n in names}
+    nonzero = pc.not_equal(d[ROWS], 0)
+    for n in names[1:]:
+        nonzero = pc.or_(nonzero, pc.not_equal(d[n], 0))
+    sums = sums.filter(nonzero)
+    key_fields = [pa.field(g, delta.schema.field(g).type) for g in group_by]
+    key_cols = [sums.column(g).cast(f.type) for g, f in zip(keys, key_fields)]
+    totals = pa.Table.from_arrays(key_cols + [sums.column(f"__d{n}_sum") for n in names],
+                                  schema=pa.schema(key_fields + [pa.field(n, pa.int64()) for n in names]))
+    old_t = pa.table([sums.column(f"__o{n}_sum") for n in names], names=names)
+    new_t = pa.table([pc.add(sums.column(f"__o{n}_sum"), sums.column(f"__d{n}_sum")) for n in names], names=names)
+    outs = _outs(aggs, {})
+    slots = linear_slots(aggs)
+
+    def finished(t: pa.Table) -> list[Any]:
+        return [column_value(t, f"CAST({finish_sql(func, arg, slots.get(i), False)} AS bigint)", timezone)[0]
+                for i, (_, func, arg, _) in enumerate(outs)]
+
+    before, after = finished(old_t), finished(new_t)
+    old_exists, new_exists = pc.greater(old_t.column(ROWS), 0), pc.greater(new_t.column(ROWS), 0)
+    same = pa.array([True] * sums.num_rows, pa.bool_())
+    for a, b in zip(before, after):
+        same = pc.and_(same, pc.fill_null(pc.equal(a, b), False))
+    differ = pc.invert(pc.and_(pc.and_(old_exists, new_exists), same))
+    out_fields = key_fields + [pa.field(o, t) for o, _, _, t in outs] + [pa.field(WEIGHT, pa.int64())]
+    schema = pa.schema(out_fields)
+    sides = []
+    for exists, values, w in ((old_exists, before, -1), (new_exists, after, 1)):
+        keep = pc.and_(exists, differ)
+        n = pc.sum(keep).as_py() or 0
+        cols = [pc.filter(c, keep) for c in key_cols] + [pc.filter(v, keep) for v in values]
+        sides.append(pa.Table.from_arrays(cols + [pa.array([w] * n, pa.int64())], schema=schema))
+    return pa.concat_tables(sides), totals
 
 
 def _arguments(delta: pa.Table, aggs: Sequence[Agg], timezone: str

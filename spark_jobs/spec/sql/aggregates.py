@@ -94,7 +94,11 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
     aggs: dict[tuple, str] = {}  # (func, distinct, arg sql) -> output column
     agg_rows: list[tuple[str, str, str | None, bool]] = []
     args: dict[str, str] = {}  # arg sql -> pre column
-    sources = items + ([having.this] if having is not None else [])
+    by_order = [] if corr is not None else _sort_keys_of_groups(binder.order_keys.get(id(sel), []), items)
+    if by_order and sel.args.get("distinct"):
+        raise SqlError("ORDER BY an aggregate with SELECT DISTINCT: select the aggregate and order by its "
+                       "name", by_order[0])
+    sources = items + ([having.this] if having is not None else []) + by_order
     for source in sources:
         for call in aggregates_of(source):
             func, distinct, arg = _aggregate_call(call, binder.text)
@@ -173,11 +177,42 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
         out = Relation(P.Filter(hrel.plan.columns, f"HAVING {describe(having.this)}", hrel.plan, cond), hrel.fields)
     out = _attach(binder, out, items, ctes, rel, "the SELECT list of a grouped query")
     result = binder.projection(out, items, names_needed, post, names=scope)
+    if by_order:
+        result = _with_sort_keys(binder, result, by_order, post)
     if corr is not None:
         from .decorrelate import append_domain
 
         result = append_domain(result, domain_keys, corr)
     return result
+
+
+def _sort_keys_of_groups(order: list[exp.Expression], items: list[exp.Expression]) -> list[exp.Expression]:
+    """The ORDER BY (with LIMIT) expressions the grouped query computes: aggregates, and columns
+    that are not output names (``ORDER BY a.k``, ``ORDER BY k`` with ``k`` not selected)."""
+    from .binder import unalias
+
+    shown = {(unalias(i)[1] or (i.name if isinstance(i, exp.Column) else "")).lower() for i in items}
+    return [e for e in order if aggregates_of(e) or
+            (isinstance(e, exp.Column) and (e.table or e.name.lower() not in shown))]
+
+
+def _with_sort_keys(binder: "Binder", result: "Relation", by_order: list[exp.Expression],
+                    post) -> "Relation":
+    """The SELECT list's Map with the ORDER BY aggregates as hidden columns, for the top-k above
+    (``topk.order_limit`` sorts on them and drops them)."""
+    from .binder import Relation
+
+    plan = result.plan
+    assert isinstance(plan, P.Map)
+    taken = set(plan.columns)
+    extra: list[tuple[str, str]] = []
+    for i, node in enumerate(by_order):
+        name = fresh(f"__order_agg{i}", taken)
+        taken.add(name)
+        extra.append((name, post(node, "ORDER BY")))
+        binder.order_columns[id(node)] = name
+    mapped = P.Map(plan.columns + tuple(n for n, _ in extra), plan.sql, plan.input, plan.exprs + tuple(extra))
+    return Relation(mapped, result.fields + [Field(None, n, n, hidden=True, star=False) for n, _ in extra])
 
 
 def grouped_names(binder: "Binder", rel: "Relation", out: "Relation", keys: dict[str, str],

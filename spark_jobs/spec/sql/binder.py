@@ -93,6 +93,10 @@ class Binder:
         self.scalars: dict[int, str] = {}  # id(scalar subquery node) -> the column holding its value
         self.rankings: dict[int, exp.Window] = {}  # id(TopK awaiting its <= k) -> its window (messages)
         self.correlations: dict = {}  # id(SELECT) -> decorrelate.Correlation while it is bound on a domain
+        # ORDER BY ... LIMIT k of a SELECT: a grouped query computes the sort keys that are aggregates
+        # or input columns as hidden columns (id(SELECT) -> ORDER BY expressions; id(expression) -> column)
+        self.order_keys: dict[int, list[exp.Expression]] = {}
+        self.order_columns: dict[int, str] = {}
 
     # ---- queries ---------------------------------------------------------------------------
 
@@ -108,6 +112,8 @@ class Binder:
         if isinstance(q, exp.SetOperation):
             rel = self.set_operation(q, outer, ctes, names_needed)
         elif isinstance(q, exp.Select):
+            if q.args.get("limit") is not None and q.args.get("order") is not None:
+                self.order_keys[id(q)] = topk.sort_expressions(q.args["order"])
             rel = self.select(q, outer, ctes, names_needed)
         else:
             raise SqlError(f"{type(q).__name__.upper()} is not supported here: expected a SELECT query", q)
@@ -252,7 +258,8 @@ class Binder:
         items = list(sel.expressions)
         having = sel.args.get("having")
         is_aggregate = sel.args.get("group") is not None or any(
-            aggregates_of(e) for e in items + ([having.this] if having is not None else []))
+            aggregates_of(e) for e in items + ([having.this] if having is not None else [])) or any(
+            aggregates_of(e) for e in self.order_keys.get(id(sel), []))
         windows = [w for e in items for w in walk(e) if isinstance(w, exp.Window)]
         corr = self.correlations.get(id(sel))
         if windows and corr is not None:

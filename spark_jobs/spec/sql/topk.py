@@ -42,6 +42,14 @@ def _ordered(item: exp.Expression) -> tuple[exp.Expression, bool, bool]:
     return item.this, desc, (not desc) if nulls_first is None else bool(nulls_first)
 
 
+def sort_expressions(order: exp.Order) -> list[exp.Expression]:
+    """The ORDER BY expressions. Over a grouped query, those holding an aggregate (``ORDER BY
+    count(*) DESC LIMIT k``) or naming an input column the SELECT list does not show are computed
+    by the grouped query as hidden columns (``aggregates.bind_aggregate``); the top-k sorts on
+    them and drops them: aggregate, then top-k."""
+    return [_ordered(item)[0] for item in order.expressions]
+
+
 def _sort_keys(binder: "Binder", rel: "Relation", ordered: list[exp.Expression], what: str,
                taken: set[str]) -> tuple[list[tuple[str, str]], list[tuple[str, bool, bool]]]:
     """The ORDER BY items as (hidden computed columns, (column, desc, nulls_first)): a plain
@@ -52,7 +60,9 @@ def _sort_keys(binder: "Binder", rel: "Relation", ordered: list[exp.Expression],
     for item in ordered:
         node, desc, nulls_first = _ordered(item)
         ordinal = is_literal_int(node)
-        if ordinal is not None:
+        if id(node) in binder.order_columns:  # an aggregate the grouped query computed
+            column = binder.order_columns[id(node)]
+        elif ordinal is not None:
             if not 1 <= ordinal <= len(visible):
                 raise SqlError(f"ORDER BY position {ordinal} is not in the SELECT list (1 to {len(visible)})", node)
             column = visible[ordinal - 1].column
@@ -82,9 +92,11 @@ def order_limit(binder: "Binder", q: exp.Expression, rel: "Relation", limit: exp
                        tuple((c, column_sql(c)) for c in cols) + tuple(computed))
     text = f"ORDER BY {describe(order, 40)[9:]} LIMIT {k}"
     top: P.Rel = P.TopK(source.columns, text, source, (), tuple(keys), k, "row_number", None)
-    if computed:
-        top = P.Map(tuple(cols), text, top, tuple((c, column_sql(c)) for c in cols))
-    return Relation(top, rel.fields)
+    sort_only = set(binder.order_columns.values())  # aggregates computed for the order only
+    shown = [c for c in cols if c not in sort_only]
+    if computed or len(shown) < len(cols):
+        top = P.Map(tuple(shown), text, top, tuple((c, column_sql(c)) for c in shown))
+    return Relation(top, [f for f in rel.fields if f.column not in sort_only])
 
 
 def ranking(binder: "Binder", sel: exp.Select, rel: "Relation", items: list[exp.Expression],

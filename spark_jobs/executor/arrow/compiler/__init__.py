@@ -46,7 +46,8 @@ literals               ``1`` int (bigint, then decimal, as it grows), ``1L`` ``1
 arithmetic             ``+ - * / div % pmod mod``, unary ``-``, ``abs``, ``positive``,
                        ``negative``: Spark's type promotion, decimal precision/scale with
                        HALF_UP, ANSI overflow and division by zero
-comparison             ``= == <> != < <= > >= <=>``, ``IS [NOT] NULL``, ``IS [NOT] TRUE/FALSE``,
+comparison             ``= == <> != < <= > >= <=>``, ``IS [NOT] DISTINCT FROM``, ``IS [NOT] NULL``,
+                       ``IS [NOT] TRUE/FALSE``,
                        ``[NOT] IN (list)``, ``[NOT] BETWEEN``; NaN and -0.0 as Spark orders them
 logic                  ``AND OR NOT`` (Kleene, short-circuit as Spark evaluates)
 conditional            ``CASE`` (both forms), ``if``, ``coalesce``, ``nvl``, ``ifnull``,

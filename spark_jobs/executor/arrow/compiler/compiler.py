@@ -73,8 +73,9 @@ class Compiler:
             return arithmetic.binary(_ARITHMETIC[type(e)], left, right)
         if type(e) in _COMPARISON:
             return self._comparison(_COMPARISON[type(e)], e.this, e.expression)
-        if isinstance(e, exp.NullSafeEQ):
-            return logic.NullSafeEqual(self.compile(e.this), self.compile(e.expression))
+        if isinstance(e, (exp.NullSafeEQ, exp.NullSafeNEQ)):  # <=>, IS [NOT] DISTINCT FROM
+            equal = logic.NullSafeEqual(self.compile(e.this), self.compile(e.expression))
+            return logic.negation(equal) if isinstance(e, exp.NullSafeNEQ) else equal
         if isinstance(e, (exp.And, exp.Or)):
             return logic.logical("AND" if isinstance(e, exp.And) else "OR", self.compile(e.this),
                                  self.compile(e.expression))
