@@ -13,7 +13,11 @@ process and every Spark job runs on the cluster's executors. What it reports, in
   the policy picked (a small change runs in this process when it reaches the state, which it
   does on one machine) and the Spark jobs it ran;
 - the **sweep** point at ``--large`` rows: one step through the same policy (the cost model may
-  recompute it; a large incremental step runs on the cluster);
+  recompute it); it runs on the cluster, because the profile's size thresholds are scaled to
+  this data as ``tests/test_cluster.py`` does: ``execution.arrow.max_change_rows``
+  (``--max-change-rows``, 50,000) and ``execution.cost.arrow_rows`` (``--arrow-rows``, 500,000)
+  instead of the defaults (1M, 5M), under which SF 0.2 (~1.5M input rows) and its 100k-row
+  change would run in this process, recompute or not;
 - the **A/B** of the small change: steps alternating the policy's choice and ``engine: spark``
   (the step on the cluster's executors, its Spark jobs counted);
 - **recompute s**: the query over the integrated inputs on the cluster, the ratio each step is
@@ -32,9 +36,22 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results" / "cluster"
 
 
-def run_args(args: argparse.Namespace) -> list[str]:
+def write_profile(args: argparse.Namespace, folder: str) -> str:
+    """config/cluster.yaml with the policy's size thresholds scaled to this data (see above)."""
+    from spark_jobs.config import PROJECT_ROOT
+
+    text = (PROJECT_ROOT / "config" / "cluster.yaml").read_text()
+    text += (f"\nexecution:\n  arrow: {{max_change_rows: {args.max_change_rows}}}\n"
+             f"  cost: {{arrow_rows: {args.arrow_rows}}}\n")
+    path = os.path.join(folder, "cluster.yaml")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return path
+
+
+def run_args(args: argparse.Namespace, profile: str = "cluster") -> list[str]:
     """``bench.run``'s arguments for the cluster's W1 measurement."""
-    return ["--config", "cluster", "--workload", "w1", "--sizes", f"w1={args.sf:g}",
+    return ["--config", profile, "--workload", "w1", "--sizes", f"w1={args.sf:g}",
             "--change-rows", str(args.change_rows), "--sweep", str(args.large), "--steps", str(args.steps),
             "--warmup", "1", "--recompute-runs", str(args.recompute_runs), "--ab", "engine=spark", "--ab-rounds",
             str(args.ab_rounds), "--out", str(args.out)]
@@ -45,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sf", type=float, default=0.2, help="W1 scale factor (default 0.2)")
     p.add_argument("--change-rows", type=int, default=1000, help="rows of the small change (default 1000)")
     p.add_argument("--large", type=int, default=100_000, help="rows of the large change (default 100000)")
+    p.add_argument("--max-change-rows", type=int, default=50_000,
+                   help="the profile's execution.arrow.max_change_rows: larger changes run on the cluster")
+    p.add_argument("--arrow-rows", type=int, default=500_000,
+                   help="the profile's execution.cost.arrow_rows: a recompute over more runs on the cluster")
     p.add_argument("--steps", type=int, default=3, help="measured small steps (default 3)")
     p.add_argument("--recompute-runs", type=int, default=2)
     p.add_argument("--ab-rounds", type=int, default=2,
@@ -59,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench.cluster] starting a standalone cluster (2 workers): {services.start_cluster(2, run_dir=run_dir)}",
               file=sys.stderr, flush=True)
         try:
-            run.main(run_args(args))
+            run.main(run_args(args, write_profile(args, run_dir)))
         finally:
             services.stop_cluster(run_dir=run_dir, check=False)
     return 0

@@ -70,12 +70,18 @@ def _phases() -> list[tuple[str, Any, str]]:
             ("commit: compaction / merge", Transaction, "_rewrite_in_process"),
             ("commit: fsync", LocalFileSystem, "sync_trees"),
             ("commit: cleanup (GC)", StateStore, "_collect_garbage"),
+            ("durable small files (manifest, report, lease)", LocalFileSystem, "publish_text"),
             ("after commit (publish, reports)", recipe, "after_commit")]
+
+
+CPU = " (cpu)"  # a phase's CPU seconds (this process, all its threads) are kept under its label + CPU
 
 
 @contextmanager
 def timed_phases(into: dict[str, float]) -> Iterator[None]:
-    """Add each phase's seconds to ``into`` while the block runs; the originals come back after."""
+    """Add each phase's wall and CPU seconds to ``into`` while the block runs; the originals come
+    back after. Under load the wall time mostly waits for a core or the disk; the CPU time is
+    what the phase itself costs."""
     active: set[str] = set()
 
     def wrap(label: str, fn: Callable) -> Callable:
@@ -83,11 +89,12 @@ def timed_phases(into: dict[str, float]) -> Iterator[None]:
             if label in active:
                 return fn(*args, **kwargs)
             active.add(label)
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             try:
                 return fn(*args, **kwargs)
             finally:
                 into[label] = into.get(label, 0.0) + time.perf_counter() - started
+                into[label + CPU] = into.get(label + CPU, 0.0) + time.process_time() - cpu
                 active.discard(label)
         return timed
 
@@ -188,6 +195,23 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def row_groups(rt) -> dict[str, dict[str, Any]]:
+    """Per trace of the committed state: rows, files, row groups and median rows per group (a
+    lookup decodes whole groups, so this is what one probed key costs)."""
+    import pyarrow.parquet as pq
+
+    store, out = rt.committed, {}
+    for tid, entry in sorted(store.manifest().traces.items()):
+        sizes = []
+        files = [f for d in entry.dirs for f, _ in store.fs.data_files(store.layout.abs(d))]
+        for f in files:
+            meta = pq.ParquetFile(f).metadata
+            sizes += [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+        out[tid] = {"rows": entry.rows, "files": len(files), "row_groups": len(sizes),
+                    "median_group_rows": int(median(sizes)) if sizes else 0}
+    return out
+
+
 def step(rt, gen, rows: int) -> dict[str, Any]:
     """One change of about ``rows`` rows, stepped with the phase timers; the view checked after."""
     from spark_jobs.runtime.step import run_step
@@ -221,8 +245,10 @@ def run_sf(sf: float, sizes: list[int], reps: int, work: Path, load_inprocess: b
     report = run_step(rt)
     out: dict[str, Any] = {"sf": sf, "input_rows": loaded.total,
                            "load": {"seconds": round(report.seconds, 2), "engine": report.engine},
-                           "state_bytes": _dir_bytes(root / "state") if (root / "state").exists() else None}
-    _log(f"SF {sf:g}: loaded in {report.seconds:.1f} s on {report.engine}; rss {dog.rss() / 2**30:.1f} GiB")
+                           "state_bytes": _dir_bytes(Path(rt.committed.root))}
+    out["row_groups"] = row_groups(rt)
+    _log(f"SF {sf:g}: loaded in {report.seconds:.1f} s on {report.engine}; rss {dog.rss() / 2**30:.1f} GiB; "
+         f"traces {out['row_groups']}")
     step(rt, gen, 1_000)  # warm-up: footers read, imports done
     points = []
     for size in sizes:
@@ -237,9 +263,11 @@ def run_sf(sf: float, sizes: list[int], reps: int, work: Path, load_inprocess: b
                  "views_right": all(s["view"]["ok"] for s in steps)}
         bag, ev = point["phases"].get("bag check", 0.0), point["phases"].get("evaluate circuit", 0.0)
         point["bag_over_eval"] = round(bag / ev, 2) if ev else None
+        bag_cpu, ev_cpu = point["phases"].get("bag check" + CPU, 0.0), point["phases"].get("evaluate circuit" + CPU, 0.0)
+        point["bag_over_eval_cpu"] = round(bag_cpu / ev_cpu, 2) if ev_cpu else None
         points.append(point)
         _log(f"SF {sf:g}, {point['change_rows']:,} rows: {point['seconds']} s (cpu {point['cpu_s']} s), "
-             f"bag {bag:.3f} s / eval {ev:.3f} s, views right {point['views_right']}")
+             f"bag {bag:.3f} s / eval {ev:.3f} s (cpu {bag_cpu:.3f} / {ev_cpu:.3f}), views right {point['views_right']}")
     out["points"] = points
     out["duckdb_s"] = duckdb_recompute(gen)
     out["input_rows_after"] = gen.input_rows()
@@ -258,11 +286,15 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     def add(name: str, value: Any, ok: bool | None) -> None:
         out.append({"target": name, "value": value, "met": ok})
 
+    at = "" if hi == 10 else " (#25 sets it at SF10)"
     p = by.get((hi, 100))
-    add(f"100-row step at SF{hi:g} <= 0.15 s", p and p["seconds"], p and p["seconds"] <= 0.15)
+    add(f"100-row step at SF{hi:g} <= 0.15 s{at}", p and p["seconds"], p and p["seconds"] <= 0.15)
     a, b = by.get((lo, 1_000)), by.get((hi, 1_000))
     growth = round(b["seconds"] / a["seconds"], 2) if a and b and lo != hi else None
-    add(f"1,000-row step SF{hi:g} / SF{lo:g} <= 1.3", growth, growth is not None and growth <= 1.3)
+    between = "" if (lo, hi) == (1, 10) else " (#25 sets it from SF1 to SF10)"
+    add(f"1,000-row step SF{hi:g} / SF{lo:g} <= 1.3{between}", growth, growth is not None and growth <= 1.3)
+    growth = round(b["cpu_s"] / a["cpu_s"], 2) if a and b and lo != hi and a["cpu_s"] else None
+    add(f"the same in CPU seconds{between}", growth, growth is not None and growth <= 1.3)
     for sf in sfs:
         p = by.get((sf, 1_000))
         ratio = round(duck[sf] / p["seconds"], 2) if p and duck[sf] else None
@@ -271,7 +303,9 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     ratio = round(duck[hi] / p["seconds"], 2) if p and duck.get(hi) else None
     add(f"DuckDB recompute / 100k-row step at SF{hi:g} > 1", ratio, ratio is not None and ratio > 1)
     worst = max((p["bag_over_eval"] or 0 for p in by.values()), default=None)
-    add("bag check / circuit evaluation <= ~1 (worst point)", worst, worst is not None and worst <= 1.2)
+    add("bag check / circuit evaluation <= ~1, wall (worst point)", worst, worst is not None and worst <= 1.2)
+    worst = max((p.get("bag_over_eval_cpu") or 0 for p in by.values()), default=None)
+    add("bag check / circuit evaluation <= ~1, CPU (worst point)", worst, worst is not None and worst <= 1.2)
     return out
 
 
@@ -279,7 +313,7 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
     lines = ["# The in-process step's floor (W1, TPC-H Q3)", "",
              f"{meta['when']}, commit {meta['commit']}, {meta['cores']} cores; load average "
              f"{meta['loadavg_before'][0]:.1f} before, {meta['loadavg_after'][0]:.1f} after (per step in the JSON); "
-             f"peak resident {result['peak_rss_gib']} GiB (this process and the Spark JVM). **One run on a machine "
+             f"peak resident {result['peak_rss_gib']} GiB (this process and a Spark JVM, if the load started one). **One run on a machine "
              "shared with other agents**: compare the ratios, not the seconds. Step seconds are `dbsp step`'s (the "
              f"policy's choice to the committed manifest), median of {result['reps']} steps per size, each a new "
              "change; cpu s is the process's CPU time over the whole `run_step`.", ""]
@@ -287,18 +321,19 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
         lines += [f"## SF {r['sf']:g}: {r['input_rows']:,} input rows, load {r['load']['seconds']} s on "
                   f"{r['load']['engine']}, state {(r['state_bytes'] or 0) / 2**20:,.0f} MiB; DuckDB full recompute "
                   f"{r.get('duckdb_s')} s", "",
-                  "| change rows | step s | cpu s | engine | bag check s | evaluate s | read inputs s | gate s | "
-                  "writes s | commit s (fsync / GC / compaction) | after commit s | bag / eval | DuckDB / step | views right |",
+                  "| change rows | step s | cpu s | engine | bag check s (cpu) | evaluate s (cpu) | read inputs s | gate s | "
+                  "writes s | commit s (fsync / GC / compaction) | after commit s | bag / eval (cpu) | DuckDB / step | views right |",
                   "|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"]
         for p in r.get("points", []):
             ph = p["phases"]
             g = lambda k: f"{ph.get(k, 0.0):.3f}"  # noqa: E731
             duck = f"{r['duckdb_s'] / p['seconds']:.2f}x" if r.get("duckdb_s") and p["seconds"] else "-"
             lines.append(f"| {p['change_rows']:,} | {p['seconds']:.3f} | {p['cpu_s']:.3f} | {'/'.join(p['engines'])} | "
-                         f"{g('bag check')} | {g('evaluate circuit')} | {g('read inputs')} | {g('quality gate')} | "
+                         f"{g('bag check')} ({g('bag check' + CPU)}) | {g('evaluate circuit')} ({g('evaluate circuit' + CPU)}) | "
+                         f"{g('read inputs')} | {g('quality gate')} | "
                          f"{g('write traces and view deltas')} | {g('commit')} ({g('commit: fsync')} / "
                          f"{g('commit: cleanup (GC)')} / {g('commit: compaction / merge')}) | "
-                         f"{g('after commit (publish, reports)')} | {p['bag_over_eval']} | {duck} | "
+                         f"{g('after commit (publish, reports)')} | {p['bag_over_eval']} ({p.get('bag_over_eval_cpu')}) | {duck} | "
                          f"{'yes' if p['views_right'] else 'NO'} |")
         lines.append("")
     lines += ["## Issue #25's in-process targets, from this run", "", "| target | measured | met |", "|---|---|---|"]

@@ -20,9 +20,12 @@ import os
 from typing import Iterator
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from bench.generators import (RETURN_FLAGS, SEGMENTS, TPCH_CUSTOMERS_PER_SF, TPCH_END, TPCH_ORDERS_PER_CUSTOMER,
-                              TPCH_START, TpchGenerator, Written, write_table, _with_weight)
+                              TPCH_START, TpchGenerator, Written, _with_weight)
 
 PART_ORDERS = 500_000  # orders per load file (with ~2M line items): what one part holds in memory
 _M1, _M2, _GOLD = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
@@ -35,6 +38,15 @@ def mix(keys: np.ndarray, salt: int) -> np.ndarray:
         z = (z ^ (z >> np.uint64(30))) * _M1
         z = (z ^ (z >> np.uint64(27))) * _M2
         return z ^ (z >> np.uint64(31))
+
+
+def _strings(values: np.ndarray, at: np.ndarray) -> pa.Array:
+    """``values[at]`` as an Arrow string array, without a Python object per row."""
+    return pa.array(values.tolist(), pa.string()).take(pa.array(at))
+
+
+def _table(columns: dict[str, "np.ndarray | pa.Array"], schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_arrays([pa.array(columns[f.name]).cast(f.type) for f in schema], schema=schema)
 
 
 def _below(keys: np.ndarray, salt: int, n: int) -> np.ndarray:
@@ -57,9 +69,10 @@ class LeanTpch:
 
     # ---- rows as functions of their keys ---------------------------------------------------
     def customer_rows(self, keys: np.ndarray) -> dict[str, np.ndarray]:
-        names = np.char.add("Customer#", np.char.zfill(keys.astype(str), 9)).astype(object)
+        digits = pc.utf8_lpad(pa.array(keys).cast(pa.string()), width=9, padding="0")
+        names = pc.binary_join_element_wise("Customer#", digits, "")
         return {"c_custkey": keys, "c_name": names,
-                "c_mktsegment": SEGMENTS[_below(keys, 1, len(SEGMENTS))].astype(object),
+                "c_mktsegment": _strings(SEGMENTS, _below(keys, 1, len(SEGMENTS))),
                 "c_nationkey": _below(keys, 2, 25)}
 
     def order_rows(self, keys: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -75,7 +88,7 @@ class LeanTpch:
         items = {"l_orderkey": l_order, "l_linenumber": lineno, "l_quantity": qty, "l_extendedprice": price,
                  "l_discount": _below(item, 8, 11) / 100.0,
                  "l_shipdate": np.repeat(odate, per) + (1 + _below(item, 9, 121)).astype(np.int32),
-                 "l_returnflag": RETURN_FLAGS[_below(item, 10, len(RETURN_FLAGS))].astype(object)}
+                 "l_returnflag": _strings(RETURN_FLAGS, _below(item, 10, len(RETURN_FLAGS)))}
         total = np.bincount(np.repeat(np.arange(len(keys)), per), weights=price, minlength=len(keys))
         orders = {"o_orderkey": keys, "o_custkey": 1 + _below(keys, 3, self.base_customers), "o_orderdate": odate,
                   "o_shippriority": np.zeros(len(keys), np.int64), "o_totalprice": np.round(total, 2)}
@@ -86,7 +99,12 @@ class LeanTpch:
         if len(weight) == 0:
             return 0
         path = os.path.join(self.root, "inbox", name, f"b{self.batch:06d}-{part:04d}.parquet")
-        n = write_table(path, {**cols, "_weight": weight}, _with_weight(self.SCHEMAS[name]))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        table = _table({**cols, "_weight": weight}, _with_weight(self.SCHEMAS[name]))
+        tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)  # a step never sees half a file
+        n = table.num_rows
         self.rows[name] += int(weight.sum())
         return n
 

@@ -34,7 +34,8 @@ from spark_jobs.errors import DbspError, EXIT_FAILED
 BIN_ENV = "DBSP_PG_BIN"
 USER = "dbsp"
 DATABASE = "postgres"
-SETTINGS = {"wal_level": "logical", "max_replication_slots": "20", "max_wal_senders": "20",
+# max_replication_slots: one slot per circuit a test module starts (each input keeps its own)
+SETTINGS = {"wal_level": "logical", "max_replication_slots": "64", "max_wal_senders": "20",
             "listen_addresses": "'127.0.0.1'", "fsync": "off",
             "full_page_writes": "off", "shared_buffers": "32MB", "max_connections": "40"}
 

@@ -5,7 +5,7 @@ Selectors are the UI's own accessible names (aria labels and roles), as Airflow 
 them: "Dag Import Error" (the badge on the Dags page), "Dag Docs" (the book icon on a DAG's
 page), "Show Graph (Press g)", "Trigger Dag" (then the dialog's "Run Parameters" and "Trigger"),
 "Edit note" (on a run's page: opens the whole note, rendered), a task's extra links on its
-Details tab.
+Details tab, the plugin's "Views" tab of a DAG (``/dags/<dag>/plugin/dbsp-views``, an iframe).
 """
 from __future__ import annotations
 
@@ -84,8 +84,11 @@ def drive_the_ui(base: str, user: str, password: str, dag_id: str, shots: Path, 
             page.get_by_role("button", name="Trigger Dag").first.click()
             dialog = page.get_by_role("dialog")
             expect(dialog.get_by_text("Run Parameters")).to_be_visible()
-            backfill = dialog.locator("input[value=backfill]")  # Airflow 3.3 always draws the choice
-            found["backfill_offered"] = backfill.count() > 0 and backfill.first.is_enabled()
+            # Airflow 3.3 always draws the run/backfill choice; the theme hides it when greyed out
+            backfill = dialog.locator("label:has(input[value=backfill])")
+            found["backfill_drawn"] = backfill.count() > 0
+            found["backfill_visible"] = found["backfill_drawn"] and backfill.first.is_visible()
+            found["backfill_offered"] = found["backfill_visible"] and backfill.first.locator("input").is_enabled()
             page.screenshot(path=str(shots / "05-trigger.png"))
             dialog.get_by_role("button", name="Trigger", exact=True).click()
             run_id = finished_run(before)
@@ -107,6 +110,13 @@ def drive_the_ui(base: str, user: str, password: str, dag_id: str, shots: Path, 
             expect(page.get_by_role("heading", name="Quality reports")).to_be_visible()
             found["quality_page"] = page.locator("body").inner_text()
             page.screenshot(path=str(shots / "08-quality-report.png"))
+
+            # the DAG's "Views" tab (the plugin's page in a frame): the views' asset events unfolded
+            page.goto(f"{base}/dags/{dag_id}/plugin/dbsp-views")
+            frame = page.frame_locator("iframe").first
+            expect(frame.get_by_role("heading", name=f"Views of {dag_id}")).to_be_visible()
+            found["views_tab"] = frame.locator("body").inner_text()
+            page.screenshot(path=str(shots / "08b-views.png"))
 
             # the task's extra link: under "Extra Links" on its Details tab (the log, on the first
             # tab, also says "quality report", so match the link itself)

@@ -461,6 +461,9 @@ def test_the_ui_in_a_browser(world):
     assert f"timestep {committed}" in found["note"] and "rows inserted" in found["note"], found["note"]
     for view, change in world.store(REVENUE_STEP).manifest(committed).outputs.items():
         assert f"{view}\t{change.rows_inserted}\t{change.rows_deleted}" in found["note"], (view, found["note"])
+        # the Views tab: each view's asset event of this timestep, its row counts in plain sight
+        shown = f"{committed}\t{view}\t+{change.rows_inserted}\t-{change.rows_deleted}\tincremental\t"
+        assert shown in found["views_tab"], (shown, found["views_tab"])
     assert found["docs_image"].startswith("/dbsp/docs/revenue_step-") and "Incremental circuit" in found["docs_text"]
     # the first hour: the docs link the diagram (inline, the modal shrank it to 7 px labels); the link
     # opens it at full size, every label readable (>= 10 px on screen), with a legend that says
@@ -470,7 +473,8 @@ def test_the_ui_in_a_browser(world):
     assert found["docs_images_inline"] == 0 and status == 200 and "svg" in kind, found
     assert 'Colour: a stage of the one task &quot;timestep&quot; (per_step)' in svg and svg.count(">timestep<") == 0
     assert found["dag_list_name"].startswith(f"{REVENUE_STEP} — Paid revenue"), found["dag_list_name"]
-    assert found["backfill_offered"] is False  # greyed out: a circuit has no backfill
+    # a circuit has no backfill: Airflow draws the choice greyed out, the UI theme hides it
+    assert found["backfill_drawn"] and found["backfill_visible"] is False and found["backfill_offered"] is False
     assert "dbsp_view_is_set" in found["quality_page"] and "PASS" in found["quality_page"]
     assert found["quality_link"] == f"/dbsp/quality/{REVENUE_STEP}/" and found["extra_link"] == "Quality report"
     assert found["extra_link_href"] == found["quality_link"], found

@@ -34,6 +34,10 @@ EDITS = {
     "add_view_over_join": (
         CIRCUIT.replace("outputs:", "  big: {op: filter, input: enriched, where: \"amount > 2\"}\noutputs:\n  big: {}"),
         {"big": "new", "by_region": "kept", "tops": "kept", "regions_seen": "kept"}),
+    "add_view_over_an_input": (  # its aggregate looks the input's integral up by other keys
+        CIRCUIT.replace("outputs:", "  widest: {op: aggregate, input: orders, group_by: [status], "
+                                    "aggregates: {top: \"max(amount)\"}}\noutputs:\n  widest: {}"),
+        {"widest": "new", "by_region": "kept", "tops": "kept", "regions_seen": "kept"}),
     "change_filter": (
         CIRCUIT.replace("status <> 'x'", "status <> 'y'"),
         {"by_region": "rebuilt", "tops": "rebuilt", "regions_seen": "rebuilt"}),
@@ -63,7 +67,7 @@ def test_an_edit_applied_equals_the_new_circuit_from_scratch(tmp_path, edit, ret
     _edit_and_compare(tmp_path, edit, retention, "arrow")
 
 
-@pytest.mark.parametrize("edit", ["add_column", "add_view_over_join"])
+@pytest.mark.parametrize("edit", ["add_column", "add_view_over_join", "add_view_over_an_input"])
 def test_an_edit_applied_on_spark(spark, tmp_path, edit):
     """The step applying the edit on the Spark engine (its integrals and bag check padded with
     NULL, its gate's old views; a kept join's integral read as the new view's input); the other

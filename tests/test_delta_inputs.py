@@ -16,6 +16,7 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
+from spark_jobs.executor.arrow.readers.delta_tables import _files_with_deletion_vectors
 from spark_jobs.executor.sources import InputRefused
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
@@ -51,9 +52,12 @@ def _rows(rng: random.Random, n: int, start: int) -> pa.Table:
 class Table:
     """A Delta table changed at random by ``deltalake`` the ways other jobs change tables."""
 
-    def __init__(self, path: str, rng: random.Random, cdf: bool, partitioned: bool) -> None:
+    def __init__(self, path: str, rng: random.Random, cdf: bool, partitioned: bool, dv: bool = False) -> None:
         self.path, self.rng, self.next_key = path, rng, 0
-        config_ = {"delta.enableChangeDataFeed": "true"} if cdf else None
+        config_ = {"delta.enableChangeDataFeed": "true"} if cdf else {}
+        if dv:  # the deletion vector feature on (deltalake still rewrites files: no vector is written)
+            config_["delta.enableDeletionVectors"] = "true"
+        config_ = config_ or None
         dl.write_deltalake(path, self._fresh(5), partition_by=["g"] if partitioned else None,
                            configuration=config_)
 
@@ -89,8 +93,9 @@ class Table:
 
 
 def _table_rows(path: str, version: int | None = None) -> Counter:
-    table = dl.DeltaTable(path, version=version).to_pyarrow_table(columns=["k", "g", "v"])
-    return Counter(tuple(r.values()) for r in table.to_pylist())
+    # deltalake's own DataFusion scan: another reader than the step's (which reads the files)
+    table = pa.table(dl.DeltaTable(path, version=version).scan(columns=["k", "g", "v"]))
+    return Counter((r["k"], r["g"], r["v"]) for r in table.to_pylist())
 
 
 def _expected(rows: Counter) -> dict[str, Counter]:
@@ -352,3 +357,122 @@ def test_a_table_written_from_pandas_and_a_dag_run_over_it(tmp_path):
         assert _view(rt, "t") == _table_rows(path)
         note = success_note("x", commit, p)
         assert f"Delta version {dl.DeltaTable(path).version()}" in note
+
+
+_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+
+
+def _z85(data: bytes) -> str:
+    out = []
+    for i in range(0, len(data), 4):
+        n, chunk = int.from_bytes(data[i:i + 4], "big"), []
+        for _ in range(5):
+            chunk.append(_Z85[n % 85])
+            n //= 85
+        out.append("".join(reversed(chunk)))
+    return "".join(out)
+
+
+def _inline_vector(rows: list[int]) -> dict:
+    """A deletion vector as the Delta protocol stores one inline: the magic number, then a
+    RoaringBitmapArray of one 32-bit portable RoaringBitmap (one array container), Z85 encoded."""
+    import struct
+
+    rows = sorted(rows)
+    assert rows and len(rows) % 2 == 0 and rows[-1] < 65536  # Z85 takes 4-byte groups: 32 + 2n bytes
+    bitmap = (struct.pack("<IIHH", 12346, 1, 0, len(rows) - 1) + struct.pack("<I", 16)
+              + b"".join(struct.pack("<H", r) for r in rows))
+    data = struct.pack("<iqi", 1681511377, 1, 0) + bitmap
+    return {"storageType": "i", "pathOrInlineDv": _z85(data), "sizeInBytes": len(data), "cardinality": len(rows)}
+
+
+def _live_adds(path: str) -> dict[str, dict]:
+    """The add action of every file the newest version lists (from the JSON commits)."""
+    import json
+    import os
+
+    log = os.path.join(path, "_delta_log")
+    adds: dict[str, dict] = {}
+    for name in sorted(n for n in os.listdir(log) if n.endswith(".json")):
+        for line in open(os.path.join(log, name)):
+            action = json.loads(line)
+            if "add" in action:
+                adds[action["add"]["path"]] = action["add"]
+            elif "remove" in action:
+                adds.pop(action["remove"]["path"], None)
+    return adds
+
+
+def _delete_with_vector(path: str, rng: random.Random) -> int:
+    """A DELETE as Spark writes one on a table with deletion vectors: one file keeps its data and
+    gets a (bigger) vector, in a new commit (remove + add of the same path). Returns rows deleted."""
+    import json
+    import os
+    import time
+
+    adds = _live_adds(path)
+    masks = {os.path.basename(r["filepath"]): r["selection_vector"]
+             for r in pa.table(dl.DeltaTable(path).deletion_vectors()).to_pylist()}
+    candidates = []
+    for p, add in sorted(adds.items()):
+        n = json.loads(add["stats"])["numRecords"]
+        mask = masks.get(os.path.basename(p), [])
+        gone = {i for i in range(n) if i < len(mask) and not mask[i]}
+        if n - len(gone) >= 2:
+            candidates.append((p, add, n, gone))
+    if not candidates:
+        return 0
+    p, add, n, gone = rng.choice(candidates)
+    kept = [i for i in range(n) if i not in gone]
+    new = set(rng.sample(kept, rng.randint(1, min(3, len(kept)))))
+    if (len(gone) + len(new)) % 2:  # an even count (see _inline_vector)
+        spare = [i for i in kept if i not in new]
+        if spare:
+            new.add(spare[0])
+        else:
+            new.pop()
+    if not new:
+        return 0
+    now = int(time.time() * 1000)
+    remove = {"path": p, "deletionTimestamp": now, "dataChange": True, "extendedFileMetadata": True,
+              "partitionValues": add.get("partitionValues", {}), "size": add["size"]}
+    if add.get("deletionVector"):
+        remove["deletionVector"] = add["deletionVector"]
+    version = dl.DeltaTable(path).version() + 1
+    with open(os.path.join(path, "_delta_log", f"{version:020d}.json"), "x") as fh:
+        fh.write(json.dumps({"commitInfo": {"timestamp": now, "operation": "DELETE"}}) + "\n")
+        fh.write(json.dumps({"remove": remove}) + "\n")
+        fh.write(json.dumps({"add": dict(add, deletionVector=_inline_vector(sorted(gone | new)),
+                                         modificationTime=now, dataChange=True)}) + "\n")
+    return len(new)
+
+
+@pytest.mark.parametrize("cdf,partitioned,seed", [(False, False, 40), (True, False, 41), (False, True, 42)])
+def test_deletion_vectors_are_applied(tmp_path, cdf, partitioned, seed):
+    """A table with deletion vectors: DELETEs that only add a vector to a file (written into the log
+    as Spark writes them, inline vectors), mixed with deltalake's own appends, deletes, updates,
+    merges, optimizes and overwrites. At every step the views equal deltalake's own DataFusion
+    scan of the recorded version (which applies the vectors), from a snapshot and by file lists."""
+    rng = random.Random(seed)
+    table = Table(str(tmp_path / "tables" / "t"), rng, cdf, partitioned, dv=True)
+    dl.write_deltalake(table.path, table._fresh(6), mode="append")
+    file, cfg = _circuit(tmp_path), config(tmp_path, engine="arrow")
+    vectors = 0
+    for step in range(10):
+        for _ in range(rng.choice([1, 1, 2])):
+            if step == 0 or rng.random() < 0.5:
+                vectors += bool(_delete_with_vector(table.path, rng))
+            else:
+                table.change()
+        if step == 0:
+            assert _files_with_deletion_vectors(dl.DeltaTable(table.path)) > 0
+        if rng.random() < 0.8:
+            run_step(open_circuit(file, cfg))
+        rt = open_circuit(file, cfg)
+        if rt.store.last_committed() == 0:
+            continue
+        version = _consumed_version(rt)
+        expected = _expected(table.rows(version))
+        for view in ("t", "big", "per_g"):
+            assert _view(rt, view) == expected[view], (step, view)
+    assert vectors >= 3

@@ -2,6 +2,7 @@
 Dockerfiles are parsed (yaml.safe_load, plain text) and checked against requirements.lock."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -185,3 +186,12 @@ def test_startup_order(services):
         assert services[name]["depends_on"]["spark-master"]["condition"] == "service_healthy"
     for name in ["postgres", "airflow-apiserver", "spark-master", "spark-connect"]:
         assert "healthcheck" in services[name], name
+
+
+def test_the_ui_theme_is_the_local_airflows(services):
+    """The trigger dialog hides the greyed-out Backfill choice in the containers as under `make
+    airflow`: the same theme JSON."""
+    from spark_jobs.orchestration.airflow_env import UI_THEME
+
+    for name in AIRFLOW_SERVICES:
+        assert json.loads(_env(services[name])["AIRFLOW__API__THEME"]) == json.loads(UI_THEME), name

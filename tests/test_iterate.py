@@ -86,6 +86,19 @@ def test_the_references_agree_with_networkx():
         assert components(links) == {(v, min(c)) for c in nx.connected_components(u) for v in c}
 
 
+def test_the_benchmark_s_networkx_and_duckdb_distances_equal_dijkstra():
+    """bench.iterate times networkx and DuckDB (a keyed recursive CTE) against the loop: on
+    random graphs (cycles, self-loops, parallel edges) both give Dijkstra's distances."""
+    from bench.iterate import duckdb_distances, networkx_distances
+
+    rng = random.Random(2)
+    for _ in range(20):
+        n = rng.randint(1, 30)
+        edges = Counter((rng.randrange(n), rng.randrange(n), rng.randint(1, 9)) for _ in range(rng.randint(0, 90)))
+        want = bench_dijkstra(edges, 0)
+        assert networkx_distances(edges, 0)[0] == want and duckdb_distances(edges, 0)[0] == want
+
+
 # ---- random graphs ------------------------------------------------------------------------------
 
 def graph_change(rng: random.Random, live: Counter, make, inserts: int, deletes: int) -> Counter:
@@ -355,14 +368,23 @@ outputs: [dist, counts]
 
 
 @pytest.mark.slow
-def test_both_engines_give_the_same_loop_and_read_each_others_state(spark, tmp_path):
-    """Arrow at every step, and Arrow, Spark, Arrow alternating (Spark reruns the loop from the
-    Parquet state Arrow wrote and rewrites the per-iteration state, which Arrow then continues
-    incrementally): the same view deltas and column types at every step, on a body with an
-    aggregate, an antijoin and a distinct of the loop, and a top-k. One Spark step only: a Spark
-    step reruns the whole loop, a job per iteration and per trace written."""
+def test_both_engines_give_the_same_loop_and_read_each_others_state(spark, tmp_path, monkeypatch):
+    """Arrow at every step, and Arrow, Spark, Arrow alternating over one Parquet state: the Spark
+    step continues incrementally from the per-iteration state Arrow wrote, and the next Arrow
+    step from the state Spark wrote (both run ``incremental``, not the loop from scratch); the
+    same view deltas and column types at every step, on a body with an aggregate, an antijoin and
+    a distinct of the loop, and a top-k."""
+    from spark_jobs.executor.kernels import iterate as kernels
     from tests.engines import output_delta as delta_of
 
+    real = kernels.incremental
+    calls: list[str] = []
+
+    def incremental(node, deltas, *args, **kwargs):  # noqa: ANN001, ANN202 - the kernel's signature
+        calls.append("spark" if type(deltas[0]).__module__.startswith("pyspark") else "arrow")
+        return real(node, deltas, *args, **kwargs)
+
+    monkeypatch.setattr(kernels, "incremental", incremental)
     path = tmp_path / "rich.yaml"
     path.write_text(RICH)
     rts = {kind: _open(str(path), tmp_path / kind) for kind in ("arrow", "mixed")}
@@ -385,6 +407,7 @@ def test_both_engines_give_the_same_loop_and_read_each_others_state(spark, tmp_p
             (want, want_types), (got, got_types) = delta_of(rts["arrow"], view), delta_of(mixed, view)
             assert got == want, f"timestep {t}, view {view}: {engine} {dict(got)} != arrow {dict(want)}"
             assert not want_types or not got_types or got_types == want_types, f"timestep {t}, {view}"
+    assert calls == ["arrow", "spark", "arrow", "arrow"]  # t2: arrow, then mixed on Spark; t3: both arrow
 
 
 # ---- WITH RECURSIVE whose step aggregates, negates or ranks the CTE: the while loop ---------------

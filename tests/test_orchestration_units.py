@@ -261,3 +261,20 @@ def test_a_failed_check_ends_its_task_with_the_fail_lines_once_and_no_traceback(
     policy = tasks.retry_policy()
     assert policy.evaluate(ended.value, 1, 3).action.value == "fail"
     assert policy.evaluate(RuntimeError("a lost executor"), 1, 3).action.value == "default"
+
+
+def test_the_views_tab_shows_each_event_unfolded_and_escapes_what_it_shows():
+    """The plugin's "Views" tab: timestep, view and row counts in plain sight (Airflow folds an
+    asset event's extra); names and run ids are escaped, the run link stays inside the UI."""
+    import datetime as dt
+
+    from spark_jobs.orchestration.assets import commit_extra
+    from spark_jobs.orchestration.view_events import ViewEvent, render
+
+    extra = commit_extra({"timestep": 7, "mode": "incremental",
+                          "views": {"by_region": {"inserted": 3, "deleted": 1}}}, "by_region")
+    page = render("shop", [ViewEvent(dt.datetime(2026, 11, 29, 10, 0, 0), "shop.by_region",
+                                     "manual__<x>", extra)])
+    assert "<td class=n>7</td><td>by_region</td><td class=n>+3</td><td class=n>-1</td><td>incremental</td>" in page
+    assert 'href="/dags/shop/runs/manual__%3Cx%3E"' in page and "<x>" not in page
+    assert "No view has been published yet" in render("shop", [])

@@ -224,10 +224,12 @@ def test_steps_killed_at_random_points_lose_and_repeat_nothing(server, tmp_path,
         i += 1
         world.change()
         for _ in range(rng.choice([1, 1, 2])):  # one or two crashed steps in a row
-            if points:
-                event = world.step_killed(points.pop(), None)  # every point at least once
-            elif rng.random() < 0.5:
+            if i == 2 or rng.random() < 0.3:  # SIGKILL after a random delay (a step takes a few seconds)
                 event = world.step_killed(None, rng.uniform(0.5, 4.0))
+                if event == "committed":
+                    event = "finished before the kill"
+            elif points:
+                event = world.step_killed(points.pop(), None)  # every point at least once
             else:
                 event = world.step_killed(rng.choice(POINTS), None)
             events[event] += 1
@@ -240,4 +242,5 @@ def test_steps_killed_at_random_points_lose_and_repeat_nothing(server, tmp_path,
         run_step(open_circuit(str(world.circuit), world.config))  # the restart: a clean step
         world.check(f"iteration {i} after {dict(events)}")
     assert sum(n for e, n in events.items() if e.startswith("died at")) >= len(POINTS)
+    assert events["killed -9"] + events["finished before the kill"] >= 1
     print(dict(events))

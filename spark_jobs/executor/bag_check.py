@@ -48,7 +48,7 @@ from spark_jobs.executor.spark.session import step_conf, temporary_conf
 from spark_jobs.executor.spark.zset import WEIGHT, col
 from spark_jobs.policy import BagCheckPolicy, ExecutionPolicy, NarrowPolicy
 from spark_jobs.state.float_keys import canonical
-from spark_jobs.state.lookup import TooMany, TraceFiles
+from spark_jobs.state.lookup import Probe, TooMany, TraceFiles
 
 MAX_EXAMPLES = 5
 MAX_COLLECTED = 1_000  # violating tuples brought to the driver by the Spark path (the rest are counted)
@@ -134,11 +134,20 @@ def negative_tuples(table: pa.Table, files: TraceFiles | None, policy: NarrowPol
     lookup would be too big for the driver (``policy.max_keys`` / ``max_decoded_rows``, or with
     ``scan`` its streaming bounds) or has no column to look up by.
     """
-    net = consolidate(_as_spark_groups(table))
+    table = _as_spark_groups(table)
+    deleting = table.filter(pc.less(table.column(WEIGHT), 0))
+    if deleting.num_rows == 0:
+        return None
+    cols = [c for c in table.column_names if c != WEIGHT]
+    key = _lookup_column(deleting, cols)
+    if key is not None and deleting.num_rows < table.num_rows:
+        # a tuple whose net change is negative has a deleting row: only the rows sharing a deleting
+        # row's key can be one (a change that is half inserts of new keys consolidates half the rows)
+        table = table.filter(pc.is_in(table.column(key), value_set=pc.unique(deleting.column(key)), skip_nulls=False))
+    net = consolidate(table)
     neg = net.filter(pc.less(net.column(WEIGHT), 0))
     if neg.num_rows == 0:
         return None
-    cols = [c for c in neg.column_names if c != WEIGHT]
     parts = [_tagged(neg, cols, before=False)]
     if files is not None:
         found = _padded(_integral_rows(neg, cols, files, policy, scan), neg.schema).select(cols + [WEIGHT])
@@ -168,7 +177,7 @@ def _integral_rows(neg: pa.Table, cols: list[str], files: TraceFiles, policy: Na
     key = _lookup_column(neg, cols)
     if key is None or key not in files.schema.names:
         raise NotLocal("the integral has no column to look up on the driver")
-    keys = pc.unique(neg.column(key)).to_pylist()
+    keys = Probe(pc.unique(neg.column(key)).to_pylist())
     decoded = files.admitted_rows(key, keys)
     if len(keys) <= policy.max_keys and decoded <= policy.max_decoded_rows:
         return files.lookup(key, keys)

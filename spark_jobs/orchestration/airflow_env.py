@@ -33,6 +33,12 @@ PASSWORD_FILE = "simple_auth_manager_passwords.json.generated"
 MARKER_ENV = "DBSP_AIRFLOW_LOCAL"  # set on every process of one launcher run: finds leftovers
 HEALTHY_PARTS = ("metadatabase", "scheduler", "dag_processor")
 IDLE_SLEEP_SECONDS = 0.25
+# Airflow 3.3's trigger dialog always draws a "Backfill" choice, greyed out for a DAG that cannot
+# be backfilled (every circuit's: a timestep is the next change, not a logical date). The UI's
+# theme hides the choice where it is greyed out, so a circuit's dialog offers a run and nothing
+# else; a DAG that can be backfilled keeps it. The same JSON is in docker/docker-compose.yml.
+UI_THEME = json.dumps({"globalCss": {"[role=radiogroup]:has(input[value=backfill]:disabled)":
+                                     {"display": "none !important"}}}, separators=(",", ":"))
 
 
 def free_port() -> int:
@@ -84,6 +90,7 @@ def airflow_settings(home: str, *, dags_folder: str | None = None, port: int = D
         # the scheduler wakes up 4x a second when idle (default 1 s): a finished task's
         # downstream tasks start ~0.5 s sooner, at each of a run's task-to-task hops
         "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": str(IDLE_SLEEP_SECONDS),
+        "AIRFLOW__API__THEME": UI_THEME,
     }
 
 

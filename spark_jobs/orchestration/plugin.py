@@ -6,7 +6,8 @@
 - **Pages** under ``/dbsp`` on the API server (same origin and login as the UI):
   ``/dbsp/docs/<dag>-<hash>.svg`` (the circuit pictures the DAG docs show, drawn at parse time)
   and ``/dbsp/quality/<dag_id>/`` (the circuit's quality reports: ``index.html`` and the
-  per-timestep JSON files).
+  per-timestep JSON files), and ``/dbsp/views/<dag_id>/`` (the views' asset events with their
+  timestep and row counts unfolded: the DAG page's "Views" tab, ``view_events.py``).
 - The **Quality report** extra link of the DAGs' tasks (``links.py``).
 
 Keep imports light: every Airflow process loads plugins.
@@ -94,7 +95,20 @@ class RunNotes:
     @staticmethod
     def _safely(dag_run, succeeded: bool) -> None:
         try:
-            annotate(dag_run, succeeded)
+            from sqlalchemy.orm import object_session
+
+            if object_session(dag_run) is not None:
+                annotate(dag_run, succeeded)
+                return
+            # `airflow dags test` (dag.test()) hands the listener a run no session holds: annotate
+            # the same run read in a session of its own, committed when it closes
+            from airflow.models.dagrun import DagRun
+            from airflow.utils.session import create_session
+
+            with create_session() as session:
+                run = session.get(DagRun, dag_run.id)
+                if run is not None:
+                    annotate(run, succeeded)
         except Exception:  # noqa: BLE001 - a note must never break the scheduler
             log.exception("dbsp: could not write the note of run %s", getattr(dag_run, "run_id", "?"))
 
@@ -127,6 +141,18 @@ def _app():
     def quality_file(dag_id: str, name: str):
         kind = HTMLResponse if name.endswith(".html") else (lambda body: Response(body, media_type="application/json"))
         return _report(dag_id, name, kind, HTTPException)
+
+    @app.get("/views/{dag_id}/", dependencies=[Depends(requires_access_dag("GET"))])
+    def view_events_page(dag_id: str):
+        from airflow.utils.session import create_session
+
+        from spark_jobs.orchestration import view_events
+
+        if not _DAG_ID.match(dag_id):
+            raise HTTPException(404, "no such DAG")
+        with create_session() as session:
+            events = view_events.load(session, dag_id)
+        return HTMLResponse(view_events.render(dag_id, events))
 
     return app
 
@@ -162,3 +188,6 @@ class DbspPlugin(AirflowPlugin):
     listeners = [RunNotes()]
     operator_extra_links = [QualityReportLink()]
     fastapi_apps = _AppsWhenServed()
+    # a tab on every DAG's page (Airflow fills in {DAG_ID}): the views' events, unfolded
+    external_views = [{"name": "Views", "href": "/dbsp/views/{DAG_ID}/", "destination": "dag",
+                       "url_route": "dbsp-views"}]

@@ -14,6 +14,11 @@ the target follows the manifest, never leads it, as the published Delta tables d
   else is refused before the first write.
 - When the deltas it needs are gone (retention), or the state was reset below the target's
   timestep, the target is rebuilt from the whole view in one transaction.
+- A view a change of the circuit started again (``runtime/change.py``: new, or its columns
+  changed) has its rows rewritten from the whole view at that timestep, in one transaction. Its
+  table is not altered here (it is the user's: types, constraints, grants): while its columns are
+  the old ones, the sink is refused with the columns to add and drop; once altered, the next
+  step or ``dbsp publish`` rewrites it.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ import pyarrow as pa
 
 from spark_jobs.errors import DbspError, EXIT_FAILED, EXIT_REFUSED
 from spark_jobs.connections import describe, password_of, redact, resolve
+from spark_jobs.publish import restart_of
 from spark_jobs.spec.model import CircuitSpec, OutputSpec
 from spark_jobs.state.arrow_read import arrow_schema, read_delta, read_view
 from spark_jobs.state.failpoints import failpoint
@@ -130,12 +136,17 @@ def sink_view(circuit: str, out: OutputSpec, store, last: int, say: Callable[[st
             view_cols = [f.name for f in schema if f.name != WEIGHT]
             found = _columns(conn, sink.table)
             if sorted(found) != sorted(view_cols):
+                before = _progress(conn, sink.table, circuit, out.name) if found else 0
+                start = restart_of(store, out.name, before, last) if found else None
+                if start is not None:
+                    raise SinkRefused(_reshaped(out.name, sink.table, start, found, view_cols))
                 raise SinkRefused(f"view {out.name!r}: the target table {sink.table} has columns "
                                   f"({', '.join(found) or 'none: it does not exist'}) but the view has "
                                   f"({', '.join(view_cols)}); create it with exactly the view's columns")
             result.before = result.after = _progress(conn, sink.table, circuit, out.name)
+            start = restart_of(store, out.name, result.before, last)
             pruned = Removed.read(store).view_deltas_through.get(safe_name(out.name), 0)
-            if result.before > last or pruned > result.before:
+            if result.before > last or pruned > (result.before if start is None else start):
                 view = read_view(store, out.name, last)
                 with conn.transaction():
                     conn.execute(f"DELETE FROM {qualified(sink.table)}")
@@ -145,7 +156,17 @@ def sink_view(circuit: str, out: OutputSpec, store, last: int, say: Callable[[st
                     _set_progress(conn, sink.table, circuit, out.name, last)
                 result.after, result.note = last, f"rebuilt from the view at timestep {last}"
                 return result
-            for t in range(result.before + 1, last + 1):
+            if start is not None:  # a change of the circuit started the view again at `start`
+                view = read_view(store, out.name, start)
+                with conn.transaction():
+                    conn.execute(f"DELETE FROM {qualified(sink.table)}")
+                    if view is not None:
+                        _apply(conn, sink.table, list(out.key), view)
+                    failpoint("sink_before_commit")
+                    _set_progress(conn, sink.table, circuit, out.name, start)
+                result.after = start
+                result.note = f"rewritten from the whole view at timestep {start} (a change of the circuit)"
+            for t in range(result.after + 1, last + 1):
                 delta = read_delta(store, out.name, t)
                 with conn.transaction():
                     if delta is not None:
@@ -159,6 +180,18 @@ def sink_view(circuit: str, out: OutputSpec, store, last: int, say: Callable[[st
     if say is not None and result.after != result.before:
         say(f"view {out.name}: PostgreSQL table {sink.table} at timestep {result.after}")
     return result
+
+
+def _reshaped(view: str, table: str, start: int, found: list[str], columns: list[str]) -> str:
+    """What to do when a change of the circuit gave a sunk view other columns."""
+    add = [c for c in columns if c not in found]
+    drop = [c for c in found if c not in columns]
+    todo = "; ".join(part for part in (f"add column(s) {', '.join(add)}" if add else "",
+                                       f"drop column(s) {', '.join(drop)}" if drop else "") if part)
+    return (f"view {view!r} changed its columns at timestep {start} (a change of the circuit) but its PostgreSQL "
+            f"table {table} still has the old ones ({', '.join(found)}); the view now has ({', '.join(columns)}). "
+            f"Alter the table ({todo}, with the types you want; ALTER TABLE {qualified(table)} ...): then the next "
+            f"step or `dbsp publish` rewrites its rows from the whole view at timestep {start}, in one transaction")
 
 
 def sink_views(spec: CircuitSpec, store, say: Callable[[str], None] | None = None) -> list[SinkResult]:

@@ -247,7 +247,8 @@ def list_reports(directory: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-_STYLE = """
+# the plugin's pages share it (quality reports, view events)
+PAGE_STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
 table { border-collapse: collapse; width: 100%; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-align: top; }
@@ -280,7 +281,7 @@ def render_index(directory: str) -> str:
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     return (
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Quality reports</title>"
-        f"<style>{_STYLE}</style></head><body>\n<h1>Quality reports</h1>\n"
+        f"<style>{PAGE_STYLE}</style></head><body>\n<h1>Quality reports</h1>\n"
         f"<p>{len(reports)} timesteps; checks shown: {totals['PASS']} passed, "
         f"{totals['WARN']} warnings, {totals['FAIL']} failed. Generated {generated}.</p>\n"
         "<table><thead><tr><th>timestep</th><th>check</th><th>target</th><th>policy</th>"

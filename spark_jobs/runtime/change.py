@@ -81,6 +81,8 @@ class ChangePlan:
     # of evaluating the node and what is above it again
     cuts: dict[str, str] = field(default_factory=dict)
     read_rows: int = 0  # rows of the integrals (inputs' and kept nodes') the bootstrap reads
+    notes: list[str] = field(default_factory=list)  # what the user must do besides (a sink table to alter)
+    keys: dict[str, tuple] = field(default_factory=dict)  # committed Z-set trace -> the keys it is sorted on
 
     def ids(self, *status: str) -> set[str]:
         return {n for n, s in self.nodes.items() if s in status}
@@ -115,6 +117,8 @@ class ChangePlan:
         out.append("  views: " + ", ".join(f"{v} {s}" for v, s in sorted(self.views.items())))
         for origin, reads in sorted(self.reads.items()):
             out.append(f"  {origin} reads: {'; '.join(reads)}")
+        for note in self.notes:
+            out.append(f"  note: {note}")
         for why in self.cannot:
             out.append(f"  cannot bootstrap: {why}")
         if self.cannot:
@@ -143,6 +147,7 @@ def plan_change(rt: "CircuitRuntime", manifest: "Manifest | None" = None) -> Cha
     old = (m.meta or {}).get(META_KEY)
     now = fingerprints(rt)
     plan = ChangePlan(rt.name, m.timestep, isinstance(old, dict))
+    plan.keys = {t: tuple(e.keys) for t, e in m.traces.items() if e.kind == "zset"}
     old = old if isinstance(old, dict) else {}
     for nid, fp in now.items():
         plan.nodes[nid] = "kept" if old.get(nid) == fp else ("rebuilt" if nid in old or _has_trace(m, circuit, nid)
@@ -162,6 +167,13 @@ def plan_change(rt: "CircuitRuntime", manifest: "Manifest | None" = None) -> Cha
     for t in m.traces:
         if t.startswith(VIEW_TRACE_PREFIX) and t[len(VIEW_TRACE_PREFIX):] not in circuit.outputs:
             plan.views[t[len(VIEW_TRACE_PREFIX):]] = "removed"
+    for view, status in sorted(plan.views.items()):
+        sink = spec.outputs[view].sink if view in spec.outputs else None
+        if status == "reshaped" and sink is not None:
+            old_cols = sorted(_columns(m.traces[view_trace_id(view)]) or ())
+            plan.notes.append(f"view {view} changes its columns ({', '.join(old_cols)} -> "
+                              f"{', '.join(circuit[circuit.outputs[view]].columns)}): alter its PostgreSQL table "
+                              f"{sink.table} to the new columns; its rows are then rewritten from the whole view")
     _plan_reads(rt, m, plan)
     return plan
 
@@ -313,7 +325,7 @@ def compute(rt: "CircuitRuntime", engine: Any, plan: ChangePlan, deltas: Mapping
     incr = engine.evaluate(deltas, state, first_step=False, full=False, only=kept)
     kept_inputs = {n for n in kept if circuit[n].op == "input"}
     kept_own = {name: t for name, t in own.items() if name in kept_inputs}
-    writes = state_writes(rt, incr, deltas, kept_own, False)
+    writes = [_resorted(w, plan, engine, state) for w in state_writes(rt, incr, deltas, kept_own, False)]
     outputs = {v: d for v, d in incr.outputs.items() if plan.views.get(v) == "kept"}
     notes = []
     if targets:
@@ -353,6 +365,18 @@ def compute(rt: "CircuitRuntime", engine: Any, plan: ChangePlan, deltas: Mapping
             notes.append(f"view {v} is no longer in the circuit: its state is dropped (its published table, "
                          f"if any, is left in place)")
     return Applied(outputs, writes, notes)
+
+
+def _resorted(w: Any, plan: ChangePlan, engine: Any, state: Any) -> Any:
+    """A kept Z-set trace the edited circuit looks up by other keys (a new reader of an input's
+    integral, e.g. an aggregate grouping it by its own columns) cannot take an append sorted on
+    them: it is rewritten whole (its committed value + this step's append), sorted on the new keys."""
+    from spark_jobs.runtime.recipe import Write
+
+    old = plan.keys.get(w.trace)
+    if w.replace or w.kind != "zset" or old is None or old == tuple(w.keys):
+        return w
+    return Write(w.trace, engine.integral(w.trace, w.value, state), w.kind, w.keys, w.sort_by, True)
 
 
 class GateState:

@@ -34,6 +34,10 @@ def key_problems(spec: CircuitSpec, doc: "Document", columns: dict[str, tuple[st
             problems += [Problem(spec.path, line, name,
                                  f"key column '{k}' is not a column of view '{name}' (columns: {listing(cols)})"
                                  f"{did_you_mean(k, cols)}") for k in out.key if k not in cols]
+        if out.sink is not None and not out.key:  # the sink refuses it too; say so before a first step
+            problems.append(Problem(spec.path, out.sink.line or out.line, name,
+                                    f"a PostgreSQL sink needs outputs.{name}.key (the columns that identify a row of "
+                                    f"the view): a keyless view's duplicate rows cannot be told apart in a SQL table"))
         if out.publish.path is not None and (why := _path_problem(out.publish.path)):
             problems.append(Problem(spec.path, doc.line(("outputs", name, "publish", "path")), name,
                                     f"publish.path: {why}"))

@@ -25,7 +25,7 @@ from spark_jobs.ir.operator import delayed_integral_source
 from spark_jobs.policy import ExecutionPolicy
 from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state import float_keys
-from spark_jobs.state.lookup import TooMany, TraceFiles
+from spark_jobs.state.lookup import Probe, TooMany, TraceFiles
 
 if TYPE_CHECKING:
     from spark_jobs.executor.evaluate import Step
@@ -101,7 +101,7 @@ class ArrowEngine:
         past that streams its row groups and keeps only the matches (a 100k-row change probes
         keys all over a large sorted trace: holding every group it touches would cost memory
         and time for no reuse), within ``arrow.max_scan_rows`` and ``arrow.max_found_rows``."""
-        values = list(values)
+        values = Probe(values)  # made once for the three calls below
         rows = trace.admitted_rows(column, values)
         arrow = self.policy.arrow
         if self.decoded + rows <= arrow.max_lookup_rows:

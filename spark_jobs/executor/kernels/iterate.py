@@ -3,12 +3,13 @@
 The body is evaluated with ``evaluate_step`` itself, each engine with its own kernels, on its
 incremental circuit Q^Δ (``ir/ops/iterate.incremental_body``):
 
-- **from scratch** (``scratch``: a first step, a recompute, every Spark step, or an in-process
-  step without the loop's state): each iteration is a first step over no state on whole values
+- **from scratch** (``scratch``: a first step, a recompute, or a step without the loop's
+  state): each iteration is a first step over no state on whole values
   (Q^Δ at t = 1 on the whole input is Q), the loop variable being the previous iteration's value;
   the state updates each iteration's evaluation produces are then exactly the body's state at
   that iteration, written (replacing) as the loop's per-iteration traces;
-- **incremental** (``incremental``, in-process): iteration i evaluates Q^Δ on the change of
+- **incremental** (``incremental``, on either engine: the same traces, so a step on one
+  engine continues from the state the other wrote): iteration i evaluates Q^Δ on the change of
   iteration i-1 with the body's state at iteration i of the previous timestep (``Iteration``
   maps the body's state ids to the loop's traces), as the module docstring of
   ``ir/ops/iterate.py`` says.
@@ -103,18 +104,16 @@ def _shape(node: Node) -> tuple[str, list[str], int]:
     return node.param("loop"), imports, 1 + len(imports)
 
 
-def scratch(node: Node, values: Sequence[Any], previous: Any | None, ops: Ops, per_iteration: bool = True) -> Done:
+def scratch(node: Node, values: Sequence[Any], previous: Any | None, ops: Ops) -> Done:
     """The loop from ``init`` over whole values (``values``: init, then the imports); with the
     loop's state (per-iteration traces, changes, depth, value) to write when the node is
-    incremental. ``previous``: the loop's committed value (None: none), for the output change.
-    ``per_iteration`` False: write only the value, and depth 0 (no per-iteration state: the
-    next step runs from scratch too)."""
+    incremental. ``previous``: the loop's committed value (None: none), for the output change."""
     body = incremental_body(node)
     loop, imports, _ = _shape(node)
     fixed = dict(zip(imports, values[1:]))
     limit = int(node.param("max_iterations"))
     keep = bool(node.param("incremental"))
-    states = body_states(node) if keep and per_iteration else {}
+    states = body_states(node) if keep else {}
     updates: dict[str, StateUpdate] = {}
     diffs: list[Any] = []
     x = ops.order(values[0])
@@ -128,9 +127,6 @@ def scratch(node: Node, values: Sequence[Any], previous: Any | None, ops: Ops, p
         change = ops.consolidate(ops.plus(y, ops.negate(x)))
         if ops.is_empty(change):
             out = ops.consolidate(ops.plus(y, ops.negate(previous))) if previous is not None else y
-            if keep and not per_iteration:
-                updates[f"{node.id}/{DEPTH}"] = StateUpdate("replace", ops.depth(0))
-                updates[f"{node.id}/{VALUE}"] = StateUpdate("replace", y, tuple(node.columns))
             if states:
                 tagged = [ops.tag(d, j) for j, d in enumerate(diffs, start=1)]
                 updates[f"{node.id}/{DIFF}"] = StateUpdate(
@@ -175,7 +171,7 @@ def incremental(node: Node, deltas: Sequence[Any], state: Any, depth: int, ops: 
                 base = whole(f"{node.id}/{depth}/{sid}")
                 df = stack(base, u.df) if u.kind == "append" and base is not None else u.df
                 updates[f"{node.id}/{i}/{sid}"] = StateUpdate("replace", df, u.keys, u.sort_by)
-        cur = ops.order(result.outputs["value"])  # Δx_i
+        cur = ops.settle(ops.order(result.outputs["value"]))  # Δx_i (Spark: computed now)
         change = ops.consolidate(ops.plus(cur, ops.negate(prev)))  # the change of D_i
         old = old_diff(i) if i < depth else None
         now = ops.consolidate(ops.plus(old, change)) if old is not None else change
@@ -284,11 +280,12 @@ def arrow(s: "Step", node: Node) -> Any:
 # ---- Spark ----------------------------------------------------------------------------------------
 
 def spark(s: "Step", node: Node) -> Any:
-    """The loop on Spark, from scratch over the integrated inputs: one job per iteration for the
-    body (its value checkpointed) and one for the comparison with the previous iteration. It
-    writes the value and depth 0, not the per-iteration state (a job per iteration and trace):
-    Spark runs the large steps, which rerun the loop anyway, and the next in-process step then
-    runs from scratch too and writes the state the following ones continue from."""
+    """The loop on Spark, on the state format of the in-process loop (either engine continues
+    from the other's Parquet state): incremental when the loop's per-iteration state is
+    committed, each iteration's change computed now (a local checkpoint: a job per iteration, and
+    one per emptiness check); else from scratch over the integrated inputs, one job per iteration
+    for the body and one for the comparison, writing the per-iteration state (a write per
+    iteration and body state at commit) so the next step, on either engine, is incremental."""
     from pyspark.sql import functions as F
     from pyspark.sql.functions import col
 
@@ -309,13 +306,33 @@ def spark(s: "Step", node: Node) -> Any:
     def tag(df: Any, i: int) -> Any:
         return df.select(*[col(c) for c in zset.data_columns(df)], F.lit(i).cast("int").alias(ITER), col(WEIGHT))
 
-    def depth(k: int) -> Any:
+    def depth_of(k: int) -> Any:
         return zset.from_tuples(session, [(k, 1)], f"{DEPTH} int, {WEIGHT} long")
 
-    ops = Ops(lambda: SparkEngine(session, outer.policy, broadcast=False), zset.consolidate, zset.plus,
-              zset.negate, lambda df: df.isEmpty(), order, tag, depth, settle=zset.cut_lineage)
-    previous = s.state.read(f"{node.id}/{VALUE}") if incremental_node and not s.first_step else None
-    done = scratch(node, values, order(previous) if previous is not None else None, ops, per_iteration=False)
+    broadcast = bool(getattr(outer, "broadcast", False))
+    ops = Ops(lambda: SparkEngine(session, outer.policy, broadcast=broadcast), zset.consolidate, zset.plus,
+              zset.negate, lambda df: df.isEmpty(), order, tag, depth_of, settle=zset.cut_lineage)
+    first = s.first_step or not incremental_node
+    depth_df = None if first else s.state.read(f"{node.id}/{DEPTH}")
+    depth = 0
+    if depth_df is not None:
+        totals = depth_df.groupBy(DEPTH).agg(F.sum(WEIGHT).alias(WEIGHT)).where(col(WEIGHT) > 0).collect()
+        depth = max((r[DEPTH] for r in totals), default=0)
+    if depth > 0:
+        diff = s.state.read(f"{node.id}/{DIFF}")
+
+        def old_diff(i: int) -> Any | None:
+            if diff is None:
+                return None
+            return zset.consolidate(diff.where(col(ITER) == i).select(*[col(c) for c in cols], col(WEIGHT)))
+
+        def stack(a: Any, b: Any) -> Any:
+            return a.select(*[col(c).cast(b.schema[c].dataType) for c in b.columns]).unionByName(b)
+
+        done = incremental(node, args[:n], s.state, depth, ops, old_diff, s.state.read, stack)
+    else:
+        previous = None if first else s.state.read(f"{node.id}/{VALUE}")
+        done = scratch(node, values, order(previous) if previous is not None else None, ops)
     for trace, update in done.updates.items():
         s.update(trace, update)
     return done.output

@@ -257,12 +257,14 @@ class Change:
     """One row change of a committed transaction: ``kind`` insert | update | delete; ``new`` the
     new row (insert, update), ``old`` the old key or row (delete; update when its key changed or
     the table's identity is FULL); values as text (None: NULL, ``UNCHANGED``: an unchanged
-    TOASTed value that pgoutput does not send)."""
+    TOASTed value that pgoutput does not send). ``full``: ``old`` is the whole old row (identity
+    FULL), not only its key (whose other columns pgoutput sends as NULL)."""
 
     kind: str
     new: dict[str, Any] | None
     old: dict[str, Any] | None
     commit: int  # the transaction's commit position
+    full: bool = False
 
 
 UNCHANGED = object()
@@ -340,13 +342,14 @@ def decode(messages: Iterator[bytes], since: int, upto: int) -> Decoded:
             names = [c for c, _ in out.relations[r.int(">I")][1]]
             old = new = None
             marker = r.byte()
+            full = marker == "O"
             if marker in "KO":
                 old = _tuple(r, names)
                 marker = r.byte() if tag == "U" else ""
             if marker == "N":
                 new = _tuple(r, names)
             kind = {"I": "insert", "U": "update", "D": "delete"}[tag]
-            out.changes.append(Change(kind, new, old, commit))
+            out.changes.append(Change(kind, new, old, commit, full))
         elif tag == "T" and keep:
             out.truncated = True
     return out

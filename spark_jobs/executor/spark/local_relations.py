@@ -60,7 +60,7 @@ def collect_local(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows
     (``ExecutionPolicy.collect_extra_rows``): they come first in the union and the limit keeps
     rows in partition order, so that many are never cut off by the limit.
     Every part goes into a struct column of its own, so parts with clashing column names or
-    types share one union.
+    types share one union; Spark fills in the other parts' columns (a few Py4J calls per part).
     """
     extras = dict(extras or {})
     if is_connect(spark):
@@ -72,13 +72,10 @@ def collect_local(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows
     parts = list(extras.values()) + list(frames.values())  # extras first: the limit keeps them
     if not parts:
         return {}, {}
-    nulls = [F.lit(None).cast(df.schema) for df in parts]
     union = None
-    for i, df in enumerate(parts):
-        row = F.struct(*[col(c) for c in df.columns])
-        tagged = df.select(F.lit(i).alias(_SLOT),
-                           *[(row if j == i else nulls[j]).alias(_part(j)) for j in range(len(parts))])
-        union = tagged if union is None else union.unionByName(tagged)
+    for i, df in enumerate(parts):  # the other parts' struct columns are Spark's NULLs (allowMissingColumns)
+        tagged = df.select(F.lit(i).alias(_SLOT), F.struct(*[col(c) for c in df.columns]).alias(_part(i)))
+        union = tagged if union is None else union.unionByName(tagged, allowMissingColumns=True)
     assert union is not None
     limit = max_rows + 1 + (max_extra_rows if extras else 0)
     with temporary_conf(spark, _collect_conf(spark)):
@@ -129,6 +126,11 @@ def collect_arrow(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows
     so parts with clashing names or types fit; a slot column says whose a row is. (Top-level
     columns: a union makes them nullable, and Arrow refuses NULL structs with non-nullable
     fields.) Extras come first, so the limit never cuts them (at most ``max_extra_rows``).
+
+    Each part is renamed in one call (``toDF``) and the other parts' columns are filled in by
+    Spark (``unionByName(allowMissingColumns=True)``): a few Py4J calls per part. (Spelling out
+    every other part's column as a typed NULL took parts x columns expressions, each several
+    calls and a JVM object to garbage-collect: ~8,000 Py4J round trips in a W1 step.)
     """
     extras = dict(extras or {})
     parts = list(extras.values()) + list(frames.values())
@@ -137,12 +139,8 @@ def collect_arrow(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows
     layout = [[(f"p{i}_{k}", f) for k, f in enumerate(df.schema.fields)] for i, df in enumerate(parts)]
     union = None
     for i, df in enumerate(parts):
-        cols = [F.lit(i).alias(_SLOT_COL)]
-        for j, fields in enumerate(layout):
-            for k, (alias, field) in enumerate(fields):
-                cols.append((df[df.columns[k]] if j == i else F.lit(None).cast(field.dataType)).alias(alias))
-        tagged = df.select(*cols)
-        union = tagged if union is None else union.unionByName(tagged)
+        tagged = df.toDF(*[alias for alias, _ in layout[i]]).withColumn(_SLOT_COL, F.lit(i))
+        union = tagged if union is None else union.unionByName(tagged, allowMissingColumns=True)
     assert union is not None
     with temporary_conf(spark, _collect_conf(spark)):
         table = union.limit(max_rows + 1 + (max_extra_rows if extras else 0)).toArrow()

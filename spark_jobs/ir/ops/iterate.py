@@ -23,9 +23,9 @@ x_(i-1)`` iff ``D_i + Δx_i - Δx_(i-1) = 0``) without reading whole values, and
 (``<node>/depth``): past it the previous values are all equal, so iteration ``i > depth`` reads the
 state of ``depth``. The view's change is ``Δx_k`` (minus the ``D_j`` of the iterations the loop no
 longer runs, when it stops earlier than before). A step with no change of the loop's inputs does
-nothing. The kernels run this in-process; a step without that state (the first, a recompute, or
-on Spark) runs the loop from ``init`` over the integrated inputs; in-process it writes the same
-state, on Spark only the value and depth 0 (the next in-process step then reruns the loop once).
+nothing. The kernels run this on either engine, over the same traces (a step on one engine
+continues from the state the other wrote); a step without that state (the first, a recompute)
+runs the loop from ``init`` over the integrated inputs and writes it.
 """
 from __future__ import annotations
 
@@ -93,13 +93,14 @@ def _state(circuit: Circuit, node: Node) -> str:
 
 
 def _uses(circuit: Circuit, node: Node, position: int) -> str:
-    return f"iterate {node.origin!r} (to run the loop from scratch: a first step, a recompute, Spark)"
+    return f"iterate {node.origin!r} (to run the loop from scratch: a first step, a recompute)"
 
 
 def _delta_form(circuit: Circuit, node: Node) -> str:
     return ("each iteration i runs the body's incremental circuit on the change of iteration i-1, with the "
             "body's state at iteration i of the previous timestep; the loop stops where x_i = x_(i-1) now; "
-            "a change that reaches every iteration costs every iteration (Spark: the loop from scratch)")
+            "a change that reaches every iteration costs every iteration (on Spark a few jobs per iteration "
+            "reached, and a write per iteration and body state)")
 
 
 def loop_text(node: Node) -> list[str]:
@@ -122,12 +123,13 @@ def loop_text(node: Node) -> list[str]:
                      f"iterations ({', '.join(f'{node.id}/{s}' for s, v in states.items() if not v) or 'none'}); "
                      f"{node.id}/{DIFF} (D_i = x_i - x_(i-1), by iteration), {node.id}/{DEPTH} (where the last "
                      f"loop stopped) and {node.id}/{VALUE} (its value). State grows with iterations × the body's state.")
-        lines.append("  A step (in-process) runs iteration i on the change of iteration i-1 against the body's "
-                     "state at i, and stops where x_i = x_(i-1) now: its work follows the change as far as the "
-                     "change reaches; a change that reaches every iteration (a deletion that lengthens many "
-                     "shortest paths) costs every iteration, on the changed rows. A first step, a recompute and "
-                     "a Spark step rerun the loop from init over the integrated inputs (Spark writes no per-iteration "
-                     "state: the next in-process step reruns the loop once and rewrites it).")
+        lines.append("  A step (in-process or on Spark, over the same traces) runs iteration i on the change of "
+                     "iteration i-1 against the body's state at i, and stops where x_i = x_(i-1) now: its work "
+                     "follows the change as far as the change reaches; a change that reaches every iteration (a "
+                     "deletion that lengthens many shortest paths) costs every iteration, on the changed rows (on "
+                     "Spark: a few jobs per iteration reached, and a write per iteration and body state at commit). "
+                     "A first step and a recompute rerun the loop from init over the integrated inputs and rewrite "
+                     "the per-iteration state.")
     return lines
 
 

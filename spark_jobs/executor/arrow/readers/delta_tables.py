@@ -15,13 +15,19 @@ the file lists, which need every file of both versions still on disk (``VACUUM``
 The result is a consolidated Z-set of the declared columns (a table's other columns are not
 read; two rows differing only there are one tuple with weight 2), typed as declared with the
 same lossless widenings as Parquet files, and checked as files are (declared non-null columns,
-UTF-8 strings, dates in range). Tables with deletion vectors or column mapping are refused with
-a message: their files do not hold the rows as written.
+UTF-8 strings, dates in range). Deletion vectors (rows of a file marked deleted without
+rewriting it) are applied: a file with one is read row by row, each row weighing whether the new
+version keeps it minus whether the old one did, so a DELETE that only adds a vector to a file
+deletes exactly those rows. Tables with column mapping are refused with a message: their files
+do not hold the columns by their names.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Sequence
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -80,19 +86,67 @@ def open_version(spec: InputSpec, item: InputFile, version: int) -> Any:
 
 
 def unsupported_features(table: Any) -> str | None:
-    """Why the table's files cannot be read as its rows (None: they can)."""
+    """Why the table's files cannot be read as its rows (None: they can). Deletion vectors are
+    applied (``_keep_masks``)."""
     protocol = table.protocol()
     features = set(protocol.reader_features or ())
     config = table.metadata().configuration or {}
-    if "deletionVectors" in features or str(config.get("delta.enableDeletionVectors", "")).lower() == "true":
-        return ("the Delta table uses deletion vectors, which this reader does not apply; turn them off "
-                "(ALTER TABLE ... SET TBLPROPERTIES ('delta.enableDeletionVectors' = false)) and rewrite the "
-                "table (REORG TABLE ... APPLY (PURGE)), or publish it without them")
     mode = str(config.get("delta.columnMapping.mode", "none")).lower()
     if "columnMapping" in features or mode not in ("", "none"):
         return (f"the Delta table uses column mapping (mode {mode}): its files do not hold the columns by "
                 f"their names, which this reader needs")
     return None
+
+
+def _dv_feature(table: Any) -> bool:
+    features = set(table.protocol().reader_features or ())
+    config = table.metadata().configuration or {}
+    return "deletionVectors" in features or str(config.get("delta.enableDeletionVectors", "")).lower() == "true"
+
+
+Masks = dict[str, list[bool]]  # a data file's path (as its fragment names it) -> which rows it still holds
+
+
+def _keep_masks(spec: InputSpec, item: InputFile, table: Any, version: int) -> Masks:
+    """The deletion vectors of the version's files, as keep masks by the files' paths relative to
+    the table's folder (what the fragments are named); {} when the table has none."""
+    if not _dv_feature(table):
+        return {}
+    try:
+        batches = list(table.deletion_vectors())
+    except Exception as exc:  # noqa: BLE001 - a vector file gone or unreadable: the rows are unknown
+        raise InputRefused([(item.path, f"version {version} of the Delta table: its deletion vectors cannot be "
+                                        f"read ({_first_line(exc)})")], spec.name) from None
+    root = os.path.abspath(table_folder(item.path)).rstrip("/") + "/"
+    out: Masks = {}
+    for batch in batches:
+        for uri, keep in zip(batch.column("filepath").to_pylist(), batch.column("selection_vector").to_pylist()):
+            path = unquote(urlparse(uri).path) if "://" in uri else uri
+            out[path[len(root):] if path.startswith(root) else path] = keep
+    return out
+
+
+def _files_with_deletion_vectors(table: Any) -> int:
+    return sum(batch.num_rows for batch in table.deletion_vectors())
+
+
+def _pyarrow_dataset(table: Any) -> ds.Dataset:
+    """``table.to_pyarrow_dataset()``, also for a table with the deletion vector feature on:
+    deltalake refuses any such table, since a file's rows are not all the table's; this reader
+    applies the vectors itself (``_keep_masks``) to the files this dataset lists."""
+    protocol = table.protocol()
+    features = list(protocol.reader_features or ())
+    if "deletionVectors" not in features:
+        return table.to_pyarrow_dataset()
+    shown = SimpleNamespace(min_reader_version=protocol.min_reader_version,
+                            min_writer_version=protocol.min_writer_version,
+                            reader_features=[f for f in features if f != "deletionVectors"],
+                            writer_features=protocol.writer_features)
+    table.protocol = lambda: shown  # this one call only: the object is the step's own
+    try:
+        return table.to_pyarrow_dataset()
+    finally:
+        del table.protocol
 
 
 def _cdf_on(table: Any) -> bool:
@@ -139,7 +193,7 @@ def _checked(spec: InputSpec, item: InputFile, raw: pa.Table, d: Declared, targe
 
 def _fragments(spec: InputSpec, item: InputFile, table: Any) -> tuple[ds.Dataset, dict[str, ds.Fragment]]:
     try:
-        dataset = table.to_pyarrow_dataset()
+        dataset = _pyarrow_dataset(table)
     except Exception as exc:
         raise InputRefused([(item.path, f"the Delta table cannot be read as Parquet files: {_first_line(exc)}")],
                            spec.name) from None
@@ -167,18 +221,53 @@ def _read(spec: InputSpec, item: InputFile, dataset: ds.Dataset, fragments: Sequ
     return table, nbytes
 
 
+def _read_masked(spec: InputSpec, item: InputFile, dataset: ds.Dataset, fragment: ds.Fragment, columns: list[str],
+                 d: Declared, target: pa.Schema, old: list[bool] | None, new: list[bool] | None) -> tuple[pa.Table, int]:
+    """One data file whose kept rows differ between the versions (a deletion vector on either
+    side): each row weighs (kept in the new version) - (kept in the old one); ``None`` for a side
+    that does not list the file, ``[]`` (all kept) for one that lists it without a vector."""
+    try:
+        raw = _plain(fragment.to_table(schema=dataset.schema, columns=columns, use_threads=False))
+        nbytes = dataset.filesystem.get_file_info(fragment.path).size or 0
+    except (OSError, pa.ArrowException) as exc:
+        raise InputRefused([(item.path, f"a data file of the Delta table cannot be read ({_first_line(exc)}); "
+                                        f"a file that is gone was removed by VACUUM: rebuild the views from the "
+                                        f"table as it is now (`dbsp step --full-refresh`)")], spec.name) from None
+
+    def kept(mask: list[bool] | None, i: int) -> int:
+        return 0 if mask is None else int(i >= len(mask) or mask[i])  # a vector may stop at its last deleted row
+
+    weights = [kept(new, i) - kept(old, i) for i in range(raw.num_rows)]
+    take = pa.array([i for i, w in enumerate(weights) if w], pa.int64())
+    table = _checked(spec, item, raw.take(take), d, target)
+    return table.set_column(table.schema.get_field_index(WEIGHT), WEIGHT,
+                            pa.array([w for w in weights if w], pa.int64())), nbytes
+
+
 def _file_diff(spec: InputSpec, item: InputFile, old: Any, new: Any, d: Declared, target: pa.Schema,
                base: int, version: int) -> tuple[pa.Table, int]:
     old_ds, old_files = _fragments(spec, item, old)
     new_ds, new_files = _fragments(spec, item, new)
+    old_masks, new_masks = _keep_masks(spec, item, old, base), _keep_masks(spec, item, new, version)
     columns = _declared_columns(spec, item, new_ds.schema, d, version)
-    added = [f for p, f in new_files.items() if p not in old_files]
-    removed = [f for p, f in old_files.items() if p not in new_files]
-    if removed:
+    vectored = set(old_masks) | set(new_masks)  # files read row by row, with their vectors
+    added = [f for p, f in new_files.items() if p not in old_files and p not in vectored]
+    removed = [f for p, f in old_files.items() if p not in new_files and p not in vectored]
+    if removed or any(p in old_files for p in vectored):
         _declared_columns(spec, item, old_ds.schema, d, base)
     plus, a = _read(spec, item, new_ds, added, columns, d, target, 1)
     minus, b = _read(spec, item, old_ds, removed, columns, d, target, -1)
-    return consolidate(pa.concat_tables([plus, minus])), a + b
+    parts, nbytes = [plus, minus], a + b
+    for path in sorted(vectored):
+        was = old_masks.get(path, []) if path in old_files else None
+        now = new_masks.get(path, []) if path in new_files else None
+        if was == now or (was is None and now is None):
+            continue
+        dataset, fragment = (new_ds, new_files[path]) if path in new_files else (old_ds, old_files[path])
+        part, n = _read_masked(spec, item, dataset, fragment, columns, d, target, was, now)
+        parts.append(part)
+        nbytes += n
+    return consolidate(pa.concat_tables(parts)), nbytes
 
 
 def _feed(spec: InputSpec, item: InputFile, new: Any, d: Declared, target: pa.Schema, base: int,
@@ -208,13 +297,20 @@ def read_change(spec: InputSpec, item: InputFile, d: Declared, target: pa.Schema
     if item.base is None:
         dataset, files = _fragments(spec, item, new)
         columns = _declared_columns(spec, item, dataset.schema, d, version)
-        rows, nbytes = _read(spec, item, dataset, list(files.values()), columns, d, target, 1)
-        return DeltaChange(consolidate(rows), nbytes, "snapshot", (None, version))
+        masks = _keep_masks(spec, item, new, version)
+        rows, nbytes = _read(spec, item, dataset, [f for p, f in files.items() if p not in masks], columns, d,
+                             target, 1)
+        parts = [rows] + [_read_masked(spec, item, dataset, files[p], columns, d, target, None, m)[0]
+                          for p, m in sorted(masks.items()) if p in files]
+        return DeltaChange(consolidate(pa.concat_tables(parts)), nbytes, "snapshot", (None, version))
     base = item.base
     if base >= version:
         return DeltaChange(target.empty_table(), 0, "no change", (base, version))
     old = open_version(spec, item, base)
-    if feed and _cdf_on(old) and _cdf_on(new):
+    # with deletion vectors the file lists (and the vectors) are read: a writer's feed for them is
+    # not something this reader can check
+    if feed and _cdf_on(old) and _cdf_on(new) and not _keep_masks(spec, item, old, base) \
+            and not _keep_masks(spec, item, new, version):
         try:
             return DeltaChange(_feed(spec, item, new, d, target, base, version), 0, "change data feed",
                                (base, version))

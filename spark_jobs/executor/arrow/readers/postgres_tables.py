@@ -5,8 +5,9 @@ The table's changes become keyed change records and are applied by the ``cdc`` m
 (``keyed:<input>``): per key the last change wins (insert and update replace the row, delete
 removes it; an update or delete of a key the input does not hold is ignored, which is what makes
 the overlap between the first snapshot and the slot harmless). An UPDATE that changes the key is
-a delete of the old key and an insert of the new one. A TRUNCATE, or a table whose declared
-columns changed, stops the input with a message.
+a delete of the old key and an insert of the new one. A value an UPDATE left out (an unchanged
+TOASTed value) is the one the key's row held (``_fill_unchanged``). A TRUNCATE, or a table whose
+declared columns changed, stops the input with a message.
 """
 from __future__ import annotations
 
@@ -53,12 +54,18 @@ def _records(spec: InputSpec, rows: list[tuple[str, dict[str, Any]]], where: str
 
 
 def _typed(spec: InputSpec, row: dict[str, Any] | None) -> dict[str, Any]:
+    """The row's declared columns converted from text (``UNCHANGED`` kept: filled in later)."""
     conv = {c: converter(t.simpleString()) for c, t in declared_types(spec).items()}
-    return {c: (None if row is None or row.get(c) is None else conv[c](row[c])) for c in conv}
+    out: dict[str, Any] = {}
+    for c in conv:
+        v = None if row is None else row.get(c)
+        out[c] = v if v is None or v is UNCHANGED else conv[c](v)
+    return out
 
 
 def _changes_as_records(src: Source, spec: InputSpec, key: Sequence[str], since: int, upto: int
-                        ) -> list[tuple[str, dict[str, Any]]]:
+                        ) -> list[tuple[str, dict[str, Any], dict[str, Any] | None]]:
+    """(kind, row, the old key's row for the insert half of a key change, else None), in log order."""
     decoded = decode(peek(src, upto), since, upto)
     if decoded.truncated:
         raise src.refuse("the table was TRUNCATEd: a truncate is not read as deletes; rebuild the views from "
@@ -70,24 +77,58 @@ def _changes_as_records(src: Source, spec: InputSpec, key: Sequence[str], since:
         if name == table and missing:
             raise src.refuse(f"the table's columns changed (no column {', '.join(missing)} any more): the input "
                              f"stops here; change the circuit's schema and rebuild (`dbsp step --full-refresh`)")
-    out: list[tuple[str, dict[str, Any]]] = []
+    out: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = []
     for ch in decoded.changes:
         if ch.kind == "insert":
-            out.append(("insert", ch.new or {}))
+            out.append(("insert", ch.new or {}, None))
         elif ch.kind == "delete":
-            out.append(("delete", ch.old or {}))
+            out.append(("delete", ch.old or {}, None))
         else:
             new = dict(ch.new or {})
-            if any(v is UNCHANGED for v in new.values()):
-                if ch.old is None or any(ch.old.get(c) is UNCHANGED for c, v in new.items() if v is UNCHANGED):
-                    raise src.refuse("an UPDATE left a large (TOASTed) value unchanged, which the log does not "
-                                     "carry: set REPLICA IDENTITY FULL on the table so the old values come with it")
-                new = {c: (ch.old[c] if v is UNCHANGED else v) for c, v in new.items()}
+            if ch.full and ch.old is not None:  # the whole old row carries a value the new one leaves out
+                new = {c: (ch.old[c] if v is UNCHANGED and ch.old.get(c, UNCHANGED) is not UNCHANGED else v)
+                       for c, v in new.items()}
             if ch.old is not None and any(ch.old.get(k) != new.get(k) for k in key):
-                out.append(("delete", ch.old))
-                out.append(("insert", new))
+                out.append(("delete", ch.old, None))
+                out.append(("insert", new, ch.old))
             else:
-                out.append(("update", new))
+                out.append(("update", new, None))
+    return out
+
+
+def _fill_unchanged(src: Source, kspec: InputSpec, records: list[tuple[str, dict[str, Any]]],
+                    priors: list[dict[str, Any] | None], keyed: TraceFiles | None, policy: ExecutionPolicy,
+                    where: str) -> list[tuple[str, dict[str, Any]]]:
+    """Each value an UPDATE left out (an unchanged TOASTed value: pgoutput sends a marker, not the
+    value) taken from the key's row as it stands just before that update (the old key's, when the
+    update changed the key: ``priors``): the row an earlier change of this step wrote, else the
+    committed row of the input's keyed integral. A key held by neither is refused (the value is
+    nowhere to be read)."""
+    clean = [(k, {c: (None if v is UNCHANGED else v) for c, v in row.items()}) for k, row in records]
+    committed = cdc_records.old_rows(kspec, _records(kspec, clean, where), keyed, policy)
+    key = list(kspec.key)
+    current: dict[tuple, dict[str, Any]] = {}
+    for row, w in zip(committed.select(list(kspec.column_names)).to_pylist(), committed.column(WEIGHT).to_pylist()):
+        if w > 0:
+            current[tuple(row[k] for k in key)] = row
+    gone: dict[tuple, dict[str, Any]] = {}  # rows just deleted: the old half of a key change
+    out = []
+    for (kind, row), prior in zip(records, priors):
+        k = tuple(row[c] for c in key)
+        if kind == "delete":
+            if k in current:
+                gone[k] = current.pop(k)
+        else:
+            if any(v is UNCHANGED for v in row.values()):
+                at = k if prior is None else tuple(prior[c] for c in key)
+                held = current.get(at) if prior is None else gone.get(at, current.get(at))
+                if held is None:
+                    raise src.refuse("an UPDATE left a large (TOASTed) value unchanged, which the log does not "
+                                     "carry, of a row this input does not hold; set REPLICA IDENTITY FULL on the "
+                                     "table so the old values come with it")
+                row = {c: (held[c] if v is UNCHANGED else v) for c, v in row.items()}
+            current[k] = row
+        out.append((kind, row))
     return out
 
 
@@ -108,9 +149,12 @@ def read_change(spec: InputSpec, item: InputFile, keyed: TraceFiles | None, poli
         else:
             ensure_slot(src)
             raw = _changes_as_records(src, spec, key, item.base, upto)
-            records = [(kind, _typed(spec, row)) for kind, row in raw]
+            records = [(kind, _typed(spec, row)) for kind, row, _ in raw]
             how = "replication"
     kspec = _keyed(spec, key)
+    if any(v is UNCHANGED for _, row in records for v in row.values()):
+        priors = [None if prior is None else _typed(spec, prior) for _, _, prior in raw]
+        records = _fill_unchanged(src, kspec, records, priors, keyed, policy, f"{spec.source.table}@{item.name}")
     table = _records(spec, records, f"{spec.source.table}@{item.name}")
     target = pa.schema([(c, arrow_type(sql_type(t))) for c, t in declared_types(spec).items()]
                        + [(WEIGHT, pa.int64())])
