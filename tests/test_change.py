@@ -67,7 +67,7 @@ def test_an_edit_applied_equals_the_new_circuit_from_scratch(tmp_path, edit, ret
     _edit_and_compare(tmp_path, edit, retention, "arrow")
 
 
-@pytest.mark.parametrize("edit", ["add_column", "add_view_over_join"])
+@pytest.mark.parametrize("edit", ["add_column", "add_view_over_join", "add_view_over_an_input"])
 def test_an_edit_applied_on_spark(spark, tmp_path, edit):
     """The step applying the edit on the Spark engine (its integrals and bag check padded with
     NULL, its gate's old views; a kept join's integral read as the new view's input); the other

@@ -657,3 +657,33 @@ def test_a_view_reshaped_by_a_circuit_change_is_refused_until_its_table_is_alter
     rt = open_circuit(str(path), cfg)
     assert rows() == _view(rt, "per_cust") and rt.store.last_committed() == 4
     conn.close()
+
+
+def test_changes_committed_after_the_plan_wait_for_the_next_timestep(server, tmp_path, monkeypatch):
+    """The plan fixes the log position a timestep reads up to: transactions that commit after it
+    (while the stages run) are not in the timestep, whose views equal the table as it was at the
+    recorded position; the next timestep brings them."""
+    from spark_jobs.runtime import timestep
+    from tests.dag_tasks import run_stage_tasks
+
+    monkeypatch.setenv("DBSP_CONN_SHOP", server.uri)
+    rng = random.Random(23)
+    orders = Orders(server.uri, "orders_late", rng)
+    file, cfg = _circuit(tmp_path, "pglate", "orders_late"), config(tmp_path, engine="arrow")
+    for _ in range(4):
+        orders.change()
+    run_step(open_circuit(file, cfg))
+    for run in range(3):
+        for _ in range(4):
+            orders.change()
+        at_plan = orders.rows()
+        rt = open_circuit(file, cfg)
+        timestep.plan(rt, f"late-{run}")
+        for _ in range(3):
+            orders.change()  # committed after the plan, before the stages read
+        run_stage_tasks(rt, f"late-{run}", "per_stage")
+        timestep.check(rt, f"late-{run}")
+        timestep.commit(rt, f"late-{run}")
+        assert _view(open_circuit(file, cfg), "orders") == Counter(at_plan), run
+    run_step(open_circuit(file, cfg))
+    assert _view(open_circuit(file, cfg), "orders") == Counter(orders.rows())
