@@ -35,8 +35,11 @@ class StatePolicy:
     # row groups of sorted files: a key lookup reads a few narrow groups (~10k rows of 4 columns)
     sorted_row_group_bytes: int = 256 * 1024
     delta_fanout: int = 4  # deltas are merged in size tiers of this fan-out
-    # an in-process step compacts or merges a trace of up to this many rows itself (more: Spark)
-    inprocess_rewrite_rows: int = 1_000_000
+    # an in-process step compacts or merges a trace of up to this many rows itself (more: Spark).
+    # As many as an in-process step may look up (arrow.max_lookup_rows): Nexmark q7 at 100k events
+    # a step keeps ~2M aggregate rows in its open windows, and a compaction that started Spark for
+    # them cost 125 s (37 s of it the JVM) where pyarrow takes a few seconds
+    inprocess_rewrite_rows: int = 5_000_000
 
 
 @dataclass(frozen=True)

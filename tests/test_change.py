@@ -67,7 +67,7 @@ def test_an_edit_applied_equals_the_new_circuit_from_scratch(tmp_path, edit, ret
     _edit_and_compare(tmp_path, edit, retention, "arrow")
 
 
-@pytest.mark.parametrize("edit", ["add_column", "add_view_over_join"])
+@pytest.mark.parametrize("edit", ["add_column", "add_view_over_join", "add_view_over_an_input"])
 def test_an_edit_applied_on_spark(spark, tmp_path, edit):
     """The step applying the edit on the Spark engine (its integrals and bag check padded with
     NULL, its gate's old views; a kept join's integral read as the new view's input); the other
@@ -164,6 +164,11 @@ def test_plan_change_names_what_is_kept_and_what_each_rebuild_reads(tmp_path):
     path.write_text(EDITS["change_aggregate"][0])
     plan = plan_change(open_circuit(str(path), cfg))
     assert plan.cuts == {"enriched": "I(enriched)"} and "tops reads: kept enriched: its integral" in "\n".join(plan.lines({}))
+    # a new reader of an input's integral looking it up by other keys: that trace is re-sorted
+    path.write_text(EDITS["add_view_over_an_input"][0])
+    plan = plan_change(open_circuit(str(path), cfg))
+    assert "note: kept I(orders) is looked up by other columns now (status): rewritten whole (" in "\n".join(
+        plan.lines({})), plan.lines({})
     # a changed filter under the join: rebuilt from the inputs' integrals
     path.write_text(EDITS["change_filter"][0])
     plan = plan_change(open_circuit(str(path), cfg))

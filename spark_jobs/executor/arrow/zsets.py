@@ -200,6 +200,10 @@ def _null_safe_keys(lhs: pa.Table, rhs: pa.Table, lk: list[str], rk: list[str]
     new_l, new_r = [], []
     for j, (a, b) in enumerate(zip(lk, rk)):
         ca, cb = lhs.column(a), rhs.column(b)
+        if ca.null_count == 0 and cb.null_count == 0 and not pa.types.is_null(ca.type):  # as they are
+            new_l.append(a)
+            new_r.append(b)
+            continue
         present = pc.drop_null(pa.chunked_array(ca.chunks + cb.cast(ca.type).chunks, ca.type))
         fill = present[0] if len(present) else None
         for side, col, name in ((0, ca, a), (1, cb, b)):
