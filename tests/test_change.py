@@ -164,6 +164,11 @@ def test_plan_change_names_what_is_kept_and_what_each_rebuild_reads(tmp_path):
     path.write_text(EDITS["change_aggregate"][0])
     plan = plan_change(open_circuit(str(path), cfg))
     assert plan.cuts == {"enriched": "I(enriched)"} and "tops reads: kept enriched: its integral" in "\n".join(plan.lines({}))
+    # a new reader of an input's integral looking it up by other keys: that trace is re-sorted
+    path.write_text(EDITS["add_view_over_an_input"][0])
+    plan = plan_change(open_circuit(str(path), cfg))
+    assert "note: kept I(orders) is looked up by other columns now (status): rewritten whole (" in "\n".join(
+        plan.lines({})), plan.lines({})
     # a changed filter under the join: rebuilt from the inputs' integrals
     path.write_text(EDITS["change_filter"][0])
     plan = plan_change(open_circuit(str(path), cfg))

@@ -175,7 +175,25 @@ def plan_change(rt: "CircuitRuntime", manifest: "Manifest | None" = None) -> Cha
                               f"{', '.join(circuit[circuit.outputs[view]].columns)}): alter its PostgreSQL table "
                               f"{sink.table} to the new columns; its rows are then rewritten from the whole view")
     _plan_reads(rt, m, plan)
+    _plan_resorts(circuit, m, plan)
     return plan
+
+
+def _plan_resorts(circuit: Any, m: "Manifest", plan: ChangePlan) -> None:
+    """Kept integrals the edited circuit looks up by other keys (a new reader): rewritten whole
+    at the change (``_resorted``), so read whole too."""
+    from spark_jobs.executor.evaluate import state_keys
+
+    for nid, status in plan.nodes.items():
+        entry = m.traces.get(nid)
+        node = circuit[nid]
+        if status != "kept" or node.op != "integrate" or entry is None or entry.kind != "zset":
+            continue
+        keys = tuple(state_keys(circuit, node))
+        if tuple(entry.keys) != keys:
+            plan.notes.append(f"kept {nid} is looked up by other columns now ({', '.join(keys)}): rewritten whole "
+                              f"({entry.rows:,} rows), sorted on them")
+            plan.read_rows += entry.rows
 
 
 def _has_trace(m: "Manifest", circuit: Any, nid: str) -> bool:

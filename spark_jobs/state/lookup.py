@@ -196,7 +196,7 @@ class TraceFiles:
                 for hit in self._groups_holding(reader, f, groups, column, wanted, batch_rows):
                     table = reader.read_row_groups(hit, columns=self.schema.names)
                     keep = table.filter(wanted.member(table.column(column)))
-                    self.bytes_read += sum(_chunk_bytes(self._meta[f].row_group(g)) for g in hit)
+                    self.bytes_read += sum(self._index[f].group_bytes(g) for g in hit)
                     found += keep.num_rows
                     if found > max_found:
                         raise TooMany(f"more than {max_found} trace rows match")
@@ -256,10 +256,10 @@ class TraceFiles:
                 table = pq.ParquetFile(fh, metadata=self._meta[f]).read_row_groups(wanted, columns=self.schema.names)
             table, start = table.cast(self.schema), 0
             for g in wanted:
-                rg = self._meta[f].row_group(g)
-                self._decoded[(f, g)] = table.slice(start, rg.num_rows)
-                start += rg.num_rows
-                self.bytes_read += sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
+                rows = self._meta[f].row_group(g).num_rows
+                self._decoded[(f, g)] = table.slice(start, rows)
+                start += rows
+                self.bytes_read += self._index[f].group_bytes(g)
         return [self._decoded[key] for key in groups]
 
     def _read(self, f: int, g: int) -> pa.Table:
@@ -267,8 +267,7 @@ class TraceFiles:
             with self._open(self.paths[f]) as fh:
                 table = pq.ParquetFile(fh, metadata=self._meta[f]).read_row_group(g, columns=self.schema.names)
             self._decoded[(f, g)] = table.cast(self.schema)
-            rg = self._meta[f].row_group(g)
-            self.bytes_read += sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
+            self.bytes_read += self._index[f].group_bytes(g)
         return self._decoded[(f, g)]
 
 
@@ -352,8 +351,3 @@ class KeySet:
 
 class TooMany(DbspError):
     """A streamed lookup found more rows than its caller allows."""
-
-
-def _chunk_bytes(rg: pq.RowGroupMetaData) -> int:
-    """Compressed bytes of a row group's column chunks (what decoding it whole reads)."""
-    return sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))

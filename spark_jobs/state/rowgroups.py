@@ -147,6 +147,17 @@ class FileIndex:
         self.meta = meta
         self._columns: dict[str, ColumnStats] = {}
         self._lock = threading.Lock()
+        self._bytes: list[int] | None = None
+
+    def group_bytes(self, group: int) -> int:
+        """Compressed bytes of a row group's column chunks (what decoding it whole reads), summed
+        once per file: walking the footer's chunks in Python at every decoded group cost a twentieth
+        of a lookup."""
+        if self._bytes is None:
+            meta = self.meta
+            self._bytes = [sum(meta.row_group(g).column(c).total_compressed_size for c in range(meta.num_columns))
+                           for g in range(meta.num_row_groups)]
+        return self._bytes[group]
 
     def stats(self, column: str) -> ColumnStats:
         with self._lock:
