@@ -175,9 +175,10 @@ def incremental(node: Node, deltas: Sequence[Any], state: Any, depth: int, ops: 
         change = ops.consolidate(ops.plus(cur, ops.negate(prev)))  # the change of D_i
         old = old_diff(i) if i < depth else None
         now = ops.consolidate(ops.plus(old, change)) if old is not None else change
-        if not ops.is_empty(change):
+        stops = ops.is_empty(now)
+        if not (stops if old is None else ops.is_empty(change)):  # (on Spark each check is a job)
             diff_parts.append(ops.tag(change, i))
-        if ops.is_empty(now):
+        if stops:
             return _finish(node, ops, cur, i, depth, old_diff, diff_parts, updates)
         prev = cur
     raise RecursionLimitExceeded(limit_message(node.origin, limit))
