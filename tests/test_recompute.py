@@ -244,6 +244,31 @@ def test_append_only_inputs_cannot_be_recomputed(tmp_path):
     assert "keeps no integral" in rt.committed.manifest().meta["cost"]["reason"]
 
 
+def test_a_circuit_with_stream_operators_is_never_recomputed(tmp_path):
+    """A view over integrate/delay/differentiate depends on past timesteps: Q over the integrated
+    inputs would commit a wrong delta (an integrate view's came out empty), so even an asked-for
+    recompute stays incremental, and its deltas equal a never-recomputing run's."""
+    text = CIRCUIT.replace("outputs:", "  running: {op: integrate, input: orders}\n"
+                           "  before: {op: delay, input: orders}\noutputs:", 1) + "  running: {}\n  before: {}\n"
+    circuit = tmp_path / "stream.yaml"
+    circuit.write_text(text)
+    rts = {mode: open_circuit(str(circuit), config(tmp_path / mode, engine="arrow", cost={"recompute": mode}))
+           for mode in ("always", "never")}
+    with pytest.raises(CannotRecompute, match="'running' is a stream operator"):
+        integral_traces(rts["always"])
+    rng = random.Random(4)
+    bags = {name: Bag(cols, domain, rng) for name, (cols, domain) in INPUTS.items()}
+    for t in (1, 2, 3):
+        for name, bag in bags.items():
+            change = bag.change(6, 2)
+            for mode in rts:
+                write_change(str(tmp_path / mode), name, t, bag.columns, change)
+        reports = {mode: run_step(rt, recompute=(mode == "always" and t > 1)) for mode, rt in rts.items()}
+        assert reports["always"].mode == "incremental", reports["always"].mode_reason
+        for view in ("running", "before", "by_region"):
+            assert output_delta(rts["always"], view) == output_delta(rts["never"], view), (t, view)
+
+
 def test_the_policy_recomputes_a_change_larger_than_the_state(tmp_path):
     """A change far larger than everything held is cheaper recomputed; a small one stays
     incremental (the rates: the defaults scaled to the two steps measured before). The step

@@ -17,6 +17,9 @@ The integrated inputs are what the state already keeps, never input files read a
 An input without such a trace (``append_only``: nothing keeps its rows), or whose integral is
 bounded by event time (rows no future change reaches were dropped, so the integral is no longer
 the input), cannot be recomputed: ``CannotRecompute`` says why and the step stays incremental.
+Nor can a circuit with a stream operator of its own (``integrate``, ``delay``, ``differentiate``
+as nodes): its views depend on the past timesteps' changes, not only on the integrated inputs,
+so Q over them would commit a wrong delta.
 Phases 1-3 (read, late rows, bag check) run as for an incremental step, on the change.
 """
 from __future__ import annotations
@@ -53,6 +56,13 @@ def integral_traces(rt: "CircuitRuntime") -> dict[str, str]:
     from spark_jobs.ir.bounds import state_bounds
     from spark_jobs.ir.incrementalize import bag_integrals
 
+    from spark_jobs.ir.operator import STREAM, operator
+
+    for node in rt.compiled.query:  # the circuit as written (the incremental one adds integrators)
+        op = operator(node.op)
+        if op.linearity == STREAM and not op.in_body_only:
+            raise CannotRecompute(f"node {node.origin or node.id!r} is a stream operator ({node.op}): its view "
+                                  "depends on past timesteps, not only on the integrated inputs")
     spec, circuit = rt.compiled.spec, rt.compiled.incremental
     bags = bag_integrals(circuit)
     bounded = state_bounds(circuit)
