@@ -112,8 +112,8 @@ class CostPolicy:
     # (a recompute rewrites every trace: it must win clearly, not by the model's noise)
     margin: float = 1.2
     # auto never recomputes a step whose change holds fewer rows than this: a small step's cost is
-    # its fixed part on either mode, where the model's noise, not the data, would decide (this and
-    # min_change_fraction hold an in-process incremental step only: on Spark the estimates decide)
+    # its fixed part on either mode, where the model's noise, not the data, would decide (on
+    # either engine; min_change_fraction below holds an in-process incremental step only)
     min_change_rows: int = 10_000
     # ...nor one whose change is less than this fraction of the integrated input rows: a recompute
     # rewrites every trace, an incremental step writes in proportion to its change, and its

@@ -77,8 +77,10 @@ def test_choose_picks_the_cheaper_with_a_margin_and_honours_the_settings():
     big_inprocess = cost.Estimate(2_000_000, 1_000_000, "arrow", 30.0, "arrow", 2.0, 0)
     assert cost.choose(CostPolicy(), big_inprocess, None).mode == "recompute"
     assert cost.choose(CostPolicy(min_change_rows=3_000_000), big_inprocess, None).mode == "incremental"
-    # the guards hold a step in-process only: an incremental step on Spark is left to the estimates
-    assert cost.choose(CostPolicy(min_change_rows=3_000_000), big, None).mode == "recompute"
+    # min_change_rows holds on Spark too (a small step's time is noise); min_change_fraction only in-process
+    assert cost.choose(CostPolicy(min_change_rows=3_000_000), big, None).mode == "incremental"
+    small_on_spark = cost.Estimate(5_000, 10_000, "spark", 9.0, "spark", 1.0, 0)
+    assert cost.choose(CostPolicy(), small_on_spark, None).mode == "incremental"
     on_spark = cost.Estimate(1_000_000, 76_000_000, "spark", 62.0, "spark", 13.4, 0)  # W1 SF10 past the threshold
     assert cost.choose(CostPolicy(), on_spark, None).mode == "recompute"
     assert cost.choose(CostPolicy(), cost.Estimate(1_000_000, 76_000_000, "arrow", 15.2, "spark", 13.4, 0),

@@ -176,16 +176,16 @@ def choose(policy: CostPolicy, est: Estimate | None, cannot: str | None) -> Choi
     says = (f"estimated incremental {est.incremental:.2f} s ({est.change_rows} changed rows, "
             f"{est.incremental_engine}) vs recompute {est.recompute:.2f} s ({est.input_rows} integrated rows, "
             f"{est.recompute_engine}){' from defaults' if not est.samples else f', from {est.samples} past steps'}")
-    # The two guards keep a step in-process (Arrow) when the model's noise, not the data, would
-    # send it to a recompute. An incremental step on Spark (a change past
-    # execution.arrow.max_change_rows, or a profile whose steps run on Spark) has no such floor
-    # under it: a 1M-row change at W1 SF10 took 46-78 s there against 16 s recomputed, so there
-    # the estimates alone decide (the step time stays continuous across the engine threshold).
-    guarded = est.incremental_engine == "arrow"
-    if guarded and est.change_rows < policy.min_change_rows:
+    # min_change_rows keeps every small step incremental, on either engine: its cost is its
+    # fixed part in both modes, where the model's noise (a loaded machine's timings), not the
+    # data, would decide. min_change_fraction holds an in-process step only: an incremental step
+    # on Spark (a change past execution.arrow.max_change_rows, or a profile whose steps run on
+    # Spark) is left to the estimates past min_change_rows (a 1M-row change at W1 SF10 took
+    # 46-78 s there against 16 s recomputed, though it is 1.3% of the inputs).
+    if est.change_rows < policy.min_change_rows:
         return Choice("incremental", f"a change of {est.change_rows} rows < execution.cost.min_change_rows "
                                      f"({policy.min_change_rows}): {says}", est)
-    if guarded and est.change_rows < policy.min_change_fraction * est.input_rows:
+    if est.incremental_engine == "arrow" and est.change_rows < policy.min_change_fraction * est.input_rows:
         return Choice("incremental", f"a change of {est.change_rows} rows < execution.cost.min_change_fraction "
                                      f"({policy.min_change_fraction}) of the {est.input_rows} integrated rows: "
                                      f"{says}", est)
