@@ -59,6 +59,9 @@ def test_an_edited_circuit_is_a_new_dag_version_and_a_run_with_the_param_applies
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "DBSP_"))}
     base.update(DBSP_CONFIG=str(profile), DBSP_DATA_ROOT=str(data), DBSP_CIRCUITS_DIR=str(circuits))
     env = environment(str(home), config=load_config(str(profile)), port=free_port(), base=base, force=True)
+    # Airflow skips writing a DAG serialized less than this many seconds ago (default 30): the
+    # edit below comes a few seconds after the first run on a quiet machine
+    env["AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL"] = "0"
     airflow = str(ROOT / ".venv" / "bin" / "airflow")
     migrated = subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
     assert migrated.returncode == 0, migrated.stderr[-3000:]
