@@ -24,20 +24,9 @@ from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state import InjectedFailure, armed
 from spark_jobs.state.arrow_read import read_view
 from tests.policies import config
+from tests.postgres_support import server  # noqa: F401 - the shared server fixture
 
 psycopg = pytest.importorskip("psycopg")
-
-
-@pytest.fixture(scope="module")
-def server():
-    from spark_jobs.local_postgres import NoServer, start
-
-    try:
-        pg = start()
-    except NoServer as exc:
-        pytest.skip(f"no PostgreSQL server could start here: {exc}")
-    yield pg
-    pg.stop()
 
 
 CIRCUIT = """\

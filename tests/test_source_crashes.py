@@ -32,6 +32,7 @@ from spark_jobs.runtime.step import run_step
 from spark_jobs.spec.model import WEIGHT
 from spark_jobs.state import failpoints
 from spark_jobs.state.arrow_read import read_view
+from tests.postgres_support import server  # noqa: F401 - the shared server fixture
 
 psycopg = pytest.importorskip("psycopg")
 dl = pytest.importorskip("deltalake")
@@ -59,18 +60,6 @@ outputs:
 POINTS = ("begin", "after_state_write", "mid_step", "before_manifest", "after_manifest", "before_publish",
           "mid_publish", "sink_before_commit")
 SCHEMA = pa.schema([("k", pa.int64()), ("g", pa.string()), ("v", pa.int64())])
-
-
-@pytest.fixture(scope="module")
-def server():
-    from spark_jobs.local_postgres import NoServer, start
-
-    try:
-        pg = start()
-    except NoServer as exc:
-        pytest.skip(f"no PostgreSQL server could start here: {exc}")
-    yield pg
-    pg.stop()
 
 
 def _view(rt, view: str) -> Counter:

@@ -25,6 +25,7 @@ from spark_jobs.config import load_config
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
 from tests.airflow_support import ROOT, free_port
+from tests.postgres_support import server  # noqa: F401 - the shared server fixture
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 psycopg = pytest.importorskip("psycopg")
@@ -49,18 +50,6 @@ outputs:
     sink: {kind: postgres, table: public.af_totals, connection: shop}
 """
 RATES = pa.schema([("customer", pa.string()), ("rate", pa.int64())])
-
-
-@pytest.fixture(scope="module")
-def server():
-    from spark_jobs.local_postgres import NoServer, start
-
-    try:
-        pg = start()
-    except NoServer as exc:
-        pytest.skip(f"no PostgreSQL server could start here: {exc}")
-    yield pg
-    pg.stop()
 
 
 def _notes(home) -> list[str]:
