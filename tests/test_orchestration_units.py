@@ -201,8 +201,11 @@ def test_a_task_s_local_spark_logs_its_start_up_to_stdout_not_stderr():
             "rt = open_circuit('circuits/paper_example.yaml', load_config()); open_spark(rt); s = rt.spark; "
             "s.range(3).count(); s.sparkContext._jvm.org.apache.log4j.LogManager.getLogger('dbsp.test')"
             ".error('an error logged by the JVM'); print('done')")
+    # a test that ran the CLI in this pytest process left its log4j settings in PYSPARK_SUBMIT_ARGS
+    # (commands.py sets it when unset): a task process starts without it
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_SUBMIT_ARGS"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         cwd=ROOT, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+                         cwd=ROOT, env={**env, "SPARK_LOCAL_IP": "127.0.0.1"})
     assert out.returncode == 0, out.stderr
     assert "an error logged by the JVM" in out.stdout  # the JVM's log4j output reaches stdout...
     assert "spark: WARNING: Using incubator modules" in out.stdout  # (the JVM's own stderr, at INFO)

@@ -155,15 +155,20 @@ class Lease:
 
     def current(self) -> tuple[int, LeaseRecord | None]:
         """The highest lease file and its record (0, None: no lease was ever taken or all were
-        released). A file that cannot be read counts as held by an unknown writer."""
-        for n in reversed(self._indices()):
+        released). A file that cannot be read counts as held by an unknown writer.
+
+        When every file listed vanished before it was read (a taker superseded them meanwhile),
+        the highest index listed comes back with no record: a taker then publishes above it, never
+        at an index a faster taker freed, so two takers of a stale lease cannot both win."""
+        indices = self._indices()
+        for n in reversed(indices):
             try:
                 return n, LeaseRecord.from_json(self.fs.read_text(self._path(n)))
             except FileNotFoundError:  # released or cleaned meanwhile: look again below it
                 continue
             except (ValueError, KeyError, TypeError):
                 return n, LeaseRecord("?", "unknown", "?", -1, 0.0, _now(), self.ttl)
-        return 0, None
+        return (indices[-1] if indices else 0), None
 
     # ---- taking and giving back -------------------------------------------------------------
     def _record(self, now: float) -> LeaseRecord:
