@@ -126,13 +126,15 @@ def _load(gen, source: Path, roots: dict[str, Path], rts: dict[str, Any], rows: 
 
 
 def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3, lean: bool = False,
-        max_rss_gib: float = 0.0, recompute_sizes: list[int] | None = None) -> dict[str, Any]:
+        max_rss_gib: float = 0.0, recompute_sizes: list[int] | None = None,
+        partial: Any = None) -> dict[str, Any]:
     """The sweep (module docstring). ``lean``: ``bench.lean_tpch``'s data (rows are functions of
     their keys: SF10 fits in memory), loaded once and copied, each view checked by DuckDB over
     the change files (``bench.floor.view_check``); a watchdog stops the run above ``max_rss_gib``.
     ``recompute_sizes``: the sizes at which the recompute root is measured (None: all); at the
     others it steps incrementally (its state stays the others', its seconds are not reported):
-    at SF10 a recompute rewrites every trace, minutes a step on this machine."""
+    at SF10 a recompute rewrites every trace, minutes a step on this machine. ``partial``: called
+    with the result so far after every size (a long run leaves its results if stopped)."""
     from spark_jobs.config import PROJECT_ROOT
     from spark_jobs.runtime.circuit import open_circuit
     from spark_jobs.runtime.step import run_step
@@ -210,6 +212,9 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
             point["policy_over_previous"] = round(point["policy"]["seconds"] / max(prev["policy"]["seconds"], 1e-9), 2)
             point["rows_over_previous"] = round(point["change_rows"] / max(prev["change_rows"], 1), 2)
         points.append(point)
+        if partial is not None:
+            partial({"sf": sf, "load_rows": loaded.total, "load": load, "reps": reps, "points": points,
+                     "lean": lean, "partial": True})
         _log(f"  {size}: policy / min = {point['policy_over_best']}; views right: {point['views_right']}; "
              f"memory {point['memory']}")
     return {"sf": sf, "load_rows": loaded.total, "load": load, "reps": reps, "points": points, "lean": lean}
@@ -257,6 +262,8 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
              "**Measured under load** (the machine is shared with other agents' work): one run; each "
              f"figure is the median of {result['reps']} steps of that size (each a new change, the three "
              "modes in a rotated order); the seconds are `dbsp step`'s (read, check, evaluate, commit).", "",
+             *(["**Partial**: written after the last size below; the run was still going.", ""]
+               if result.get("partial") else []),
              f"Load: {result['load_rows']:,} rows ("
              + ", ".join(f"{m} {v['seconds']} s on {v['engine']}" if v["seconds"] is not None else f"{m}: {v['engine']}"
                         for m, v in result["load"].items()) + ").", "",
@@ -311,10 +318,15 @@ def main(argv: list[str] | None = None) -> None:
     sf = 0.001 if args.smoke else args.sf
     before = os.getloadavg()
     with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
+        name = args.name or ("recompute-smoke" if args.smoke else "recompute")
+
+        def partial(so_far: dict[str, Any]) -> None:
+            write_results(name, so_far, {"inprocess": args.inprocess}, before, args.out, markdown)
+
         result = run(sf, sizes, Path(tmp), args.inprocess, 1 if args.smoke else max(1, args.reps), args.lean,
-                     args.max_rss_gib, [int(x) for x in args.recompute_sizes.split(",")] if args.recompute_sizes else None)
-    write_results(args.name or ("recompute-smoke" if args.smoke else "recompute"), result,
-                  {"inprocess": args.inprocess}, before, args.out, markdown)
+                     args.max_rss_gib, [int(x) for x in args.recompute_sizes.split(",")] if args.recompute_sizes else None,
+                     partial)
+    write_results(name, result, {"inprocess": args.inprocess}, before, args.out, markdown)
 
 if __name__ == "__main__":
     main()
