@@ -20,7 +20,7 @@ Anything else raises ``SqlError`` naming the construct and where it is.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from sqlglot import exp
@@ -30,8 +30,8 @@ from ..model import WEIGHT
 from . import plan as P
 from . import topk
 from .errors import SqlError, describe
-from .exprs import (AGGREGATES, aggregates_of, and_all, check_row_expression, column_sql, columns_of, conjuncts,
-                    is_literal_int, quoted, render, rewrite, subqueries_of, walk)
+from .exprs import (aggregates_of, and_all, check_row_expression, column_sql, columns_of, conjuncts, quoted,
+                    render, rewrite, subqueries_of, walk)
 from .scope import Field, Scope, fresh, requalify
 from .recursive import bind_recursive, reads
 from .text import Source
