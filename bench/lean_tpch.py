@@ -146,6 +146,16 @@ class LeanTpch:
             items_written += self._write("lineitem", i, items, np.ones(len(items["l_orderkey"]), np.int64))
         yield Written({"lineitem": items_written})
 
+    def replay_initial(self) -> Written:
+        """The generator's state after ``initial`` without writing a file (its files exist: a run
+        that reuses a loaded data root). ``initial`` draws nothing at random, so this is exact."""
+        self.batch += 1
+        self.customers = self.base_customers
+        keys = self._new_orders(self.base_customers * TPCH_ORDERS_PER_CUSTOMER)
+        items = int((1 + _below(keys, 5, 7)).sum())
+        self.rows = {"customer": self.customers, "orders": len(keys), "lineitem": items}
+        return Written(dict(self.rows))
+
     def change(self, rows: int) -> Written:
         """About ``rows`` changed rows, shaped like ``TpchGenerator.change``: 1% new customers,
         then new orders with their items and whole existing orders deleted, half the rest each."""

@@ -112,6 +112,15 @@ TOPK_TOUCHED = register(Operator(
 # ---- the YAML op compiled to it (spec/ops/topk.py names this function) -----------------------
 
 def from_topk(c: Circuit, n: NodeSpec, cols: dict, ctx: object) -> Node:
+    """With a ``window``, a window assignment first (``ir/ops/window.py``), then the top-k per
+    (window_start, window_end, partition_by...): each window's rows are ranked on their own."""
+    from spark_jobs.ir.ops.window import add_window_assign
+    from spark_jobs.spec.time import WINDOW_COLUMNS
+
     spec = n.extra["topk"]
-    return c.add(make_node(n.name, "topk", [n.input], cols[n.name], partition_by=spec.partition_by,
+    source, partition = n.input, tuple(spec.partition_by)
+    if n.window is not None:
+        source = add_window_assign(c, f"{n.name}.window", n.input, n.window, origin=n.name)
+        partition = WINDOW_COLUMNS + tuple(p for p in partition if p not in WINDOW_COLUMNS)
+    return c.add(make_node(n.name, "topk", [source], cols[n.name], partition_by=partition,
                            order_by=spec.order_by, k=spec.k, rank=spec.rank, rank_column=spec.rank_column))
