@@ -30,6 +30,7 @@ dominate a small machine). Results: ``bench/results/recompute.{json,md}`` (``--s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -126,13 +127,18 @@ def _load(gen, source: Path, roots: dict[str, Path], rts: dict[str, Any], rows: 
 
 
 def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3, lean: bool = False,
-        max_rss_gib: float = 0.0, recompute_sizes: list[int] | None = None) -> dict[str, Any]:
+        max_rss_gib: float = 0.0, recompute_sizes: list[int] | None = None,
+        partial: Any = None, reuse: bool = False) -> dict[str, Any]:
     """The sweep (module docstring). ``lean``: ``bench.lean_tpch``'s data (rows are functions of
     their keys: SF10 fits in memory), loaded once and copied, each view checked by DuckDB over
     the change files (``bench.floor.view_check``); a watchdog stops the run above ``max_rss_gib``.
     ``recompute_sizes``: the sizes at which the recompute root is measured (None: all); at the
     others it steps incrementally (its state stays the others', its seconds are not reported):
-    at SF10 a recompute rewrites every trace, minutes a step on this machine."""
+    at SF10 a recompute rewrites every trace, minutes a step on this machine. ``partial``: called
+    with the result so far after every size (a long run leaves its results if stopped).
+    ``reuse`` (``lean``): ``work`` holds an earlier run's generated files and loaded roots (the
+    SF10 load takes tens of minutes on a loaded machine): the generator replays its load and the
+    sweep starts from the roots as they are, each root's view checked first."""
     from spark_jobs.config import PROJECT_ROOT
     from spark_jobs.runtime.circuit import open_circuit
     from spark_jobs.runtime.step import run_step
@@ -148,18 +154,28 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
         from bench.generators import TpchGenerator
 
         gen, dog = TpchGenerator(str(source), sf), None
-    loaded = gen.initial()
-    _log(f"SF {sf:g}: {loaded.total:,} rows generated")
+    loaded = gen.replay_initial() if reuse else gen.initial()
+    _log(f"SF {sf:g}: {loaded.total:,} rows generated{' (replayed: reusing ' + str(work) + ')' if reuse else ''}")
     roots = {mode: work / mode for mode in MODES}
     circuit = PROJECT_ROOT / "bench" / "circuits" / "w1_tpch.yaml"
+    if reuse:  # the other roots: fresh copies of the loaded one (an earlier run may have stopped mid-copy)
+        for mode in ("recompute", "policy"):
+            shutil.rmtree(roots[mode], ignore_errors=True)
+            shutil.copytree(roots["incremental"], roots[mode], copy_function=shutil.copy2)
     rts = {mode: open_circuit(str(circuit), _config(root, mode, inprocess, loaded.total)) for mode, root in roots.items()}
-    load = _load(gen, source, roots, rts, loaded.total, lean)
+    if reuse:
+        if any(rt.committed.last_committed() != 1 for rt in rts.values()):
+            raise SystemExit(f"--reuse {work}: every root must hold exactly the load (timestep 1)")
+        load = {mode: {"seconds": None, "engine": "reused from an earlier run's load"} for mode in MODES}
+    else:
+        load = _load(gen, source, roots, rts, loaded.total, lean)
 
     def check(rt: Any, want: Any) -> dict[str, Any]:
         return view_check(rt, gen) if lean else _view_ok(rt, want)
 
-    if lean:  # the load's view too (the copies hold the same)
-        _log(f"load's view: {check(rts['incremental'], None)}")
+    if lean:  # the load's view too
+        for mode in (MODES if reuse else ("incremental",)):
+            _log(f"load's view ({mode}): {check(rts[mode], None)}")
     points = []
     for size in sizes:
         before = os.getloadavg()
@@ -210,6 +226,9 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
             point["policy_over_previous"] = round(point["policy"]["seconds"] / max(prev["policy"]["seconds"], 1e-9), 2)
             point["rows_over_previous"] = round(point["change_rows"] / max(prev["change_rows"], 1), 2)
         points.append(point)
+        if partial is not None:
+            partial({"sf": sf, "load_rows": loaded.total, "load": load, "reps": reps, "points": points,
+                     "lean": lean, "partial": True})
         _log(f"  {size}: policy / min = {point['policy_over_best']}; views right: {point['views_right']}; "
              f"memory {point['memory']}")
     return {"sf": sf, "load_rows": loaded.total, "load": load, "reps": reps, "points": points, "lean": lean}
@@ -257,6 +276,8 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
              "**Measured under load** (the machine is shared with other agents' work): one run; each "
              f"figure is the median of {result['reps']} steps of that size (each a new change, the three "
              "modes in a rotated order); the seconds are `dbsp step`'s (read, check, evaluate, commit).", "",
+             *(["**Partial**: written after the last size below; the run was still going.", ""]
+               if result.get("partial") else []),
              f"Load: {result['load_rows']:,} rows ("
              + ", ".join(f"{m} {v['seconds']} s on {v['engine']}" if v["seconds"] is not None else f"{m}: {v['engine']}"
                         for m, v in result["load"].items()) + ").", "",
@@ -302,6 +323,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="--lean: stop above this resident memory, this process and its children (0: never)")
     parser.add_argument("--recompute-sizes", help="measure the recompute root only at these sizes (default: all)")
     parser.add_argument("--name", help="results file name (default recompute, recompute-smoke)")
+    parser.add_argument("--reuse", help="--lean: a work folder holding an earlier run's files and loaded roots "
+                                        "(source/, incremental/, ...): the sweep starts from them")
     parser.add_argument("--out", help="results folder (default bench/results)")
     parser.add_argument("--work-dir", help="scratch data roots (default: a temp folder, removed at the end)")
     args = parser.parse_args(argv)
@@ -310,11 +333,16 @@ def main(argv: list[str] | None = None) -> None:
     sizes = list(SMOKE_SIZES) if args.smoke else [int(s) for s in (args.sizes or "").split(",") if s] or list(DEFAULT_SIZES)
     sf = 0.001 if args.smoke else args.sf
     before = os.getloadavg()
-    with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
+    with (contextlib.nullcontext(args.reuse) if args.reuse else tempfile.TemporaryDirectory(dir=args.work_dir)) as tmp:
+        name = args.name or ("recompute-smoke" if args.smoke else "recompute")
+
+        def partial(so_far: dict[str, Any]) -> None:
+            write_results(name, so_far, {"inprocess": args.inprocess}, before, args.out, markdown)
+
         result = run(sf, sizes, Path(tmp), args.inprocess, 1 if args.smoke else max(1, args.reps), args.lean,
-                     args.max_rss_gib, [int(x) for x in args.recompute_sizes.split(",")] if args.recompute_sizes else None)
-    write_results(args.name or ("recompute-smoke" if args.smoke else "recompute"), result,
-                  {"inprocess": args.inprocess}, before, args.out, markdown)
+                     args.max_rss_gib, [int(x) for x in args.recompute_sizes.split(",")] if args.recompute_sizes else None,
+                     partial, reuse=bool(args.reuse))
+    write_results(name, result, {"inprocess": args.inprocess}, before, args.out, markdown)
 
 if __name__ == "__main__":
     main()
