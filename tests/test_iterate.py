@@ -586,3 +586,14 @@ def test_an_init_of_another_type_than_the_loop_s_value(tmp_path):
         view = integrate(view, delta)
         assert set(view) == dijkstra(edges, start), f"timestep {t}"
         assert not types or types[1] == ("d", "double"), types
+
+
+def test_explain_says_what_state_the_loop_keeps_and_what_a_step_may_recompute(capsys):
+    from spark_jobs.cli.main import main
+
+    assert main(["explain", SP]) == 0
+    text = capsys.readouterr().out
+    assert "While loop 'dist'" in text and "at most 500 iterations" in text
+    assert "dist/<i>/I(dist)" in text and "dist/I(edges)" in text and "dist/diff" in text and "dist/depth" in text
+    assert "reaches every iteration up to where the last loop stopped" in text and "(edges)" in text
+    assert "rerun the loop from init" in text and "may cost more than the loop from scratch" in text
