@@ -74,9 +74,10 @@ bench: install
 	@$(PY) -m bench.views
 
 bench-smoke: install
-	@echo ">> bench-smoke: $(PY) -m bench.run --smoke; $(PY) -m bench.recursion --smoke (W3)"
+	@echo ">> bench-smoke: $(PY) -m bench.run --smoke; $(PY) -m bench.recursion --smoke (W3); $(PY) -m bench.iterate --smoke (while loop)"
 	@$(PY) -m bench.run --smoke
 	@$(PY) -m bench.recursion --smoke
+	@$(PY) -m bench.iterate --smoke
 
 SLT_DIR ?= tests/slt/cases
 SLT_ARGS ?=

@@ -30,6 +30,7 @@ dominate a small machine). Results: ``bench/results/recompute.{json,md}`` (``--s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -63,14 +64,14 @@ def _config(root: Path, mode: str, inprocess: bool, rows: int):
 
 
 def _copy_batch(source: Path, roots: dict[str, Path], batch: int) -> None:
-    """The generator's files of one batch into every data root's inbox (copies: separate files)."""
+    """The generator's files of one batch (``bNNNNNN.parquet``, or ``bNNNNNN-PPPP.parquet`` in
+    parts) into every data root's inbox (copies: separate files)."""
     for table in os.listdir(source / "inbox"):
-        name = f"b{batch:06d}.parquet"
-        src = source / "inbox" / table / name
-        if src.exists():
-            for root in roots.values():
-                (root / "inbox" / table).mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src, root / "inbox" / table / name)
+        for name in sorted(os.listdir(source / "inbox" / table)):
+            if name.startswith(f"b{batch:06d}") and name.endswith(".parquet"):
+                for root in roots.values():
+                    (root / "inbox" / table).mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(source / "inbox" / table / name, root / "inbox" / table / name)
 
 
 def _reference(gen, folder: Path) -> Any:
@@ -104,24 +105,77 @@ def _view_ok(rt, want) -> dict[str, Any]:
     return {"ok": differing == 0, "rows": int(len(got)), "differing": differing}
 
 
-def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3) -> dict[str, Any]:
-    from bench.generators import TpchGenerator
+def _load(gen, source: Path, roots: dict[str, Path], rts: dict[str, Any], rows: int, lean: bool) -> dict[str, Any]:
+    """The first step. Small scales: each root loads (the same files, its own step). ``lean``
+    (SF10): the first root loads and the others start from copies of its data root (inbox and
+    state: paths in the state are relative to it), so the slow load runs once."""
+    from spark_jobs.runtime.step import run_step
+
+    load: dict[str, Any] = {}
+    first = next(iter(rts))
+    _copy_batch(source, {first: roots[first]} if lean else roots, gen.batch)
+    for mode, rt in rts.items():
+        if lean and mode != first:
+            shutil.rmtree(roots[mode], ignore_errors=True)
+            shutil.copytree(roots[first], roots[mode], copy_function=shutil.copy2)
+            load[mode] = {"seconds": None, "engine": f"copy of {first}"}
+            continue
+        report = run_step(rt)
+        load[mode] = {"seconds": round(report.seconds, 3), "engine": report.engine}
+        _log(f"load {mode}: {rows} rows in {report.seconds:.2f} s ({report.engine})")
+    return load
+
+
+def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3, lean: bool = False,
+        max_rss_gib: float = 0.0, recompute_sizes: list[int] | None = None,
+        partial: Any = None, reuse: bool = False) -> dict[str, Any]:
+    """The sweep (module docstring). ``lean``: ``bench.lean_tpch``'s data (rows are functions of
+    their keys: SF10 fits in memory), loaded once and copied, each view checked by DuckDB over
+    the change files (``bench.floor.view_check``); a watchdog stops the run above ``max_rss_gib``.
+    ``recompute_sizes``: the sizes at which the recompute root is measured (None: all); at the
+    others it steps incrementally (its state stays the others', its seconds are not reported):
+    at SF10 a recompute rewrites every trace, minutes a step on this machine. ``partial``: called
+    with the result so far after every size (a long run leaves its results if stopped).
+    ``reuse`` (``lean``): ``work`` holds an earlier run's generated files and loaded roots (the
+    SF10 load takes tens of minutes on a loaded machine): the generator replays its load and the
+    sweep starts from the roots as they are, each root's view checked first."""
     from spark_jobs.config import PROJECT_ROOT
     from spark_jobs.runtime.circuit import open_circuit
     from spark_jobs.runtime.step import run_step
 
     source = work / "source"
-    gen = TpchGenerator(str(source), sf)
-    loaded = gen.initial()
+    if lean:
+        from bench.floor import Watchdog, view_check
+        from bench.lean_tpch import LeanTpch
+
+        gen: Any = LeanTpch(str(source), sf)
+        dog = Watchdog(max_rss_gib)
+    else:
+        from bench.generators import TpchGenerator
+
+        gen, dog = TpchGenerator(str(source), sf), None
+    loaded = gen.replay_initial() if reuse else gen.initial()
+    _log(f"SF {sf:g}: {loaded.total:,} rows generated{' (replayed: reusing ' + str(work) + ')' if reuse else ''}")
     roots = {mode: work / mode for mode in MODES}
     circuit = PROJECT_ROOT / "bench" / "circuits" / "w1_tpch.yaml"
+    if reuse:  # the other roots: fresh copies of the loaded one (an earlier run may have stopped mid-copy)
+        for mode in ("recompute", "policy"):
+            shutil.rmtree(roots[mode], ignore_errors=True)
+            shutil.copytree(roots["incremental"], roots[mode], copy_function=shutil.copy2)
     rts = {mode: open_circuit(str(circuit), _config(root, mode, inprocess, loaded.total)) for mode, root in roots.items()}
-    _copy_batch(source, roots, gen.batch)
-    load = {}
-    for mode, rt in rts.items():
-        report = run_step(rt)
-        load[mode] = {"seconds": round(report.seconds, 3), "engine": report.engine}
-        _log(f"load {mode}: {loaded.total} rows in {report.seconds:.2f} s ({report.engine})")
+    if reuse:
+        if any(rt.committed.last_committed() != 1 for rt in rts.values()):
+            raise SystemExit(f"--reuse {work}: every root must hold exactly the load (timestep 1)")
+        load = {mode: {"seconds": None, "engine": "reused from an earlier run's load"} for mode in MODES}
+    else:
+        load = _load(gen, source, roots, rts, loaded.total, lean)
+
+    def check(rt: Any, want: Any) -> dict[str, Any]:
+        return view_check(rt, gen) if lean else _view_ok(rt, want)
+
+    if lean:  # the load's view too
+        for mode in (MODES if reuse else ("incremental",)):
+            _log(f"load's view ({mode}): {check(rts[mode], None)}")
     points = []
     for size in sizes:
         before = os.getloadavg()
@@ -133,35 +187,51 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3)
             step: dict[str, Any] = {"change_rows": written.total}
             for mode in order:
                 rt = rts[mode]
+                skip = mode == "recompute" and recompute_sizes is not None and size not in recompute_sizes
+                if skip:  # the same state as the others, not measured
+                    run_step(open_circuit(str(circuit), _config(roots[mode], "incremental", inprocess, loaded.total)))
+                    step[mode] = None
+                    continue
                 report = run_step(rt)
                 meta = rt.committed.manifest().meta
                 step[mode] = {"seconds": round(report.seconds, 3), "mode": report.mode, "engine": report.engine,
-                              "reason": report.mode_reason, "estimate": (meta.get("cost") or {}).get("estimate")}
+                              "reason": report.mode_reason, "engine_reason": report.engine_reason,
+                              "estimate": (meta.get("cost") or {}).get("estimate"), "loadavg": os.getloadavg()[0]}
                 _log(f"{written.total} rows, {mode}: {report.seconds:.2f} s ({report.mode}, {report.engine})")
-            want = _reference(gen, work / "reference")  # after EVERY step: each root's view against DuckDB
-            point["view_ok"].append({mode: _view_ok(rt, want) for mode, rt in rts.items()})
+            # after EVERY step: each root's view against DuckDB's Q3 over the integrated inputs
+            want = None if lean else _reference(gen, work / "reference")
+            point["view_ok"].append({mode: check(rt, want) for mode, rt in rts.items()})
             point["steps"].append(step)
+            _log(f"  views: {point['view_ok'][-1]}")
         steps = point["steps"]
         point["change_rows"] = int(median([s["change_rows"] for s in steps]))
-        point["input_rows"] = sum(gen.state_rows().values())
+        point["input_rows"] = gen.input_rows() if lean else sum(gen.state_rows().values())
         for mode in MODES:
+            if any(s[mode] is None for s in steps):
+                point[mode] = {"seconds": None, "mode": "not measured", "engine": "-", "estimate": None, "reason": ""}
+                continue
             point[mode] = {"seconds": round(median([s[mode]["seconds"] for s in steps]), 3),
                            "mode": "/".join(sorted({s[mode]["mode"] for s in steps})),
                            "engine": "/".join(sorted({s[mode]["engine"] for s in steps})),
                            "estimate": steps[-1][mode]["estimate"], "reason": steps[-1][mode]["reason"]}
-        best = min(point["incremental"]["seconds"], point["recompute"]["seconds"])
+        best = min(x for x in (point["incremental"]["seconds"], point["recompute"]["seconds"]) if x is not None)
         point["policy_over_best"] = round(point["policy"]["seconds"] / best, 2) if best else None
         point["views_right"] = all(v["ok"] for check in point["view_ok"] for v in check.values())
         point["loadavg_before"], point["loadavg_after"] = before, os.getloadavg()
         point["memory"] = memory()
+        if dog is not None:
+            point["memory"]["watchdog_peak_gib"] = round(max(dog.peak, dog.rss()) / 2**30, 2)
         if points:  # continuity: this size's policy step against the previous (smaller) size's
             prev = points[-1]
             point["policy_over_previous"] = round(point["policy"]["seconds"] / max(prev["policy"]["seconds"], 1e-9), 2)
             point["rows_over_previous"] = round(point["change_rows"] / max(prev["change_rows"], 1), 2)
         points.append(point)
+        if partial is not None:
+            partial({"sf": sf, "load_rows": loaded.total, "load": load, "reps": reps, "points": points,
+                     "lean": lean, "partial": True})
         _log(f"  {size}: policy / min = {point['policy_over_best']}; views right: {point['views_right']}; "
              f"memory {point['memory']}")
-    return {"sf": sf, "load_rows": loaded.total, "load": load, "reps": reps, "points": points}
+    return {"sf": sf, "load_rows": loaded.total, "load": load, "reps": reps, "points": points, "lean": lean}
 
 
 def memory() -> dict[str, float]:
@@ -206,8 +276,11 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
              "**Measured under load** (the machine is shared with other agents' work): one run; each "
              f"figure is the median of {result['reps']} steps of that size (each a new change, the three "
              "modes in a rotated order); the seconds are `dbsp step`'s (read, check, evaluate, commit).", "",
+             *(["**Partial**: written after the last size below; the run was still going.", ""]
+               if result.get("partial") else []),
              f"Load: {result['load_rows']:,} rows ("
-             + ", ".join(f"{m} {v['seconds']} s" for m, v in result["load"].items()) + ").", "",
+             + ", ".join(f"{m} {v['seconds']} s on {v['engine']}" if v["seconds"] is not None else f"{m}: {v['engine']}"
+                        for m, v in result["load"].items()) + ").", "",
              "| change rows | incremental s | recompute s | policy s (its choice, engine) | policy / min | "
              "policy s / previous size's (rows x) | estimated incr / recompute s | views right | load avg | "
              "GiB: peak RSS / process tree RSS |",
@@ -216,7 +289,7 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
         est = p["policy"].get("estimate") or {}
         guess = f"{est.get('incremental', '-')} / {est.get('recompute', '-')}" if est else "-"
         ok = p["views_right"]
-        lines.append(f"| {p['change_rows']:,} | {p['incremental']['seconds']} | {p['recompute']['seconds']} | "
+        lines.append(f"| {p['change_rows']:,} | {p['incremental']['seconds']} | {p['recompute']['seconds'] if p['recompute']['seconds'] is not None else 'not measured'} | "
                      f"{p['policy']['seconds']} ({p['policy']['mode']}, {p['policy']['engine']}) | "
                      f"{p['policy_over_best']} | "
                      + (f"{p['policy_over_previous']} ({p['rows_over_previous']}x) | " if "policy_over_previous" in p
@@ -226,7 +299,10 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
                      f"{p['loadavg_before'][0]:.1f} -> {p['loadavg_after'][0]:.1f} | "
                      f"{(p.get('memory') or {}).get('peak_rss_gib', '-')} / {(p.get('memory') or {}).get('tree_rss_gib', '-')} |")
     worst = max((p["policy_over_best"] or 0 for p in result["points"]), default=0)
-    lines += ["", f"Worst policy / min(incremental, recompute): **{worst}** over {len(result['points'])} sizes.",
+    unmeasured = [p["change_rows"] for p in result["points"] if p["recompute"]["seconds"] is None]
+    lines += ["", f"Worst policy / min(incremental, recompute): **{worst}** over {len(result['points'])} sizes"
+              + (f" (at {', '.join(f'{n:,}' for n in unmeasured)} rows the recompute was not measured: the ratio "
+                 "there is against the incremental step alone)." if unmeasured else "."),
               "Views right: after every step of every size, each of the three roots' view equals DuckDB's Q3 "
               "over the integrated inputs (revenue within 1e-9 relative)."]
     return "\n".join(lines) + "\n"
@@ -241,6 +317,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--smoke", action="store_true", help="SF 0.001, three small sizes, one step each")
     parser.add_argument("--no-inprocess", dest="inprocess", action="store_false",
                         help="leave the engine thresholds at the profile's (large steps on Spark)")
+    parser.add_argument("--lean", action="store_true",
+                        help="bench.lean_tpch's data (SF10 fits in memory), loaded once and copied to the roots")
+    parser.add_argument("--max-rss-gib", type=float, default=8.0,
+                        help="--lean: stop above this resident memory, this process and its children (0: never)")
+    parser.add_argument("--recompute-sizes", help="measure the recompute root only at these sizes (default: all)")
+    parser.add_argument("--name", help="results file name (default recompute, recompute-smoke)")
+    parser.add_argument("--reuse", help="--lean: a work folder holding an earlier run's files and loaded roots "
+                                        "(source/, incremental/, ...): the sweep starts from them")
     parser.add_argument("--out", help="results folder (default bench/results)")
     parser.add_argument("--work-dir", help="scratch data roots (default: a temp folder, removed at the end)")
     args = parser.parse_args(argv)
@@ -249,10 +333,18 @@ def main(argv: list[str] | None = None) -> None:
     sizes = list(SMOKE_SIZES) if args.smoke else [int(s) for s in (args.sizes or "").split(",") if s] or list(DEFAULT_SIZES)
     sf = 0.001 if args.smoke else args.sf
     before = os.getloadavg()
-    with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
-        result = run(sf, sizes, Path(tmp), args.inprocess, 1 if args.smoke else max(1, args.reps))
-    write_results("recompute-smoke" if args.smoke else "recompute", result, {"inprocess": args.inprocess},
-                  before, args.out, markdown)
+    with (contextlib.nullcontext(args.reuse) if args.reuse else tempfile.TemporaryDirectory(dir=args.work_dir)) as tmp:
+        name = args.name or ("recompute-smoke" if args.smoke else "recompute")
+
+        def partial(so_far: dict[str, Any]) -> None:
+            write_results(name, so_far, {"inprocess": args.inprocess}, before, args.out, markdown)
+
+        result = run(sf, sizes, Path(tmp), args.inprocess, 1 if args.smoke else max(1, args.reps), args.lean,
+                     args.max_rss_gib, [int(x) for x in args.recompute_sizes.split(",")] if args.recompute_sizes else None,
+                     partial, reuse=bool(args.reuse))
+    write_results(name, result, {"inprocess": args.inprocess}, before, args.out, markdown)
 
 if __name__ == "__main__":
     main()
+    sys.stdout.flush()
+    os._exit(0)  # a Spark session started by a load or a recompute would otherwise hold the exit

@@ -92,6 +92,15 @@ class ArrowPolicy:
     # took 2.8 s in-process against 10.3 s on Spark, a 400k-row one 6 s against 20.6 s, and a
     # 1M-row one peaked at 1.3 GB of memory (docs/performance.md)
     max_change_rows: int = 1_000_000
+    # past max_change_rows a step still runs in-process when Spark runs on this machine (a local
+    # profile: it shares the driver's cores) and the step's estimated memory fits: change rows x
+    # bytes_per_change_row <= max_memory_bytes (0: never past max_change_rows, the old hard
+    # cut-off). Why: the cut-off was a cliff, W1 SF10 1,000,871 rows took 9.5 s in-process and
+    # 46-78 s on Spark. bytes_per_change_row is measured: W1's in-process step at SF10 peaked at
+    # 0.96 / 1.19 / 1.31 GB resident for 100k / 400k / 1M changed rows (the process, its imports
+    # and the lookups' kept row groups included), so 2,000 bytes a row is an upper bound there
+    max_memory_bytes: int = 4 << 30
+    bytes_per_change_row: int = 2_000
     max_lookup_rows: int = 5_000_000  # trace rows a step's lookups may decode and keep (for reuse)...
     # ...past that, a lookup streams the row groups that can hold its keys and keeps only the
     # matches (``TraceFiles.matching``): up to this many rows decoded by a step's streamed
@@ -168,8 +177,14 @@ class ExecutionPolicy:
         """A change small enough to broadcast for lookups (and run a Spark step without AQE)."""
         return rows <= self.small_change_rows
 
+    def inprocess_memory(self, change_rows: int) -> int:
+        """The estimated peak bytes of an in-process step of ``change_rows`` changed rows (its
+        lookups keep at most ``arrow.max_lookup_rows`` decoded rows and stream past that, so the
+        change is what grows)."""
+        return max(0, change_rows) * self.arrow.bytes_per_change_row
+
     def engine_for(self, change_rows: int | None, *, first_step: bool, driver_reach: str | None = None,
-                   unsupported: str | None = None) -> tuple[str, str]:
+                   unsupported: str | None = None, local_spark: bool = False) -> tuple[str, str]:
         """The engine of a step, and why: ``(engine, reason)``.
 
         ``change_rows``: rows of the step's input changes (None: unknown without reading them);
@@ -177,7 +192,10 @@ class ExecutionPolicy:
         cannot read and write the state and inputs itself (None: it can, whatever the profile:
         local, cluster or Spark Connect); ``unsupported``: why the step cannot run on Arrow at all
         (an operator or input without Arrow kernels), if it cannot. ``engine: arrow`` is honoured
-        whenever the step can run on Arrow at all.
+        whenever the step can run on Arrow at all. ``local_spark``: Spark runs on this machine (a
+        local profile), so a change past ``arrow.max_change_rows`` still runs in-process while its
+        estimated memory fits ``arrow.max_memory_bytes`` (no cliff at the row threshold: Spark
+        would share the same cores); on a cluster or Connect profile it goes to Spark.
         """
         if self.engine == "spark":
             return "spark", "the profile sets execution.engine: spark"
@@ -192,7 +210,15 @@ class ExecutionPolicy:
         limit = self.arrow.max_change_rows
         if change_rows > limit:
             what = "a load of " if first_step else ""
-            return "spark", f"{what}{change_rows} changed rows > execution.arrow.max_change_rows ({limit})"
+            over = f"{what}{change_rows} changed rows > execution.arrow.max_change_rows ({limit})"
+            need, bound = self.inprocess_memory(change_rows), self.arrow.max_memory_bytes
+            if local_spark and need <= bound:
+                return "arrow", (f"{over}, in-process: Spark runs on this machine and the step's estimated memory "
+                                 f"{need / 2**30:.2f} GiB <= execution.arrow.max_memory_bytes ({bound / 2**30:.2f} GiB)")
+            if local_spark:
+                return "spark", (f"{over} and the step's estimated memory {need / 2**30:.2f} GiB > "
+                                 f"execution.arrow.max_memory_bytes ({bound / 2**30:.2f} GiB)")
+            return "spark", over
         what = "a load of " if first_step else ""
         return "arrow", f"{what}{change_rows} changed rows <= execution.arrow.max_change_rows"
 

@@ -59,6 +59,8 @@ def test_smoke_results_json(smoke: Path) -> None:
     assert _positive(q3["reference_median_s"]) and q3["reference_correct"]["ok"], q3.get("reference_correct")
     ident = results["workloads"]["identity"]["sizes"][-1]
     assert ident["sweep"] and "break_even" in ident and ident["profile"]["phases"]
+    # every sweep point's view is checked after it is applied (the first point is the steps before)
+    assert all(p["correct"]["ok"] for p in ident["sweep"][1:]), ident["sweep"]
     assert ident["engines"]["steps"] == {"arrow": len(ident["steps"])}  # a small change runs in-process
     assert results["floor"]["jobs_median"] == 0
 

@@ -168,6 +168,71 @@ def test_alternating_incremental_and_recompute_equals_a_recompute(tmp_path, seed
     assert len(cost.history_of(mixed.committed.manifest().meta)) == 7
 
 
+@pytest.mark.parametrize("seed", [6])
+def test_past_the_row_threshold_every_decision_commits_the_same_timestep(tmp_path, seed):
+    """Past execution.arrow.max_change_rows (5 here) a local profile's steps stay in-process
+    while their memory fits (no cliff), incremental, recomputed, or as the cost model picks: on a
+    random stream of inserts and deletes each commits the same view deltas and state as a plain
+    in-process incremental run, and its views equal a recompute from scratch."""
+    circuit = tmp_path / "paths.yaml"
+    circuit.write_text(CIRCUIT)
+    past = {"arrow": {"max_change_rows": 5}}
+    cfgs = {"plain": config(tmp_path / "plain", engine="arrow", cost={"recompute": "never"}),
+            "incremental": config(tmp_path / "incremental", **past, cost={"recompute": "never"}),
+            "recompute": config(tmp_path / "recompute", **past, cost={"recompute": "always"}),
+            "auto": config(tmp_path / "auto", **past, cost={"min_change_rows": 0, "min_change_fraction": 0.0})}
+    rts = {k: open_circuit(str(circuit), c) for k, c in cfgs.items()}
+    rng = random.Random(seed)
+    bags = {name: Bag(cols, domain, rng) for name, (cols, domain) in INPUTS.items()}
+    for t in range(1, 7):
+        for name, bag in bags.items():
+            change = bag.change(10 if t % 2 else 30, 4 if t % 3 else 25)
+            for root in rts:
+                write_change(str(tmp_path / root), name, t, bag.columns, change)
+        reports = {k: run_step(rt) for k, rt in rts.items()}
+        for k in ("incremental", "recompute", "auto"):
+            assert reports[k].engine == "arrow", (t, k, reports[k].engine_reason)
+            if reports[k].mode == "incremental":
+                assert "in-process: Spark runs on this machine" in reports[k].engine_reason, reports[k].engine_reason
+            for view in rts["plain"].compiled.spec.outputs:
+                assert output_delta(rts[k], view) == output_delta(rts["plain"], view), (t, k, view)
+            assert _traces(rts[k]) == _traces(rts["plain"]), (t, k)
+        assert reports["recompute"].mode == ("recompute" if t > 1 else "incremental")
+        if t in (3, 6):
+            for view, rows in _recomputed(tmp_path, circuit, bags, t).items():
+                for k in rts:
+                    assert _view(rts[k], view) == rows, (t, k, view)
+
+
+def test_a_step_past_the_memory_bound_goes_to_spark_with_the_reason(tmp_path):
+    """The engine past the row threshold: in-process while the estimated memory fits, Spark past
+    it (the reason names both bounds), and Spark when past steps measured Spark cheaper by the
+    margin (read without running a step on Spark)."""
+    circuit = tmp_path / "paths.yaml"
+    circuit.write_text(CIRCUIT)
+    rng = random.Random(3)
+    bags = {name: Bag(cols, domain, rng) for name, (cols, domain) in INPUTS.items()}
+    root = tmp_path / "r"
+    rt = open_circuit(str(circuit), config(root, arrow={"max_change_rows": 5}))
+    for t in (1, 2):
+        for name, bag in bags.items():
+            write_change(str(root), name, t, bag.columns, bag.change(10, 3))
+        if t == 1:
+            assert run_step(rt).engine == "arrow"
+    pending = pending_inputs(rt)
+    path = choose_path(rt, pending)
+    assert path.engine == "arrow" and "estimated memory" in path.engine_reason, path.engine_reason
+    tight = open_circuit(str(circuit), config(root, arrow={"max_change_rows": 5, "bytes_per_change_row": 10**9}))
+    path = choose_path(tight, pending)
+    assert path.engine == "spark" and "> execution.arrow.max_memory_bytes" in path.engine_reason, path.engine_reason
+    # past steps measured an incremental step on Spark far cheaper than in-process: Spark
+    history = [cost.Sample("incremental", "spark", 50, 100, 0.01), cost.Sample("incremental", "arrow", 50, 100, 5.0)]
+    engine, why = cost.incremental_engine(history, rt.config.policy, 40, 100, "arrow", "past it", "arrow")
+    assert engine == "spark" and "on Spark" in why
+    assert cost.incremental_engine([], rt.config.policy, 40, 100, "arrow", "past it", "arrow")[0] == "arrow"
+    assert cost.incremental_engine(history, rt.config.policy, 4, 100, "arrow", "under it", "arrow") == ("arrow", "under it")
+
+
 def test_recompute_on_spark_commits_the_same_timestep(spark, tmp_path):
     circuit = tmp_path / "paths.yaml"
     circuit.write_text(CIRCUIT)

@@ -288,15 +288,61 @@ def _measure(wl: Workload, size: Size, cfg: Config, plan: Plan, root: str, log: 
             log(f"    A/B {dict(plan.ab_conf)}: base {result['ab']['base']['step_median_s']:.2f} s, "
                 f"variant {result['ab']['variant']['step_median_s']:.2f} s")
         if extras and plan.sweep_changes:
-            _sweep(result, rt, gen, plan, steps, log)
+            _sweep(result, rt, gen, plan, steps, log, wl, root)
     except Exception as exc:  # a failing step is a finding: keep what was measured, say what broke
         result["error"] = describe(exc)
         log(f"    FAILED (rest of this size skipped): {result['error']}")
     return result
 
 
-def _sweep(result: dict[str, Any], rt, gen, plan: Plan, steps: list[StepSample], log: Log) -> None:
-    """Step time at growing change sizes (same state); fills sweep, break_even, changes/s.
+def sweep_check(rt, gen, wl: Workload, root: str) -> dict[str, Any]:
+    """The committed view against DuckDB's recompute of the workload's query over the
+    generator's current tables (the integrated inputs), right after a sweep point's steps: each
+    size is checked after it is applied, not only the steps measured before the sweep. Rows are
+    matched as multisets (the engine's weights against DuckDB's row counts) on every column but
+    ``wl.float_cols``, which agree within 1e-9 relative. None of it is timed. A workload without
+    DuckDB SQL is checked against Spark's recompute instead."""
+    import duckdb
+
+    from spark_jobs.state.arrow_read import read_view
+
+    tables = gen.snapshot(os.path.join(root, "sweep-snapshot"))
+    if wl.duckdb_sql is None:  # no DuckDB query (identity): Spark's recompute of the same tables
+        out_dir = os.path.join(root, "sweep-recompute")
+        try:
+            recompute(rt, tables, out_dir)
+            return {**view_matches(rt, out_dir, wl.view, wl.float_cols), "against": "spark recompute"}
+        finally:
+            shutil.rmtree(out_dir, ignore_errors=True)
+            shutil.rmtree(os.path.join(root, "sweep-snapshot"), ignore_errors=True)
+    con = duckdb.connect(config={"threads": 2, "memory_limit": "3GB"})
+    try:
+        con.execute(f"CREATE TEMP TABLE want AS {wl.duckdb_sql(tables)}")  # type: ignore[misc]
+        names = [r[0] for r in con.execute("DESCRIBE want").fetchall()]
+        got = read_view(rt.committed, wl.view)
+        keys = [c for c in names if c not in wl.float_cols]
+        cols = ", ".join(names)
+        con.execute(f"CREATE TEMP TABLE w AS SELECT {cols}, count(*) AS n FROM want GROUP BY ALL")
+        if got is None or got.num_rows == 0:
+            missing = con.execute("SELECT count(*) FROM w").fetchone()[0]
+            return {"ok": missing == 0, "engine_rows": 0, "differing_rows": int(missing)}
+        con.register("got_raw", got)
+        con.execute(f"CREATE TEMP TABLE g AS SELECT {cols}, sum(_weight) AS n FROM got_raw GROUP BY ALL")
+        on = " AND ".join(f"g.{c} IS NOT DISTINCT FROM w.{c}" for c in keys)
+        bad = " OR ".join(["g.n IS NULL", "w.n IS NULL", "g.n <> w.n"]
+                          + [f"abs(g.{c} - w.{c}) > 1e-9 * greatest(abs(g.{c}), abs(w.{c}), 1)" for c in wl.float_cols])
+        differing = con.execute(f"SELECT count(*) FROM g FULL OUTER JOIN w ON {on} WHERE {bad}").fetchone()[0]
+        return {"ok": differing == 0, "engine_rows": int(got.num_rows), "differing_rows": int(differing),
+                "against": "duckdb"}
+    finally:
+        con.close()
+        shutil.rmtree(os.path.join(root, "sweep-snapshot"), ignore_errors=True)
+
+
+def _sweep(result: dict[str, Any], rt, gen, plan: Plan, steps: list[StepSample], log: Log,
+           wl: Workload | None = None, root: str | None = None) -> None:
+    """Step time at growing change sizes (same state); fills sweep, break_even, changes/s; the
+    view is checked after every sweep point (``sweep_check``), not only before the sweep.
     A sweep point whose step fails is recorded, and the error raised to stop this size."""
     base = {"change_rows_target": plan.change_rows, **_summary(steps)}
     base["changes_per_s"] = round(base["change_rows_median"] / base["step_median_s"], 1)
@@ -312,6 +358,10 @@ def _sweep(result: dict[str, Any], rt, gen, plan: Plan, steps: list[StepSample],
             raise
         s = _summary(samples)
         s["changes_per_s"] = round(s["change_rows_median"] / s["step_median_s"], 1)
+        if wl is not None and root is not None:
+            s["correct"] = sweep_check(rt, gen, wl, root)
+            log(f"    sweep {rows_wanted:,}: view == DuckDB's recompute: {s['correct'].get('ok')} "
+                f"({s['correct'].get('differing_rows', 0)} differing rows)")
         result["sweep"].append({"change_rows_target": rows_wanted, **s})
         points = [(p["change_rows_median"], p["step_median_s"]) for p in result["sweep"] if "error" not in p]
         result["break_even"] = break_even(points, recompute_s)

@@ -110,6 +110,20 @@ def _apply(conn, table: str, key: list[str], change: pa.Table) -> None:
             cur.executemany(f"INSERT INTO {qualified(table)} ({names}) VALUES ({marks})", new)
 
 
+def _rewrite(conn, store, circuit: str, out: OutputSpec, t: int) -> None:
+    """Replace the table's rows by the whole view at timestep ``t`` and set the progress to ``t``, in
+    one transaction: a reader sees the old rows or the new ones, never a half-written table."""
+    sink = out.sink
+    assert sink is not None
+    view = read_view(store, out.name, t)
+    with conn.transaction():
+        conn.execute(f"DELETE FROM {qualified(sink.table)}")
+        if view is not None:
+            _apply(conn, sink.table, list(out.key), view)
+        failpoint("sink_before_commit")
+        _set_progress(conn, sink.table, circuit, out.name, t)
+
+
 def sink_view(circuit: str, out: OutputSpec, store, last: int, say: Callable[[str], None] | None = None) -> SinkResult:
     """Bring the output's target table to timestep ``last`` (see the module docstring)."""
     import psycopg
@@ -147,23 +161,11 @@ def sink_view(circuit: str, out: OutputSpec, store, last: int, say: Callable[[st
             start = restart_of(store, out.name, result.before, last)
             pruned = Removed.read(store).view_deltas_through.get(safe_name(out.name), 0)
             if result.before > last or pruned > (result.before if start is None else start):
-                view = read_view(store, out.name, last)
-                with conn.transaction():
-                    conn.execute(f"DELETE FROM {qualified(sink.table)}")
-                    if view is not None:
-                        _apply(conn, sink.table, list(out.key), view)
-                    failpoint("sink_before_commit")
-                    _set_progress(conn, sink.table, circuit, out.name, last)
+                _rewrite(conn, store, circuit, out, last)
                 result.after, result.note = last, f"rebuilt from the view at timestep {last}"
                 return result
             if start is not None:  # a change of the circuit started the view again at `start`
-                view = read_view(store, out.name, start)
-                with conn.transaction():
-                    conn.execute(f"DELETE FROM {qualified(sink.table)}")
-                    if view is not None:
-                        _apply(conn, sink.table, list(out.key), view)
-                    failpoint("sink_before_commit")
-                    _set_progress(conn, sink.table, circuit, out.name, start)
+                _rewrite(conn, store, circuit, out, start)
                 result.after = start
                 result.note = f"rewritten from the whole view at timestep {start} (a change of the circuit)"
             for t in range(result.after + 1, last + 1):

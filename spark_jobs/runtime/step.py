@@ -121,7 +121,8 @@ def choose_engine(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, fu
     reach = driver_reach(rt) if why is None and policy.engine != "spark" else None
     rows = step_engines.change_rows(pending, rt.compiled.spec.inputs) if why is None and reach is None and policy.engine == "auto" else None
     first = rt.committed.last_committed() == 0
-    return policy.engine_for(rows, first_step=first, driver_reach=reach, unsupported=why)
+    return policy.engine_for(rows, first_step=first, driver_reach=reach, unsupported=why,
+                             local_spark=rt.config.spark.mode == "local")
 
 
 @dataclass
@@ -216,6 +217,7 @@ def choose_path(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full
                      and driver_reach(rt) is None)
         rengine = "arrow" if inprocess and held + rows <= policy.cost.arrow_rows else "spark"
         history = cost.history_of((rt.committed.manifest().meta or {}) if rt.committed.manifest() else None)
+        engine, reason = cost.incremental_engine(history, policy, rows, held, engine, reason, rengine)
         est = cost.estimate(history, rows, held, engine, rengine)
     choice = cost.choose(settings, est, cannot)
     if recompute and choice.mode == "recompute":

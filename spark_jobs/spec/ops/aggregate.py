@@ -59,13 +59,16 @@ def columns(node: NodeSpec, lookup: Lookup,
                for i, n in enumerate(agg_names) if n in node.group_by + agg_names[:i]]
     names = node.group_by + agg_names
     if "window" in node.field_lines:
-        issues += _window_issues(node, src, names)
+        issues += window_issues(node, src, names)
         names = WINDOW_COLUMNS + names
     return names, issues
 
 
-def _window_issues(node: NodeSpec, src: tuple[str, ...] | None, names: tuple[str, ...]) -> list[Issue]:
-    """A window's column must be an input column; its output columns must be free names."""
+def window_issues(node: NodeSpec, src: tuple[str, ...] | None, names: tuple[str, ...],
+                  named: str | None = None) -> list[Issue]:
+    """A window's column must be an input column; its output columns must be free names
+    (``names``: the node's own output names; ``named``: the field they come from, else the
+    aggregate's). Shared by ``topk.window``."""
     issues = []
     window = node.window
     if src is not None and window is not None and window.column not in src:
@@ -77,7 +80,7 @@ def _window_issues(node: NodeSpec, src: tuple[str, ...] | None, names: tuple[str
             issues.append(Issue("window", f"input '{node.input}' already has a column '{name}', which a window "
                                           f"adds: rename it with a select first"))
         elif name in names:
-            where = "group_by" if name in node.group_by else f"aggregates.{name}"
+            where = named or ("group_by" if name in node.group_by else f"aggregates.{name}")
             issues.append(Issue(where, f"'{name}' is a column the window adds: choose another name"))
     return issues
 

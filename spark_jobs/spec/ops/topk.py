@@ -1,6 +1,8 @@
 """``topk``: per group, the rows ranked <= k, ``{input, partition_by, order_by, k, rank,
-rank_column}``; its fields are kept in ``extra["topk"]`` (a ``TopKSpec``). Compiled to the IR's
-``topk`` (``ir/ops/topk.py``)."""
+rank_column}``, optionally per time ``window`` (as ``aggregate.window``: the rows are assigned to
+their windows first and ranked per window, so a windowed top-k of raw events, Nexmark q7, needs no
+aggregate in front of it); its fields are kept in ``extra["topk"]`` (a ``TopKSpec``). Compiled to
+the IR's ``topk`` (``ir/ops/topk.py``)."""
 from __future__ import annotations
 
 import re
@@ -10,7 +12,10 @@ from typing import Any, Callable
 from ..columns import Issue, Lookup, missing, reserved
 from ..model import NodeSpec
 from ..node_ops import REF, Loading, NodeOp, column_list, register
-from ..typecheck import INT
+from ..time import WINDOW_COLUMNS, window_of
+from ..typecheck import INT, TIMESTAMP
+from .aggregate import FIELDS as AGGREGATE_FIELDS
+from .aggregate import window_issues
 
 RANKS = ("row_number", "rank", "dense_rank")  # the rank functions of a `topk` node
 
@@ -45,6 +50,9 @@ FIELDS = {
           "maximum": 2147483647},
     "rank": {"enum": list(RANKS), "title": "the rank function (default row_number)"},
     "rank_column": {**REF, "title": "a column for the rank (optional)"},
+    "window": {**AGGREGATE_FIELDS["window"],
+               "title": "rank per time window {column: ts, size: \"1 hour\", slide: \"15 minutes\"} (tumbling "
+                        "without slide): output window_start, window_end first, then the input's columns"},
 }
 
 _ORDER = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)(?:\s+(ASC|DESC))?(?:\s+NULLS\s+(FIRST|LAST))?\s*$", re.I)
@@ -78,16 +86,21 @@ def topk_spec(raw: dict, lines: dict[str, int], problem: Callable[[str, str], No
 
 
 def load(raw: dict, loading: Loading) -> dict[str, Any]:
-    return {"extra": {"topk": topk_spec(raw, loading.lines, loading.problem)}}
+    return {"extra": {"topk": topk_spec(raw, loading.lines, loading.problem)}, "window": window_of(raw.get("window"))}
 
 
 def columns(node: NodeSpec, lookup: Lookup, known: tuple[str, ...]) -> tuple[tuple[str, ...] | None, list[Issue]]:
-    """The input's columns, then ``rank_column``; the groups and order must be input columns."""
+    """The input's columns (after a window's two), then ``rank_column``; the groups and order must
+    be input columns (or the window's)."""
     spec = node.extra.get("topk")
     src = lookup(node.input or "")
     if spec is None or src is None:
         return None, []
-    issues = missing(spec.partition_by, src, "partition_by", f"input '{node.input}'")
+    issues: list[Issue] = []
+    if "window" in node.field_lines:
+        issues += window_issues(node, src, ())
+        src = WINDOW_COLUMNS + src
+    issues += missing(spec.partition_by, src, "partition_by", f"input '{node.input}'")
     issues += missing(tuple(c for c, _, _ in spec.order_by), src, "order_by", f"input '{node.input}'")
     if spec.rank_column is None:
         return src, issues
@@ -103,10 +116,12 @@ def types(typer: Any, label: str, node: NodeSpec, scope: dict) -> dict | None:
     if src is None:
         return None
     rank_column = getattr(node.extra.get("topk"), "rank_column", None)
-    return {**src, **({rank_column: INT} if rank_column else {})}
+    window = {"window_start": TIMESTAMP, "window_end": TIMESTAMP} if node.window is not None else {}
+    return {**window, **src, **({rank_column: INT} if rank_column else {})}
 
 
 TOPK = register(NodeOp(
     "topk", 60, "Per group, the rows ranked <= k: {input, partition_by: [cols], order_by: [\"col DESC\", ...] or "
-    "[{column, desc, nulls}], k, rank: row_number|rank|dense_rank, rank_column}.",
+    "[{column, desc, nulls}], k, rank: row_number|rank|dense_rank, rank_column}; with window: {column: ts, size: "
+    "\"10 minutes\"} per time window (output window_start, window_end first).",
     FIELDS, columns, "spark_jobs.ir.ops.topk:from_topk", required=("input", "order_by", "k"), load=load, types=types))

@@ -8,7 +8,7 @@ condition is split into key equalities and the rest, by which side each conjunct
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from sqlglot import exp
 

@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from . import plan as P
 from .errors import SqlError, describe
-from .exprs import column_sql, conjuncts, is_literal_int
+from .exprs import column_sql, is_literal_int
 from .scope import Field, fresh
 
 if TYPE_CHECKING:
