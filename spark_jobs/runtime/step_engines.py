@@ -197,9 +197,13 @@ class SparkSteps:
                     deltas[name] = df.cache()
                     self.cached.append(deltas[name])
         schemas = {name: spark_schema(inp) for name, inp in self.rt.compiled.spec.inputs.items()}
+        # a step whose results all come back in one job (``settle``) plans them as one union, in
+        # which Spark reuses a shared shuffle: caching a reused value would plan it twice more
+        # (persist, then unpersist) for rows it computes once anyway
+        one_job = self.local and self.small and not self.full and self.driver_writes
         result = evaluate_step(self.rt.compiled.incremental, deltas, state, first_step=first_step,
                                input_schemas=schemas, broadcast_deltas=self.small if only is None else True,
-                               persist=self.persist and only is None, policy=self.rt.config.policy,
+                               persist=self.persist and only is None and not one_job, policy=self.rt.config.policy,
                                spark=self.spark, only=only, external=external)
         self.results.append(result)
         return result
