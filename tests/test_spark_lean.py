@@ -209,3 +209,35 @@ def test_late_rows_of_a_change_read_in_process_on_spark_are_left_out_or_refused_
                 outcomes[name] = [(os.path.basename(p), r) for p, r in exc.problems]
                 os.remove(path)
         assert outcomes["lean"] == outcomes["spark-reads"], (i, outcomes)
+
+
+def test_projections_of_a_local_change_come_back_without_a_job_and_as_spark_gives_them(spark):
+    """``held_table``: a filter and projection of a local relation is folded on the driver, so
+    its rows come back with no job, with the values and types ``toArrow`` gives (NULLs, NaN,
+    decimals, dates, non-ASCII); a plan the optimizer cannot fold (an aggregate, a union) or a
+    timestamp column (naive local times in Python) is left to the one collect job."""
+    import datetime
+    import decimal
+
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from spark_jobs.executor.spark.local_relations import held_table
+    from spark_jobs.state.arrow_trace import arrow_of
+
+    table = pa.table({
+        "a": pa.array([1, None, 3], pa.int64()), "s": ["x", None, "é"],
+        "d": pa.array([decimal.Decimal("1.50"), None, decimal.Decimal("-2.25")], pa.decimal128(10, 2)),
+        "dt": pa.array([datetime.date(2024, 1, 1), None, datetime.date(1999, 12, 31)]),
+        "f": [1.5, float("nan"), None], "_weight": pa.array([1, -1, 2], pa.int64())})
+    df = spark.createDataFrame(table)
+    picked = df.select("a", "s", "d", "dt", "f", (F.col("_weight") * 2).alias("_weight")).where("a IS NULL OR a > 1")
+    with job_group(spark, "held") as jobs:
+        held = held_table(picked, 100)
+    assert jobs.count == 0 and held is not None
+    expected = picked.toArrow().cast(arrow_of(picked.schema))
+    assert held.schema == expected.schema and repr(held.to_pylist()) == repr(expected.to_pylist())
+    assert held_table(picked, 1) is None  # more rows than asked for
+    assert held_table(df.groupBy("a").count(), 100) is None
+    assert held_table(df.unionByName(df), 100) is None
+    assert held_table(df.withColumn("t", F.lit(datetime.datetime(2024, 1, 1))), 100) is None

@@ -249,7 +249,7 @@ class SparkSteps:
         pyarrow writes them, so the step's Spark jobs are that one and the input count's. Where
         this process cannot write the state itself, or the values are too many rows, the view
         deltas are computed once (to the driver, or cached) and Spark writes."""
-        from spark_jobs.executor.spark.local_relations import collect_arrow, collect_local, known_empty
+        from spark_jobs.executor.spark.local_relations import collect_arrow, collect_local, held_table, known_empty
 
         policy = self.rt.config.policy
         if self.small and not self.full and self.driver_writes:
@@ -262,6 +262,12 @@ class SparkSteps:
                 tables = {key: _typed(None, df) for key, df in frames.items()}
             else:
                 rest = {key: df for key, df in frames.items() if key not in held}
+                if self.local:  # projections of the local changes: their rows are on the driver, no job
+                    for key in list(rest):
+                        table = held_table(rest[key], policy.local_change_rows)
+                        if table is not None:
+                            held[key] = table
+                            del rest[key]
                 tables = collect_arrow(self.spark, rest, policy.local_change_rows)[0] if rest else {}
                 if tables is not None:
                     tables.update(held)
