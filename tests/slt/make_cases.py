@@ -442,6 +442,8 @@ CONSTANT = [
     ("II", "SELECT t1.a, s.x FROM t1, (SELECT 2) AS s(x) WHERE t1.b = s.x"),
     ("I", "SELECT DISTINCT 9"),
     ("I", "SELECT CAST(7 AS BIGINT) + coalesce(NULL, 2)"),
+    ("I", "WITH RECURSIVE r(n) AS (SELECT 1 UNION SELECT n + 1 FROM r WHERE n < 5) SELECT n FROM r"),
+    ("I", "WITH RECURSIVE r(n) AS (SELECT 1 UNION SELECT n + 1 FROM r, t1 WHERE n < t1.a) SELECT n FROM r"),
 ]
 
 REFUSED_CONSTANT = [
