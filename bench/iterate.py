@@ -10,7 +10,15 @@ edges, weights 1..9, one source). One committed step loads the graph; then batch
 with (a) the engine's own from-scratch run: a fresh circuit whose first step reads the whole
 current graph and runs the loop from ``init`` (what a recompute costs), (b) networkx's Dijkstra,
 (c) DuckDB (a keyed recursive CTE) and (d) Dijkstra in plain Python (heapq) on the same graph.
-After every step the integrated view must equal the distances of all three (``matches``). Results: bench/results/iterate.json and iterate.md (``-smoke`` under
+After every step the integrated view must equal the distances of all three (``matches``).
+10-edge steps are repeated ``--small-repeats`` times (the target is about them: the median and the
+worst ratio are reported), the others ``--repeats`` times. Each step also records where its time
+went: the loop's own seconds (the incremental kernel), how many iterations it ran against the
+loop's previous depth, the view rows it changed, how many deleted edges lay on a shortest path
+(``tight``: dist[src] + w = dist[dst], the deletions that may lengthen paths) and the bytes of
+state it read. Then ``--spark-sizes`` steps are forced onto Spark (``execution.engine: spark``, the
+incremental loop over the same per-iteration state) against the engine's from-scratch run on
+Spark, in the same run. Results: bench/results/iterate.json and iterate.md (``-smoke`` under
 --smoke). Timings depend on the machine and its load (recorded): on a shared 2-core machine they
 are indicative only.
 """
@@ -25,12 +33,15 @@ import shutil
 import tempfile
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
+from statistics import median
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spark_jobs.config import PROJECT_ROOT, load_config
+from spark_jobs.executor.kernels import iterate as iterate_kernels
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
 
@@ -121,11 +132,45 @@ def networkx_distances(edges: Counter, source: int) -> tuple[dict[int, int], flo
     return dict(found), time.perf_counter() - t0
 
 
-def from_scratch(edges: Counter, source: int) -> tuple[float, float]:
+class LoopProfile:
+    """The loop kernel's seconds, iterations and previous depth in the steps it wraps (the
+    kernel is wrapped, not changed: ``iterate_kernels.incremental``)."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+        self._real = iterate_kernels.incremental
+
+    def __enter__(self) -> "LoopProfile":
+        def timed(node, deltas, state, depth, *args, **kwargs):  # noqa: ANN001, ANN202 - the kernel's
+            t0 = time.perf_counter()
+            done = self._real(node, deltas, state, depth, *args, **kwargs)
+            self.calls.append({"loop_s": round(time.perf_counter() - t0, 3), "iterations": done.iterations,
+                               "previous_depth": depth})
+            return done
+
+        iterate_kernels.incremental = timed
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        iterate_kernels.incremental = self._real
+
+
+def bench_config(root: str, engine: str = "auto"):  # noqa: ANN201 - a Config
+    config = load_config(data_root=root)
+    return config if engine == "auto" else config.with_policy(replace(config.policy, engine=engine))
+
+
+def tight_deletions(change: Counter, dist: dict[int, int]) -> int:
+    """Deleted edges on a shortest path (dist[src] + w = dist[dst]): the ones that may lengthen paths."""
+    return sum(1 for (s, d, w), n in change.items()
+               if n < 0 and s in dist and d in dist and dist[s] + w == dist[d])
+
+
+def from_scratch(edges: Counter, source: int, engine: str = "auto") -> tuple[float, float]:
     """Seconds of the engine's first step over the whole graph, and of Dijkstra."""
     root = tempfile.mkdtemp(prefix="bench-iterate-scratch-")
     try:
-        rt = open_circuit(CIRCUIT, load_config(data_root=root))
+        rt = open_circuit(CIRCUIT, bench_config(root, engine))
         write(root, "weighted_edges", "all.parquet", ("src", "dst", "w"), edges)
         write(root, "start", "s.parquet", ("node", "d"), Counter({(source, 0): 1}))
         t0 = time.perf_counter()
@@ -143,11 +188,18 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: check that the benchmark runs")
     ap.add_argument("--nodes", type=int, default=25_000)
     ap.add_argument("--edges", type=int, default=100_000)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=2, help="steps of each size but 10 edges")
+    ap.add_argument("--small-repeats", type=int, default=6, help="steps of 10 edge changes")
+    ap.add_argument("--spark-sizes", default="1000",
+                    help="sizes of the steps forced onto Spark after the in-process ones (comma-separated; '' none)")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
     nodes, n_edges = (200, 800) if args.smoke else (args.nodes, args.edges)
     batches = (10, 100) if args.smoke else (10, 100, 1000)
+    spark_sizes = [int(x) for x in args.spark_sizes.split(",") if x.strip()]
+    small_repeats = min(args.small_repeats, 2) if args.smoke else args.small_repeats
+    if args.smoke:  # a Spark step of the loop costs minutes even on the tiny graph (jobs per iteration)
+        spark_sizes = []
     rng = random.Random(42)
     edges: Counter = Counter()
     while len(edges) < n_edges:
@@ -155,7 +207,9 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="bench-iterate-")
     out = Path(args.out) / ("iterate" + ("-smoke" if args.smoke else ""))
     result: dict = {"smoke": args.smoke, "edges": n_edges, "nodes": nodes, "batches": list(batches),
-                    "repeats": args.repeats, "cores": os.cpu_count(), "steps": [], "complete": False}
+                    "repeats": args.repeats,
+                    "small_repeats": small_repeats, "spark_sizes": spark_sizes, "cores": os.cpu_count(), "steps": [], "spark_steps": [],
+                    "complete": False, "load_before": round(os.getloadavg()[0], 2)}
     try:
         rt = open_circuit(CIRCUIT, load_config(data_root=root))
         write(root, "weighted_edges", "b000000.parquet", ("src", "dst", "w"), edges)
@@ -172,43 +226,76 @@ def main() -> None:
         result["state_rows"] = sum(t["rows"] for k, t in status.items() if k.startswith("dist/"))
         result["depth_traces"] = sum(1 for k in status if k.startswith("dist/") and k.split("/")[1].isdigit())
         k = 1
-        for size in batches:
-            for rep in range(args.repeats):
-                live = sorted(e for e, n in edges.items() if n > 0)
-                change: Counter = Counter()
-                for e in rng.sample(live, size // 2):
-                    change[e] -= 1
-                while sum(1 for n in change.values() if n > 0) < size - size // 2:
-                    e = (rng.randrange(nodes), rng.randrange(nodes), rng.randint(1, 9))
-                    if edges[e] == 0 and change[e] == 0:
-                        change[e] += 1
-                edges.update(change)
-                edges = Counter({e: n for e, n in edges.items() if n > 0})
-                write(root, "weighted_edges", f"b{k:06d}.parquet", ("src", "dst", "w"), change)
-                k += 1
+        plan = [(size, "auto") for size in batches for _ in range(small_repeats if size == 10 else args.repeats)]
+        plan += [(size, "spark") for size in spark_sizes]
+        reps: Counter = Counter()
+        for size, engine in plan:
+            rep = reps[(size, engine)]
+            reps[(size, engine)] += 1
+            live = sorted(e for e, n in edges.items() if n > 0)
+            change: Counter = Counter()
+            for e in rng.sample(live, size // 2):
+                change[e] -= 1
+            while sum(1 for n in change.values() if n > 0) < size - size // 2:
+                e = (rng.randrange(nodes), rng.randrange(nodes), rng.randint(1, 9))
+                if edges[e] == 0 and change[e] == 0:
+                    change[e] += 1
+            tight = tight_deletions(change, view)
+            edges.update(change)
+            edges = Counter({e: n for e, n in edges.items() if n > 0})
+            write(root, "weighted_edges", f"b{k:06d}.parquet", ("src", "dst", "w"), change)
+            k += 1
+            rt.config = bench_config(root, engine)
+            if engine == "spark" and "spark_session_s" not in result:  # the JVM starts untimed
+                t0 = time.perf_counter()
+                rt.spark  # noqa: B018 - opens the session (and checks the circuit's expressions)
+                result["spark_session_s"] = round(time.perf_counter() - t0, 3)
+            with LoopProfile() as profile:
                 t0 = time.perf_counter()
                 report = run_step(rt)
                 step_s = time.perf_counter() - t0
-                view = integrate_view(rt, integrated)
-                engine_s, python_s = from_scratch(edges, 0)
-                nx_view, nx_s = networkx_distances(edges, 0)
-                duck_view, duck_s = duckdb_distances(edges, 0)
-                want = dijkstra(edges, 0)
-                result["steps"].append({
-                    "changed_edges": size, "repeat": rep, "engine": report.engine, "step_s": round(step_s, 3),
-                    "engine_scratch_s": round(engine_s, 3), "python_dijkstra_s": round(python_s, 3),
-                    "networkx_s": round(nx_s, 3), "duckdb_s": round(duck_s, 3),
-                    "speedup_vs_engine_scratch": round(engine_s / step_s, 2),
-                    "speedup_vs_networkx": round(nx_s / step_s, 3), "speedup_vs_duckdb": round(duck_s / step_s, 3),
-                    "matches": view == want == nx_view == duck_view, "load_average": round(os.getloadavg()[0], 2)})
-                print(json.dumps(result["steps"][-1]), flush=True)
+            view = integrate_view(rt, integrated)
+            engine_s, python_s = from_scratch(edges, 0, engine)
+            nx_view, nx_s = networkx_distances(edges, 0)
+            duck_view, duck_s = duckdb_distances(edges, 0)
+            want = dijkstra(edges, 0)
+            loop = profile.calls[-1] if profile.calls else {}
+            row = {
+                "changed_edges": size, "repeat": rep, "forced": engine, "engine": report.engine, "mode": report.mode,
+                "step_s": round(step_s, 3), **loop,
+                "view_rows_changed": sum(report.views.get("dist", (0, 0))), "tight_deletions": tight,
+                "bytes_read": report.bytes_read,
+                "engine_scratch_s": round(engine_s, 3), "python_dijkstra_s": round(python_s, 3),
+                "networkx_s": round(nx_s, 3), "duckdb_s": round(duck_s, 3),
+                "speedup_vs_engine_scratch": round(engine_s / step_s, 2),
+                "speedup_vs_networkx": round(nx_s / step_s, 3), "speedup_vs_duckdb": round(duck_s / step_s, 3),
+                "matches": view == want == nx_view == duck_view, "load_average": round(os.getloadavg()[0], 2)}
+            result["spark_steps" if engine == "spark" else "steps"].append(row)
+            print(json.dumps(row), flush=True)
+            save(out, result)  # so far (a Spark step takes minutes)
+        result["summary"] = summary(result["steps"])
         result["complete"] = True
     finally:
+        result["load_after"] = round(os.getloadavg()[0], 2)
         shutil.rmtree(root, ignore_errors=True)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-        out.with_suffix(".md").write_text(_markdown(result))
+        save(out, result)
     print(f"wrote {out}.json and {out}.md")
+
+
+def save(out: Path, result: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    out.with_suffix(".md").write_text(_markdown(result))
+
+
+def summary(steps: list[dict]) -> dict:
+    """Per size: the median and the worst (lowest) speedup over the engine's from-scratch run."""
+    out: dict = {}
+    for size in sorted({s["changed_edges"] for s in steps}):
+        ratios = [s["speedup_vs_engine_scratch"] for s in steps if s["changed_edges"] == size]
+        out[str(size)] = {"steps": len(ratios), "median_speedup": round(median(ratios), 2),
+                          "worst_speedup": min(ratios), "best_speedup": max(ratios)}
+    return out
 
 
 def _markdown(r: dict) -> str:
@@ -218,17 +305,34 @@ def _markdown(r: dict) -> str:
              f"({r.get('initial_engine')}), {r.get('reachable')} reachable nodes, loop state "
              f"{r.get('state_rows')} rows in {r.get('depth_traces')} per-iteration traces. Timings depend on the "
              f"machine's load (column `load`); complete: {r['complete']}.", "",
+             f"Load average (1 min) before the run {r.get('load_before')}, after {r.get('load_after')}.", "",
              "Speedups are the from-scratch time over the step's (below 1: the step is slower); networkx and "
-             "DuckDB are timed without loading the graph.", "",
-             "| changed edges | step (s) | engine from scratch (s) | speedup | networkx (s) | vs networkx | "
-             "DuckDB (s) | vs DuckDB | Python Dijkstra (s) | view = all three | load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for s in r["steps"]:
-        lines.append(f"| {s['changed_edges']} | {s['step_s']} | {s['engine_scratch_s']} | "
-                     f"{s['speedup_vs_engine_scratch']}x | {s.get('networkx_s')} | {s.get('speedup_vs_networkx')}x | "
-                     f"{s.get('duckdb_s')} | {s.get('speedup_vs_duckdb')}x | {s['python_dijkstra_s']} | {s['matches']} | "
-                     f"{s['load_average']} |")
-    return "\n".join(lines) + "\n"
+             "DuckDB are timed without loading the graph. `loop` is the incremental loop's own seconds, "
+             "`iterations` how many it ran (the loop's depth before the step in brackets), `tight` the deleted "
+             "edges that lay on a shortest path.", ""]
+    if r.get("summary"):
+        lines += ["| changed edges | steps | median speedup | worst | best |", "|---|---|---|---|---|"]
+        lines += [f"| {size} | {v['steps']} | {v['median_speedup']}x | {v['worst_speedup']}x | {v['best_speedup']}x |"
+                  for size, v in r["summary"].items()]
+        lines.append("")
+    for title, key in (("In-process (default policy)", "steps"), ("Forced onto Spark (execution.engine: spark; "
+                                                                   "from scratch on Spark too)", "spark_steps")):
+        if not r.get(key):
+            continue
+        lines += [f"## {title}", "",
+                  "| changed edges | engine | step (s) | loop (s) | iterations | view rows | tight | "
+                  "engine from scratch (s) | speedup | networkx (s) | vs networkx | DuckDB (s) | vs DuckDB | "
+                  "Python Dijkstra (s) | view = all three | load |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for s in r[key]:
+            lines.append(f"| {s['changed_edges']} | {s['engine']} | {s['step_s']} | {s.get('loop_s')} | "
+                         f"{s.get('iterations')} ({s.get('previous_depth')}) | {s.get('view_rows_changed')} | "
+                         f"{s.get('tight_deletions')} | {s['engine_scratch_s']} | "
+                         f"{s['speedup_vs_engine_scratch']}x | {s.get('networkx_s')} | {s.get('speedup_vs_networkx')}x | "
+                         f"{s.get('duckdb_s')} | {s.get('speedup_vs_duckdb')}x | {s['python_dijkstra_s']} | "
+                         f"{s['matches']} | {s['load_average']} |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

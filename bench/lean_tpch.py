@@ -119,16 +119,32 @@ class LeanTpch:
 
     def initial(self) -> Written:
         """The load: every customer and order (with its items), inserted, in parts."""
+        written: dict[str, int] = {}
+        for part in self.initial_split():
+            written.update(part.rows)
+        return Written(written)
+
+    def initial_split(self) -> Iterator[Written]:
+        """The load's files in two halves, yielded after each: the customers and orders, then the
+        line items (the same files ``initial`` writes). A step after each half loads SF10 in a
+        process of ~7 GiB: one step over all three held the 60M line items beside the orders'
+        values and took more than 9 GiB."""
         self.batch += 1
-        written = {"customer": 0, "orders": 0, "lineitem": 0}
         cust = np.arange(1, self.base_customers + 1, dtype=np.int64)
         self.customers = len(cust)
-        written["customer"] += self._write("customer", 0, self.customer_rows(cust), np.ones(len(cust), np.int64))
-        for i, keys in enumerate(self._parts(self._new_orders(self.base_customers * TPCH_ORDERS_PER_CUSTOMER))):
-            orders, items = self.order_rows(keys)
-            written["orders"] += self._write("orders", i, orders, np.ones(len(keys), np.int64))
-            written["lineitem"] += self._write("lineitem", i, items, np.ones(len(items["l_orderkey"]), np.int64))
-        return Written(written)
+        keys = self._new_orders(self.base_customers * TPCH_ORDERS_PER_CUSTOMER)
+        written = {"customer": self._write("customer", 0, self.customer_rows(cust), np.ones(len(cust), np.int64)),
+                   "orders": 0}
+        for i, part in enumerate(self._parts(keys)):
+            orders, _ = self.order_rows(part)
+            written["orders"] += self._write("orders", i, orders, np.ones(len(part), np.int64))
+        os.makedirs(os.path.join(self.root, "inbox", "lineitem"), exist_ok=True)  # empty: no changes yet
+        yield Written(written)
+        items_written = 0
+        for i, part in enumerate(self._parts(keys)):
+            _, items = self.order_rows(part)
+            items_written += self._write("lineitem", i, items, np.ones(len(items["l_orderkey"]), np.int64))
+        yield Written({"lineitem": items_written})
 
     def replay_initial(self) -> Written:
         """The generator's state after ``initial`` without writing a file (its files exist: a run

@@ -3,7 +3,8 @@ integrals and changes, without Spark: the tuples it refuses are exactly those wh
 weight would go below zero. Changes mix inserts of new keys, deletes, a tuple inserted and deleted
 in the same change, rows of a deleted key that differ in another column, NULLs, -0.0 and NaN (one
 key to Spark); the integral is a sorted trace in small row groups, looked up (few keys) or streamed
-(``BagCheckPolicy``: more keys than the narrowing bounds), so both of its paths are compared."""
+(``BagCheckPolicy``: more keys than the narrowing bounds), so both of its paths are compared, and
+the lookup both keeping its decoded row groups and decoding them once (``cache``)."""
 from __future__ import annotations
 
 import math
@@ -65,8 +66,8 @@ def _reference(integral: list[tuple], change: list[tuple]) -> dict[tuple, tuple[
     return {t: (before[t], d) for t, d in delta.items() if d < 0 and before[t] + d < 0}
 
 
-@pytest.mark.parametrize("streamed", [False, True])
-def test_negative_tuples_match_the_reference(tmp_path, streamed):
+@pytest.mark.parametrize("streamed,cache", [(False, True), (False, False), (True, True)])
+def test_negative_tuples_match_the_reference(tmp_path, streamed, cache):
     rng = random.Random(25)
     fs = LocalFileSystem()
     # streamed: the narrowing bounds admit nothing, so every lookup streams (``TraceFiles.matching``)
@@ -75,10 +76,11 @@ def test_negative_tuples_match_the_reference(tmp_path, streamed):
         integral, change = _case(rng)
         files = None
         if integral:
-            path = str(tmp_path / f"i{streamed}-{case}")
+            path = str(tmp_path / f"i{streamed}{cache}-{case}")
             write_dir(fs, path, _table(integral), StatePolicy(sorted_row_group_bytes=1024), sort_by=["k", "s", "x"])
             paths = [full for full, _ in fs.data_files(path)]
             files = TraceFiles(fs, paths, SCHEMA)
-        got = negative_tuples(_table(change), files, narrow, BagCheckPolicy())
+        # cache False: the integral's row groups decoded once, strings as dictionaries, not kept
+        got = negative_tuples(_table(change), files, narrow, BagCheckPolicy(), cache=cache)
         found = {} if got is None else {_key((r["k"], r["s"], r["x"])): (r[BEFORE], r[CHANGE]) for r in got.to_pylist()}
         assert found == _reference(integral, change), case

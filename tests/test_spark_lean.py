@@ -13,7 +13,10 @@ Data is tiny (TPC-H SF 0.0005: 75 customers), so the whole module takes seconds.
 """
 from __future__ import annotations
 
+import os
 import time
+
+import pytest
 
 from bench.generators import IdentityGenerator, TpchGenerator
 from bench.workloads.harness import job_details, job_group
@@ -76,3 +79,131 @@ def test_a_step_without_changes_on_spark_runs_no_job(spark, tmp_path):
         run_step(rt)
     assert rt.committed.last_committed() == 2
     assert jobs.count == 0, [d.name for d in job_details(rt.spark, jobs.ids)]
+
+
+# ---- a small change is read, counted and bag-checked in this process, then handed to Spark ------
+BAG = """
+name: lean_bag
+{settings}
+inputs:
+  items:
+    schema: {{k: long, v: string}}
+    source: {{kind: changes, path: inbox/items, format: parquet}}
+nodes:
+  uniq:   {{op: distinct, input: items}}
+  counts: {{op: aggregate, input: items, group_by: [k], aggregates: {{n: "count(*)"}}}}
+outputs:
+  uniq: {{}}
+  counts: {{}}
+"""
+
+
+def _lean_and_spark_reads(tmp_path, circuit: str) -> dict[str, object]:
+    """The same circuit on two roots, both on Spark: ``lean`` (a small change read in-process and
+    handed over) and ``spark-reads`` (``local_change_rows: 0``: every change read by Spark)."""
+    out = {}
+    for name, policy in (("lean", {}), ("spark-reads", {"local_change_rows": 0})):
+        root = tmp_path / name
+        root.mkdir()
+        (root / "c.yaml").write_text(circuit)
+        out[name] = open_circuit(str(root / "c.yaml"), config(root, engine="spark", **policy))
+    return out
+
+
+def _write_items(rt, name: str, rows: list[tuple]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = f"{rt.config.data_root}/inbox/items"
+    os.makedirs(folder, exist_ok=True)
+    pq.write_table(pa.table({"k": pa.array([r[0] for r in rows], pa.int64()), "v": [r[1] for r in rows],
+                             "_weight": pa.array([r[2] for r in rows], pa.int64())}), f"{folder}/{name}")
+
+
+def _outcome(rt):
+    """A step's outcome, comparable across roots: the refusal's (file name, reason), or the views."""
+    from spark_jobs.executor.sources import InputRefused
+    from tests import oracle
+
+    root = rt.config.data_root
+    try:
+        with job_group(rt.spark, "lean-diff") as jobs:
+            report = run_step(rt)
+    except InputRefused as exc:
+        return ("refused", [(os.path.basename(p), r.replace(root, "<root>")) for p, r in exc.problems]), None
+    views = {v: oracle.view_counter(rt, v) for v in ("uniq", "counts")}
+    return ("committed", views, sorted(n.replace(root, "<root>") for n in report.notes)), jobs.count
+
+
+@pytest.mark.parametrize("settings", ["", "settings: {on_negative: quarantine}"])
+def test_a_change_read_in_process_on_spark_refuses_and_quarantines_as_spark_reads_do(spark, tmp_path, settings):
+    """Ghost deletes, a weight out of range and valid steps: the lean Spark step (change read,
+    counted and checked in-process) refuses the same files with the same reasons, quarantines the
+    same rows and commits the same views as a Spark step that reads everything with Spark; its
+    committed small steps run ONE Spark job (the results' collect)."""
+    rts = _lean_and_spark_reads(tmp_path, BAG.format(settings=settings))
+    steps = [[(1, "a", 2), (2, "b", 1), (None, "n", 1)],
+             [(1, "a", -1), (2, "b", -2), (4, "ghost", -1), (None, "n", -1), (3, "c", 1)],
+             [(5, "e", 10 ** 18)],
+             [(1, "a", -1), (None, "n", 1), (6, "f", 3)]]
+    for i, rows in enumerate(steps):
+        outcomes = {}
+        for name, rt in rts.items():
+            _write_items(rt, f"{i:03d}.parquet", rows)
+            outcomes[name] = _outcome(rt)
+            if outcomes[name][0][0] == "refused":
+                os.remove(f"{rt.config.data_root}/inbox/items/{i:03d}.parquet")
+        assert outcomes["lean"][0] == outcomes["spark-reads"][0], (i, outcomes)
+        if i == 0:
+            continue  # the load
+        lean_jobs = outcomes["lean"][1]
+        if outcomes["lean"][0][0] == "committed" and not rts["lean"].store.manifest().meta.get("quarantined"):
+            assert lean_jobs == 1, (i, lean_jobs)
+
+
+LATE = """
+name: lean_late
+inputs:
+  clicks:
+    schema: {user_id: long, ts: timestamp, page: string}
+    source: {kind: changes, path: inbox/clicks, format: parquet}
+    time: {column: ts, lateness: "10 minutes"ON_LATE}
+nodes:
+  per_user: {op: aggregate, input: clicks, group_by: [user_id], aggregates: {n: "count(*)"}}
+outputs:
+  per_user: {}
+"""
+
+
+@pytest.mark.parametrize("on_late", ["", ", on_late: refuse"])
+def test_late_rows_of_a_change_read_in_process_on_spark_are_left_out_or_refused_as_spark_reads_do(
+        spark, tmp_path, on_late):
+    import datetime
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spark_jobs.executor.sources import InputRefused
+    from tests import oracle
+
+    t0 = datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc)
+    batches = [[(1, 30)], [(1, 25), (2, 3), (1, 1)], [(2, 40), (3, 31)]]
+    rts = _lean_and_spark_reads(tmp_path, LATE.replace("ON_LATE", on_late))
+    for i, rows in enumerate(batches):
+        outcomes = {}
+        for name, rt in rts.items():
+            folder = f"{rt.config.data_root}/inbox/clicks"
+            os.makedirs(folder, exist_ok=True)
+            path = f"{folder}/b{i}.parquet"
+            pq.write_table(pa.table({
+                "user_id": pa.array([u for u, _ in rows], pa.int64()),
+                "ts": pa.array([t0 + datetime.timedelta(minutes=m) for _, m in rows], pa.timestamp("us", tz="UTC")),
+                "page": ["p"] * len(rows), "_weight": pa.array([1] * len(rows), pa.int64())}), path)
+            try:
+                run_step(rt)
+                meta = rt.store.manifest().inputs["clicks"]["event_time"]
+                outcomes[name] = (oracle.view_counter(rt, "per_user"), meta)
+            except InputRefused as exc:
+                outcomes[name] = [(os.path.basename(p), r) for p, r in exc.problems]
+                os.remove(path)
+        assert outcomes["lean"] == outcomes["spark-reads"], (i, outcomes)

@@ -67,7 +67,7 @@ REFUSED = [
     ("SELECT k FROM a WHERE EXISTS (SELECT y FROM b WHERE b.k = a.k UNION SELECT x FROM a AS c)",
      "correlated reference", 59),
     ("SELECT k FROM a WHERE x IN (SELECT y, k FROM b)", "IN compares 1 value(s) with a subquery of 2 column(s)", None),
-    ("SELECT 1 AS one", "a query needs a FROM clause", None),
+    ("SELECT k FROM a WHERE x = (SELECT 1 WHERE k > 2)", "a scalar subquery must be one aggregate", 35),
     ("SELECT * FROM VALUES (1, 2) AS v(p, q)", "VALUES is not supported", None),
     ("SELECT k FROM a NATURAL JOIN b", "NATURAL JOIN is not supported", None),
     ("SELECT k FROM a LATERAL VIEW explode(array(x)) t AS e", "LATERAL VIEW is not supported", None),

@@ -54,6 +54,28 @@ def test_lookups_are_exact_on_sorted_unsorted_and_statistics_free_files(tmp_path
         assert got.schema == SCHEMA
 
 
+def test_a_lookup_made_once_is_the_same_and_keeps_nothing(tmp_path):
+    """``cache=False`` (the bag check of an integral nothing else reads): the same rows and schema
+    (string columns decoded as dictionaries, cast back), no decoded group kept, and groups an
+    earlier lookup kept are reused."""
+    a, b = _rows(3000, 5), _rows(400, 6)
+    files = [_write(tmp_path / "sorted.parquet", sorted(a, key=lambda r: (r[0] is not None, r[0] or 0)),
+                    row_group_size=100), _write(tmp_path / "unsorted.parquet", b)]
+    everything = a + b
+    for keys in [{3, 250, 499}, {7, None}, {None}, set(), set(range(0, 500, 7))]:
+        once = TraceFiles(LocalFileSystem(), files, SCHEMA)
+        got = once.lookup("k", list(keys), cache=False)
+        assert _got(got) == _expected(everything, keys, None, None), keys
+        assert got.schema == SCHEMA
+        assert once.decoded_rows() == 0
+    warm = TraceFiles(LocalFileSystem(), files, SCHEMA)
+    warm.lookup("k", [3, 250])
+    kept = warm.decoded_rows()
+    got = warm.lookup("k", [3, 250, 499], cache=False)
+    assert _got(got) == _expected(everything, {3, 250, 499}, None, None)
+    assert warm.decoded_rows() == kept
+
+
 def test_a_few_keys_in_a_sorted_file_decode_only_their_row_groups(tmp_path):
     rows = sorted(_rows(5000, 4), key=lambda r: (r[0] is not None, r[0] or 0))
     trace = TraceFiles(LocalFileSystem(), [_write(tmp_path / "t.parquet", rows, row_group_size=100)], SCHEMA)

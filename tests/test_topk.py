@@ -38,9 +38,9 @@ VIEWS = {
 }
 
 
-def query(views=VIEWS) -> Circuit:
+def query(views=VIEWS, append_only: bool = False) -> Circuit:
     q = Circuit("topk", inputs={"x": COLUMNS})
-    q.add(make_node("x", "input", out=COLUMNS, name="x"))
+    q.add(make_node("x", "input", out=COLUMNS, name="x", **({"append_only": True} if append_only else {})))
     for name, (part, order, k, rank, rank_column) in views.items():
         q.add(make_node(name, "topk", ["x"], output_columns(COLUMNS, rank_column), partition_by=part,
                         order_by=order, k=k, rank=rank, rank_column=rank_column))
@@ -68,9 +68,9 @@ def duckdb_views(bag: Counter, views=VIEWS) -> dict[str, Counter]:
             for name, spec in views.items()}
 
 
-def changes(seed: int, steps: int) -> tuple[list[Counter], list[Counter]]:
-    """Random changes (inserts with multiplicity, deletes of live rows, NULLs, many ties) and the
-    integrated input after each."""
+def changes(seed: int, steps: int, deletes: bool = True) -> tuple[list[Counter], list[Counter]]:
+    """Random changes (inserts with multiplicity, deletes of live rows unless ``deletes`` is
+    False, NULLs, many ties) and the integrated input after each."""
     rng = random.Random(seed)
     nan = float("nan")
     maybe = lambda values: None if rng.random() < 0.15 else rng.choice(values)  # noqa: E731
@@ -79,7 +79,7 @@ def changes(seed: int, steps: int) -> tuple[list[Counter], list[Counter]]:
     for t in range(steps):
         change: Counter = Counter()
         live = sorted((r for r, w in bag.items() for _ in range(w)), key=repr)
-        for row in rng.sample(live, min(0 if t % 7 == 6 else 3, len(live))):
+        for row in rng.sample(live, min(0 if t % 7 == 6 or not deletes else 3, len(live))):
             change[row] -= 1
         for _ in range(0 if t % 7 == 6 else 5):
             change[(maybe([1, 2, 3]), maybe(["p", "q"]), maybe([1.0, 2.0, 3.0, nan]),
@@ -92,12 +92,13 @@ def changes(seed: int, steps: int) -> tuple[list[Counter], list[Counter]]:
     return out, integrated
 
 
-def run(spark, tmp_path, engine: str, steps: list[Counter], views=VIEWS) -> list[dict[str, Counter]]:
+def run(spark, tmp_path, engine: str, steps: list[Counter], views=VIEWS,
+        append_only: bool = False) -> list[dict[str, Counter]]:
     """Each step on ``engine`` through evaluate_step; the integrated views after each step. Arrow
     commits its state to a Parquet store (looked up by row groups); Spark keeps it in memory
     (``MemoryState``: a Parquet store costs several Spark jobs per step, and the Parquet path on
     Spark is the one every other operator shares)."""
-    inc = incrementalize(query(views))
+    inc = incrementalize(query(views, append_only))
     schema = pa.schema([*TYPES.items(), ("_weight", pa.int64())])
     integrated = {name: Counter() for name in views}
     store = StateStore(lambda: spark, str(tmp_path / engine), "topk", "fp") if engine == "arrow" else None
@@ -173,6 +174,29 @@ def test_spark_kernels_equal_arrow_kernels(spark, tmp_path):
     views = {name: VIEWS[name] for name in ("rn_col", "rk", "dense", "global")}
     on_spark = [comparable(v) for v in run(spark, tmp_path, "spark", steps, views)]
     assert on_spark == [comparable(v) for v in run(spark, tmp_path, "arrow", steps, views)]
+
+
+def test_an_insert_only_input_keeps_no_integral_and_equals_duckdb_on_both_engines(spark, tmp_path):
+    """Over an append_only input no row leaves a group: ``topk_insert_only`` keeps only the top-k
+    so far (no integral of the input) and gives DuckDB's views at every step (ties, copies of a
+    row straddling k, NULLs, NaN, a global top-k) in-process; Spark's kernel gives the same
+    deltas. A deletion is a broken promise: the in-process kernel hands it to Spark."""
+    import pytest
+
+    from spark_jobs.executor.engine import NotLocal
+
+    inc = incrementalize(query({"rn": VIEWS["rn"]}, append_only=True))
+    assert [n.op for n in inc] == ["input", "topk_insert_only"]
+    assert "top-k(insert-only)" in explain_text(inc) and "no integral" in explain_text(inc)
+    steps, integrated = changes(seed=8, steps=16, deletes=False)
+    got = run(None, tmp_path / "a", "arrow", steps, append_only=True)
+    for t, (mine, bag) in enumerate(zip(got, integrated), start=1):
+        assert comparable(mine) == comparable(duckdb_views(bag)), f"step {t}"
+    views = {name: VIEWS[name] for name in ("rn_col", "rk", "dense", "global")}
+    on_spark = run(spark, tmp_path / "s", "spark", steps[:3], views, append_only=True)
+    assert [comparable(v) for v in on_spark] == [comparable({n: v[n] for n in views}) for v in got[:3]]
+    with pytest.raises(NotLocal, match="insert-only"):
+        run(None, tmp_path / "d", "arrow", [steps[0], Counter({next(iter(steps[0])): -1})], append_only=True)
 
 
 TOPK_YAML = """\

@@ -87,17 +87,18 @@ class Negatives:
 
 def find_negatives(spark: SparkSession, delta: DataFrame, integral: DataFrame | None,
                    files: TraceFiles | None, policy: ExecutionPolicy, *, deleted: int = 0,
-                   driver_scan: bool = False) -> Negatives | None:
+                   driver_scan: bool = False, cache: bool = True) -> Negatives | None:
     """The tuples of ``delta`` whose integrated weight would go below zero, or None.
 
     ``integral`` is the input's integral before this step (None: empty) and ``files`` its
     Parquet files for driver-side lookups (None: not available). Call it only for a delta that
     has deletions; ``deleted`` is how many rows it deletes (bounds what a delta not held on the
     driver brings there). ``policy``: how large a change and a lookup the driver takes;
-    ``driver_scan``: the driver may stream a large integral (a local profile).
+    ``driver_scan``: the driver may stream a large integral (a local profile); ``cache``: keep
+    the row groups looked up for the circuit's own lookups (``negative_tuples``).
     """
     try:
-        return _on_driver(spark, delta, integral, files, policy, deleted, driver_scan)
+        return _on_driver(spark, delta, integral, files, policy, deleted, driver_scan, cache)
     except NotLocal:
         return _on_spark(delta, integral)
 
@@ -126,13 +127,16 @@ def _lookup_column(table: pa.Table, cols: list[str]) -> str | None:
 
 
 def negative_tuples(table: pa.Table, files: TraceFiles | None, policy: NarrowPolicy,
-                    scan: BagCheckPolicy | None = None) -> pa.Table | None:
+                    scan: BagCheckPolicy | None = None, *, cache: bool = True) -> pa.Table | None:
     """The tuples of the change ``table`` whose integrated weight would go below zero, on the
     driver: the input's columns, ``__before`` and ``__change``; None if there are none.
 
     ``files`` are the integral's trace files (None: the integral is empty). ``NotLocal`` if the
     lookup would be too big for the driver (``policy.max_keys`` / ``max_decoded_rows``, or with
-    ``scan`` its streaming bounds) or has no column to look up by.
+    ``scan`` its streaming bounds) or has no column to look up by. ``cache``: keep the decoded
+    row groups for the circuit's lookups of the same integral (a join reading the input as it
+    is); False where nothing else reads it, so they are decoded once and leanly
+    (``TraceFiles.lookup``).
     """
     table = _as_spark_groups(table)
     deleting = table.filter(pc.less(table.column(WEIGHT), 0))
@@ -150,7 +154,7 @@ def negative_tuples(table: pa.Table, files: TraceFiles | None, policy: NarrowPol
         return None
     parts = [_tagged(neg, cols, before=False)]
     if files is not None:
-        found = _padded(_integral_rows(neg, cols, files, policy, scan), neg.schema).select(cols + [WEIGHT])
+        found = _padded(_integral_rows(neg, cols, files, policy, scan, cache), neg.schema).select(cols + [WEIGHT])
         found = _as_spark_groups(found.cast(pa.schema([neg.schema.field(c) for c in cols] + [found.schema.field(WEIGHT)])))
         parts.append(_tagged(found, cols, before=True))
     total = pa.concat_tables(parts, promote_options="permissive")
@@ -170,7 +174,7 @@ def _padded(found: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def _integral_rows(neg: pa.Table, cols: list[str], files: TraceFiles, policy: NarrowPolicy,
-                   scan: BagCheckPolicy | None) -> pa.Table:
+                   scan: BagCheckPolicy | None, cache: bool = True) -> pa.Table:
     """The integral's rows that share ``neg``'s first comparable column value (a superset of its
     tuples): looked up (decoded row groups kept) when that stays within the narrowing bounds, else
     streamed within ``scan``'s bounds; ``NotLocal`` beyond them."""
@@ -180,7 +184,7 @@ def _integral_rows(neg: pa.Table, cols: list[str], files: TraceFiles, policy: Na
     keys = Probe(pc.unique(neg.column(key)).to_pylist())
     decoded = files.admitted_rows(key, keys)
     if len(keys) <= policy.max_keys and decoded <= policy.max_decoded_rows:
-        return files.lookup(key, keys)
+        return files.lookup(key, keys, cache=cache)
     if scan is None or len(keys) > scan.max_tuples or decoded > scan.driver_scan_rows:
         raise NotLocal("the lookup is too big for the driver")
     try:
@@ -203,12 +207,12 @@ def _change_on_driver(delta: DataFrame, policy: ExecutionPolicy, deleted: int) -
     return table.cast(to_arrow_schema(negatives.schema, timezone="UTC"))
 
 
-def _on_driver(spark: SparkSession, delta: DataFrame, integral: DataFrame | None,
-               files: TraceFiles | None, policy: ExecutionPolicy, deleted: int, driver_scan: bool) -> Negatives | None:
+def _on_driver(spark: SparkSession, delta: DataFrame, integral: DataFrame | None, files: TraceFiles | None,
+               policy: ExecutionPolicy, deleted: int, driver_scan: bool, cache: bool = True) -> Negatives | None:
     if integral is not None and files is None:
         raise NotLocal("the integral has no files to look up on the driver")
     bad = negative_tuples(_change_on_driver(delta, policy, deleted), files if integral is not None else None,
-                          policy.narrow, policy.bag_check if driver_scan else None)
+                          policy.narrow, policy.bag_check if driver_scan else None, cache=cache)
     if bad is None:
         return None
     cols = bad.column_names[:-2]

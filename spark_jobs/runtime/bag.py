@@ -64,6 +64,14 @@ def checked_inputs(rt, deleted: Mapping[str, int]) -> list[str]:
     return [name for name in bag_integrals(rt.compiled.incremental) if deleted.get(name)]
 
 
+def read_by_circuit(rt, integral_id: str) -> bool:
+    """Does an operator of the incremental circuit read ``integral_id`` (a join or distinct on the
+    input as it is, through its delay)? Then the bag check keeps the row groups it decodes for
+    that operator's lookups; else (an input filtered or projected first, as W1's) only the
+    check reads them, once."""
+    return any(integral_id in node.inputs for node in rt.compiled.incremental)
+
+
 def announce(rt, timestep: int, deleted: Mapping[str, int], say) -> None:
     """Say that the bag check starts: a large change's check reads much of the input integrals."""
     names = checked_inputs(rt, deleted)
@@ -91,7 +99,8 @@ def check_deltas(rt, timestep: int, deltas: dict[str, DataFrame], deleted: Mappi
             continue
         found = find_negatives(spark, deltas[name], state.read(integral_id),
                                trace_files(integral_id) if trace_files is not None else None, rt.config.policy,
-                               deleted=int(deleted[name]), driver_scan=driver_scan)
+                               deleted=int(deleted[name]), driver_scan=driver_scan,
+                               cache=read_by_circuit(rt, integral_id))
         if found is None:
             continue
         spec = rt.compiled.spec.inputs[name]
@@ -118,7 +127,8 @@ def check_tables(rt, tables: Mapping[str, Any], deleted: Mapping[str, int], stat
         if name not in tables or not deleted.get(name):
             continue
         policy = rt.config.policy
-        if negative_tuples(tables[name], state.trace_files(integral_id), policy.narrow, policy.bag_check) is not None:
+        if negative_tuples(tables[name], state.trace_files(integral_id), policy.narrow, policy.bag_check,
+                           cache=read_by_circuit(rt, integral_id)) is not None:
             raise NotLocal(f"input {name} deletes rows it does not hold (the bag check refuses or quarantines "
                            f"them on Spark, naming the files)")
 

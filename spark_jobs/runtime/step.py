@@ -295,8 +295,13 @@ def commit_path(rt: CircuitRuntime, files: dict[str, list[InputFile]], records: 
             path.engine, path.engine_reason = "spark", f"in-process on Arrow was not possible: {what}{why}"
             log.info("timestep runs on Spark: %s", path.engine_reason)
     large = full or path.mode in ("recompute", "apply_change")  # a recompute's values are the inputs: never "small"
+    reach = driver_reach(rt) is None
+    policy = rt.config.policy
+    # a small change this process reaches is read, counted and checked here, and handed to Spark
+    arrow_reads = (reach and not large and path.change_rows is not None
+                   and path.change_rows <= policy.local_change_rows)
     spark = step_engines.SparkSteps(rt, full=full, small=False if large else None,
-                                    driver_writes=driver_reach(rt) is None)
+                                    driver_writes=reach, arrow_reads=arrow_reads)
     return _compute_and_commit(rt, spark, files, records, path, say, run_id)
 
 

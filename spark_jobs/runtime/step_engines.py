@@ -3,7 +3,11 @@
 - ``SparkSteps``: values are Spark DataFrames (a local session, a cluster's driver, or a Spark
   Connect client). Small changes are brought to the driver once (``count``) so that lookups need
   no broadcast job, and the session runs with the small-change settings (no AQE, few shuffle
-  partitions) from the evaluation to the writes.
+  partitions) from the evaluation to the writes. With ``arrow_reads`` (a small change this
+  process can read itself) the changes are read, counted and bag-checked in-process, as
+  ``ArrowSteps`` does, and handed to Spark as local relations: no Spark job before the one that
+  brings the step's results back. What the in-process readers cannot read, or refuse, is read
+  by Spark as before (so a refusal names the files in the Spark path's words).
 - ``ArrowSteps``: values are pyarrow tables in this process; no Spark job, no JVM. Whatever it
   cannot do (an operator without an Arrow kernel, a late row under ``on_late: refuse``, a bag
   check that fails) raises ``NotLocal`` before anything is written, and the caller runs the step
@@ -13,6 +17,7 @@ Everything else of a timestep, in particular all of its commit, is the recipe's 
 """
 from __future__ import annotations
 
+import logging
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -26,6 +31,8 @@ if TYPE_CHECKING:
     from spark_jobs.quality import GateReport
     from spark_jobs.runtime.circuit import CircuitRuntime
 
+log = logging.getLogger(__name__)
+
 
 class SparkSteps:
     """Phases 1-5 on Spark DataFrames (see the module docstring)."""
@@ -33,7 +40,7 @@ class SparkSteps:
     name = "spark"
 
     def __init__(self, rt: "CircuitRuntime", *, full: bool = False, small: bool | None = None,
-                 persist: bool = True, driver_writes: bool = False) -> None:
+                 persist: bool = True, driver_writes: bool = False, arrow_reads: bool = False) -> None:
         self.rt = rt
         self.full = full
         self.small = bool(small) if small is not None else False  # set by ``count`` unless given
@@ -47,6 +54,11 @@ class SparkSteps:
         # this process reads and writes the state itself (``step.driver_reach``): a small step's
         # values are written by pyarrow, not by a Spark job
         self.driver_writes = driver_writes
+        # read, count and bag-check the changes in this process (pyarrow), then hand them to Spark
+        # as local relations: set for a small change this process reaches (``step.commit_path``)
+        self.arrow_reads = arrow_reads
+        self.tables: dict[str, Any] = {}  # the changes as read in-process, after the late rows
+        self._handed: dict[int, tuple[Any, Any]] = {}  # id(DataFrame) -> (DataFrame, its Arrow table)
         self._stack = ExitStack()
         self._conf_set = False
 
@@ -57,6 +69,10 @@ class SparkSteps:
     def read_input(self, name: str, files: Sequence[InputFile], state: Any) -> InputChange:
         from spark_jobs.runtime.inputs import read_input
 
+        if self.arrow_reads:
+            local = self._read_in_process(name, files, state)
+            if local is not None:  # a pyarrow table (or None): ``count`` hands it to Spark
+                return local
         change = read_input(self.spark, self.rt.compiled.spec.inputs[name], list(files), state,
                             self.rt.config.policy)
         if change.delta is not None and change.trace is not None:  # also appended to the input's own trace
@@ -64,11 +80,71 @@ class SparkSteps:
             self.cached.append(change.delta)
         return change
 
+    def _read_in_process(self, name: str, files: Sequence[InputFile], state: Any) -> InputChange | None:
+        """Input ``name``'s change read by the in-process readers (``ArrowSteps.read_input``);
+        None where they cannot serve or refuse a file: Spark reads it (and names the refusal)."""
+        import pyarrow as pa
+
+        from spark_jobs.executor.arrow import inputs as arrow_inputs
+        from spark_jobs.executor.sources import InputRefused
+
+        spec = self.rt.compiled.spec.inputs[name]
+        if arrow_inputs.unsupported(spec, self.rt.config.session_timezone):
+            return None
+        try:
+            change = arrow_inputs.read_input(spec, files, state, self.rt.config.policy)
+        except (NotLocal, InputRefused, pa.ArrowException, OSError) as why:
+            log.info("input %s read by Spark: %s", name, why)
+            return None
+        return InputChange(change.table, change.trace, change.unknown_keys, change.bytes_read)
+
+    def _hand_over(self, name: str, table: Any) -> Any:
+        """``table`` (input ``name``'s change) as a Spark local relation (no job), remembered so
+        that ``settle`` takes the table itself instead of collecting it back."""
+        from spark_jobs.executor.sources import spark_schema
+
+        df = self.spark.createDataFrame(table, schema=spark_schema(self.rt.compiled.spec.inputs[name]))
+        self._handed[id(df)] = (df, table)
+        return df
+
+    def _count_tables(self, clock: StepClock, deltas: dict[str, Any]) -> dict[str, tuple[int, int]] | None:
+        """``ArrowSteps.count`` on changes read in-process; None when a late row refuses the step
+        (Spark counts again and names the files)."""
+        from spark_jobs.executor.arrow import lateness as arrow_late
+        from spark_jobs.state.arrow_trace import weight_totals
+
+        kept, counts = {}, {}
+        for name, table in deltas.items():
+            if clock.timed(name):
+                column, mark = clock.column(name), clock.watermark(name)
+                clock.record(name, arrow_late.change_totals(table, column, mark))
+                table = arrow_late.on_time(table, column, mark)
+            kept[name] = table
+            counts[name] = weight_totals(table)
+        if clock.refused():
+            return None
+        self.tables = kept
+        for name, table in kept.items():
+            deltas[name] = self._hand_over(name, table)
+        return counts
+
     def count(self, clock: StepClock, deltas: dict[str, Any], files: Mapping[str, Sequence[InputFile]]
               ) -> dict[str, tuple[int, int]]:
+        import pyarrow as pa
+
         from spark_jobs.runtime.step import count_inputs, ins_del
 
         policy = self.rt.config.policy
+        if deltas and all(isinstance(d, pa.Table) for d in deltas.values()):
+            counted = self._count_tables(clock, deltas)
+            if counted is not None:
+                self.local = True
+                if not self._small_given:
+                    self.small = not self.full and policy.small_change(sum(sum(c) for c in counted.values()))
+                return counted
+        for name, d in list(deltas.items()):  # Spark counts (and refuses late rows naming the files)
+            if isinstance(d, pa.Table):
+                deltas[name] = self._hand_over(name, d)
         if not deltas:  # no input changed: the smallest change there is (its results come back as Arrow)
             self.unchanged = True
             if not self._small_given:
@@ -85,15 +161,27 @@ class SparkSteps:
 
     def check_bags(self, timestep: int, deltas: dict[str, Any], deleted: Mapping[str, int],
                    files: Mapping[str, Sequence[InputFile]], state: Any) -> list[Quarantined]:
-        from spark_jobs.runtime.bag import check_deltas
+        from spark_jobs.runtime.bag import check_deltas, check_tables
 
+        tables = {n: self.tables[n] for n in deltas if n in self.tables and self._table_of(deltas[n]) is not None}
+        if tables and len(tables) == len(deltas):  # in-process, as ArrowSteps; a failing check: Spark's
+            try:
+                check_tables(self.rt, tables, deleted, state)
+                return []
+            except NotLocal as why:
+                log.info("bag check on Spark: %s", why)
         return check_deltas(self.rt, timestep, deltas, deleted, files, state)
+
+    def _table_of(self, df: Any) -> Any:
+        """The Arrow table a DataFrame was made from by ``_hand_over`` (None: not one of those)."""
+        handed = self._handed.get(id(df))
+        return handed[1] if handed is not None and handed[0] is df else None
 
     def _conf(self) -> None:
         if not self._conf_set:
             from spark_jobs.executor.spark.session import step_conf
 
-            self._stack.enter_context(step_conf(self.spark, self.small))
+            self._stack.enter_context(step_conf(self.spark, self.small, local=self.local))
             self._conf_set = True
 
     def evaluate(self, deltas: Mapping[str, Any], state: Any, *, first_step: bool, full: bool,
@@ -164,10 +252,15 @@ class SparkSteps:
             frames = {f"output/{v}": df for v, df in outputs.items()}
             frames.update({f"write/{i}": w.value for i, w in enumerate(writes)})
             frames.update({f"input/{n}": df for n, df in checked.items()})
+            # changes read in-process come back as the tables they were made from: no collect
+            held = {key: t for key, df in frames.items() if (t := self._table_of(df)) is not None}
             if self.unchanged and all(known_empty(df) for df in frames.values()):  # nothing to collect
                 tables = {key: _typed(None, df) for key, df in frames.items()}
             else:
-                tables = collect_arrow(self.spark, frames, policy.local_change_rows)[0] if frames else {}
+                rest = {key: df for key, df in frames.items() if key not in held}
+                tables = collect_arrow(self.spark, rest, policy.local_change_rows)[0] if rest else {}
+                if tables is not None:
+                    tables.update(held)
             if tables is not None:
                 typed = {key: _typed(tables[key], frames[key]) for key in frames}
                 self.settled_arrow = True
@@ -206,6 +299,8 @@ class SparkSteps:
             df.unpersist()
         self.results.clear()
         self.cached.clear()
+        self.tables.clear()
+        self._handed.clear()
         self._stack.close()
         self._conf_set = False
 

@@ -384,6 +384,7 @@ def build_spec(doc: Document, broken: frozenset[str] = frozenset()) -> tuple[Cir
     known = {n.lower(): n for n in list(inputs) + list(nodes)}
     built = {k: replace(n, tables=tuple(known.get(t.lower(), t) for t in n.tables)) if n.tables else n
              for k, n in built.items()}  # SQL names are case-insensitive: the circuit's spelling
+    built = {k: _one_row_source(n, inputs) for k, n in built.items()}
     name = str(data.get("name", ""))
     spec = CircuitSpec(
         name=name, path=doc.file,
@@ -421,6 +422,20 @@ def check_text(text: str, path: str = "<string>", allowed_roots: Sequence[str] =
             "nesting): split it into more nodes"))]
     unique = list(dict.fromkeys(problems))
     return spec, sorted(unique, key=lambda p: p.line)
+
+
+def _one_row_source(node: NodeSpec, inputs: dict) -> NodeSpec:
+    """A SELECT without FROM reads one constant row, built as a global ``count(*)`` over the
+    circuit's first input (one row at every step whatever that input holds): the node depends on
+    that input, so the input is one of the relations it reads (``tables``)."""
+    from .sql.parse import needs_one_row
+
+    parsed = node.sql
+    if parsed is None or not inputs or not needs_one_row(parsed.tree):
+        return node
+    source = next(iter(inputs))
+    tables = node.tables if source in node.tables else (*node.tables, source)
+    return replace(node, tables=tables, sql=replace(parsed, one_row=source, plans={}))
 
 
 def load_circuit_text(text: str, path: str = "<string>", allowed_roots: Sequence[str] = ()) -> CircuitSpec:

@@ -413,10 +413,48 @@ REFUSED_AGGREGATES = [
     "SELECT b, sum(max(c)) FROM t1 GROUP BY b",
 ]
 
+# a SELECT without FROM: one constant row (SQL's constant relation), alone, filtered, aggregated,
+# as a subquery of a query over the tables and with subqueries of its own (random/expr's forms)
+CONSTANT = [
+    ("I", "SELECT 1"),
+    ("II", "SELECT 20 / 4 + 1, - 3 * 7"),
+    ("I", "SELECT NULL"),
+    ("I", "SELECT CASE WHEN 1 < 2 THEN 10 ELSE 20 END"),
+    ("I", "SELECT 5 WHERE 1 = 2"),
+    ("I", "SELECT 7 WHERE 2 > 1"),
+    ("I", "SELECT count(*)"),
+    ("II", "SELECT max(4), min(NULL)"),
+    ("I", "SELECT count(*) WHERE 1 = 0"),
+    ("I", "SELECT (SELECT max(a) FROM t1)"),
+    ("I", "SELECT (SELECT count(*) FROM t1 WHERE b > 2) + 1"),
+    ("I", "SELECT 3 WHERE EXISTS (SELECT 1 FROM t1 WHERE a > 8)"),
+    ("I", "SELECT 3 WHERE NOT EXISTS (SELECT 1 FROM t1 WHERE a > 8)"),
+    ("I", "SELECT 4 WHERE 2 IN (SELECT b FROM t1)"),
+    ("I", "SELECT 4 WHERE 99 NOT IN (SELECT b FROM t1)"),
+    ("I", "SELECT a FROM t1 WHERE a IN (SELECT 3)"),
+    ("I", "SELECT a FROM t1 WHERE b = (SELECT 2)"),
+    ("II", "SELECT a, (SELECT t1.b + 1) FROM t1"),
+    ("I", "SELECT a FROM t1 WHERE EXISTS (SELECT 1 WHERE t1.b > 2)"),
+    ("I", "SELECT a FROM t1 UNION SELECT 42"),
+    ("I", "SELECT a FROM t1 UNION ALL SELECT 42"),
+    ("I", "SELECT a FROM t1 EXCEPT SELECT 5"),
+    ("I", "SELECT x FROM (SELECT 8) AS s(x)"),
+    ("II", "SELECT t1.a, s.x FROM t1, (SELECT 2) AS s(x) WHERE t1.b = s.x"),
+    ("I", "SELECT DISTINCT 9"),
+    ("I", "SELECT CAST(7 AS BIGINT) + coalesce(NULL, 2)"),
+    ("I", "WITH RECURSIVE r(n) AS (SELECT 1 UNION SELECT n + 1 FROM r WHERE n < 5) SELECT n FROM r"),
+    ("I", "WITH RECURSIVE r(n) AS (SELECT 1 UNION SELECT n + 1 FROM r, t1 WHERE n < t1.a) SELECT n FROM r"),
+]
+
+REFUSED_CONSTANT = [
+    "SELECT *",
+]
+
 
 def main() -> None:
     write("basic.test", BASIC, REFUSED)
     write("subqueries.test", SUBQUERIES, REFUSED_SUBQUERIES)
+    write("constant.test", CONSTANT, REFUSED_CONSTANT)
     os.makedirs(os.path.join(HERE, "extended"), exist_ok=True)
     write("extended/correlated.test", CORRELATED, REFUSED_CORRELATED)
     write("extended/nulls.test", NULLS, [])

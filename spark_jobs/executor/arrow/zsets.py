@@ -150,7 +150,8 @@ def join(left: pa.Table, right: pa.Table, left_keys: Sequence[str], right_keys: 
     else:
         lk, rk = [ln[k] for k in left_keys], [rn[k] for k in right_keys]
         lhs, rhs = canonical_columns(lhs, lk), canonical_columns(rhs, rk)  # Spark's float equality
-        joined = _take_pairs(lhs, rhs, *_matching_rows(lhs, rhs, lk, rk, null_safe))
+        lmatch, rmatch = _comparable_keys(lhs, rhs, lk, rk)
+        joined = _take_pairs(lhs, rhs, *_matching_rows(lmatch, rmatch, lk, rk, null_safe))
     if within and joined.num_rows:
         micros = [_micros(joined.column(names[c])) for names, c in ((ln, within[0]), (rn, within[1]))]
         joined = joined.filter(pc.fill_null(pc.less_equal(pc.abs(pc.subtract(micros[0], micros[1])),
@@ -162,6 +163,30 @@ def join(left: pa.Table, right: pa.Table, left_keys: Sequence[str], right_keys: 
                                lambda at: dict(zip(out_names, (c[at].as_py() for c in cols))))
     out = pa.table(cols + [product], names=out_names)
     return out.cast(pa.schema(fields))
+
+
+def _comparable_keys(lhs: pa.Table, rhs: pa.Table, lk: list[str], rk: list[str]) -> tuple[pa.Table, pa.Table]:
+    """The two sides with each pair of numeric keys of different types cast to one type, as
+    Spark compares them (an ``int`` literal with a ``bigint`` column as bigints, an integer with a
+    floating point as doubles; a NULL-typed key as the other side's type). Only for matching: the
+    output takes the columns as they were."""
+    for a, b in zip(lk, rk):
+        ta, tb = lhs.schema.field(a).type, rhs.schema.field(b).type
+        if ta == tb:
+            continue
+        if pa.types.is_null(ta) or pa.types.is_null(tb):
+            common = tb if pa.types.is_null(ta) else ta
+        elif pa.types.is_integer(ta) and pa.types.is_integer(tb):
+            common = pa.int64()
+        elif all(pa.types.is_integer(t) or pa.types.is_floating(t) for t in (ta, tb)):
+            common = pa.float64()
+        else:
+            continue  # Arrow refuses the join: the step runs on Spark, which knows its casts
+        lhs = lhs.set_column(lhs.schema.get_field_index(a), pa.field(a, common),
+                             pc.cast(lhs.column(a), common, safe=False))
+        rhs = rhs.set_column(rhs.schema.get_field_index(b), pa.field(b, common),
+                             pc.cast(rhs.column(b), common, safe=False))
+    return lhs, rhs
 
 
 def _matching_rows(lhs: pa.Table, rhs: pa.Table, lk: list[str], rk: list[str], null_safe: bool

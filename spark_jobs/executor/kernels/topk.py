@@ -37,9 +37,12 @@ def _sort_keys(table: Any, node: Node, columns: Sequence[str]) -> tuple[Any, lis
     return table, keys, [c for c, _, _ in node.param("order_by")]
 
 
-def topk_table(table: Any, node: Node) -> Any:
+def topk_table(table: Any, node: Node, consolidated: bool = True) -> Any:
     """Top-k of a Z-set table (rows of positive weight count; others are not in the bag): sorted
-    with pyarrow, then one pass that numbers the copies of each group's rows."""
+    with pyarrow, then one pass that numbers the copies of each group's rows. ``consolidated=False``
+    when every record's weight is >= 0 already (an insert-only change): copies of a row in several
+    records are ranked alike without the hash aggregate that merges them first, and the caller
+    consolidates the (small) result."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -50,7 +53,7 @@ def topk_table(table: Any, node: Node) -> Any:
     columns = [c for c in table.column_names if c != WEIGHT]
     fields = [table.schema.field(c) for c in columns] + ([pa.field(rank_column, pa.int32())] if rank_column else [])
     schema = pa.schema(fields + [pa.field(WEIGHT, pa.int64())])
-    rows = consolidate(table) if table.num_rows else table
+    rows = consolidate(table) if table.num_rows and consolidated else table
     rows = rows.filter(pc.greater(rows.column(WEIGHT), 0)) if rows.num_rows else rows
     if rows.num_rows == 0:
         return schema.empty_table()
@@ -151,6 +154,37 @@ def arrow_topk_touched(s: Any, node: Node) -> Any:
             top = anti(top, groups, part, part) if part else top.slice(0, 0)
         fast = total([topk_table(total([top, delta]), node), negate(topk_table(top, node))])
         out = consolidate(total([fast.cast(empty.schema), slow.cast(empty.schema)])).cast(empty.schema)
+    s.update(node.id, StateUpdate("append", out, part, sort_by=part))
+    return out
+
+
+def arrow_topk_insert_only(s: Any, node: Node) -> Any:
+    """Δtopk over an insert-only input: top-k of (the touched groups' top-k so far + the change)
+    − the top-k so far; appended to the own state. A deletion would be a broken promise of the
+    IR (the input is append_only): the step goes to Spark, which refuses it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from spark_jobs.executor.arrow.zsets import consolidate, negate, total
+    from spark_jobs.executor.engine import NotLocal, StateUpdate
+    from spark_jobs.spec.model import WEIGHT
+
+    (delta,) = s.args(node)
+    delta = s.engine.table(delta)
+    delta = delta.cast(pa.schema([f.with_nullable(True) for f in delta.schema]))  # as rows read from files
+    empty = topk_table(delta.slice(0, 0), node)
+    part = _partition(node)
+    out = empty
+    if delta.num_rows:
+        if pc.min(delta.column(WEIGHT)).as_py() < 0:
+            raise NotLocal(f"top-k {node.id!r}: a change deletes rows but its input is insert-only: Spark reports it")
+        # the change's own top-k first: a row behind k rows of the change is behind them in (top-k
+        # so far + change) too, so only these can enter (one sort of the change, no hash of it)
+        columns = [c for c in delta.column_names if c != WEIGHT]
+        best = topk_table(delta, node, consolidated=False).select([*columns, WEIGHT]).cast(delta.schema)
+        top = _own_top(s, node, best, part)
+        out = consolidate(total([topk_table(total([top, best]), node).cast(empty.schema),
+                                 negate(topk_table(top, node)).cast(empty.schema)])).cast(empty.schema)
     s.update(node.id, StateUpdate("append", out, part, sort_by=part))
     return out
 
@@ -339,6 +373,35 @@ def spark_topk_touched(s: Any, node: Node) -> Any:
         old = restrict(old, delta, part, part, broadcast=s.engine.broadcast,
                        in_list_max=s.engine.policy.narrow.in_list_max)
     out = consolidate(plus(topk_frame(plus(old, delta), node), negate(topk_frame(old, node))))
+    s.update(node.id, StateUpdate("append", out, part, sort_by=part))
+    return out
+
+
+def spark_topk_insert_only(s: Any, node: Node) -> Any:
+    """Over an insert-only input: the touched groups' top-k so far (the own state, the output so
+    far, without its rank column) plus the change, top-k before and after, new − old. A negative
+    weight fails the step (the IR proved the input insert-only: a broken promise, never a silent
+    wrong answer)."""
+    from spark_jobs.executor.engine import StateUpdate
+    from spark_jobs.executor.refusal import raise_sql
+    from spark_jobs.executor.spark.zset import WEIGHT, consolidate, negate, plus, restrict
+    from spark_jobs.executor.totals import q
+
+    (delta,) = s.args(node)
+    part = _partition(node)
+    refuse = raise_sql(f"top-k {node.id!r}: a change deletes rows (negative _weight) but its input is insert-only "
+                       "(append_only)", "bigint")
+    data = [q(c) for c in delta.columns if c != WEIGHT]
+    delta = delta.selectExpr(*data, f"CASE WHEN {q(WEIGHT)} < 0 THEN {refuse} ELSE {q(WEIGHT)} END AS {q(WEIGHT)}")
+    prev = s.state.read(node.id)
+    if prev is None:
+        out = consolidate(topk_frame(delta, node))
+    else:
+        old = prev.select(*delta.columns)
+        if part:
+            old = restrict(old, delta, part, part, broadcast=s.engine.broadcast,
+                           in_list_max=s.engine.policy.narrow.in_list_max)
+        out = consolidate(plus(topk_frame(plus(old, delta), node), negate(topk_frame(old, node))))
     s.update(node.id, StateUpdate("append", out, part, sort_by=part))
     return out
 

@@ -107,6 +107,17 @@ _STEP_CONF = {"spark.sql.adaptive.enabled": "false",
               "spark.sql.files.openCostInBytes": str(64 * 1024)}
 
 
+# A change held on the driver (``local_relations``: at most ``execution.local_change_rows`` rows,
+# its state lookups narrowed on the driver too) is a few thousand rows at most: one task per leaf
+# (a local relation, else one task per core of ``spark.default.parallelism``) and one shuffle
+# partition. A W1 step's one job ran 65-70 tasks in 10-13 stages, most of them on empty or
+# few-row partitions; each task costs scheduling, serialization and a thread hand-off. (A file
+# scan keeps its splits: ``step_conf`` sets spark.sql.files.minPartitionNum to the default
+# parallelism.)
+_LOCAL_STEP_CONF = {"spark.sql.shuffle.partitions": "1",
+                    "spark.sql.leafNodeDefaultParallelism": "1"}
+
+
 @contextmanager
 def temporary_conf(spark, settings: dict[str, str]) -> Iterator[None]:
     """Run the body with these runtime Spark SQL settings; restore the previous values after."""
@@ -124,10 +135,19 @@ def temporary_conf(spark, settings: dict[str, str]) -> Iterator[None]:
 
 
 @contextmanager
-def step_conf(spark, small_change: bool) -> Iterator[None]:
-    """Run the body with the Spark SQL settings of a small-change step; restore them after."""
+def step_conf(spark, small_change: bool, local: bool = False) -> Iterator[None]:
+    """Run the body with the Spark SQL settings of a small-change step; restore them after.
+    ``local``: the change is held on the driver (``_LOCAL_STEP_CONF`` on top)."""
     if not small_change:
         yield
         return
-    with temporary_conf(spark, _STEP_CONF):
+    settings = dict(_STEP_CONF)
+    if local:
+        settings.update(_LOCAL_STEP_CONF)
+        # a file scan (state the driver did not narrow) keeps its parallelism: the leaf default
+        # also sizes file splits, unless spark.sql.files.minPartitionNum is set
+        cores = spark.conf.get("spark.default.parallelism", None)
+        if cores and not spark.conf.get("spark.sql.files.minPartitionNum", None):
+            settings["spark.sql.files.minPartitionNum"] = cores
+    with temporary_conf(spark, settings):
         yield

@@ -29,8 +29,31 @@ __all__ = [
 
 
 def col(name: str) -> Column:
-    """A column by its exact name (dots and spaces in names are not struct paths)."""
-    return F.col("`" + name.replace("`", "``") + "`")
+    """A column by its exact name (dots and spaces in names are not struct paths).
+
+    Kept per name (a column reference is an immutable, unresolved expression, valid in any plan
+    of the same JVM): building one is three Py4J round trips and one more to garbage-collect it,
+    and a W1 step asked for ~250 of them, most of the same few names."""
+    key = (_gateway_key(), name)
+    found = _COLUMNS.get(key)
+    if found is None:
+        if len(_COLUMNS) >= _MAX_COLUMNS:
+            _COLUMNS.clear()
+        found = _COLUMNS[key] = F.col("`" + name.replace("`", "``") + "`")
+    return found
+
+
+_COLUMNS: dict[tuple, Column] = {}
+_MAX_COLUMNS = 4096
+
+
+def _gateway_key() -> int:
+    """Which JVM a column object belongs to: 0 for Spark Connect (plain Python objects), else
+    the Py4J gateway's identity (a new gateway would not know the old one's objects)."""
+    from pyspark import SparkContext
+    from pyspark.sql.utils import is_remote
+
+    return 0 if is_remote() else id(SparkContext._gateway)
 
 
 def data_columns(df: DataFrame) -> list[str]:
@@ -68,11 +91,21 @@ def in_range(weight: Column) -> Column:
 
 def checked_sum(column: str, row: Sequence[str]) -> Column:
     """sum(column) of long weights in a group whose columns are ``row``: ``try_sum`` (NULL on an
-    overflow, which ANSI mode would raise as a bare Java error) or the step's refusal."""
-    total = in_range(F.try_sum(col(column)))
-    refusal = weight_refusal(["a sum of weights"], row)
-    return F.when(F.count(F.lit(1)) == 0, F.lit(None).cast("long")).otherwise(
-        F.coalesce(total, refusal)).cast("long")
+    overflow, which ANSI mode would raise as a bare Java error) or the step's refusal.
+
+    Kept per (column, row, node) like ``col``: the expression is a few dozen Py4J round trips
+    (one per row column and per piece of the refusal), and every consolidation asks for one."""
+    key = (_gateway_key(), "checked_sum", column, tuple(row), weights.where())
+    found = _COLUMNS.get(key)
+    if found is None:
+        total = in_range(F.try_sum(col(column)))
+        refusal = weight_refusal(["a sum of weights"], row)
+        found = F.when(F.count(F.lit(1)) == 0, F.lit(None).cast("long")).otherwise(
+            F.coalesce(total, refusal)).cast("long")
+        if len(_COLUMNS) >= _MAX_COLUMNS:
+            _COLUMNS.clear()
+        _COLUMNS[key] = found
+    return found
 
 
 

@@ -99,8 +99,9 @@ def _uses(circuit: Circuit, node: Node, position: int) -> str:
 def _delta_form(circuit: Circuit, node: Node) -> str:
     return ("each iteration i runs the body's incremental circuit on the change of iteration i-1, with the "
             "body's state at iteration i of the previous timestep; the loop stops where x_i = x_(i-1) now; "
-            "a change that reaches every iteration costs every iteration (on Spark a few jobs per iteration "
-            "reached, and a write per iteration and body state)")
+            "a change of an outer relation the body reads reaches every iteration up to the old depth, a "
+            "change of init only as far as it propagates (on Spark several jobs per iteration reached, and a "
+            "write per iteration and body state)")
 
 
 def loop_text(node: Node) -> list[str]:
@@ -123,13 +124,19 @@ def loop_text(node: Node) -> list[str]:
                      f"iterations ({', '.join(f'{node.id}/{s}' for s, v in states.items() if not v) or 'none'}); "
                      f"{node.id}/{DIFF} (D_i = x_i - x_(i-1), by iteration), {node.id}/{DEPTH} (where the last "
                      f"loop stopped) and {node.id}/{VALUE} (its value). State grows with iterations × the body's state.")
+        reads = ", ".join(node.param("imports")) or "none"
         lines.append("  A step (in-process or on Spark, over the same traces) runs iteration i on the change of "
-                     "iteration i-1 against the body's state at i, and stops where x_i = x_(i-1) now: its work "
-                     "follows the change as far as the change reaches; a change that reaches every iteration (a "
-                     "deletion that lengthens many shortest paths) costs every iteration, on the changed rows (on "
-                     "Spark: a few jobs per iteration reached, and a write per iteration and body state at commit). "
-                     "A first step and a recompute rerun the loop from init over the integrated inputs and rewrite "
-                     "the per-iteration state.")
+                     "iteration i-1 against the body's state at i, and stops where x_i = x_(i-1) now. A change of "
+                     f"init alone costs the iterations it reaches; a change of what the body reads from outside "
+                     f"({reads}) reaches every iteration up to where the last loop stopped (each iteration joins it "
+                     "with its own state), so such a step runs all of them, each on the changed rows and the state "
+                     "rows they look up: its work is the depth times the change, not the whole state, but it "
+                     "never skips iterations. A deletion that lengthens many shortest paths changes many rows in "
+                     "many iterations and costs them. On Spark each iteration reached costs several jobs (the "
+                     "body's lookups, its change computed as a local checkpoint, the comparisons) and the commit "
+                     "writes a trace per iteration and body state: a small change is cheaper in-process, and on "
+                     "Spark may cost more than the loop from scratch. A first step and a recompute rerun the loop "
+                     "from init over the integrated inputs and rewrite the per-iteration state.")
     return lines
 
 

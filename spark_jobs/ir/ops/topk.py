@@ -27,6 +27,12 @@ columns, and its own output so far (each group's current top-k rows, format 2). 
 group's top-k comes after every row in it, so the top-k of (old top-k + Δx) is the new top-k
 unless Δx deletes so much of a group's top-k that fewer than k are left: only such groups are
 read from the integral (the Arrow kernel; a step's cost follows the change, not the window).
+
+Over an insert-only input (``operator.is_insert_only``: an append_only source, through linear
+operators, e.g. a ``window``) no row ever leaves a group, so the new top-k is always the top-k of
+(old top-k + Δx): ``topk_insert_only`` keeps only its output so far (each group's top-k, the
+per-group extrema for k = 1) and no integral of its input: O(groups x k) state, and a step writes
+and compacts the change's top rows only (Nexmark q7: not every bid of the open windows).
 """
 from __future__ import annotations
 
@@ -35,7 +41,7 @@ from typing import Sequence
 from spark_jobs.ir.bounds import Floor, Floors, Forget, group_forget
 from spark_jobs.ir.builder import Builder
 from spark_jobs.ir.graph import Circuit, Node, make_node
-from spark_jobs.ir.operator import ALWAYS, NONLINEAR, Operator, State, register
+from spark_jobs.ir.operator import ALWAYS, NONLINEAR, Operator, State, is_insert_only, register
 from spark_jobs.spec.model import NodeSpec
 
 RANK_TYPE = "int"  # the type Spark gives row_number(), rank() and dense_rank()
@@ -43,8 +49,11 @@ KERNELS = "spark_jobs.executor.kernels.topk"  # where the Spark and Arrow kernel
 
 
 def rule_topk(b: Builder, node: Node, deltas: list[str]) -> str:
-    """Δtopk from the change and the integral before it, for the touched groups only."""
+    """Δtopk from the change and the integral before it, for the touched groups only; over an
+    insert-only input from the change and the top-k so far alone (no integral)."""
     (dx,) = deltas
+    if is_insert_only(b.query, node.inputs[0]):
+        return b.add(node.with_(op="topk_insert_only", inputs=(dx,)))
     return b.add(node.with_(op="topk_touched", inputs=(dx, b.delayed_integral(dx))))
 
 
@@ -107,6 +116,16 @@ TOPK_TOUCHED = register(Operator(
     lookup=_lookup, uses=lambda c, n, p: f"top-k {n.origin!r}: rows of the touched groups", delta_form=_delta_form,
     floor=_floor, forgets=_forgets,
     kernels={"spark": f"{KERNELS}:spark_topk_touched", "arrow": f"{KERNELS}:arrow_topk_touched"}))
+
+TOPK_INSERT_ONLY = register(Operator(
+    "topk_insert_only", arity=1, linearity=NONLINEAR, symbol="top-k(insert-only)", consolidated=True, form_of="topk",
+    summary="top-k of an insert-only input from the top-k so far and the change: new − old, no integral",
+    state=State("previous top-k rows per group (inserts only: no integral of the input)",
+                keys=lambda c, n: _partition(n), update_reads="output", format=2),
+    delta_form=lambda c, n: (f"{describe(n)}: top-k of (the touched groups' top-k so far + the change) − top-k so "
+                             f"far (inserts only: no integral)"),
+    floor=_floor, forgets=_forgets,
+    kernels={"spark": f"{KERNELS}:spark_topk_insert_only", "arrow": f"{KERNELS}:arrow_topk_insert_only"}))
 
 
 # ---- the YAML op compiled to it (spec/ops/topk.py names this function) -----------------------

@@ -71,10 +71,12 @@ class Frame:
     correlated: list[exp.Expression] = field(default_factory=list)
 
 
-def bind_query(tree: exp.Query, lookup: Lookup, known: Sequence[str], text: str) -> P.Rel:
+def bind_query(tree: exp.Query, lookup: Lookup, known: Sequence[str], text: str,
+               one_row: str | None = None) -> P.Rel:
     """The plan of a whole node query (``text``: as written, for names in messages); its columns
-    are the node's output columns."""
-    binder = Binder(lookup, known, text)
+    are the node's output columns. ``one_row``: the input a SELECT without FROM reads its one row
+    from (``parse.ParsedQuery.one_row``)."""
+    binder = Binder(lookup, known, text, one_row)
     rel = binder.query(tree, None, {}, names_needed=True)
     topk.unlimited(binder, rel.plan)
     for name in rel.plan.columns:
@@ -85,8 +87,9 @@ def bind_query(tree: exp.Query, lookup: Lookup, known: Sequence[str], text: str)
 
 
 class Binder:
-    def __init__(self, lookup: Lookup, known: Sequence[str], text: str) -> None:
+    def __init__(self, lookup: Lookup, known: Sequence[str], text: str, one_row: str | None = None) -> None:
         self.lookup = lookup
+        self.one_row = one_row
         self.known = list(known)
         self.text = text
         self.source = Source(text)
@@ -209,13 +212,14 @@ class Binder:
         """FROM + WHERE. With ``correlate``, WHERE conjuncts reading ``outer`` are returned apart."""
         self.refuse_unsupported(sel)
         from_ = sel.args.get("from_")
-        if from_ is None:
-            raise SqlError("a query needs a FROM clause: a view reads inputs or nodes of the circuit", sel)
         group = JoinGroup(self, outer)
         where = sel.args.get("where")
         conds = conjuncts(where.this if where is not None else None)
-        first, conds = topk.limit_rankings(self, self.table_expr(from_.this, outer, ctes), conds)
-        group.add(first)
+        if from_ is None:
+            group.add(self.constant_row(sel))
+        else:
+            first, conds = topk.limit_rankings(self, self.table_expr(from_.this, outer, ctes), conds)
+            group.add(first)
         for join in sel.args.get("joins") or []:
             self.join(group, join, outer, ctes)
         corr = self.correlations.get(id(sel))
@@ -393,6 +397,24 @@ class Binder:
             raise SqlError("LATERAL VIEW / LATERAL is not supported", node)
         raise SqlError(f"'{describe(node)}' is not supported in FROM: expected an input, node, CTE or subquery",
                        node)
+
+    def constant_row(self, sel: exp.Select) -> Relation:
+        """The one row a SELECT without FROM reads (SQL's constant relation; its select list holds
+        at every step). It is a global ``count(*)`` over one input of the circuit: exactly one row
+        whatever that input holds, so its change is that row at the first step and nothing after
+        (the count's own changes project to the same row and cancel). Its one column is hidden:
+        no name reaches it and ``*`` shows nothing."""
+        found = self.lookup(self.one_row) if self.one_row is not None else None
+        if found is None:
+            raise SqlError("a query without FROM reads one constant row, taken from an input of the "
+                           "circuit: this circuit has none here (a recursive body, or no inputs)", sel)
+        name, columns = found
+        table = P.Table(tuple(columns), name, name)
+        narrow = P.Map((), "(one row: a SELECT without FROM)", table, ())
+        one = "_one_row"
+        plan = P.Aggregate((one,), "(one row: a SELECT without FROM) count(*)", narrow, (),
+                           ((one, "count", None, False),))
+        return Relation(plan, [Field(None, one, one, hidden=True, star=False, unqualified=False)])
 
     def join(self, group: "JoinGroup", join: exp.Join, outer: Scope | None, ctes: dict[str, Relation]) -> None:
         if join.args.get("method"):
@@ -608,8 +630,17 @@ class JoinGroup:
                 member_of[id(f)] = i
         scope = self.scope()
 
+        seen: dict[int, tuple[exp.Expression, frozenset[int]]] = {}
+
         def members(node: exp.Expression) -> frozenset[int]:
-            return frozenset(member_of[id(scope.resolve(c))] for c in columns_of(node))
+            # memoized: the greedy join order asks it of each condition's sides for every pick
+            # (a 64-table join: ~10^6 resolutions otherwise); the node is kept with its answer so
+            # that its id is never reused while the cache lives
+            hit = seen.get(id(node))
+            if hit is None:
+                hit = seen[id(node)] = (node, frozenset(member_of[id(scope.resolve(c))]
+                                                        for c in columns_of(node)))
+            return hit[1]
 
         members_ = list(self.members)
         pending: list[tuple[exp.Expression, frozenset[int]]] = []

@@ -229,13 +229,20 @@ def scalar(binder: "Binder", rel: "Relation", sub: exp.Subquery, outer: Scope | 
     q = _unwrap(sub)
     if not (isinstance(q, exp.Select) and q.args.get("group") is None and q.args.get("having") is None
             and q.args.get("limit") is None and len(q.expressions) == 1
-            and aggregates_of(q.expressions[0].this if isinstance(q.expressions[0], exp.Alias) else q.expressions[0])):
+            and (aggregates_of(q.expressions[0].this if isinstance(q.expressions[0], exp.Alias) else q.expressions[0])
+                 or _one_row(q))):
         raise SqlError("a scalar subquery must be one aggregate without GROUP BY, HAVING or LIMIT (so it is "
                        "exactly one row), e.g. (SELECT avg(x) FROM t WHERE ...); one that may return no row or "
                        "several (a plain column) is not supported", sub)
     dep = dependent(binder, sub, rel, outer, ctes, what, allow)
     (value,) = dep.values
     return _join_back(rel, dep, value, f"(scalar subquery) {describe(sub, 40)}")
+
+
+def _one_row(q: exp.Select) -> bool:
+    """A SELECT without FROM, WHERE or DISTINCT: exactly one row (per outer row, when correlated)."""
+    return q.args.get("from_") is None and q.args.get("where") is None and not q.args.get("distinct") \
+        and not q.args.get("joins")
 
 
 def mark(rel: "Relation", keys: "Relation", lkeys: list[str], rkeys: list[str], text: str

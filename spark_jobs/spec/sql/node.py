@@ -49,7 +49,7 @@ def _bind(parsed: ParsedQuery, lookup: Callable[[str], Cols | None], known: Sequ
         return (canonical, cols) if canonical is not None and cols is not None else None
 
     assert parsed.tree is not None
-    return bind_query(parsed.tree, find, known, parsed.text)
+    return bind_query(parsed.tree, find, known, parsed.text, parsed.one_row)
 
 
 def where(error: SqlError) -> tuple[str, str]:

@@ -55,6 +55,9 @@ class ParsedQuery:
     tree: exp.Query | None
     tables: tuple[str, ...] = ()
     error: SqlError | None = field(default=None, compare=False)
+    # a SELECT without FROM reads one row: a global count(*) over this input of the circuit
+    # (set by the loader, which knows the inputs; ``needs_one_row``), listed in ``tables`` too
+    one_row: str | None = None
     # the bound plans, kept with the query they bind (``sql.node.bind_node``): validation's column,
     # type, expression and time checks and the IR's lowering all read one plan. Each is kept with
     # the columns of the relations the binder looked up, so a query bound against other columns
@@ -160,3 +163,8 @@ def read_tables(tree: exp.Expression) -> tuple[str, ...]:
         if table.args.get("db") is None and name.lower() not in ctes:
             names.setdefault(name.lower(), name)
     return tuple(names.values())
+
+
+def needs_one_row(tree: exp.Expression | None) -> bool:
+    """Whether some SELECT of the query has no FROM (its rows come from one constant row)."""
+    return tree is not None and any(sel.args.get("from_") is None for sel in tree.find_all(exp.Select))
