@@ -173,10 +173,14 @@ def incremental(node: Node, deltas: Sequence[Any], state: Any, depth: int, ops: 
                 updates[f"{node.id}/{i}/{sid}"] = StateUpdate("replace", df, u.keys, u.sort_by)
         cur = ops.settle(ops.order(result.outputs["value"]))  # Δx_i (Spark: computed now)
         change = ops.consolidate(ops.plus(cur, ops.negate(prev)))  # the change of D_i
-        old = old_diff(i) if i < depth else None
-        now = ops.consolidate(ops.plus(old, change)) if old is not None else change
-        stops = ops.is_empty(now)
-        if not (stops if old is None else ops.is_empty(change)):  # (on Spark each check is a job)
+        unchanged = ops.is_empty(change)  # (on Spark each check is a job)
+        if unchanged and i < depth:  # D_i as before, and not 0 (the loop went on past i): it goes on
+            prev = cur
+            continue
+        old = old_diff(i) if i < depth else None  # read only where D_i changes: a small change
+        now = ops.consolidate(ops.plus(old, change)) if old is not None else change  # leaves most alone
+        stops = ops.is_empty(now) if old is not None else unchanged
+        if not unchanged:
             diff_parts.append(ops.tag(change, i))
         if stops:
             return _finish(node, ops, cur, i, depth, old_diff, diff_parts, updates)
