@@ -59,7 +59,7 @@ lint: install
 	@if [ -x $(VENV)/bin/ruff ]; then $(VENV)/bin/ruff check .; else echo "   (ruff not installed; skipped)"; fi
 
 bench: install
-	@echo ">> bench: $(PY) -m bench.run $(BENCH_ARGS); $(PY) -m bench.recursion (W3); $(PY) -m bench.iterate (while loop); $(PY) -m bench.topk; $(PY) -m bench.append_only; $(PY) -m bench.recompute (incremental vs recompute vs policy); $(PY) -m bench.airflow (DAG runs); $(PY) -m bench.cluster (W1 on a standalone cluster); $(PY) -m bench.nexmark; $(PY) -m bench.change (W1 SF3: a second view added vs computed once); $(PY) -m bench.floor (the in-process floor, W1 SF1 and SF10); $(PY) -m bench.views (100 SQL views, a few rows a step)"
+	@echo ">> bench: $(PY) -m bench.run $(BENCH_ARGS); $(PY) -m bench.recursion (W3); $(PY) -m bench.iterate (while loop); $(PY) -m bench.topk; $(PY) -m bench.append_only; $(PY) -m bench.recompute (incremental vs recompute vs policy); $(PY) -m bench.airflow (DAG runs); $(PY) -m bench.cluster (W1 on a standalone cluster); $(PY) -m bench.nexmark; $(PY) -m bench.change (W1 SF3: a second view added vs computed once); $(PY) -m bench.floor (the in-process floor, W1 SF1 and SF10); $(PY) -m bench.views (100 SQL views, a few rows a step); $(PY) -m bench.text_inputs (CSV/JSON/cdc inputs, dbsp step from launch to exit)"
 	@$(PY) -m bench.run $(BENCH_ARGS)
 	@$(PY) -m bench.recursion
 	@$(PY) -m bench.iterate
@@ -72,6 +72,7 @@ bench: install
 	@$(PY) -m bench.change
 	@$(PY) -m bench.floor
 	@$(PY) -m bench.views
+	@$(PY) -m bench.text_inputs
 
 bench-smoke: install
 	@echo ">> bench-smoke: $(PY) -m bench.run --smoke; $(PY) -m bench.recursion --smoke (W3); $(PY) -m bench.iterate --smoke (while loop)"

@@ -2,6 +2,7 @@
 (not a test).
 
     flock /tmp/dbsp-bench.lock python -m bench.nexmark          # 120 steps of 1,000 events
+    flock /work/bench.lock python -m bench.nexmark --steps 20 --events 1000,10000,100000   # one run, three sizes
     python -m bench.nexmark --smoke                             # 8 steps of 60 events, in-process
 
 The generator (``spark_jobs/examples/nexmark.py``) writes one batch per timestep: one minute of
@@ -16,7 +17,9 @@ read the bids), and the rows of every state trace in the committed manifest (vie
 excluded). A windowed circuit's state must stay flat while the events add up: the plot
 (``nexmark_state.png``) shows both.
 
-Results: bench/results/nexmark.{json,md,png}, with the load average before and after.
+Results: bench/results/nexmark.{json,md,png}, with the load average before and after; with several
+``--events`` sizes, one run of each circuit per size, in ``nexmark-sizes.{json,md}`` (the load
+before and after each size too).
 """
 from __future__ import annotations
 
@@ -115,13 +118,18 @@ def plot(results: dict[str, list[dict]], path: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=120)
-    parser.add_argument("--events", type=int, default=1000, help="events per batch (one minute of event time)")
+    parser.add_argument("--events", default="1000",
+                        help="events per batch (one minute of event time); several, comma-separated: one run each")
     parser.add_argument("--engine", default="auto", help="the execution policy's engine: auto, arrow or spark")
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--out", default=str(PROJECT_ROOT / "bench" / "results"))
     args = parser.parse_args(argv)
     if args.smoke:  # in-process only: no JVM to start
-        args.steps, args.events, args.engine = 8, 60, "arrow"
+        args.steps, args.events, args.engine = 8, "60", "arrow"
+    sizes = [int(e) for e in str(args.events).split(",")]
+    if len(sizes) > 1:
+        return sweep(args, sizes)
+    args.events = sizes[0]
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         results = {c: run(c, Path(tmp) / c, args.steps, args.events, args.engine) for c in CIRCUITS}
@@ -147,6 +155,37 @@ def main(argv: list[str] | None = None) -> None:
     for c, rows in results.items():
         lines += ["", f"State rows per step, {c}:", "", "```", *ascii_plot(rows), "```"]
     (out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def sweep(args: argparse.Namespace, sizes: list[int]) -> None:
+    """Each circuit at each batch size, one after the other in this process (one run): the
+    events per second of the median step and of all steps, with the load around each size."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    loads, sums, runs = {}, {}, {}
+    for events in sizes:
+        before = os.getloadavg()
+        with tempfile.TemporaryDirectory() as tmp:
+            results = {c: run(c, Path(tmp) / c, args.steps, events, args.engine) for c in CIRCUITS}
+        loads[events] = (before, os.getloadavg())
+        sums[events] = {c: summary(rows) for c, rows in results.items()}
+        runs[events] = results
+    report = {"steps": args.steps, "sizes": sizes, "cores": os.cpu_count(), "loadavg": loads, "summary": sums,
+              "runs": runs}
+    (out / "nexmark-sizes.json").write_text(json.dumps(report, indent=1))
+    lines = [f"Nexmark through windowed circuits, one run: {args.steps} steps per batch size (one minute of event "
+             f"time each, out of order up to 2 minutes, 1% late), engine {args.engine}, {os.cpu_count()} cores.", "",
+             "| events per step | circuit | engines | step median s | events/s (median step) | events/s (all steps) "
+             "| state rows max, 2nd half | load avg before / after |",
+             "|---:|---|---|---:|---:|---:|---:|---|"]
+    for events in sizes:
+        (before, after) = loads[events]
+        for c, s in sums[events].items():
+            lines.append(f"| {events} | {c} | {', '.join(s['engines'])} | {s['step_median_s']:.3f} | "
+                         f"{s['events_per_s_median']} | {s['events_per_s_overall']} | "
+                         f"{s['state_rows_max_second_half']} | {before[0]:.1f} / {after[0]:.1f} |")
+    (out / "nexmark-sizes.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -128,7 +128,7 @@ def _load(gen, source: Path, roots: dict[str, Path], rts: dict[str, Any], rows: 
 
 def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3, lean: bool = False,
         max_rss_gib: float = 0.0, recompute_sizes: list[int] | None = None,
-        partial: Any = None, reuse: bool = False) -> dict[str, Any]:
+        partial: Any = None, reuse: bool = False, warmup: int = 0) -> dict[str, Any]:
     """The sweep (module docstring). ``lean``: ``bench.lean_tpch``'s data (rows are functions of
     their keys: SF10 fits in memory), loaded once and copied, each view checked by DuckDB over
     the change files (``bench.floor.view_check``); a watchdog stops the run above ``max_rss_gib``.
@@ -138,7 +138,8 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
     with the result so far after every size (a long run leaves its results if stopped).
     ``reuse`` (``lean``): ``work`` holds an earlier run's generated files and loaded roots (the
     SF10 load takes tens of minutes on a loaded machine): the generator replays its load and the
-    sweep starts from the roots as they are, each root's view checked first."""
+    sweep starts from the roots as they are, each root's view checked first. ``warmup``: rows of
+    one unmeasured incremental step on every root before the sweep (0: none)."""
     from spark_jobs.config import PROJECT_ROOT
     from spark_jobs.runtime.circuit import open_circuit
     from spark_jobs.runtime.step import run_step
@@ -176,6 +177,12 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
     if lean:  # the load's view too
         for mode in (MODES if reuse else ("incremental",)):
             _log(f"load's view ({mode}): {check(rts[mode], None)}")
+    if warmup:  # one small incremental step per root, not measured: each root's first step after
+        written = gen.change(warmup)  # the load paid cold costs (footers, imports) the others did not
+        _copy_batch(source, roots, gen.batch)
+        for mode in MODES:
+            run_step(open_circuit(str(circuit), _config(roots[mode], "incremental", inprocess, loaded.total)))
+        _log(f"warm-up: {written.total} rows stepped incrementally on every root (not measured)")
     points = []
     for size in sizes:
         before = os.getloadavg()
@@ -216,6 +223,12 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
                            "estimate": steps[-1][mode]["estimate"], "reason": steps[-1][mode]["reason"]}
         best = min(x for x in (point["incremental"]["seconds"], point["recompute"]["seconds"]) if x is not None)
         point["policy_over_best"] = round(point["policy"]["seconds"] / best, 2) if best else None
+        # did the policy run the cheaper root's path (mode and engine)? Then policy / min compares
+        # two runs of the same path: the machine's noise, not the policy's choice
+        cheaper = min((m for m in ("incremental", "recompute") if point[m]["seconds"] is not None),
+                      key=lambda m: point[m]["seconds"])
+        point["same_path_as_cheaper"] = (point["policy"]["mode"], point["policy"]["engine"]) == (
+            point[cheaper]["mode"], point[cheaper]["engine"])
         point["views_right"] = all(v["ok"] for check in point["view_ok"] for v in check.values())
         point["loadavg_before"], point["loadavg_after"] = before, os.getloadavg()
         point["memory"] = memory()
@@ -283,8 +296,8 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
                         for m, v in result["load"].items()) + ").", "",
              "| change rows | incremental s | recompute s | policy s (its choice, engine) | policy / min | "
              "policy s / previous size's (rows x) | estimated incr / recompute s | views right | load avg | "
-             "GiB: peak RSS / process tree RSS |",
-             "|---:|---:|---:|---|---:|---|---|---|---|---|"]
+             "GiB: peak RSS / process tree RSS | policy ran the cheaper's path |",
+             "|---:|---:|---:|---|---:|---|---|---|---|---|---|"]
     for p in result["points"]:
         est = p["policy"].get("estimate") or {}
         guess = f"{est.get('incremental', '-')} / {est.get('recompute', '-')}" if est else "-"
@@ -297,7 +310,8 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
                      + f"{guess} | "
                      f"{'yes' if ok else 'NO: ' + json.dumps(p['view_ok'], default=str)} | "
                      f"{p['loadavg_before'][0]:.1f} -> {p['loadavg_after'][0]:.1f} | "
-                     f"{(p.get('memory') or {}).get('peak_rss_gib', '-')} / {(p.get('memory') or {}).get('tree_rss_gib', '-')} |")
+                     f"{(p.get('memory') or {}).get('peak_rss_gib', '-')} / {(p.get('memory') or {}).get('tree_rss_gib', '-')} | "
+                     f"{ {True: 'yes', False: 'no', None: '-'}[p.get('same_path_as_cheaper')] } |")
     worst = max((p["policy_over_best"] or 0 for p in result["points"]), default=0)
     unmeasured = [p["change_rows"] for p in result["points"] if p["recompute"]["seconds"] is None]
     lines += ["", f"Worst policy / min(incremental, recompute): **{worst}** over {len(result['points'])} sizes"
@@ -321,6 +335,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="bench.lean_tpch's data (SF10 fits in memory), loaded once and copied to the roots")
     parser.add_argument("--max-rss-gib", type=float, default=8.0,
                         help="--lean: stop above this resident memory, this process and its children (0: never)")
+    parser.add_argument("--warmup", type=int, default=1000,
+                        help="rows of one unmeasured incremental step on every root before the sweep (0: none)")
     parser.add_argument("--recompute-sizes", help="measure the recompute root only at these sizes (default: all)")
     parser.add_argument("--name", help="results file name (default recompute, recompute-smoke)")
     parser.add_argument("--reuse", help="--lean: a work folder holding an earlier run's files and loaded roots "
@@ -341,7 +357,7 @@ def main(argv: list[str] | None = None) -> None:
 
         result = run(sf, sizes, Path(tmp), args.inprocess, 1 if args.smoke else max(1, args.reps), args.lean,
                      args.max_rss_gib, [int(x) for x in args.recompute_sizes.split(",")] if args.recompute_sizes else None,
-                     partial, reuse=bool(args.reuse))
+                     partial, reuse=bool(args.reuse), warmup=0 if args.smoke else max(0, args.warmup))
     write_results(name, result, {"inprocess": args.inprocess}, before, args.out, markdown)
 
 if __name__ == "__main__":

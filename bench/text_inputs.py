@@ -41,16 +41,29 @@ from spark_jobs.state.arrow_read import read_view
 
 RESULTS = Path(__file__).resolve().parent / "results"
 EXAMPLE = (PROJECT_ROOT / "circuits" / "examples" / "my_view.yaml").read_text()
-ORDERS_PARQUET = "source: {kind: changes, path: inbox/orders, format: parquet}"
+ORDERS_PARQUET = "source: {kind: changes, path: my_view/inbox/orders, format: parquet}"
+ORDERS_SCHEMA = "schema: {order_id: long, customer_id: long, amount: double, status: string}"
+
+
+def _replaced(text: str, old: str, new: str) -> str:
+    """``text`` with ``old`` replaced, refusing a no-op: an edited README example must fail loudly
+    here rather than silently benchmark Parquet inputs under a CSV label."""
+    if old not in text:
+        raise SystemExit(f"bench.text_inputs: circuits/examples/my_view.yaml no longer contains {old!r}")
+    return text.replace(old, new)
+
+
 VARIANTS = {
-    "csv changes": EXAMPLE.replace(ORDERS_PARQUET, "source: {kind: changes, path: inbox/orders, format: csv}"),
-    "json lines changes": EXAMPLE.replace(ORDERS_PARQUET, "source: {kind: changes, path: inbox/orders, format: jsonl}"),
-    "cdc records (json lines)": EXAMPLE.replace(
-        "schema: {order_id: long, customer_id: long, amount: double, status: string}",
+    "csv changes": _replaced(EXAMPLE, ORDERS_PARQUET, "source: {kind: changes, path: my_view/inbox/orders, format: csv}"),
+    "json lines changes": _replaced(EXAMPLE, ORDERS_PARQUET,
+                                    "source: {kind: changes, path: my_view/inbox/orders, format: jsonl}"),
+    "cdc records (json lines)": _replaced(_replaced(
+        EXAMPLE, ORDERS_SCHEMA,
         "schema: {order_id: long, customer_id: long, amount: double, status: string, op: string, seq: long}\n"
-        "    key: [order_id]").replace(
-        ORDERS_PARQUET, "source: {kind: cdc, path: inbox/orders, format: jsonl, sequence: seq}"),
-    "csv snapshots": EXAMPLE.replace(ORDERS_PARQUET, "source: {kind: changes, path: inbox/orders, format: csv}"),
+        "    key: [order_id]"),
+        ORDERS_PARQUET, "source: {kind: cdc, path: my_view/inbox/orders, format: jsonl, sequence: seq}"),
+    "csv snapshots": _replaced(EXAMPLE, ORDERS_PARQUET,
+                               "source: {kind: changes, path: my_view/inbox/orders, format: csv}"),
 }
 REGIONS = ("north", "south", "east", "west")
 CUSTOMERS = 50
@@ -66,7 +79,7 @@ class Data:
         self.regions = {c: self.rng.choice(REGIONS) for c in range(1, CUSTOMERS + 1)}
 
     def _customers(self, root: Path) -> None:
-        folder = root / "snapshots" / "customers"
+        folder = root / "my_view" / "snapshots" / "customers"
         folder.mkdir(parents=True, exist_ok=True)
         lines = ["customer_id,name,region"] + [f"{c},c{c},{r}" for c, r in sorted(self.regions.items())]
         (folder / f"s{self.t:05d}.csv").write_text("\n".join(lines) + "\n")
@@ -99,7 +112,7 @@ class Data:
             self.orders.pop(oid)
 
     def _orders(self, root: Path, new: list[tuple], gone: list[int]) -> None:
-        folder = root / "inbox" / "orders"
+        folder = root / "my_view" / "inbox" / "orders"
         folder.mkdir(parents=True, exist_ok=True)
         cols = ("order_id", "customer_id", "amount", "status")
         if self.variant == "json lines changes":

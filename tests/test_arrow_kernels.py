@@ -60,6 +60,23 @@ def test_join_matches_the_spark_join(spark, null_safe, keys):
     assert empty.num_rows == 0 and empty.column_names == ["k", "v", "x", WEIGHT]
 
 
+@pytest.mark.parametrize("null_safe", [False, True])
+def test_join_matches_keys_of_different_numeric_types_as_spark_compares_them(null_safe):
+    """An ``int`` key (a literal, ``SELECT 2``) against a ``bigint`` column matches as bigints,
+    an integer against a double as doubles, a NULL-typed key as the other side's type; each
+    output column keeps its own type (Arrow's join refused mixed types: the step ran on Spark)."""
+    left = _table([(1, 1), (2, 1), (None, 1)], ["k", WEIGHT], [pa.int64(), pa.int64()])
+    for right_type in (pa.int32(), pa.float64(), pa.null()):
+        values = [None, None, None] if right_type == pa.null() else [2, 3, None]
+        right = _table([(v, 1) for v in values], ["j", WEIGHT], [right_type, pa.int64()])
+        got = zsets.join(left, right, ["k"], ["j"], null_safe, [("k", "k")], [("j", "j")])
+        assert got.schema.field("k").type == pa.int64() and got.schema.field("j").type == right_type
+        want = Counter({(2, 2): 1}) if right_type != pa.null() else Counter()
+        if null_safe:
+            want[(None, None)] += 1 if right_type != pa.null() else 3
+        assert _bag(got) == want, right_type
+
+
 def test_consolidate_sums_weights_and_drops_zeros():
     t = _table([(1, "a", 1), (1, "a", -1), (2, None, 2), (2, None, 1)], ["k", "v", WEIGHT],
                [pa.int64(), pa.string(), pa.int64()])

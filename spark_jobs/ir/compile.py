@@ -60,7 +60,9 @@ def _state_format(op: str) -> int:
 # (an input's ``append_only`` changes state only through the operators it selects, whose names
 # are in the fingerprint: circuits whose state it does not change keep their fingerprint).
 # An input's ``time`` column and lateness bound state (``ir/bounds.py``) without changing what it means.
-_NOT_MEANING = frozenset({"max_iterations", "sql", "append_only", "time", "lateness_us"})
+# ``positive_input`` (aggregate_touched) picks how the Arrow kernel finds the same rows (kept extrema
+# or a recompute of the group), not which rows.
+_NOT_MEANING = frozenset({"max_iterations", "sql", "append_only", "time", "lateness_us", "positive_input"})
 
 
 def _meaning(params: tuple) -> tuple:

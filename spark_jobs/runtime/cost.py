@@ -179,9 +179,10 @@ def choose(policy: CostPolicy, est: Estimate | None, cannot: str | None) -> Choi
     # min_change_rows keeps every small step incremental, on either engine: its cost is its
     # fixed part in both modes, where the model's noise (a loaded machine's timings), not the
     # data, would decide. min_change_fraction holds an in-process step only: an incremental step
-    # on Spark (a change past execution.arrow.max_change_rows, or a profile whose steps run on
-    # Spark) is left to the estimates past min_change_rows (a 1M-row change at W1 SF10 took
-    # 46-78 s there against 16 s recomputed, though it is 1.3% of the inputs).
+    # on Spark (past execution.arrow.max_memory_bytes on a local profile, past max_change_rows on
+    # a cluster or Connect one, or a profile whose steps run on Spark) is left to the estimates
+    # past min_change_rows (a 1M-row change at W1 SF10 took 46-78 s there against 16 s
+    # recomputed, though it is 1.3% of the inputs).
     if est.change_rows < policy.min_change_rows:
         return Choice("incremental", f"a change of {est.change_rows} rows < execution.cost.min_change_rows "
                                      f"({policy.min_change_rows}): {says}", est)

@@ -122,7 +122,8 @@ def choose_engine(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, fu
     rows = step_engines.change_rows(pending, rt.compiled.spec.inputs) if why is None and reach is None and policy.engine == "auto" else None
     first = rt.committed.last_committed() == 0
     return policy.engine_for(rows, first_step=first, driver_reach=reach, unsupported=why,
-                             local_spark=rt.config.spark.mode == "local")
+                             local_spark=rt.config.spark.mode == "local"
+                             and str(rt.config.spark.master).startswith("local"))
 
 
 @dataclass

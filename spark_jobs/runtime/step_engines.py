@@ -197,9 +197,13 @@ class SparkSteps:
                     deltas[name] = df.cache()
                     self.cached.append(deltas[name])
         schemas = {name: spark_schema(inp) for name, inp in self.rt.compiled.spec.inputs.items()}
+        # a step whose results all come back in one job (``settle``) plans them as one union, in
+        # which Spark reuses a shared shuffle: caching a reused value would plan it twice more
+        # (persist, then unpersist) for rows it computes once anyway
+        one_job = self.local and self.small and not self.full and self.driver_writes
         result = evaluate_step(self.rt.compiled.incremental, deltas, state, first_step=first_step,
                                input_schemas=schemas, broadcast_deltas=self.small if only is None else True,
-                               persist=self.persist and only is None, policy=self.rt.config.policy,
+                               persist=self.persist and only is None and not one_job, policy=self.rt.config.policy,
                                spark=self.spark, only=only, external=external)
         self.results.append(result)
         return result
@@ -245,7 +249,7 @@ class SparkSteps:
         pyarrow writes them, so the step's Spark jobs are that one and the input count's. Where
         this process cannot write the state itself, or the values are too many rows, the view
         deltas are computed once (to the driver, or cached) and Spark writes."""
-        from spark_jobs.executor.spark.local_relations import collect_arrow, collect_local, known_empty
+        from spark_jobs.executor.spark.local_relations import collect_arrow, collect_local, held_table, known_empty
 
         policy = self.rt.config.policy
         if self.small and not self.full and self.driver_writes:
@@ -258,6 +262,12 @@ class SparkSteps:
                 tables = {key: _typed(None, df) for key, df in frames.items()}
             else:
                 rest = {key: df for key, df in frames.items() if key not in held}
+                if self.local:  # projections of the local changes: their rows are on the driver, no job
+                    for key in list(rest):
+                        table = held_table(rest[key], policy.local_change_rows)
+                        if table is not None:
+                            held[key] = table
+                            del rest[key]
                 tables = collect_arrow(self.spark, rest, policy.local_change_rows)[0] if rest else {}
                 if tables is not None:
                     tables.update(held)

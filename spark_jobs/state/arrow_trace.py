@@ -69,7 +69,11 @@ def write_dir(fs: FileSystem, path: str, table: pa.Table, policy: StatePolicy, *
     order = None  # the sorted order, taken one file at a time: a sorted copy of a load's whole
     group_rows = None  # table (60M line items at SF10) would double the step's memory
     if sort_by and table.num_rows:
-        order = pc.sort_indices(table, [(c, "ascending", "at_start") for c in sort_by])
+        try:
+            order = pc.sort_indices(table, [(c, "ascending", "at_start") for c in sort_by])
+        except (pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            order = None  # a key pyarrow cannot order (an array or map): written as it is, read whole
+    if order is not None:
         per_row = max(1, table.nbytes // table.num_rows)
         group_rows = max(1024, policy.sorted_row_group_bytes // per_row)
     size = 0

@@ -463,6 +463,62 @@ def _changes(key_fields: list[pa.Field], outs: list[tuple[str, str, str | None, 
     return _table(out_fields, out_rows)
 
 
+# ---- min/max over a positive input: the extrema kept, as ``aggregate_touched`` emits them ----
+
+def extrema_step(delta: pa.Table, old: pa.Table, group_by: Sequence[str], aggs: Sequence[Agg],
+                 schema: pa.Schema, timezone: str) -> tuple[pa.Table, pa.Table | None]:
+    """The new output rows (``schema``: the aggregate's, weight 1) of the groups ``delta``
+    touches that the old rows decide, and the groups they do not (their group columns; None if
+    none). ``old``: the current output rows of the touched groups (min/max only, none DISTINCT).
+
+    Why a group is decided: the input is a bag (weights >= 0), so a row at the group's extremum
+    stays unless the change deletes a row whose value equals it; a deleted row strictly inside
+    every extremum leaves them all, and the group, in place; inserts only move an extremum out
+    (extremum(old, inserted values)). Undecided: a deletion at an extremum (ties too: whether a
+    peer is left is in the integral), a deletion when an extremum is NULL (was it the group's
+    last row?), a deletion in a group with no row."""
+    d = consolidate(delta)
+    args, _ = _arguments(d, aggs, timezone)
+    weights = d.column(WEIGHT).to_pylist()
+    outs = [out for out, *_ in aggs]
+    before: dict[tuple, list[Any]] = {}
+    if old.num_rows:
+        values = [old.column(o).to_pylist() for o in outs]
+        for r, key in enumerate(_keys(old, group_by)):
+            before[key] = [v[r] for v in values]
+    inserted: dict[tuple, list[list[Any]]] = {}
+    undecided: dict[tuple, int] = {}  # group -> a row of d that holds its key values
+    for r, key in enumerate(_keys(d, group_by)):
+        if key in undecided:
+            continue
+        if weights[r] > 0:
+            found = inserted.setdefault(key, [[] for _ in aggs])
+            for i in range(len(aggs)):
+                found[i].append(args[i][r])
+            continue
+        ext = before.get(key)
+        if ext is None or any(e is None or (args[i][r] is not None and not _inside(aggs[i][1], args[i][r], e))
+                              for i, e in enumerate(ext)):
+            undecided[key] = r
+    rows = []
+    for key in set(before) | set(inserted):
+        if key in undecided:
+            continue
+        ext = before.get(key, [None] * len(aggs))
+        found = inserted.get(key, [[] for _ in aggs])
+        rows.append([*key, *[_pick(func, [ext[i], *found[i]]) for i, (_, func, _, _) in enumerate(aggs)], 1])
+    new = _table(list(schema), rows)
+    if not undecided:
+        return new, None
+    return new, d.take(pa.array(sorted(undecided.values()), pa.int64())).select(list(group_by))
+
+
+def _inside(func: str, value: Any, extremum: Any) -> bool:
+    """Is ``value`` strictly inside ``extremum`` (below a max, above a min) in Spark's order?"""
+    a, b = _spark_key(value), _spark_key(extremum)
+    return a < b if func == "max" else a > b
+
+
 # ---- min/max over an insert-only input: totals and extrema, as ``aggregate_insert_only_step`` ----
 
 def insert_only_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str], aggs: Sequence[Agg],

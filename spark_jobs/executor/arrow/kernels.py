@@ -327,6 +327,8 @@ def aggregate_touched(s: "Step", node: Node) -> pa.Table:
     state = _engine(s).trace(node.id)
     if state is None:  # nothing emitted yet: every group is new
         out = agg.aggregate(_engine(s).table(integral), group_by, aggs, delta.schema, _engine(s).timezone, node.id)
+    elif group_by and node.param("positive_input") and delta.num_rows:
+        out = _extrema_step(s, node, delta, integral, state, group_by, aggs)
     elif group_by:
         keys = pc.unique(delta.column(group_by[0])).to_pylist()
         rows = integral.rows_for(group_by[0], keys) if isinstance(integral, Integral) else integral
@@ -343,6 +345,27 @@ def aggregate_touched(s: "Step", node: Node) -> pa.Table:
         out = agg.aggregate(delta.slice(0, 0), group_by, aggs, delta.schema, _engine(s).timezone, node.id).slice(0, 0)
     s.update(node.id, StateUpdate("append", out, group_by, sort_by=group_by))
     return out
+
+
+def _extrema_step(s: "Step", node: Node, delta: pa.Table, integral: Any, state: TraceFiles,
+                  group_by: Sequence[str], aggs: Sequence[Any]) -> pa.Table:
+    """``aggregate_touched`` of min/max only over a positive input, from the extrema it emitted
+    (``arrow/aggregate.extrema_step``): the integral is read for the groups whose extremum row the
+    change deletes, and only those; -old +new rows of the groups that changed."""
+    keys = pc.unique(delta.column(group_by[0])).to_pylist()
+    empty = agg.aggregate(delta.slice(0, 0), group_by, aggs, delta.schema, _engine(s).timezone, node.id).slice(0, 0)
+    old = zsets.semi(_engine(s).lookup(state, group_by[0], keys).select(empty.column_names), delta,
+                     group_by, group_by).cast(empty.schema)
+    old = zsets.consolidate(old) if old.num_rows else old
+    new, undecided = agg.extrema_step(delta, old, group_by, aggs, empty.schema, _engine(s).timezone)
+    parts = [new]
+    if undecided is not None and undecided.num_rows:
+        first = pc.unique(undecided.column(group_by[0])).to_pylist()
+        rows = integral.rows_for(group_by[0], first) if isinstance(integral, Integral) else integral  # I(x): with Δx
+        touched = zsets.semi(rows, undecided, group_by, group_by)
+        parts.append(agg.aggregate(touched, group_by, aggs, delta.schema, _engine(s).timezone, node.id)
+                     .cast(empty.schema))
+    return zsets.consolidate(zsets.total([*parts, zsets.negate(old)])).cast(empty.schema)
 
 
 # ---- recursion ----------------------------------------------------------------------------------

@@ -156,3 +156,37 @@ def collect_arrow(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows
     if table.num_rows - sum(t.num_rows for t in small.values()) > max_rows:
         return None, small
     return {name: part(len(extras) + i) for i, name in enumerate(frames)}, small
+
+
+# operators a plan may hold and still be folded into one local relation by the optimizer
+# (ConvertToLocalRelation: projections and filters over a LocalRelation); a union of local
+# relations is not folded
+_FOLDED = frozenset({"Project", "Filter", "LocalRelation", "SubqueryAlias"})
+# column types whose Python values convert to Arrow exactly (a timestamp comes back from
+# ``collect`` as a naive local time: those frames go through ``collect_arrow``)
+_PLAIN_TYPES = frozenset({"bigint", "int", "smallint", "tinyint", "double", "float", "string", "date", "boolean"})
+
+
+def held_table(df: DataFrame, max_rows: int) -> pa.Table | None:
+    """``df`` as an Arrow table WITHOUT a Spark job when its plan is only projections and
+    filters over a local relation (the optimizer folds it into rows on the driver) and its
+    columns are plain; None otherwise (or past ``max_rows``, or on Spark Connect). The types are
+    the store's (``arrow_trace.arrow_of``)."""
+    from spark_jobs.state.arrow_trace import arrow_of
+
+    if is_connect(df.sparkSession):
+        return None
+    ops = set()
+    for line in df._jdf.logicalPlan().toString().splitlines():
+        head = line.lstrip(" :+-")
+        if head:
+            ops.add(head.split(" ", 1)[0].split("(", 1)[0])
+    if not ops or not ops <= _FOLDED or "LocalRelation" not in ops:
+        return None
+    if any(t not in _PLAIN_TYPES and not t.startswith("decimal(") for _, t in df.dtypes):
+        return None
+    rows = df.collect()  # a local relation: folded at planning, no job
+    if len(rows) > max_rows:
+        return None
+    schema = arrow_of(df.schema)
+    return pa.table([pa.array([r[i] for r in rows], f.type) for i, f in enumerate(schema)], schema=schema)

@@ -8,6 +8,13 @@ with func one of count, sum, avg, min, max. Without group_by there is one row, e
 - ``aggregate_touched`` (inputs: the delta, the integral of the input): recompute only the
   groups the delta touches from the integral; its state is the previous output per group, so
   the old row of a touched group is known without recomputing it.
+  With only min/max (no DISTINCT) over a positive input (``positive_input``: every row of the
+  integral has weight >= 0), the Arrow kernel keeps the extrema it emitted: a touched group whose
+  change deletes no row at its extremum (nor any row when the extremum is NULL) gets extremum(old,
+  the change's inserts) without reading the integral; only the groups whose extremum row was
+  deleted are recomputed, from their own rows of the integral (a per-window max: a step's cost
+  follows the change, not the open window). The Spark kernel recomputes every touched group; both
+  give the same rows and state.
 - ``aggregate_insert_only`` (min/max, with or without count/sum/avg, none DISTINCT, over an
   insert-only input: ``operator.is_insert_only``): a group's min can only fall and its max only
   rise, so the new extremum is the extremum of the old one and the delta's. Its state is one row
@@ -47,7 +54,18 @@ def rule_aggregate(b: Builder, node: Node, deltas: list[str]) -> str:
         return b.add(node.with_(op="aggregate_linear", inputs=(dx,)))
     if monotone(aggs) and is_insert_only(b.query, node.inputs[0]):
         return b.add(node.with_(op="aggregate_insert_only", inputs=(dx,)))
-    return b.add(node.with_(op="aggregate_touched", inputs=(dx, b.integral(dx))))
+    touched = node.with_(op="aggregate_touched", inputs=(dx, b.integral(dx)))
+    if extrema_only(aggs) and node.param("group_by"):
+        from spark_jobs.ir.optimize import is_positive
+
+        if is_positive(b.query, node.inputs[0]):  # a deleted row was in the bag: the kept extrema decide
+            touched = touched.with_(params=touched.params + (("positive_input", True),))
+    return b.add(touched)
+
+
+def extrema_only(aggs) -> bool:
+    """Only min/max, none DISTINCT: a group's output is its extrema, kept from step to step."""
+    return bool(aggs) and all(func in EXTREMA and not distinct for _, func, _, distinct in aggs)
 
 
 def group_keys(circuit: Circuit, node: Node) -> tuple[str, ...]:
