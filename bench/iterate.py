@@ -273,7 +273,6 @@ def main() -> None:
             result["spark_steps" if engine == "spark" else "steps"].append(row)
             print(json.dumps(row), flush=True)
             save(out, result)  # so far (a Spark step takes minutes)
-        result["summary"] = summary(result["steps"])
         result["complete"] = True
     finally:
         result["load_after"] = round(os.getloadavg()[0], 2)
@@ -283,6 +282,7 @@ def main() -> None:
 
 
 def save(out: Path, result: dict) -> None:
+    result["summary"] = summary(result["steps"])  # so far, if the run stops early
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     out.with_suffix(".md").write_text(_markdown(result))
@@ -332,6 +332,8 @@ def _markdown(r: dict) -> str:
                          f"{s.get('duckdb_s')} | {s.get('speedup_vs_duckdb')}x | {s['python_dijkstra_s']} | "
                          f"{s['matches']} | {s['load_average']} |")
         lines.append("")
+    if r.get("spark_error"):
+        lines += ["## Forced onto Spark", "", f"Failed: {r['spark_error']}.", ""]
     return "\n".join(lines)
 
 
