@@ -26,6 +26,7 @@ from spark_jobs.config import PROJECT_ROOT
 from spark_jobs.runtime.circuit import open_circuit
 from spark_jobs.runtime.step import run_step
 from tests.policies import config
+from tests.test_bag_check import CIRCUIT as BAG_CIRCUIT
 
 MAX_JOBS = 1
 
@@ -84,20 +85,7 @@ def test_a_step_without_changes_on_spark_runs_no_job(spark, tmp_path):
 
 
 # ---- a small change is read, counted and bag-checked in this process, then handed to Spark ------
-BAG = """
-name: lean_bag
-{settings}
-inputs:
-  items:
-    schema: {{k: long, v: string}}
-    source: {{kind: changes, path: inbox/items, format: parquet}}
-nodes:
-  uniq:   {{op: distinct, input: items}}
-  counts: {{op: aggregate, input: items, group_by: [k], aggregates: {{n: "count(*)"}}}}
-outputs:
-  uniq: {{}}
-  counts: {{}}
-"""
+BAG = BAG_CIRCUIT  # a distinct and a count over one input: what the bag check guards
 
 
 def _lean_and_spark_reads(tmp_path, circuit: str) -> dict[str, object]:

@@ -359,20 +359,26 @@ def spark_topk(s: Any, node: Node) -> Any:
     return topk_frame(s.value(node.inputs[0]), node)
 
 
+def _spark_topk_change(s: Any, node: Node, old: Any, delta: Any, part: Sequence[str]) -> Any:
+    """The top-k's change: top-k of (old + change) minus top-k of old, over the groups the change
+    touches only (``old`` restricted to the change's partition values, so Parquet skips row groups)."""
+    from spark_jobs.executor.spark.zset import consolidate, negate, plus, restrict
+
+    if part:
+        old = restrict(old, delta, part, part, broadcast=s.engine.broadcast,
+                       in_list_max=s.engine.policy.narrow.in_list_max)
+    return consolidate(plus(topk_frame(plus(old, delta), node), negate(topk_frame(old, node))))
+
+
 def spark_topk_touched(s: Any, node: Node) -> Any:
     """The touched groups' rows of the integral (a semi join with the change's partition values,
     pre-filtered by the first one so Parquet skips row groups), top-k before and after, new − old;
     appended to the own state (the output so far, which the Arrow kernel reads first)."""
     from spark_jobs.executor.engine import StateUpdate
-    from spark_jobs.executor.spark.zset import consolidate, negate, plus, restrict
 
     delta, integral = s.args(node)
     part = _partition(node)
-    old = integral.select(*delta.columns)
-    if part:
-        old = restrict(old, delta, part, part, broadcast=s.engine.broadcast,
-                       in_list_max=s.engine.policy.narrow.in_list_max)
-    out = consolidate(plus(topk_frame(plus(old, delta), node), negate(topk_frame(old, node))))
+    out = _spark_topk_change(s, node, integral.select(*delta.columns), delta, part)
     s.update(node.id, StateUpdate("append", out, part, sort_by=part))
     return out
 
@@ -384,7 +390,7 @@ def spark_topk_insert_only(s: Any, node: Node) -> Any:
     wrong answer)."""
     from spark_jobs.executor.engine import StateUpdate
     from spark_jobs.executor.refusal import raise_sql
-    from spark_jobs.executor.spark.zset import WEIGHT, consolidate, negate, plus, restrict
+    from spark_jobs.executor.spark.zset import WEIGHT, consolidate
     from spark_jobs.executor.totals import q
 
     (delta,) = s.args(node)
@@ -397,11 +403,7 @@ def spark_topk_insert_only(s: Any, node: Node) -> Any:
     if prev is None:
         out = consolidate(topk_frame(delta, node))
     else:
-        old = prev.select(*delta.columns)
-        if part:
-            old = restrict(old, delta, part, part, broadcast=s.engine.broadcast,
-                           in_list_max=s.engine.policy.narrow.in_list_max)
-        out = consolidate(plus(topk_frame(plus(old, delta), node), negate(topk_frame(old, node))))
+        out = _spark_topk_change(s, node, prev.select(*delta.columns), delta, part)
     s.update(node.id, StateUpdate("append", out, part, sort_by=part))
     return out
 
