@@ -24,8 +24,12 @@ W1_SF = 0.0005  # 75 customers, 750 orders, ~3,000 line items
 W1_CHANGES = (40, 600)
 # The default policy with its size thresholds scaled to this data: a change of more than 200 rows
 # is "large" (Spark, here the cluster), and so is a recompute over more than 2,000 integrated
-# rows; the cost model may recompute a change from 100 rows on. Everything else is the profile's.
-W1_POLICY = {"arrow": {"max_change_rows": 200}, "cost": {"arrow_rows": 2_000, "min_change_rows": 100}}
+# rows; the cost model may recompute a change from 100 rows on. `max_memory_bytes: 0` keeps the row
+# threshold a hard one on the local run too (a local profile otherwise keeps a larger change in its
+# own process while its memory estimate fits, which a cluster profile never does), so the local
+# run's choices are the cluster's. Everything else is the profile's.
+W1_POLICY = {"arrow": {"max_change_rows": 200, "max_memory_bytes": 0},
+             "cost": {"arrow_rows": 2_000, "min_change_rows": 100}}
 
 
 def w1_config(profile: str | None, data_root: str) -> Config:
