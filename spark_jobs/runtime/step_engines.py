@@ -102,8 +102,9 @@ class SparkSteps:
         """``table`` (input ``name``'s change) as a Spark local relation (no job), remembered so
         that ``settle`` takes the table itself instead of collecting it back."""
         from spark_jobs.executor.sources import spark_schema
+        from spark_jobs.executor.spark.local_relations import from_arrow
 
-        df = self.spark.createDataFrame(table, schema=spark_schema(self.rt.compiled.spec.inputs[name]))
+        df = from_arrow(self.spark, table, spark_schema(self.rt.compiled.spec.inputs[name]))
         self._handed[id(df)] = (df, table)
         return df
 
