@@ -216,9 +216,8 @@ class ExecutionPolicy:
             return "arrow", "the profile sets execution.engine: arrow"
         if change_rows is None:
             return "spark", "the first step loads the inputs" if first_step else "the size of the change is unknown"
-        limit = self.arrow.max_change_rows
+        limit, what = self.arrow.max_change_rows, "a load of " if first_step else ""
         if change_rows > limit:
-            what = "a load of " if first_step else ""
             over = f"{what}{change_rows} changed rows > execution.arrow.max_change_rows ({limit})"
             need, bound = self.inprocess_memory(change_rows), self.arrow.max_memory_bytes
             if local_spark and need <= bound:
@@ -228,7 +227,6 @@ class ExecutionPolicy:
                 return "spark", (f"{over} and the step's estimated memory {need / 2**30:.2f} GiB > "
                                  f"execution.arrow.max_memory_bytes ({bound / 2**30:.2f} GiB)")
             return "spark", over
-        what = "a load of " if first_step else ""
         return "arrow", f"{what}{change_rows} changed rows <= execution.arrow.max_change_rows"
 
 
