@@ -159,7 +159,7 @@ def _load(gen, source: Path, roots: dict[str, Path], rts: dict[str, Any], rows: 
 def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3, lean: bool = False,
         max_rss_gib: float = 0.0, recompute_sizes: list[int] | None = None,
         partial: Any = None, reuse: bool = False, warmup: int = 0, recompute_inprocess: bool = False,
-        duckdb: bool = False, recompute_reps: int = 0) -> dict[str, Any]:
+        duckdb: bool = False, recompute_reps: int = 0, size_steps: dict[int, int] | None = None) -> dict[str, Any]:
     """The sweep (module docstring). ``lean``: ``bench.lean_tpch``'s data (rows are functions of
     their keys: SF10 fits in memory), loaded once and copied, each view checked by DuckDB over
     the change files (``bench.floor.view_check``); a watchdog stops the run above ``max_rss_gib``.
@@ -175,8 +175,10 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
     load's and every change's files) timed once, for reference. ``recompute_reps``: the recompute
     root is measured in the first this many steps of a size only (0: all), stepping incrementally
     (not measured) in the others: at SF10 a recompute takes minutes, the other roots' steps
-    seconds, whose medians need more than one step on a loaded machine."""
-    recompute_reps = recompute_reps or reps
+    seconds, whose medians need more than one step on a loaded machine.
+    ``size_steps``: steps of a size other than ``reps`` (``--sizes 100*3,2000000``).
+    """
+    recompute_reps = recompute_reps or max(reps, *(size_steps or {0: 0}).values())
     from spark_jobs.config import PROJECT_ROOT
     from spark_jobs.runtime.circuit import open_circuit
     from spark_jobs.runtime.step import run_step
@@ -236,9 +238,10 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
         _log(f"warm-up: {written.total} rows stepped incrementally on every root (not measured)")
     points = []
     for size in sizes:
+        size_reps = size_steps.get(size, reps) if size_steps else reps
         before = os.getloadavg()
         point: dict[str, Any] = {"requested": size, "steps": [], "view_ok": []}
-        for rep in range(reps):  # each rep: a new change of this size, the modes in a rotated order
+        for rep in range(size_reps):  # each rep: a new change of this size, the modes in a rotated order
             written = gen.change(size)
             _copy_batch(source, roots, gen.batch)
             order = list(MODES)[rep % len(MODES):] + list(MODES)[:rep % len(MODES)]
@@ -370,7 +373,7 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
              f"{meta['when']}, commit {meta['commit']}, {meta['cores']} cores, engines: {engines}; "
              f"load average {meta['loadavg_before'][0]:.1f} before, {meta['loadavg_after'][0]:.1f} after. "
              "**Measured under load** (the machine is shared with other agents' work): one run; each "
-             f"figure is the median of {result['reps']} steps of that size (each a new change, the three "
+             f"figure is the median of {result['reps']} steps of that size (xN after the change rows: N steps; each a new change, the three "
              "modes in a rotated order"
              + (f"; the recompute root measured in the first {result['recompute_reps']} of them, stepping "
                 "incrementally, unmeasured, in the others" if (result.get("recompute_reps") or result["reps"]) < result["reps"] else "")
@@ -390,7 +393,8 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
         est = p["policy"].get("estimate") or {}
         guess = f"{est.get('incremental', '-')} / {est.get('recompute', '-')}" if est else "-"
         ok = p["views_right"]
-        lines.append(f"| {p['change_rows']:,} | {p['incremental']['seconds']} | {p['recompute']['seconds'] if p['recompute']['seconds'] is not None else 'not measured'} | "
+        n = len(p["steps"])
+        lines.append(f"| {p['change_rows']:,}{f' (x{n})' if n != result['reps'] else ''} | {p['incremental']['seconds']} | {p['recompute']['seconds'] if p['recompute']['seconds'] is not None else 'not measured'} | "
                      f"{p['policy']['seconds']} ({p['policy']['mode']}, {p['policy']['engine']}) | "
                      f"{p['policy_over_best']} | {dash(p.get('us_per_row'))} | {dash(p.get('per_row_over_smaller'))} | "
                      f"{dash(p.get('seconds_over_larger'))} | {dash(p.get('duckdb_s'))} | "
@@ -430,7 +434,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.recompute", description=__doc__.splitlines()[0])
     parser.add_argument("--sf", type=float, default=0.2, help="TPC-H scale factor (default 0.2; keep <= 1 here)")
     parser.add_argument("--sizes", help="changed rows per step, comma-separated (default "
-                                        + ",".join(map(str, DEFAULT_SIZES)) + ")")
+                                        + ",".join(map(str, DEFAULT_SIZES)) + "); N*R: R steps of N rows (else --reps)")
     parser.add_argument("--reps", type=int, default=3, help="steps per size (a new change each; median)")
     parser.add_argument("--smoke", action="store_true", help="SF 0.001, three small sizes, one step each")
     parser.add_argument("--no-inprocess", dest="inprocess", action="store_false",
@@ -457,7 +461,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     from bench.report import write_results
 
-    sizes = list(SMOKE_SIZES) if args.smoke else [int(s) for s in (args.sizes or "").split(",") if s] or list(DEFAULT_SIZES)
+    given = [s.strip() for s in (args.sizes or "").split(",") if s.strip()]
+    size_steps = {int(s.split("*")[0]): max(1, int(s.split("*")[1])) for s in given if "*" in s}
+    sizes = list(SMOKE_SIZES) if args.smoke else [int(s.split("*")[0]) for s in given] or list(DEFAULT_SIZES)
     sf = 0.001 if args.smoke else args.sf
     before = os.getloadavg()
     flags = {"inprocess": args.inprocess, "recompute_inprocess": args.recompute_inprocess and not args.inprocess}
@@ -471,7 +477,7 @@ def main(argv: list[str] | None = None) -> None:
                      args.max_rss_gib, [int(x) for x in args.recompute_sizes.split(",")] if args.recompute_sizes else None,
                      partial, reuse=bool(args.reuse), warmup=0 if args.smoke else max(0, args.warmup),
                      recompute_inprocess=args.recompute_inprocess, duckdb=args.duckdb,
-                     recompute_reps=max(0, args.recompute_reps))
+                     recompute_reps=max(0, args.recompute_reps), size_steps=size_steps)
     write_results(name, result, flags, before, args.out, markdown)
 
 if __name__ == "__main__":
