@@ -92,3 +92,21 @@ def test_a_trace_keeps_its_own_row_group_size_through_appends_merges_and_compact
     assert len(small.dirs) < 3, "merged or compacted since the first step"
     assert min(groups("small")) > 10 * max(groups("default"))
     assert sorted(store.trace_files("small").read_all().column("k").to_pylist()) == list(range(110_000))
+
+
+def test_sorted_files_are_written_with_the_policy_codec(tmp_path):
+    """Sorted trace files use ``state.sorted_compression`` (lookups decode whole row groups);
+    unsorted ones stay snappy. Either reads back the same rows."""
+    import pyarrow.parquet as pq
+
+    from spark_jobs.state.arrow_trace import write_dir
+    from spark_jobs.state.fs import LocalFileSystem
+
+    table = pa.table({"k": pa.array(range(5000, 0, -1), pa.int64()), "_weight": pa.array([1] * 5000, pa.int64())})
+    for sort_by, codec, want in ((["k"], "none", "UNCOMPRESSED"), (["k"], "zstd", "ZSTD"), ([], "none", "SNAPPY")):
+        out = tmp_path / f"{codec}-{len(sort_by)}"
+        write_dir(LocalFileSystem(), str(out), table, StatePolicy(sorted_compression=codec), sort_by=sort_by)
+        (f,) = list(out.iterdir())
+        meta = pq.ParquetFile(f).metadata
+        assert meta.row_group(0).column(0).compression == want
+        assert sorted(pq.read_table(f).column("k").to_pylist()) == list(range(1, 5001))

@@ -289,11 +289,17 @@ class TraceFiles:
             elif g not in missing.get(f, []):
                 missing.setdefault(f, []).append(g)
         dictionary = self._dictionary_columns(column)
+        read: list[pa.Table] = []
         for f, wanted_groups in missing.items():
             with self._open(self.paths[f]) as fh:
                 reader = pq.ParquetFile(fh, metadata=self._meta[f], read_dictionary=dictionary or None)
-                table = reader.read_row_groups(wanted_groups, columns=self.schema.names)
+                read.append(reader.read_row_groups(wanted_groups, columns=self.schema.names))
             self.bytes_read += sum(self._index[f].group_bytes(g) for g in wanted_groups)
+        try:  # one membership test for all files (a probe touches a group in each of 60 files at SF10)
+            together = [pa.concat_tables(read)] if len(read) > 1 else read
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # files of other writers (types, nullability)
+            together = read
+        for table in together:
             parts.append(table.filter(wanted.member(table.column(column))).cast(self.schema))
         return parts
 
