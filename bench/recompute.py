@@ -51,12 +51,18 @@ def _log(msg: str) -> None:
     print(f"[bench.recompute {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def _config(root: Path, mode: str, inprocess: bool, rows: int):
+def _config(root: Path, mode: str, inprocess: bool, rows: int, recompute_inprocess: bool = False):
+    """The profile's policy with ``mode``'s ``execution.cost.recompute``. ``inprocess``: every
+    step in this process (thresholds raised); ``recompute_inprocess``: only a recompute's
+    (``execution.cost.arrow_rows``), the incremental engine thresholds left as the profile has them
+    (``max_change_rows``, ``max_memory_bytes``), so the sweep crosses them as a local profile does."""
     from spark_jobs.config import load_config
 
     config = load_config(data_root=str(root))
     policy = config.policy
     cost = replace(policy.cost, recompute=MODES[mode])
+    if recompute_inprocess and not inprocess:
+        cost = replace(cost, arrow_rows=max(cost.arrow_rows, 4 * rows))
     if inprocess:  # loads, large changes and recomputes in this process (see the docstring)
         cost = replace(cost, arrow_rows=max(cost.arrow_rows, 4 * rows))
         policy = replace(policy, arrow=replace(policy.arrow, max_change_rows=max(policy.arrow.max_change_rows, 2 * rows)))
@@ -65,13 +71,17 @@ def _config(root: Path, mode: str, inprocess: bool, rows: int):
 
 def _copy_batch(source: Path, roots: dict[str, Path], batch: int) -> None:
     """The generator's files of one batch (``bNNNNNN.parquet``, or ``bNNNNNN-PPPP.parquet`` in
-    parts) into every data root's inbox (copies: separate files)."""
+    parts) into every data root's inbox (copies: separate files); a file a root already holds is
+    left alone (the load in halves copies batch 1 twice)."""
     for table in os.listdir(source / "inbox"):
+        for root in roots.values():  # an empty folder too: it means "no changes", a missing one is refused
+            (root / "inbox" / table).mkdir(parents=True, exist_ok=True)
         for name in sorted(os.listdir(source / "inbox" / table)):
             if name.startswith(f"b{batch:06d}") and name.endswith(".parquet"):
                 for root in roots.values():
                     (root / "inbox" / table).mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(source / "inbox" / table / name, root / "inbox" / table / name)
+                    if not (root / "inbox" / table / name).exists():
+                        shutil.copy2(source / "inbox" / table / name, root / "inbox" / table / name)
 
 
 def _reference(gen, folder: Path) -> Any:
@@ -105,6 +115,26 @@ def _view_ok(rt, want) -> dict[str, Any]:
     return {"ok": differing == 0, "rows": int(len(got)), "differing": differing}
 
 
+def _load_split(gen, source: Path, root: Path, circuit: Path) -> dict[str, Any]:
+    """``lean``: the load in this process as two steps (``LeanTpch.initial_split``, as
+    ``bench.floor.load_split``: SF10 in ~8 GiB, about 3 minutes; on Spark it took 20 minutes
+    under load), into ``root``; the sweep's roots are opened afterwards with their own policies."""
+    from spark_jobs.runtime.circuit import open_circuit
+    from spark_jobs.runtime.step import run_step
+
+    rt, seconds, rows, engines = None, 0.0, 0, set()
+    for part in gen.initial_split():
+        rows += part.total
+        _copy_batch(source, {"first": root}, gen.batch)
+        if rt is None:  # sized for the larger half, the line items (about four per order)
+            rt = open_circuit(str(circuit), _config(root, "incremental", True, 8 * part.total))
+        report = run_step(rt)
+        seconds += report.seconds
+        engines.add(report.engine)
+        _log(f"load step of {part.total:,} rows: {report.seconds:.1f} s on {report.engine}; memory {memory()}")
+    return {"seconds": round(seconds, 2), "engine": "/".join(sorted(engines)) + " (2 steps)", "rows": rows}
+
+
 def _load(gen, source: Path, roots: dict[str, Path], rts: dict[str, Any], rows: int, lean: bool) -> dict[str, Any]:
     """The first step. Small scales: each root loads (the same files, its own step). ``lean``
     (SF10): the first root loads and the others start from copies of its data root (inbox and
@@ -128,7 +158,8 @@ def _load(gen, source: Path, roots: dict[str, Path], rts: dict[str, Any], rows: 
 
 def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3, lean: bool = False,
         max_rss_gib: float = 0.0, recompute_sizes: list[int] | None = None,
-        partial: Any = None, reuse: bool = False, warmup: int = 0) -> dict[str, Any]:
+        partial: Any = None, reuse: bool = False, warmup: int = 0, recompute_inprocess: bool = False,
+        duckdb: bool = False, recompute_reps: int = 0, size_steps: dict[int, int] | None = None) -> dict[str, Any]:
     """The sweep (module docstring). ``lean``: ``bench.lean_tpch``'s data (rows are functions of
     their keys: SF10 fits in memory), loaded once and copied, each view checked by DuckDB over
     the change files (``bench.floor.view_check``); a watchdog stops the run above ``max_rss_gib``.
@@ -139,7 +170,15 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
     ``reuse`` (``lean``): ``work`` holds an earlier run's generated files and loaded roots (the
     SF10 load takes tens of minutes on a loaded machine): the generator replays its load and the
     sweep starts from the roots as they are, each root's view checked first. ``warmup``: rows of
-    one unmeasured incremental step on every root before the sweep (0: none)."""
+    one unmeasured incremental step on every root before the sweep (0: none). ``recompute_inprocess``:
+    see ``_config``. ``duckdb`` (``lean``): per size, DuckDB's Q3 over the integrated inputs (the
+    load's and every change's files) timed once, for reference. ``recompute_reps``: the recompute
+    root is measured in the first this many steps of a size only (0: all), stepping incrementally
+    (not measured) in the others: at SF10 a recompute takes minutes, the other roots' steps
+    seconds, whose medians need more than one step on a loaded machine.
+    ``size_steps``: steps of a size other than ``reps`` (``--sizes 100*3,2000000``).
+    """
+    recompute_reps = recompute_reps or max(reps, *(size_steps or {0: 0}).values())
     from spark_jobs.config import PROJECT_ROOT
     from spark_jobs.runtime.circuit import open_circuit
     from spark_jobs.runtime.step import run_step
@@ -155,19 +194,33 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
         from bench.generators import TpchGenerator
 
         gen, dog = TpchGenerator(str(source), sf), None
-    loaded = gen.replay_initial() if reuse else gen.initial()
-    _log(f"SF {sf:g}: {loaded.total:,} rows generated{' (replayed: reusing ' + str(work) + ')' if reuse else ''}")
     roots = {mode: work / mode for mode in MODES}
     circuit = PROJECT_ROOT / "bench" / "circuits" / "w1_tpch.yaml"
-    if reuse:  # the other roots: fresh copies of the loaded one (an earlier run may have stopped mid-copy)
+    split = lean and not reuse  # lean: the load in this process, in two steps, then copied
+    loaded_first = None
+    if split:
+        from bench.generators import Written
+
+        loaded_first = _load_split(gen, source, roots["incremental"], circuit)
+        loaded = Written(dict(gen.rows))
+    else:
+        loaded = gen.replay_initial() if reuse else gen.initial()
+    _log(f"SF {sf:g}: {loaded.total:,} rows generated{' (replayed: reusing ' + str(work) + ')' if reuse else ''}")
+    if reuse or split:  # the other roots: fresh copies of the loaded one (an earlier run may have stopped mid-copy)
         for mode in ("recompute", "policy"):
             shutil.rmtree(roots[mode], ignore_errors=True)
             shutil.copytree(roots["incremental"], roots[mode], copy_function=shutil.copy2)
-    rts = {mode: open_circuit(str(circuit), _config(root, mode, inprocess, loaded.total)) for mode, root in roots.items()}
+        _log(f"roots copied from the loaded one; memory {memory()}")
+    rts = {mode: open_circuit(str(circuit), _config(root, mode, inprocess, loaded.total, recompute_inprocess))
+           for mode, root in roots.items()}
     if reuse:
-        if any(rt.committed.last_committed() != 1 for rt in rts.values()):
-            raise SystemExit(f"--reuse {work}: every root must hold exactly the load (timestep 1)")
+        loads = {rt.committed.last_committed() for rt in rts.values()}
+        if len(loads) != 1 or not loads <= {1, 2}:
+            raise SystemExit(f"--reuse {work}: every root must hold exactly the load (timestep 1, or 2 in halves)")
         load = {mode: {"seconds": None, "engine": "reused from an earlier run's load"} for mode in MODES}
+    elif split:
+        load = {mode: loaded_first if mode == "incremental" else {"seconds": None, "engine": "copy of incremental"}
+                for mode in MODES}
     else:
         load = _load(gen, source, roots, rts, loaded.total, lean)
 
@@ -185,16 +238,18 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
         _log(f"warm-up: {written.total} rows stepped incrementally on every root (not measured)")
     points = []
     for size in sizes:
+        size_reps = size_steps.get(size, reps) if size_steps else reps
         before = os.getloadavg()
         point: dict[str, Any] = {"requested": size, "steps": [], "view_ok": []}
-        for rep in range(reps):  # each rep: a new change of this size, the modes in a rotated order
+        for rep in range(size_reps):  # each rep: a new change of this size, the modes in a rotated order
             written = gen.change(size)
             _copy_batch(source, roots, gen.batch)
             order = list(MODES)[rep % len(MODES):] + list(MODES)[:rep % len(MODES)]
             step: dict[str, Any] = {"change_rows": written.total}
             for mode in order:
                 rt = rts[mode]
-                skip = mode == "recompute" and recompute_sizes is not None and size not in recompute_sizes
+                skip = mode == "recompute" and ((recompute_sizes is not None and size not in recompute_sizes)
+                                                or rep >= recompute_reps)
                 if skip:  # the same state as the others, not measured
                     run_step(open_circuit(str(circuit), _config(roots[mode], "incremental", inprocess, loaded.total)))
                     step[mode] = None
@@ -214,13 +269,15 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
         point["change_rows"] = int(median([s["change_rows"] for s in steps]))
         point["input_rows"] = gen.input_rows() if lean else sum(gen.state_rows().values())
         for mode in MODES:
-            if any(s[mode] is None for s in steps):
+            if all(s[mode] is None for s in steps):
                 point[mode] = {"seconds": None, "mode": "not measured", "engine": "-", "estimate": None, "reason": ""}
                 continue
-            point[mode] = {"seconds": round(median([s[mode]["seconds"] for s in steps]), 3),
-                           "mode": "/".join(sorted({s[mode]["mode"] for s in steps})),
-                           "engine": "/".join(sorted({s[mode]["engine"] for s in steps})),
-                           "estimate": steps[-1][mode]["estimate"], "reason": steps[-1][mode]["reason"]}
+            measured = [s[mode] for s in steps if s[mode] is not None]
+            point[mode] = {"seconds": round(median([m["seconds"] for m in measured]), 3),
+                           "mode": "/".join(sorted({m["mode"] for m in measured})),
+                           "engine": "/".join(sorted({m["engine"] for m in measured})),
+                           "estimate": measured[-1]["estimate"], "reason": measured[-1]["reason"],
+                           "steps_measured": len(measured)}
         best = min(x for x in (point["incremental"]["seconds"], point["recompute"]["seconds"]) if x is not None)
         point["policy_over_best"] = round(point["policy"]["seconds"] / best, 2) if best else None
         # did the policy run the cheaper root's path (mode and engine)? Then policy / min compares
@@ -230,6 +287,11 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
         point["same_path_as_cheaper"] = (point["policy"]["mode"], point["policy"]["engine"]) == (
             point[cheaper]["mode"], point[cheaper]["engine"])
         point["views_right"] = all(v["ok"] for check in point["view_ok"] for v in check.values())
+        if lean and duckdb:  # DuckDB's Q3 over the integrated inputs now, once, for reference
+            from bench.floor import duckdb_integrated
+
+            point["duckdb_s"] = duckdb_integrated(gen)
+            _log(f"  DuckDB recompute over the integrated inputs: {point['duckdb_s']} s")
         point["loadavg_before"], point["loadavg_after"] = before, os.getloadavg()
         point["memory"] = memory()
         if dog is not None:
@@ -239,12 +301,34 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
             point["policy_over_previous"] = round(point["policy"]["seconds"] / max(prev["policy"]["seconds"], 1e-9), 2)
             point["rows_over_previous"] = round(point["change_rows"] / max(prev["change_rows"], 1), 2)
         points.append(point)
+        continuity(points)
         if partial is not None:
             partial({"sf": sf, "load_rows": loaded.total, "load": load, "reps": reps, "points": points,
-                     "lean": lean, "partial": True})
+                     "lean": lean, "partial": True, "recompute_reps": recompute_reps})
         _log(f"  {size}: policy / min = {point['policy_over_best']}; views right: {point['views_right']}; "
              f"memory {point['memory']}")
-    return {"sf": sf, "load_rows": loaded.total, "load": load, "reps": reps, "points": points, "lean": lean}
+    return {"sf": sf, "load_rows": loaded.total, "load": load, "reps": reps, "points": points, "lean": lean,
+            "recompute_reps": recompute_reps}
+
+
+def continuity(points: list[dict[str, Any]]) -> None:
+    """Issue #25's "no change size costs more than 1.2x its neighbours", on the policy's (the
+    chosen path's) steps, in place. Sizes 10x apart cannot be compared by seconds, so per changed
+    row: ``us_per_row`` (seconds / change rows), and ``per_row_over_smaller`` its ratio to the next
+    smaller size's: a cliff (an engine threshold, a memory limit) shows as a size costing more per
+    row than the smaller one before it (per-row cost otherwise falls as the fixed part spreads).
+    The other side, ``seconds_over_larger``: this size's seconds over the next larger size's (a
+    smaller change must not take longer than a larger one). Both <= 1.2 meet the target."""
+    for i, p in enumerate(points):
+        secs = p["policy"]["seconds"]
+        p["us_per_row"] = round(1e6 * secs / max(p["change_rows"], 1), 2) if secs is not None else None
+    for i, p in enumerate(points):
+        lower = points[i - 1] if i else None
+        upper = points[i + 1] if i + 1 < len(points) else None
+        p["per_row_over_smaller"] = (round(p["us_per_row"] / lower["us_per_row"], 2)
+                                     if lower and lower["us_per_row"] and p["us_per_row"] is not None else None)
+        p["seconds_over_larger"] = (round(p["policy"]["seconds"] / upper["policy"]["seconds"], 2)
+                                    if upper and upper["policy"]["seconds"] and p["policy"]["seconds"] is not None else None)
 
 
 def memory() -> dict[str, float]:
@@ -282,43 +366,67 @@ def median(values: list[float]) -> float:
 
 
 def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
+    engines = ("in-process (--inprocess)" if meta["inprocess"] else
+               "incremental steps as the profile sends them, recomputes in-process (--recompute-inprocess)"
+               if meta.get("recompute_inprocess") else "as the policy sends them")
     lines = [f"# Incremental vs recompute vs the policy (W1 TPC-H Q3, SF {result['sf']})", "",
-             f"{meta['when']}, commit {meta['commit']}, {meta['cores']} cores, engines: "
-             f"{'in-process (--inprocess)' if meta['inprocess'] else 'as the policy sends them'}; "
+             f"{meta['when']}, commit {meta['commit']}, {meta['cores']} cores, engines: {engines}; "
              f"load average {meta['loadavg_before'][0]:.1f} before, {meta['loadavg_after'][0]:.1f} after. "
              "**Measured under load** (the machine is shared with other agents' work): one run; each "
-             f"figure is the median of {result['reps']} steps of that size (each a new change, the three "
-             "modes in a rotated order); the seconds are `dbsp step`'s (read, check, evaluate, commit).", "",
+             f"figure is the median of {result['reps']} steps of that size (xN after the change rows: N steps; each a new change, the three "
+             "modes in a rotated order"
+             + (f"; the recompute root measured in the first {result['recompute_reps']} of them, stepping "
+                "incrementally, unmeasured, in the others" if (result.get("recompute_reps") or result["reps"]) < result["reps"] else "")
+             + "); the seconds are `dbsp step`'s (read, check, evaluate, commit).", "",
              *(["**Partial**: written after the last size below; the run was still going.", ""]
                if result.get("partial") else []),
              f"Load: {result['load_rows']:,} rows ("
              + ", ".join(f"{m} {v['seconds']} s on {v['engine']}" if v["seconds"] is not None else f"{m}: {v['engine']}"
                         for m, v in result["load"].items()) + ").", "",
              "| change rows | incremental s | recompute s | policy s (its choice, engine) | policy / min | "
-             "policy s / previous size's (rows x) | estimated incr / recompute s | views right | load avg | "
+             "policy us/row | per row / smaller size's | s / larger size's | DuckDB s | "
+             "estimated incr / recompute s | views right | load avg | "
              "GiB: peak RSS / process tree RSS | policy ran the cheaper's path |",
-             "|---:|---:|---:|---|---:|---|---|---|---|---|---|"]
+             "|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---|---|---|---|"]
+    dash = lambda v: "-" if v is None else v  # noqa: E731
     for p in result["points"]:
         est = p["policy"].get("estimate") or {}
         guess = f"{est.get('incremental', '-')} / {est.get('recompute', '-')}" if est else "-"
         ok = p["views_right"]
-        lines.append(f"| {p['change_rows']:,} | {p['incremental']['seconds']} | {p['recompute']['seconds'] if p['recompute']['seconds'] is not None else 'not measured'} | "
+        n = len(p["steps"])
+        lines.append(f"| {p['change_rows']:,}{f' (x{n})' if n != result['reps'] else ''} | {p['incremental']['seconds']} | {p['recompute']['seconds'] if p['recompute']['seconds'] is not None else 'not measured'} | "
                      f"{p['policy']['seconds']} ({p['policy']['mode']}, {p['policy']['engine']}) | "
-                     f"{p['policy_over_best']} | "
-                     + (f"{p['policy_over_previous']} ({p['rows_over_previous']}x) | " if "policy_over_previous" in p
-                        else "- | ")
+                     f"{p['policy_over_best']} | {dash(p.get('us_per_row'))} | {dash(p.get('per_row_over_smaller'))} | "
+                     f"{dash(p.get('seconds_over_larger'))} | {dash(p.get('duckdb_s'))} | "
                      + f"{guess} | "
                      f"{'yes' if ok else 'NO: ' + json.dumps(p['view_ok'], default=str)} | "
                      f"{p['loadavg_before'][0]:.1f} -> {p['loadavg_after'][0]:.1f} | "
                      f"{(p.get('memory') or {}).get('peak_rss_gib', '-')} / {(p.get('memory') or {}).get('tree_rss_gib', '-')} | "
                      f"{ {True: 'yes', False: 'no', None: '-'}[p.get('same_path_as_cheaper')] } |")
-    worst = max((p["policy_over_best"] or 0 for p in result["points"]), default=0)
-    unmeasured = [p["change_rows"] for p in result["points"] if p["recompute"]["seconds"] is None]
-    lines += ["", f"Worst policy / min(incremental, recompute): **{worst}** over {len(result['points'])} sizes"
+    points = result["points"]
+    worst = max((p["policy_over_best"] or 0 for p in points), default=0)
+    unmeasured = [p["change_rows"] for p in points if p["recompute"]["seconds"] is None]
+    lines += ["", f"Worst policy / min(incremental, recompute): **{worst}** over {len(points)} sizes"
               + (f" (at {', '.join(f'{n:,}' for n in unmeasured)} rows the recompute was not measured: the ratio "
                  "there is against the incremental step alone)." if unmeasured else "."),
               "Views right: after every step of every size, each of the three roots' view equals DuckDB's Q3 "
-              "over the integrated inputs (revenue within 1e-9 relative)."]
+              "over the integrated inputs (revenue within 1e-9 relative).", "",
+              "Continuity (issue #25: no size costs more than 1.2x its neighbours), on the policy's steps: "
+              "sizes 10x apart compare per changed row, so *per row / smaller size's* is this size's "
+              "seconds per changed row over the next smaller size's (a cliff past a threshold shows as a "
+              "rise; the fixed part makes it fall otherwise), and *s / larger size's* is this size's "
+              "seconds over the next larger size's (a smaller change must not take longer)."]
+    up = [p["per_row_over_smaller"] for p in points if p.get("per_row_over_smaller") is not None]
+    down = [p["seconds_over_larger"] for p in points if p.get("seconds_over_larger") is not None]
+    if up or down:
+        w_up, w_down = max(up, default=None), max(down, default=None)
+        met = (not up or w_up <= 1.2) and (not down or w_down <= 1.2)
+        lines += ["", "| target (this run) | measured | met |", "|---|---|---|",
+                  f"| every size's policy step <= 1.2x min(incremental, recompute) | worst {worst}"
+                  + (f" ({len(unmeasured)} sizes without a recompute)" if unmeasured else "")
+                  + f" | {'yes' if worst <= 1.2 and not unmeasured else 'no'} |",
+                  f"| no size costs more than 1.2x its neighbours (per row vs the smaller, seconds vs the larger) | "
+                  f"worst {w_up} / {w_down} | {'yes' if met else 'no'} |"]
     return "\n".join(lines) + "\n"
 
 
@@ -326,17 +434,24 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.recompute", description=__doc__.splitlines()[0])
     parser.add_argument("--sf", type=float, default=0.2, help="TPC-H scale factor (default 0.2; keep <= 1 here)")
     parser.add_argument("--sizes", help="changed rows per step, comma-separated (default "
-                                        + ",".join(map(str, DEFAULT_SIZES)) + ")")
+                                        + ",".join(map(str, DEFAULT_SIZES)) + "); N*R: R steps of N rows (else --reps)")
     parser.add_argument("--reps", type=int, default=3, help="steps per size (a new change each; median)")
     parser.add_argument("--smoke", action="store_true", help="SF 0.001, three small sizes, one step each")
     parser.add_argument("--no-inprocess", dest="inprocess", action="store_false",
                         help="leave the engine thresholds at the profile's (large steps on Spark)")
+    parser.add_argument("--recompute-inprocess", action="store_true",
+                        help="with --no-inprocess: recomputes in-process (execution.cost.arrow_rows raised), "
+                             "incremental steps where the profile's thresholds send them")
+    parser.add_argument("--duckdb", action="store_true",
+                        help="--lean: time DuckDB's Q3 over the integrated inputs once per size (reference)")
     parser.add_argument("--lean", action="store_true",
                         help="bench.lean_tpch's data (SF10 fits in memory), loaded once and copied to the roots")
     parser.add_argument("--max-rss-gib", type=float, default=8.0,
                         help="--lean: stop above this resident memory, this process and its children (0: never)")
     parser.add_argument("--warmup", type=int, default=1000,
                         help="rows of one unmeasured incremental step on every root before the sweep (0: none)")
+    parser.add_argument("--recompute-reps", type=int, default=0,
+                        help="measure the recompute root in the first N steps of each size only (0: all)")
     parser.add_argument("--recompute-sizes", help="measure the recompute root only at these sizes (default: all)")
     parser.add_argument("--name", help="results file name (default recompute, recompute-smoke)")
     parser.add_argument("--reuse", help="--lean: a work folder holding an earlier run's files and loaded roots "
@@ -346,19 +461,24 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     from bench.report import write_results
 
-    sizes = list(SMOKE_SIZES) if args.smoke else [int(s) for s in (args.sizes or "").split(",") if s] or list(DEFAULT_SIZES)
+    given = [s.strip() for s in (args.sizes or "").split(",") if s.strip()]
+    size_steps = {int(s.split("*")[0]): max(1, int(s.split("*")[1])) for s in given if "*" in s}
+    sizes = list(SMOKE_SIZES) if args.smoke else [int(s.split("*")[0]) for s in given] or list(DEFAULT_SIZES)
     sf = 0.001 if args.smoke else args.sf
     before = os.getloadavg()
+    flags = {"inprocess": args.inprocess, "recompute_inprocess": args.recompute_inprocess and not args.inprocess}
     with (contextlib.nullcontext(args.reuse) if args.reuse else tempfile.TemporaryDirectory(dir=args.work_dir)) as tmp:
         name = args.name or ("recompute-smoke" if args.smoke else "recompute")
 
         def partial(so_far: dict[str, Any]) -> None:
-            write_results(name, so_far, {"inprocess": args.inprocess}, before, args.out, markdown)
+            write_results(name, so_far, flags, before, args.out, markdown)
 
         result = run(sf, sizes, Path(tmp), args.inprocess, 1 if args.smoke else max(1, args.reps), args.lean,
                      args.max_rss_gib, [int(x) for x in args.recompute_sizes.split(",")] if args.recompute_sizes else None,
-                     partial, reuse=bool(args.reuse), warmup=0 if args.smoke else max(0, args.warmup))
-    write_results(name, result, {"inprocess": args.inprocess}, before, args.out, markdown)
+                     partial, reuse=bool(args.reuse), warmup=0 if args.smoke else max(0, args.warmup),
+                     recompute_inprocess=args.recompute_inprocess, duckdb=args.duckdb,
+                     recompute_reps=max(0, args.recompute_reps), size_steps=size_steps)
+    write_results(name, result, flags, before, args.out, markdown)
 
 if __name__ == "__main__":
     main()

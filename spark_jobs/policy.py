@@ -20,6 +20,8 @@ ENGINES = ("auto", "spark", "arrow")
 DRIVER_ACCESS = ("auto", "always", "never")
 LOOKUPS = ("sorted", "cached", "scan")
 RECOMPUTE = ("auto", "never", "always")
+# Parquet codecs both writers of a trace (pyarrow and Spark) and both readers know
+SORTED_COMPRESSION = ("none", "snappy", "zstd", "gzip")
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,10 @@ class StatePolicy:
     rows_per_file: int = 1_000_000  # above this a write is split into several files
     # row groups of sorted files: a key lookup reads a few narrow groups (~10k rows of 4 columns)
     sorted_row_group_bytes: int = 256 * 1024
+    # codec of sorted files: a lookup decodes whole row groups, and snappy's decompression was a
+    # third of that CPU (W1's line-item integral: 9.4 -> 6.3 ms for 50 groups) for a quarter more
+    # bytes on disk; the bag check of a large change decodes half of such an integral
+    sorted_compression: str = "none"
     delta_fanout: int = 4  # deltas are merged in size tiers of this fan-out
     # an in-process step compacts or merges a trace of up to this many rows itself (more: Spark).
     # As many as an in-process step may look up (arrow.max_lookup_rows): Nexmark q7 at 100k events
@@ -169,6 +175,9 @@ class ExecutionPolicy:
         if self.cost.recompute not in RECOMPUTE:
             raise ValueError(f"execution.cost.recompute: {self.cost.recompute!r} is not one of "
                              f"{', '.join(RECOMPUTE)}")
+        if self.state.sorted_compression not in SORTED_COMPRESSION:
+            raise ValueError(f"state.sorted_compression: {self.state.sorted_compression!r} is not one of "
+                             f"{', '.join(SORTED_COMPRESSION)}")
         if self.recursion.lookup not in LOOKUPS:
             raise ValueError(f"execution.recursion.lookup: {self.recursion.lookup!r} is not one of "
                              f"{', '.join(LOOKUPS)}")
@@ -207,9 +216,8 @@ class ExecutionPolicy:
             return "arrow", "the profile sets execution.engine: arrow"
         if change_rows is None:
             return "spark", "the first step loads the inputs" if first_step else "the size of the change is unknown"
-        limit = self.arrow.max_change_rows
+        limit, what = self.arrow.max_change_rows, "a load of " if first_step else ""
         if change_rows > limit:
-            what = "a load of " if first_step else ""
             over = f"{what}{change_rows} changed rows > execution.arrow.max_change_rows ({limit})"
             need, bound = self.inprocess_memory(change_rows), self.arrow.max_memory_bytes
             if local_spark and need <= bound:
@@ -219,7 +227,6 @@ class ExecutionPolicy:
                 return "spark", (f"{over} and the step's estimated memory {need / 2**30:.2f} GiB > "
                                  f"execution.arrow.max_memory_bytes ({bound / 2**30:.2f} GiB)")
             return "spark", over
-        what = "a load of " if first_step else ""
         return "arrow", f"{what}{change_rows} changed rows <= execution.arrow.max_change_rows"
 
 

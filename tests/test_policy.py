@@ -23,6 +23,7 @@ def test_a_profile_sets_every_threshold_and_nothing_else():
     ({"execution": {"narrow": {"max_keys": -1}}}, "execution.narrow.max_keys must be a whole number"),
     ({"execution": {"narrow": {"enabled": "no"}}}, "execution.narrow.enabled must be true or false"),
     ({"execution": {"recursion": {"lookup": "fast"}}}, "execution.recursion.lookup: 'fast'"),
+    ({"state": {"sorted_compression": "lzo"}}, "state.sorted_compression: 'lzo' is not one of none, snappy"),
     ({"state": {"compact_fraction": "half"}}, "state.compact_fraction must be a number"),
     ({"execution": {"state": {}}}, "state settings go in the profile's top-level state: section"),
 ])

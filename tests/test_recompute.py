@@ -95,6 +95,17 @@ def test_choose_picks_the_cheaper_with_a_margin_and_honours_the_settings():
     assert cost.choose(CostPolicy(), None, None).mode == "incremental"  # size unknown
 
 
+def test_a_recompute_on_spark_is_estimated_at_a_loads_rate():
+    """A recomputed step on Spark rewrites every trace, as a load does (W1 SF10: 1,160 s for the
+    load, not the 11.6 s of the query alone): with no history, a change just past the in-process
+    memory bound stays incremental on Spark; half the inputs changed is recomputed."""
+    past_memory = cost.estimate([], 2_200_000, 76_500_000, "spark", "spark")
+    assert past_memory.recompute > 5 * past_memory.incremental
+    assert cost.choose(CostPolicy(), past_memory, None).mode == "incremental"
+    half = cost.estimate([], 40_000_000, 76_500_000, "spark", "spark")
+    assert cost.choose(CostPolicy(), half, None).mode == "recompute"
+
+
 def test_history_is_carried_forward_and_bounded():
     meta: dict = {}
     for i in range(5):

@@ -322,6 +322,7 @@ def _evaluate_stage(run: RunValues, stage: Stage, engine, reason: str) -> dict:
         op = "replace" if run.full or update.kind == "replace" else "append"
         journal["updates"].append({"trace": node_id, "op": op, "kind": trace_kind(circuit, node_id),
                                    "keys": list(update.keys), "sort_by": list(update.sort_by),
+                                   "row_group_bytes": update.row_group_bytes,
                                    "staged": staged[f"state/{node_id}"].to_dict()})
     for view in outputs:
         journal["outputs"][view] = staged[f"output/{view}"].to_dict()

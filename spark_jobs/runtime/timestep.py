@@ -401,7 +401,8 @@ def _commit(rt: CircuitRuntime, run_id: str) -> dict:
             work.notes += j["summary"].get("notes") or []
             for u in j["updates"]:
                 work.writes.append(recipe.Write(u["trace"], _value(rt, u["staged"]), u["kind"], tuple(u["keys"]),
-                                                tuple(u.get("sort_by", ())), u["op"] == "replace"))
+                                                tuple(u.get("sort_by", ())), u["op"] == "replace",
+                                                int(u.get("row_group_bytes") or 0)))
             for name, files in j["consumed"].items():
                 work.consumed[name] = files
             for name, counts in j["inputs"].items():

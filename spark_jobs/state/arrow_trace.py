@@ -65,7 +65,9 @@ def write_dir(fs: FileSystem, path: str, table: pa.Table, policy: StatePolicy, *
               sort_by: Sequence[str] = ()) -> FileStat:
     """Write ``table`` as a new Parquet directory (the counterpart of ``trace.write_dir``): one
     file per ``policy.rows_per_file`` rows; with ``sort_by``, sorted (NULLs first, as Spark) and
-    in row groups of about ``policy.sorted_row_group_bytes``, so key lookups read few groups."""
+    in row groups of about ``policy.sorted_row_group_bytes`` and compressed with
+    ``policy.sorted_compression`` (none by default: a lookup decodes whole groups), so key lookups
+    read few groups and decode them cheaply."""
     order = None  # the sorted order, taken one file at a time: a sorted copy of a load's whole
     group_rows = None  # table (60M line items at SF10) would double the step's memory
     if sort_by and table.num_rows:
@@ -78,12 +80,13 @@ def write_dir(fs: FileSystem, path: str, table: pa.Table, policy: StatePolicy, *
         group_rows = max(1024, policy.sorted_row_group_bytes // per_row)
     size = 0
     chunk = max(1, policy.rows_per_file)
+    codec = "snappy" if order is None else policy.sorted_compression
     for i, start in enumerate(range(0, max(table.num_rows, 1), chunk)):
         part = table.slice(start, chunk) if order is None else table.take(order.slice(start, chunk))
-        name = f"part-{i:05d}-{uuid.uuid4()}-c000.snappy.parquet"
+        name = f"part-{i:05d}-{uuid.uuid4()}-c000{'' if codec == 'none' else '.' + codec}.parquet"
         full = fs.join(path, name)
         with fs.open_write(full) as fh:
-            pq.write_table(part, fh, compression="snappy", row_group_size=group_rows)
+            pq.write_table(part, fh, compression=codec, row_group_size=group_rows)
         size += sum(s for f, s in fs.data_files(path) if f == full)
     return FileStat(rows=table.num_rows, bytes=size)
 

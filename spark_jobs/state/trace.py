@@ -56,8 +56,9 @@ def write_dir(df: "DataFrame", uri: str, policy: StatePolicy, *, sort_by: Sequen
 
     Small writes become one file. Large ones (``rows`` estimate above ``policy.rows_per_file``)
     are split by range of ``sort_by`` (files then cover disjoint key ranges) or by hash of
-    ``keys``. Sorted files get small row groups (``policy.sorted_row_group_bytes``): a key lookup
-    (Spark's Parquet filter or ``state.lookup``) then reads a few narrow groups.
+    ``keys``. Sorted files get small row groups (``policy.sorted_row_group_bytes``), compressed with
+    ``policy.sorted_compression``: a key lookup (Spark's Parquet filter or ``state.lookup``) then
+    reads and decodes a few narrow groups.
     """
     if rows is not None and rows > policy.rows_per_file:
         n = math.ceil(rows / policy.rows_per_file)
@@ -72,7 +73,8 @@ def write_dir(df: "DataFrame", uri: str, policy: StatePolicy, *, sort_by: Sequen
     writer_df = df.sortWithinPartitions(*[_col(c) for c in sort_by]) if sort_by else df
     writer = writer_df.write.mode("error")
     if sort_by:
-        writer = writer.option("parquet.block.size", policy.sorted_row_group_bytes)
+        writer = (writer.option("parquet.block.size", policy.sorted_row_group_bytes)
+                  .option("compression", policy.sorted_compression))
     writer.parquet(uri)
 
 

@@ -114,6 +114,9 @@ BASIC = [
     ("II", "SELECT a, (SELECT max(x) FROM t2) FROM t1"),
     ("I", "SELECT a FROM t1 WHERE c > (SELECT avg(c) FROM t1)"),
     ("I", "SELECT CASE WHEN c > (SELECT avg(c) FROM t1) THEN a*2 ELSE b*10 END FROM t1"),
+    # a parenthesized join as the first FROM item (random/aggregates: FROM ( tab2 AS cor0 CROSS JOIN tab0 ))
+    ("I", "SELECT - 32 FROM ( t1 AS p CROSS JOIN t2 AS q )"),
+    ("II", "SELECT p.a, q.x FROM (t1 AS p LEFT JOIN t2 AS q ON p.a = q.x) JOIN t1 AS r ON r.b = p.b WHERE r.a > 5"),
 ]
 
 REFUSED = [
@@ -124,6 +127,7 @@ REFUSED = [
     "SELECT a, rand() FROM t1",
     "SELECT (SELECT x FROM t2 WHERE t2.x = t1.a) FROM t1",
     "SELECT a FROM t1 WHERE a = (SELECT x FROM t2)",
+    "SELECT t1.a FROM t1 JOIN (t2 CROSS JOIN t1 AS u) ON t1.a = t2.x",
 ]
 
 
@@ -405,10 +409,26 @@ for agg in ("count", "sum", "min", "max"):
     AGGREGATES.append(("I", f"SELECT {agg}(DISTINCT c) FROM t1" if agg == "count" else f"SELECT {agg}(c) FROM t1"))
     AGGREGATES.append(("II", f"SELECT b, {agg}(c) FROM t1 GROUP BY b HAVING {agg}(c) > 1"))
 
+# DISTINCT aggregates: recomputed for the groups a change touches; NULLs and duplicates in t1's
+# columns, a group whose values are all NULL (b = 4 of e), the empty input (WHERE false)
+for agg in ("count", "sum", "avg"):
+    AGGREGATES.append(("I", f"SELECT {agg}(DISTINCT b) FROM t1"))
+    AGGREGATES.append(("II", f"SELECT e, {agg}(DISTINCT b) FROM t1 GROUP BY e"))
+    AGGREGATES.append(("I", f"SELECT {agg}(DISTINCT c) FROM t1 WHERE a > 100"))
+    AGGREGATES.append(("III", f"SELECT b, {agg}(DISTINCT d), {agg}(d) FROM t1 GROUP BY b"))
+AGGREGATES += [
+    ("III", "SELECT b, sum(DISTINCT c) - sum(c), count(*) FROM t1 GROUP BY b HAVING sum(DISTINCT c) > 2"),
+    ("II", "SELECT sum(DISTINCT c + d), avg(DISTINCT - c) FROM t1"),
+    ("I", "SELECT - SUM(DISTINCT b) * 3 + COUNT(*) FROM t1 WHERE NOT b IS NULL"),
+    ("II", "SELECT x, sum(DISTINCT z) FROM t2 GROUP BY x"),
+    ("I", "SELECT avg(DISTINCT x) FROM t2"),
+    ("II", "SELECT a, (SELECT sum(DISTINCT c) FROM t1 AS i WHERE i.b = t1.b) FROM t1"),
+]
+
 REFUSED_AGGREGATES = [
     "SELECT b, group_concat(c) FROM t1 GROUP BY b",
     "SELECT b, c FROM t1 GROUP BY b",
-    "SELECT b, sum(DISTINCT c) FROM t1 GROUP BY b",
+    "SELECT b, sum(DISTINCT c, d) FROM t1 GROUP BY b",
     "SELECT b, count(*) FILTER (WHERE c > 1) FROM t1 GROUP BY b",
     "SELECT b, sum(max(c)) FROM t1 GROUP BY b",
 ]

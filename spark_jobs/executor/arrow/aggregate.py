@@ -100,7 +100,7 @@ def _value(func: str, distinct: bool, values: list[Any] | None, weights: list[in
     present = [v for v in values or () if v is not None]
     if func in ("min", "max"):
         return _pick(func, present)
-    raise NotLocal(f"{func}(DISTINCT ...) runs on Spark")  # sum/avg: finished from exact totals (_summed)
+    raise AssertionError(f"{func}: finished from exact totals (_summed, _distinct_values)")
 
 
 def aggregate(table: pa.Table, group_by: Sequence[str], aggs: Sequence[Agg], schema: pa.Schema,
@@ -120,6 +120,11 @@ def _aggregate(table: pa.Table, group_by: Sequence[str], aggs: Sequence[Agg], sc
     types = [schema.field(c).type for c in group_by]
     out_types = [output_type(func, g.arg_types.get(i), distinct) for i, (_, func, _, distinct) in enumerate(aggs)]
     summed = _summed(g, keys, aggs, timezone, node)
+    for i, (out, func, arg, distinct) in enumerate(aggs):
+        if distinct and func in ("sum", "avg"):
+            for key, value in _summed(_distinct_values(g, i, func), keys, [(out, func, arg, False)], timezone,
+                                      node).items():
+                summed.setdefault(key, {})[i] = value[0]
     rows = []
     for key in keys:
         idx = g.members.get(key, [])
@@ -131,6 +136,31 @@ def _aggregate(table: pa.Table, group_by: Sequence[str], aggs: Sequence[Agg], sc
     fields = [pa.field(n, t) for n, t in zip(names, [*types, *out_types, pa.int64()])]
     columns = list(zip(*rows)) if rows else [[] for _ in names]
     return pa.Table.from_arrays([pa.array(list(c), f.type) for c, f in zip(columns, fields)], schema=pa.schema(fields))
+
+
+def _distinct_values(g: Groups, i: int, func: str) -> Groups:
+    """``g`` reduced to aggregate ``i``'s argument, one row of weight 1 per distinct value of a
+    group (Spark's order: one NaN, -0.0 = 0.0), as index 0: ``sum(DISTINCT x)`` is then the plain
+    exact sum of those rows. Doubles run on Spark (its own sum of the distinct values is rounded in
+    the order it adds them, which exact totals would not reproduce bit for bit); so does an integer
+    ``avg`` whose total is past 2^53 (Spark adds those in double)."""
+    if pa.types.is_floating(g.arg_types[i]):
+        raise NotLocal(f"{func}(DISTINCT ...) of a double runs on Spark")
+    members: dict[tuple, list[int]] = {}
+    values: list[Any] = []
+    for key, idx in g.members.items():
+        seen: set = set()
+        for r in idx:
+            v = g.args[i][r]
+            if v is None or _spark_key(v) in seen:
+                continue
+            seen.add(_spark_key(v))
+            members.setdefault(key, []).append(len(values))
+            values.append(v)
+        if func == "avg" and pa.types.is_integer(g.arg_types[i]) \
+                and abs(sum(values[r] for r in members.get(key, ()))) > 2 ** 53:
+            raise NotLocal("avg(DISTINCT ...) with a total past 2^53 runs on Spark")
+    return Groups(list(members), members, [1] * len(values), {0: values}, {0: g.arg_types[i]})
 
 
 def _summed(g: Groups, keys: list[tuple], aggs: Sequence[Agg], timezone: str, node: str

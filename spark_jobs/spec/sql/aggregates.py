@@ -1,9 +1,9 @@
 """GROUP BY / aggregates / HAVING: a pre-projection, the aggregate, a post-projection.
 
 The pre-projection computes exactly the group keys and aggregate arguments as columns (so the
-aggregate's state holds nothing else); the aggregate is the IR's (count, sum, avg, min, max,
-count(DISTINCT x)); the SELECT list and HAVING are then expressions over group keys and aggregate
-results. A SELECT expression may use a GROUP BY expression as a whole (``GROUP BY a + b`` lets
+aggregate's state holds nothing else); the aggregate is the IR's (count, sum, avg, min, max;
+count, sum and avg also with DISTINCT: recomputed for the groups a change touches); the SELECT
+list and HAVING are then expressions over group keys and aggregate results. A SELECT expression may use a GROUP BY expression as a whole (``GROUP BY a + b`` lets
 ``SELECT (a + b) * 2``), as SQL does; any other column outside an aggregate is refused.
 GROUP BY without aggregates is a DISTINCT of the keys.
 """
@@ -23,7 +23,8 @@ from .time_windows import STRUCT, group_by_window, spelled
 if TYPE_CHECKING:
     from .binder import Binder, Relation
 
-_UNSUPPORTED_HINT = "supported aggregates: count(*), count(x), count(DISTINCT x), sum, avg, min, max"
+_UNSUPPORTED_HINT = ("supported aggregates: count(*), count(x), sum, avg, min, max; count, sum and avg also "
+                     "with DISTINCT")
 
 
 def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dict, names_needed: bool,
@@ -280,9 +281,6 @@ def _aggregate_call(call: exp.AggFunc, text: str | None = None) -> tuple[str, bo
         distinct, arg = True, values[0]
         if func in ("min", "max"):
             distinct = False  # the same value
-        elif func != "count":
-            raise SqlError(f"{func}(DISTINCT ...) is not supported: only count supports DISTINCT "
-                           f"(aggregate a SELECT DISTINCT subquery instead)", call)
     if isinstance(arg, exp.Star):
         if func != "count" or distinct:
             raise SqlError(f"{func}(*) is not an aggregate; only count(*) is", call)
