@@ -250,10 +250,22 @@ def main() -> None:
                 t0 = time.perf_counter()
                 rt.spark  # noqa: B018 - opens the session (and checks the circuit's expressions)
                 result["spark_session_s"] = round(time.perf_counter() - t0, 3)
+            group = f"bench-iterate-{k}"  # the Spark jobs of a step forced onto Spark
+            if engine == "spark":
+                rt.spark.sparkContext.setJobGroup(group, group)
             with LoopProfile() as profile:
                 t0 = time.perf_counter()
-                report = run_step(rt)
+                try:
+                    report = run_step(rt)
+                except Exception as exc:  # noqa: BLE001 - a failed Spark step is a result too
+                    if engine != "spark":
+                        raise
+                    result["spark_error"] = (f"the {size}-edge step forced onto Spark failed after "
+                                             f"{time.perf_counter() - t0:.0f} s: {type(exc).__name__}: {str(exc)[:500]}")
+                    save(out, result)
+                    break
                 step_s = time.perf_counter() - t0
+            jobs = len(rt.spark.sparkContext.statusTracker().getJobIdsForGroup(group)) if engine == "spark" else 0
             view = integrate_view(rt, integrated)
             engine_s, python_s = from_scratch(edges, 0, engine)
             nx_view, nx_s = networkx_distances(edges, 0)
@@ -262,7 +274,7 @@ def main() -> None:
             loop = profile.calls[-1] if profile.calls else {}
             row = {
                 "changed_edges": size, "repeat": rep, "forced": engine, "engine": report.engine, "mode": report.mode,
-                "step_s": round(step_s, 3), **loop,
+                "step_s": round(step_s, 3), **loop, "spark_jobs": jobs,
                 "view_rows_changed": sum(report.views.get("dist", (0, 0))), "tight_deletions": tight,
                 "bytes_read": report.bytes_read,
                 "engine_scratch_s": round(engine_s, 3), "python_dijkstra_s": round(python_s, 3),
@@ -322,15 +334,18 @@ def _markdown(r: dict) -> str:
         lines += [f"## {title}", "",
                   "| changed edges | engine | step (s) | loop (s) | iterations | view rows | tight | "
                   "engine from scratch (s) | speedup | networkx (s) | vs networkx | DuckDB (s) | vs DuckDB | "
-                  "Python Dijkstra (s) | view = all three | load |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "Python Dijkstra (s) | view = all three | load | " + ("step's work |" if key == "spark_steps"
+                                                                        else "state bytes read |"),
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for s in r[key]:
             lines.append(f"| {s['changed_edges']} | {s['engine']} | {s['step_s']} | {s.get('loop_s')} | "
                          f"{s.get('iterations')} ({s.get('previous_depth')}) | {s.get('view_rows_changed')} | "
                          f"{s.get('tight_deletions')} | {s['engine_scratch_s']} | "
                          f"{s['speedup_vs_engine_scratch']}x | {s.get('networkx_s')} | {s.get('speedup_vs_networkx')}x | "
                          f"{s.get('duckdb_s')} | {s.get('speedup_vs_duckdb')}x | {s['python_dijkstra_s']} | "
-                         f"{s['matches']} | {s['load_average']} |")
+                         f"{s['matches']} | {s['load_average']} |"
+                         + (f" {s.get('spark_jobs')} Spark jobs, {s.get('bytes_read')} bytes read by the driver |"
+                            if key == "spark_steps" else f" {s.get('bytes_read')} |"))
         lines.append("")
     if r.get("spark_error"):
         lines += ["## Forced onto Spark", "", f"Failed: {r['spark_error']}.", ""]

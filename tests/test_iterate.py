@@ -429,6 +429,14 @@ def test_both_engines_give_the_same_loop_and_read_each_others_state(spark, tmp_p
         return real(node, deltas, *args, **kwargs)
 
     monkeypatch.setattr(kernels, "incremental", incremental)
+    iterations: list[int] = []
+    real_settle = kernels._SparkSettle.settle
+
+    def settle(self, *args):  # noqa: ANN001, ANN202 - counts the Spark loop's iterations
+        iterations.append(1)
+        return real_settle(self, *args)
+
+    monkeypatch.setattr(kernels._SparkSettle, "settle", settle)
     path = tmp_path / "lean.yaml"
     path.write_text(LEAN)
     rts = {kind: _open(str(path), tmp_path / kind) for kind in ("arrow", "mixed")}
@@ -447,12 +455,55 @@ def test_both_engines_give_the_same_loop_and_read_each_others_state(spark, tmp_p
                 write_change(str(tmp_path / kind), "start", t, START, s)
         engine = "spark" if t == 2 else "arrow"
         mixed = _open(str(path), tmp_path / "mixed", engine=engine)
-        assert run_step(rts["arrow"]).engine == "arrow" and run_step(mixed).engine == engine
+        assert run_step(rts["arrow"]).engine == "arrow"
+        if engine == "spark":
+            mixed.spark.sparkContext.setJobGroup("iterate-spark-step", "iterate-spark-step")
+        assert run_step(mixed).engine == engine
+        if engine == "spark":  # each iteration's results in one job (was ~12 jobs an iteration)
+            jobs = mixed.spark.sparkContext.statusTracker().getJobIdsForGroup("iterate-spark-step")
+            mixed.spark.sparkContext.setJobGroup(None, None)  # type: ignore[arg-type]
+            assert iterations and len(jobs) <= len(iterations) + 6, (len(jobs), len(iterations))
         for view in ("dist", "counts"):
             (want, want_types), (got, got_types) = delta_of(rts["arrow"], view), delta_of(mixed, view)
             assert got == want, f"timestep {t}, view {view}: {engine} {dict(got)} != arrow {dict(want)}"
             assert not want_types or not got_types or got_types == want_types, f"timestep {t}, {view}"
     assert calls == ["arrow", "spark", "arrow", "arrow"]  # t2: arrow, then mixed on Spark; t3: both arrow
+
+
+
+def test_the_spark_loop_computes_an_iteration_once_to_the_driver_or_as_one_checkpoint(spark):
+    """``_SparkSettle``: an iteration's value change, its comparison and the body's state deltas
+    (parts of other columns and types) in one job: to the driver as local relations while they
+    fit, else as one tagged local checkpoint read back part by part; the same rows either way,
+    and emptiness known without a job."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.executor.kernels.iterate import _SparkSettle
+    from spark_jobs.executor.spark import zset
+
+    def order(df):  # noqa: ANN001, ANN202
+        return zset.consolidate(df.select("node", "d", "_weight"))
+
+    value = spark.createDataFrame([(1, 5, 1), (2, 7, 1), (2, 7, 1), (3, 1, -1)], "node long, d long, _weight long")
+    prev = spark.createDataFrame([(1, 5, 1)], "node long, d long, _weight long")
+    deltas = {"I(x)": spark.createDataFrame([(1, 2.5, 1)], "k long, v double, _weight long"),
+              "empty": spark.createDataFrame([], "k int, d string, _weight long"),
+              "cast": value.select(F.col("node").cast("int").alias("node"), "_weight")}
+    results = []
+    for driver, rows in ((True, 100), (False, 100), (True, 3)):  # 3 rows: past the driver's bound
+        settle = _SparkSettle(spark, order, rows, driver)
+        cur, change, settled, unchanged = settle.settle(value, prev, deltas)
+        assert not unchanged and settle.driver == (driver and rows == 100)
+        assert zset.is_local(cur) == settle.driver
+        spark.sparkContext.setJobGroup("settled", "settled")
+        assert not settle.is_empty(cur) and settle.is_empty(settled["empty"])
+        assert spark.sparkContext.statusTracker().getJobIdsForGroup("settled") == []
+        spark.sparkContext.setJobGroup(None, None)  # type: ignore[arg-type]
+        assert all(settled[k].schema == df.schema for k, df in deltas.items())
+        results.append((sorted(cur.collect()), sorted(change.collect()),
+                        {k: sorted(df.collect()) for k, df in settled.items()}))
+    assert results[0] == results[1] == results[2]
+    assert results[0][1] == [(2, 7, 2), (3, 1, -1)]
 
 
 # ---- WITH RECURSIVE whose step aggregates, negates or ranks the CTE: the while loop ---------------

@@ -69,6 +69,31 @@ def test_a_key_pyarrow_cannot_order_is_written_as_it_is(tmp_path):
     assert sorted(map(tuple, files.read_all().column("k").to_pylist())) == [(0,), (1, 1), (1, 2), (3,)]
 
 
+def test_a_trace_keeps_its_own_row_group_size_through_appends_merges_and_compaction(tmp_path):
+    """``row_group_bytes`` is a trace's setting (a while loop's per-iteration state looks a few
+    keys up at a time), not the store's: written with it, kept in the manifest, used again by the
+    merges and compactions the store does later; a trace without it keeps the store's groups."""
+    policy = StatePolicy(sorted_row_group_bytes=1 << 20, delta_fanout=2, compact_fraction=0.5)
+    store = StateStore(_no_spark, str(tmp_path), "c", "fp", policy=policy)
+
+    def groups(trace: str) -> list[int]:
+        entry = store.manifest().traces[trace]
+        return [pq.ParquetFile(p).metadata.num_row_groups
+                for d in entry.dirs for p, _ in store.fs.data_files(store.layout.abs(d))]
+
+    for t, keys in enumerate((list(range(50_000)), list(range(50_000, 80_000)), list(range(80_000, 110_000)))):
+        tx = store.begin()
+        tx.in_process = True
+        tx.append_table("small", _table(keys), sort_by=("k",), row_group_bytes=8192 if t == 0 else 0)
+        tx.append_table("default", _table(keys), sort_by=("k",))
+        tx.commit()
+    small, default = store.manifest().traces["small"], store.manifest().traces["default"]
+    assert small.row_group_bytes == 8192 and default.row_group_bytes == 0
+    assert len(small.dirs) < 3, "merged or compacted since the first step"
+    assert min(groups("small")) > 10 * max(groups("default"))
+    assert sorted(store.trace_files("small").read_all().column("k").to_pylist()) == list(range(110_000))
+
+
 def test_sorted_files_are_written_with_the_policy_codec(tmp_path):
     """Sorted trace files use ``state.sorted_compression`` (lookups decode whole row groups);
     unsorted ones stay snappy. Either reads back the same rows."""

@@ -62,10 +62,14 @@ class StateUpdate:
     ``df`` is the engine's value (a DataFrame or a Table). ``keys`` are the columns the state is
     looked up by; ``sort_by`` asks the store to keep the trace's compacted files sorted on these
     columns (lookups then read few row groups). The trace's kind ("zset" or "sum") comes from
-    the operator's definition (``evaluate.trace_kind``).
+    the operator's definition (``evaluate.trace_kind``). ``row_group_bytes`` (0: the store's
+    ``sorted_row_group_bytes``) is this trace's own row-group size, kept with the trace: a trace
+    looked up by a few keys at a time (a while loop's per-iteration state) reads less with
+    smaller groups.
     """
 
     kind: Literal["append", "replace"]
     df: Any
     keys: tuple[str, ...] = ()
     sort_by: tuple[str, ...] = ()
+    row_group_bytes: int = 0

@@ -394,7 +394,7 @@ def _resorted(w: Any, plan: ChangePlan, engine: Any, state: Any) -> Any:
     old = plan.keys.get(w.trace)
     if w.replace or w.kind != "zset" or old is None or old == tuple(w.keys):
         return w
-    return Write(w.trace, engine.integral(w.trace, w.value, state), w.kind, w.keys, w.sort_by, True)
+    return Write(w.trace, engine.integral(w.trace, w.value, state), w.kind, w.keys, w.sort_by, True, w.row_group_bytes)
 
 
 class GateState:

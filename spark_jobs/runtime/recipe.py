@@ -109,6 +109,7 @@ class Write:
     keys: tuple[str, ...] = ()
     sort_by: tuple[str, ...] = ()
     replace: bool = False
+    row_group_bytes: int = 0  # the trace's own row-group size (``StateUpdate.row_group_bytes``)
 
 
 @dataclass
@@ -246,11 +247,12 @@ def write_values(txn: "Transaction", writes: Sequence[Write], outputs: Mapping[s
     for w in writes:
         if isinstance(w.value, pa.Table):
             write = txn.replace_table if w.replace else txn.append_table
-            write(w.trace, w.value, kind=w.kind, keys=w.keys, sort_by=w.sort_by)
+            write(w.trace, w.value, kind=w.kind, keys=w.keys, sort_by=w.sort_by, row_group_bytes=w.row_group_bytes)
         elif w.replace:
-            txn.replace(w.trace, w.value, kind=w.kind, keys=w.keys, sort_by=w.sort_by)
+            txn.replace(w.trace, w.value, kind=w.kind, keys=w.keys, sort_by=w.sort_by,
+                        row_group_bytes=w.row_group_bytes)
         else:
-            appends.append((w.trace, w.value, w.kind, w.keys, w.sort_by))
+            appends.append((w.trace, w.value, w.kind, w.keys, w.sort_by, w.row_group_bytes))
     frames = {}
     for view, value in outputs.items():
         if isinstance(value, pa.Table):
@@ -404,7 +406,8 @@ def state_writes(rt: "CircuitRuntime", result: Any, deltas: Mapping[str, Any], o
               for name, (trace, sort_by) in own.items()]
     for node_id, update in result.updates.items():
         writes.append(Write(node_id, update.df, trace_kind(rt.compiled.incremental, node_id),
-                            tuple(update.keys), tuple(update.sort_by), full or update.kind == "replace"))
+                            tuple(update.keys), tuple(update.sort_by), full or update.kind == "replace",
+                            update.row_group_bytes))
     return writes
 
 

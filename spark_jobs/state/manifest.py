@@ -46,6 +46,8 @@ class TraceEntry:
     # a bounded trace (``Transaction.bound``): (column, below_us) pairs its last compaction
     # applied: rows below all of them were dropped
     dropped_below: tuple[tuple[str, int], ...] = ()
+    # the row-group size of this trace's sorted files (0: ``StatePolicy.sorted_row_group_bytes``)
+    row_group_bytes: int = 0
 
     @property
     def dirs(self) -> list[str]:
@@ -80,6 +82,7 @@ class TraceEntry:
             "files": {d: self.files[d].to_dict() for d in self.dirs if d in self.files},
             "schema": self.schema,
             **({"dropped_below": [[c, us] for c, us in self.dropped_below]} if self.dropped_below else {}),
+            **({"row_group_bytes": self.row_group_bytes} if self.row_group_bytes else {}),
         }
 
     @classmethod
@@ -94,6 +97,7 @@ class TraceEntry:
             schema=raw.get("schema"),
             sort_by=tuple(raw.get("sort_by") or ()),
             dropped_below=tuple((str(c), int(us)) for c, us in raw.get("dropped_below") or ()),
+            row_group_bytes=int(raw.get("row_group_bytes") or 0),
         )
 
 

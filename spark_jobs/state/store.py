@@ -437,18 +437,23 @@ class Transaction:
 
     # ---- writes ----------------------------------------------------------------------------
     def _write(self, rel: str, df: "DataFrame", *, sort_by: Sequence[str] = (),
-               keys: Sequence[str] = (), rows: int | None = None):
+               keys: Sequence[str] = (), rows: int | None = None, row_group_bytes: int = 0):
         """Write one new directory; returns its FileStat, or None if it held no rows."""
         s = self.store
         path = s.layout.abs(rel)
         uri = s.fs.spark_uri(path)
         self._written.append(rel)
-        write_dir(df, uri, s.policy, sort_by=sort_by, keys=keys, rows=rows)
+        write_dir(df, uri, self._policy(row_group_bytes), sort_by=sort_by, keys=keys, rows=rows)
         stat = dir_stats(s.fs, path, lambda: s.spark, uri)
         if stat.rows == 0:
             self._discard(rel)
         failpoint("after_state_write")
         return stat if stat.rows else None
+
+    def _policy(self, row_group_bytes: int) -> StatePolicy:
+        """The store's policy with a trace's own row-group size (``TraceEntry.row_group_bytes``)."""
+        policy = self.store.policy
+        return replace(policy, sorted_row_group_bytes=row_group_bytes) if row_group_bytes else policy
 
     def _discard(self, rel: str) -> None:
         """Delete a directory this transaction wrote and no longer needs."""
@@ -464,12 +469,12 @@ class Transaction:
                     f"trace {trace_id!r} is kind={entry.kind} keys={list(entry.keys)}; cannot "
                     f"append kind={kind} keys={list(keys)} (use replace to redefine it)")
             return entry
-        return TraceEntry(kind=kind, keys=keys,
-                          sort_by=entry.sort_by if entry is not None else ())
+        return TraceEntry(kind=kind, keys=keys, sort_by=entry.sort_by if entry is not None else (),
+                          row_group_bytes=entry.row_group_bytes if entry is not None else 0)
 
     def append(self, trace_id: str, df: "DataFrame", *, kind: str = "zset",
                keys: Sequence[str] = (), sort_by: Sequence[str] = (),
-               rows: int | None = None) -> None:
+               rows: int | None = None, row_group_bytes: int = 0) -> None:
         """Add ``df`` as a new delta of the trace; writes only ``df`` (rows=0 writes nothing).
         With ``sort_by``, ``df`` is written sorted, and into an empty trace it becomes the base."""
         self._check_open()
@@ -478,11 +483,14 @@ class Transaction:
         entry = self._entry_for_append(trace_id, kind, keys)
         if sort_by:
             entry.sort_by = tuple(sort_by)
+        if row_group_bytes:
+            entry.row_group_bytes = row_group_bytes
         self._traces[trace_id] = entry
         if rows == 0:
             return
         rel = self.store.layout.new_trace_dir(trace_id, self.timestep)
-        stat = self._write(rel, df, sort_by=entry.sort_by, keys=keys, rows=rows)
+        stat = self._write(rel, df, sort_by=entry.sort_by, keys=keys, rows=rows,
+                           row_group_bytes=entry.row_group_bytes)
         if stat is not None:
             if entry.sort_by and not entry.dirs:  # written sorted into an empty trace: its base
                 entry.base = [rel]  # (else the load would be rewritten sorted at the 4th delta)
@@ -494,7 +502,7 @@ class Transaction:
 
     def append_many(self, items: Sequence[tuple],
                     outputs: Mapping[str, "DataFrame"] | None = None) -> None:
-        """``append`` to several traces, ``(trace_id, df, kind, keys[, sort_by])`` each, and
+        """``append`` to several traces, ``(trace_id, df, kind, keys[, sort_by[, row_group_bytes]])`` each, and
         ``write_output`` of several views (``outputs``), all with one Spark job.
 
         The deltas go to slots of one batch folder (a union written partitioned by slot), so a
@@ -506,18 +514,21 @@ class Transaction:
         self._check_open()
         outputs = dict(outputs or {})
         prepared = []
-        for trace_id, df, kind, keys, *sort_by in items:
+        for trace_id, df, kind, keys, *rest in items:
             validate_columns(df.dtypes, kind, tuple(keys))
             entry = self._entry_for_append(trace_id, kind, tuple(keys))
-            if sort_by and sort_by[0]:
-                entry.sort_by = tuple(sort_by[0])
+            if rest and rest[0]:
+                entry.sort_by = tuple(rest[0])
+            if len(rest) > 1 and rest[1]:
+                entry.row_group_bytes = int(rest[1])
             prepared.append((trace_id, df, entry))
         for df in outputs.values():
             validate_columns(df.dtypes, "zset", ())
         dfs = [df for _, df, _ in prepared] + list(outputs.values())
         if len(dfs) < 2 or not slots_compatible(dfs):
             for trace_id, df, entry in prepared:
-                self.append(trace_id, df, kind=entry.kind, keys=entry.keys, sort_by=entry.sort_by)
+                self.append(trace_id, df, kind=entry.kind, keys=entry.keys, sort_by=entry.sort_by,
+                            row_group_bytes=entry.row_group_bytes)
             for view, df in outputs.items():
                 self.write_output(view, df)
             return
@@ -557,14 +568,14 @@ class Transaction:
         if batched:
             self.append_many(appends, outputs)
             return
-        for trace_id, df, kind, keys, sort_by in appends:
-            self.append(trace_id, df, kind=kind, keys=keys, sort_by=sort_by)
+        for trace_id, df, kind, keys, sort_by, *rest in appends:
+            self.append(trace_id, df, kind=kind, keys=keys, sort_by=sort_by, row_group_bytes=rest[0] if rest else 0)
         for view, df in outputs.items():
             self.write_output(view, df)
 
     def replace(self, trace_id: str, df: "DataFrame", *, kind: str = "zset",
                 keys: Sequence[str] = (), sort_by: Sequence[str] = (),
-                rows: int | None = None) -> None:
+                rows: int | None = None, row_group_bytes: int = 0) -> None:
         """Make ``df`` the trace's whole value (a new base); earlier files stop being listed
         from this timestep on (older manifests still list them until GC)."""
         self._check_open()
@@ -572,10 +583,12 @@ class Transaction:
         validate_columns(df.dtypes, kind, keys)
         old = self._traces.get(trace_id)
         entry = TraceEntry(kind=kind, keys=keys, sort_by=tuple(sort_by) or (
-            old.sort_by if old is not None and old.kind == kind else ()))
+            old.sort_by if old is not None and old.kind == kind else ()),
+            row_group_bytes=row_group_bytes or (old.row_group_bytes if old is not None else 0))
         if rows != 0:
             rel = self.store.layout.new_trace_dir(trace_id, self.timestep)
-            stat = self._write(rel, df, sort_by=entry.sort_by, keys=keys, rows=rows)
+            stat = self._write(rel, df, sort_by=entry.sort_by, keys=keys, rows=rows,
+                               row_group_bytes=entry.row_group_bytes)
             if stat is not None:
                 entry.base = [rel]
                 entry.files[rel] = stat
@@ -633,18 +646,19 @@ class Transaction:
         self._touched.add(view_trace_id(view))
 
     # ---- in-process writes (pyarrow tables; the same layout Spark writes) -------------------
-    def _write_table(self, rel: str, table: "pa.Table", sort_by: Sequence[str] = ()) -> FileStat | None:
+    def _write_table(self, rel: str, table: "pa.Table", sort_by: Sequence[str] = (),
+                     row_group_bytes: int = 0) -> FileStat | None:
         """Write one new directory with pyarrow; returns its FileStat, or None if it held no rows."""
         if table.num_rows == 0:
             return None
         self._written.append(rel)
-        stat = arrow_trace.write_dir(self.store.fs, self.store.layout.abs(rel), table, self.store.policy,
+        stat = arrow_trace.write_dir(self.store.fs, self.store.layout.abs(rel), table, self._policy(row_group_bytes),
                                      sort_by=sort_by)
         failpoint("after_state_write")
         return stat
 
     def append_table(self, trace_id: str, table: "pa.Table", *, kind: str = "zset", keys: Sequence[str] = (),
-                     sort_by: Sequence[str] = ()) -> None:
+                     sort_by: Sequence[str] = (), row_group_bytes: int = 0) -> None:
         """``append`` of a pyarrow table: a new delta of the trace (into an empty sorted trace,
         its base). Written sorted on the trace's ``sort_by``, as Spark's ``append`` writes it: an
         unsorted delta is one row group that every later lookup decodes whole (after a 100k-row
@@ -656,10 +670,12 @@ class Transaction:
         entry = self._entry_for_append(trace_id, kind, keys)
         if sort_by:
             entry.sort_by = tuple(sort_by)
+        if row_group_bytes:
+            entry.row_group_bytes = row_group_bytes
         self._traces[trace_id] = entry
         as_base = bool(entry.sort_by) and not entry.dirs
         rel = self.store.layout.new_trace_dir(trace_id, self.timestep)
-        stat = self._write_table(rel, table, entry.sort_by)
+        stat = self._write_table(rel, table, entry.sort_by, entry.row_group_bytes)
         if stat is None:
             return
         if as_base:
@@ -671,16 +687,17 @@ class Transaction:
         self._touched.add(trace_id)
 
     def replace_table(self, trace_id: str, table: "pa.Table", *, kind: str = "zset", keys: Sequence[str] = (),
-                      sort_by: Sequence[str] = ()) -> None:
+                      sort_by: Sequence[str] = (), row_group_bytes: int = 0) -> None:
         """``replace`` with a pyarrow table: it becomes the trace's whole value."""
         self._check_open()
         keys = tuple(keys)
         validate_columns(arrow_trace.dtypes(table.schema), kind, keys)
         old = self._traces.get(trace_id)
         entry = TraceEntry(kind=kind, keys=keys, sort_by=tuple(sort_by) or (
-            old.sort_by if old is not None and old.kind == kind else ()))
+            old.sort_by if old is not None and old.kind == kind else ()),
+            row_group_bytes=row_group_bytes or (old.row_group_bytes if old is not None else 0))
         rel = self.store.layout.new_trace_dir(trace_id, self.timestep)
-        stat = self._write_table(rel, table, entry.sort_by)
+        stat = self._write_table(rel, table, entry.sort_by, entry.row_group_bytes)
         if stat is not None:
             entry.base = [rel]
             entry.files[rel] = stat
@@ -774,7 +791,8 @@ class Transaction:
         """Write ``r``'s directories as one consolidated directory (same value, fewer files)."""
         df = r.value(self.store)
         rel = self.store.layout.new_trace_dir(r.trace_id, self.timestep)
-        stat = self._write(rel, df, sort_by=r.entry.sort_by if r.sorted else (), keys=r.entry.keys, rows=r.rows)
+        stat = self._write(rel, df, sort_by=r.entry.sort_by if r.sorted else (), keys=r.entry.keys, rows=r.rows,
+                           row_group_bytes=r.entry.row_group_bytes)
         r.apply(rel, stat, self.timestep)
 
     def _rewrite_in_process(self, r: "_Rewrite") -> bool:
@@ -793,7 +811,7 @@ class Transaction:
         # a merge of deltas is written sorted too (as ``append_table`` writes a delta): one
         # pyarrow sort, where Spark's batch job for small merges would have to sort each slot
         sort_by = r.entry.sort_by if r.sorted or not r.whole else ()
-        r.apply(rel, self._write_table(rel, value, sort_by), self.timestep)
+        r.apply(rel, self._write_table(rel, value, sort_by, r.entry.row_group_bytes), self.timestep)
         return True
 
     def _rewrite_many(self, rewrites: Sequence["_Rewrite"]) -> bool:

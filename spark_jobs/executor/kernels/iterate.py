@@ -20,14 +20,14 @@ Z-sets); one that still changes after ``max_iterations`` body applications raise
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from spark_jobs.executor.engine import StateUpdate
 from spark_jobs.executor.evaluate import evaluate_step
 from spark_jobs.executor.loop import ITER, RecursionLimitExceeded
 from spark_jobs.ir.graph import Node
-from spark_jobs.ir.ops.iterate import DEPTH, DIFF, VALUE, body_states, incremental_body
+from spark_jobs.ir.ops.iterate import BODY_ROW_GROUP_BYTES, DEPTH, DIFF, VALUE, body_states, incremental_body
 from spark_jobs.spec.model import WEIGHT
 
 if TYPE_CHECKING:
@@ -82,6 +82,31 @@ class Ops:
     tag: Callable[[Any, int], Any]  # with an ``_iter`` column
     depth: Callable[[int], Any]  # the one-row depth table
     settle: Callable[[Any], Any] = lambda v: v  # computed now (Spark: lineage cut)
+    # an iteration's results computed together (Spark: one job), see ``settle_iteration``
+    settle_all: Callable[[Any, Any, dict[str, Any]], tuple[Any, Any, dict[str, Any], bool]] | None = None
+    is_zero: Callable[[Any], bool] | None = None  # of an unconsolidated value (default: consolidate, is_empty)
+    cancels: Callable[[Any, Any], bool] | None = None  # is a + b zero? (default: consolidate, is_empty)
+
+
+def settle_iteration(ops: Ops, value: Any, prev: Any, deltas: dict[str, Any]) -> tuple[Any, Any, dict[str, Any], bool]:
+    """An iteration's value change ``Δx_i`` (ordered), its change against ``Δx_(i-1)``, the
+    state deltas the body's evaluation produced, and whether that change is zero, each computed
+    once: on Spark all of them in ONE job (``_SparkSettle``), so that neither the next iteration
+    nor the commit's write recomputes an iteration's plans (a 1,000-edge step on 100k edges once
+    re-ran every iteration's joins inside the commit's one write task and ran out of memory)."""
+    if ops.settle_all is not None:
+        return ops.settle_all(value, prev, deltas)
+    cur = ops.settle(ops.order(value))
+    change = ops.consolidate(ops.plus(cur, ops.negate(prev)))
+    return cur, change, deltas, ops.is_empty(change)
+
+
+def _is_zero(ops: Ops, value: Any) -> bool:
+    return ops.is_zero(value) if ops.is_zero is not None else ops.is_empty(ops.consolidate(value))
+
+
+def _cancels(ops: Ops, a: Any, b: Any) -> bool:
+    return ops.cancels(a, b) if ops.cancels is not None else ops.is_empty(ops.consolidate(ops.plus(a, b)))
 
 
 @dataclass
@@ -122,7 +147,7 @@ def scratch(node: Node, values: Sequence[Any], previous: Any | None, ops: Ops) -
         for sid, u in result.updates.items():
             if sid in states and (states[sid] or i == 1):
                 tid = f"{node.id}/{i}/{sid}" if states[sid] else f"{node.id}/{sid}"
-                updates[tid] = StateUpdate("replace", u.df, u.keys, u.sort_by)
+                updates[tid] = StateUpdate("replace", u.df, u.keys, u.sort_by, BODY_ROW_GROUP_BYTES)
         y = ops.settle(ops.order(result.outputs["value"]))
         change = ops.consolidate(ops.plus(y, ops.negate(x)))
         if ops.is_empty(change):
@@ -147,7 +172,7 @@ def incremental(node: Node, deltas: Sequence[Any], state: Any, depth: int, ops: 
     body = incremental_body(node)
     loop, imports, _ = _shape(node)
     changes = dict(zip(imports, deltas[1:]))
-    quiet = all(ops.is_empty(ops.consolidate(d)) for d in deltas[1:])
+    quiet = all(_is_zero(ops, d) for d in deltas[1:])
     limit = int(node.param("max_iterations"))
     states = body_states(node)
     updates: dict[str, StateUpdate] = {}
@@ -160,9 +185,12 @@ def incremental(node: Node, deltas: Sequence[Any], state: Any, depth: int, ops: 
             return _finish(node, ops, prev, depth, depth, old_diff, diff_parts, updates)
         reader = Iteration(state, node.id, states, i, depth)
         result = evaluate_step(body, {**changes, loop: prev}, reader, first_step=False, engine=ops.engine())
-        for sid, u in result.updates.items():
-            if sid not in states or (not states[sid] and i > 1):
-                continue
+        kept = {sid: u for sid, u in result.updates.items()
+                if sid in states and (states[sid] or i == 1)}
+        cur, change, settled, unchanged = settle_iteration(  # Δx_i, and the change of D_i
+            ops, result.outputs["value"], prev, {sid: u.df for sid, u in kept.items()})
+        for sid, u in kept.items():
+            u = StateUpdate(u.kind, settled[sid], u.keys, u.sort_by, BODY_ROW_GROUP_BYTES)
             if not states[sid]:
                 updates[f"{node.id}/{sid}"] = u
             elif i <= depth:
@@ -170,16 +198,12 @@ def incremental(node: Node, deltas: Sequence[Any], state: Any, depth: int, ops: 
             else:  # a new iteration: the state of ``depth`` (equal past it) plus this change
                 base = whole(f"{node.id}/{depth}/{sid}")
                 df = stack(base, u.df) if u.kind == "append" and base is not None else u.df
-                updates[f"{node.id}/{i}/{sid}"] = StateUpdate("replace", df, u.keys, u.sort_by)
-        cur = ops.settle(ops.order(result.outputs["value"]))  # Δx_i (Spark: computed now)
-        change = ops.consolidate(ops.plus(cur, ops.negate(prev)))  # the change of D_i
-        unchanged = ops.is_empty(change)  # (on Spark each check is a job)
+                updates[f"{node.id}/{i}/{sid}"] = StateUpdate("replace", df, u.keys, u.sort_by, BODY_ROW_GROUP_BYTES)
         if unchanged and i < depth:  # D_i as before, and not 0 (the loop went on past i): it goes on
             prev = cur
             continue
         old = old_diff(i) if i < depth else None  # read only where D_i changes: a small change
-        now = ops.consolidate(ops.plus(old, change)) if old is not None else change  # leaves most alone
-        stops = ops.is_empty(now) if old is not None else unchanged
+        stops = _cancels(ops, old, change) if old is not None else unchanged  # leaves most alone
         if not unchanged:
             diff_parts.append(ops.tag(change, i))
         if stops:
@@ -284,13 +308,117 @@ def arrow(s: "Step", node: Node) -> Any:
 
 # ---- Spark ----------------------------------------------------------------------------------------
 
+class _SparkSettle:
+    """An iteration's results on Spark computed ONCE, in one job: ``Δx_i``, its change and the
+    body's state deltas. While they fit ``local_rows`` (a small change: ``driver``), they come to
+    this process as Arrow tables (``collect_arrow``) and go on as local relations: the next
+    iteration's lookups narrow the state on the driver, its emptiness checks are no jobs, and
+    the commit writes rows held here. Past that, they are computed together as one local
+    checkpoint (a tagged union, its row count per part in a second, cheap job) and read back
+    part by part. Either way the commit's write reads computed rows, never an iteration's plan
+    (written as one union with one task, 20 iterations of joins ran out of execution memory)."""
+
+    def __init__(self, spark: Any, order: Callable[[Any], Any], local_rows: int, driver: bool) -> None:
+        self.spark, self.order, self.local_rows, self.driver = spark, order, local_rows, driver
+        self.rows: dict[int, tuple[Any, int]] = {}  # id(df) -> (df, rows) of settled values
+
+    def settle(self, value: Any, prev: Any, deltas: dict[str, Any]) -> tuple[Any, Any, dict[str, Any], bool]:
+        from spark_jobs.executor.spark import zset
+
+        cur = self.order(value)
+        frames = {"cur": cur, "change": zset.consolidate(zset.plus(cur, zset.negate(prev))), **deltas}
+        done = self._collect(frames) if self.driver else None
+        if done is None:
+            self.driver = False  # too many rows for the driver: the rest of the loop checkpoints
+            done = self._checkpoint(frames)
+        for df, n in done.values():
+            self.rows[id(df)] = (df, n)
+        out = {k: df for k, (df, _) in done.items()}
+        return out.pop("cur"), out.pop("change"), out, done["change"][1] == 0
+
+    def _collect(self, frames: dict[str, Any]) -> dict[str, tuple[Any, int]] | None:
+        from spark_jobs.executor.spark.local_relations import collect_arrow
+
+        tables = collect_arrow(self.spark, frames, self.local_rows)[0]
+        if tables is None:
+            return None
+        return {k: (to_local(self.spark, t, frames[k].schema), t.num_rows) for k, t in tables.items()}
+
+    def _checkpoint(self, frames: dict[str, Any]) -> dict[str, tuple[Any, int]]:
+        from pyspark.sql import functions as F
+
+        slot = "__iter_slot"
+        names = list(frames)
+        layout = [[f"p{i}_{k}" for k in range(len(frames[n].columns))] for i, n in enumerate(names)]
+        union = None
+        for i, n in enumerate(names):
+            tagged = frames[n].toDF(*layout[i]).withColumn(slot, F.lit(i))
+            union = tagged if union is None else union.unionByName(tagged, allowMissingColumns=True)
+        assert union is not None
+        done = union.localCheckpoint(eager=True)
+        counts = {r[0]: r[1] for r in done.groupBy(slot).count().collect()}
+        out = {}
+        for i, n in enumerate(names):
+            part = done.where(F.col(slot) == i).select(
+                *[F.col(a).cast(f.dataType).alias(f.name) for a, f in zip(layout[i], frames[n].schema.fields)])
+            out[n] = (part, counts.get(i, 0))
+        return out
+
+    def known(self, df: Any) -> int | None:
+        hit = self.rows.get(id(df))
+        return hit[1] if hit is not None and hit[0] is df else None
+
+    def is_empty(self, df: Any) -> bool:
+        from spark_jobs.executor.spark import zset
+
+        n = self.known(df)
+        if n is not None:
+            return n == 0
+        return not df.collect() if zset.is_local(df) else df.isEmpty()  # local: no job
+
+    def is_zero(self, df: Any) -> bool:
+        """Is ``df`` (not consolidated) the zero Z-set? Held on the driver: summed here, no job."""
+        from spark_jobs.executor.spark import zset
+
+        if zset.is_local(df):
+            return not _python_total(df.collect())
+        return zset.consolidate(df).isEmpty()
+
+    def cancels(self, a: Any, b: Any) -> bool:
+        from spark_jobs.executor.spark import zset
+
+        if zset.is_local(a) and zset.is_local(b):
+            cols = list(b.columns)
+            return not _python_total(a.select(*cols).collect() + b.collect())
+        return zset.consolidate(zset.plus(a, b)).isEmpty()
+
+
+def to_local(spark: Any, table: Any, schema: Any) -> Any:
+    """An Arrow table as a local relation of ``schema``'s types (no job: a projection of a
+    LocalRelation is folded into one by the optimizer)."""
+    from pyspark.sql.functions import col
+
+    df = spark.createDataFrame(table)
+    return df.select(*[col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in schema.fields])
+
+
+def _python_total(rows: list[Any]) -> dict[tuple, int]:
+    """Rows with a weight in the last column, summed per tuple, zeros dropped."""
+    total: dict[tuple, int] = {}
+    for r in rows:
+        key = tuple(r[:-1])
+        total[key] = total.get(key, 0) + r[-1]
+    return {k: w for k, w in total.items() if w}
+
+
 def spark(s: "Step", node: Node) -> Any:
     """The loop on Spark, on the state format of the in-process loop (either engine continues
     from the other's Parquet state): incremental when the loop's per-iteration state is
-    committed, each iteration's change computed now (a local checkpoint: a job per iteration, and
-    one per emptiness check); else from scratch over the integrated inputs, one job per iteration
-    for the body and one for the comparison, writing the per-iteration state (a write per
-    iteration and body state at commit) so the next step, on either engine, is incremental."""
+    committed, each iteration's results computed once in one job (``_SparkSettle``: to the
+    driver while the change is small, else a local checkpoint); else from scratch over the
+    integrated inputs, one job per iteration for the body and one for the comparison, writing
+    the per-iteration state (a write per iteration and body state at commit) so the next step,
+    on either engine, is incremental."""
     from pyspark.sql import functions as F
     from pyspark.sql.functions import col
 
@@ -315,20 +443,29 @@ def spark(s: "Step", node: Node) -> Any:
         return zset.from_tuples(session, [(k, 1)], f"{DEPTH} int, {WEIGHT} long")
 
     broadcast = bool(getattr(outer, "broadcast", False))
-    ops = Ops(lambda: SparkEngine(session, outer.policy, broadcast=broadcast), zset.consolidate, zset.plus,
-              zset.negate, lambda df: df.isEmpty(), order, tag, depth_of, settle=zset.cut_lineage)
     first = s.first_step or not incremental_node
-    depth_df = None if first else s.state.read(f"{node.id}/{DEPTH}")
-    depth = 0
-    if depth_df is not None:
-        totals = depth_df.groupBy(DEPTH).agg(F.sum(WEIGHT).alias(WEIGHT)).where(col(WEIGHT) > 0).collect()
-        depth = max((r[DEPTH] for r in totals), default=0)
+    files = getattr(s.state, "trace_files", None)
+    driver = broadcast and files is not None and all(zset.is_local(d) for d in args[:n])
+    settler = _SparkSettle(session, order, outer.policy.local_change_rows, driver)
+    ops = Ops(lambda: SparkEngine(session, outer.policy, broadcast=broadcast), zset.consolidate, zset.plus,
+              zset.negate, settler.is_empty, order, tag, depth_of, settle=zset.cut_lineage)
+    depth = 0 if first else _spark_depth(s, node, files)
     if depth > 0:
+        ops = replace(ops, settle_all=settler.settle, is_zero=settler.is_zero, cancels=settler.cancels)
         diff = s.state.read(f"{node.id}/{DIFF}")
+        diff_files = files(f"{node.id}/{DIFF}") if files is not None else None
 
         def old_diff(i: int) -> Any | None:
             if diff is None:
                 return None
+            if settler.driver and diff_files is not None:  # looked up in this process: a local relation
+                from spark_jobs.executor.arrow import zsets
+
+                rows = diff_files.lookup(ITER, [i])
+                if not rows.num_rows:
+                    return None
+                part = diff.select(*[col(c) for c in cols], col(WEIGHT))
+                return to_local(session, zsets.consolidate(rows.select(cols + [WEIGHT])), part.schema)
             return zset.consolidate(diff.where(col(ITER) == i).select(*[col(c) for c in cols], col(WEIGHT)))
 
         def stack(a: Any, b: Any) -> Any:
@@ -341,3 +478,22 @@ def spark(s: "Step", node: Node) -> Any:
     for trace, update in done.updates.items():
         s.update(trace, update)
     return done.output
+
+
+def _spark_depth(s: "Step", node: Node, files: Callable[[str], Any] | None) -> int:
+    """Where the committed loop stopped (0: no per-iteration state), read in this process when
+    the store's files are reachable (no Spark job)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.functions import col
+
+    found = files(f"{node.id}/{DEPTH}") if files is not None else None
+    if found is not None:
+        from spark_jobs.executor.arrow import zsets
+
+        table = zsets.consolidate(found.read_all())
+        return max((r[DEPTH] for r in table.to_pylist() if r[WEIGHT] > 0), default=0)
+    depth_df = s.state.read(f"{node.id}/{DEPTH}")
+    if depth_df is None:
+        return 0
+    totals = depth_df.groupBy(DEPTH).agg(F.sum(WEIGHT).alias(WEIGHT)).where(col(WEIGHT) > 0).collect()
+    return max((r[DEPTH] for r in totals), default=0)

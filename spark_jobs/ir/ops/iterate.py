@@ -39,6 +39,11 @@ from spark_jobs.spec.model import NodeSpec, dependency_order
 
 KERNELS = "spark_jobs.executor.kernels.iterate"
 DIFF, DEPTH, VALUE = "diff", "depth", "value"
+# the row groups of the body's state traces (``StateUpdate.row_group_bytes``; the store's default
+# is 256 KiB): a step looks each iteration's state up by the few keys its change holds, and with
+# 256 KiB groups (~10k rows) a few keys fall in most groups of a trace: a 10-edge step on 100k
+# edges read 7-9 MB of the loop's 11 MB; with 32 KiB groups (profiled) 3-5.5 MB
+BODY_ROW_GROUP_BYTES = 32 * 1024
 _BODIES: dict[int, tuple[Circuit, Circuit]] = {}
 
 
