@@ -25,6 +25,7 @@ from spark_jobs.executor.spark import join as jn
 from spark_jobs.executor.spark import linear, stream
 from spark_jobs.executor.spark.zset import WEIGHT, col
 from spark_jobs.ir.graph import Node
+from spark_jobs.ir.incrementalize import integral_row_group_bytes
 from spark_jobs.ir.operator import delayed_integral_source, is_integral
 from spark_jobs.policy import ExecutionPolicy
 
@@ -198,7 +199,8 @@ def integrate(s: "Step", node: Node) -> DataFrame:
     # Appended as is: a trace is a sum of Z-sets, so nothing reading it needs one row per tuple
     # (readers sum weights; compaction consolidates). Consolidating here cost a shuffle per trace.
     keys = s.state_keys(node)  # kept sorted on them: lookups read few row groups
-    s.update(node.id, StateUpdate("append", delta, keys, sort_by=keys))
+    s.update(node.id, StateUpdate("append", delta, keys, sort_by=keys,
+                                  row_group_bytes=integral_row_group_bytes(s.circuit, node.id)))
     return stream.integrate_value(s.state.read(node.id), delta)
 
 
