@@ -24,7 +24,8 @@ from spark_jobs.executor.spark.exact_sum import ExactSum
 from spark_jobs.executor.refusal import raise_sql, sql_string
 from spark_jobs.executor.totals import ROWS, count_name, extremum_name, finish_sql, q, sum_prefix
 from spark_jobs.executor.totals import slots as linear_slots
-from spark_jobs.executor.spark.zset import IN_LIST_MAX, WEIGHT, col, consolidate, kept, restrict, select_sql
+from spark_jobs.executor.spark.zset import (IN_LIST_MAX, WEIGHT, col, consolidate, group_agg, kept, restrict,
+                                            select_sql)
 from spark_jobs.ir.ops.aggregate import EXTREMA, monotone
 
 Agg = tuple[str, str, "str | None", bool]  # (out_name, func, arg_expr or None for count(*), distinct)
@@ -236,7 +237,9 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
     target, totals = _totals(delta, group_by, aggs, node)
     accs = totals.accs
     keys = [q(g) for g in group_by]
-    acc_delta = (totals.prepare(delta).groupBy(*[col(g) for g in group_by]).agg(*[_summed(group_by, a) for a in accs])
+    acc_key = (tuple(group_by), tuple((a.name, a.term, a.type, a.label, a.checked) for a in accs))
+    acc_delta = (group_agg(totals.prepare(delta), group_by, ("linear", *acc_key),
+                           lambda: [_summed(group_by, a) for a in accs])
                  .where(" OR ".join(f"{q(a.name)} != 0" for a in accs)))  # drop no-op groups
     is_global = not group_by
 
@@ -248,9 +251,9 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
         parts.append(prev)
     union = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
     # a global groupBy gives its one row even over no rows: old and new totals are then zeros
-    both = totals.finished(union.groupBy(*[col(g) for g in group_by]).agg(
+    both = totals.finished(group_agg(union, group_by, ("linear-old-new", *acc_key), lambda: [
         *[_summed(group_by, a, f"CASE WHEN {_PREV} = 1 THEN {q(a.name)} ELSE 0 END", f"old{a.name}") for a in accs],
-        *[_summed(group_by, a, q(a.name), f"new{a.name}") for a in accs]), "old", "new")
+        *[_summed(group_by, a, q(a.name), f"new{a.name}") for a in accs]]), "old", "new")
 
     out_delta = _changes(both, group_by, aggs, target, first_step,
                          lambda i, func, arg, prefix: totals.finish(i, func, arg, prefix))

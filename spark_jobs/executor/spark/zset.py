@@ -86,6 +86,24 @@ def _gateway_key() -> int:
     return 0 if is_remote() else id(SparkContext._gateway)
 
 
+def group_agg(df: DataFrame, group_by: Sequence[str], key: tuple, build: Callable[[], Sequence[Column]]) -> DataFrame:
+    """``df.groupBy(*group_by).agg(*build())``, both lists kept (``key`` names what the
+    aggregates depend on) as the JVM sequences Spark takes: two Py4J round trips instead of one
+    per group column and aggregate and more (``select_kept``)."""
+    from pyspark.sql.utils import is_remote
+
+    group_by = tuple(group_by)
+    aggs = kept(("agg", *key), lambda: list(build()))
+    if is_remote() or getattr(df, "_jdf", None) is None or not aggs:
+        return df.groupBy(*[col(g) for g in group_by]).agg(*aggs)
+    from pyspark.sql.classic.column import _to_seq
+
+    sc = df.sparkSession.sparkContext
+    jgroups = kept(("jgroup", group_by), lambda: _to_seq(sc, [col(g)._jc for g in group_by]))  # type: ignore[attr-defined]
+    jrest = kept(("jagg", *key), lambda: _to_seq(sc, [c._jc for c in aggs[1:]]))  # type: ignore[attr-defined]
+    return DataFrame(df._jdf.groupBy(jgroups).agg(aggs[0]._jc, jrest), df.sparkSession)  # type: ignore[attr-defined]
+
+
 def select_sql(df: DataFrame, *exprs: str) -> DataFrame:
     """``df.selectExpr(*exprs)`` in one Py4J round trip (``select_kept``: the parsed expressions
     are kept per text, which is all they depend on)."""
@@ -106,8 +124,9 @@ def data_columns(df: DataFrame) -> list[str]:
 def consolidate(df: DataFrame) -> DataFrame:
     """One row per distinct tuple with the summed weight; tuples whose weights cancel are dropped."""
     cols = data_columns(df)
-    summed = df.groupBy(*[col(c) for c in cols]).agg(checked_sum(WEIGHT, cols).alias(WEIGHT))
-    return summed.where(col(WEIGHT) != 0)
+    summed = group_agg(df, cols, ("consolidate", tuple(cols), weights.where()),
+                       lambda: [checked_sum(WEIGHT, cols).alias(WEIGHT)])
+    return summed.where(kept(("nonzero",), lambda: col(WEIGHT) != 0))
 
 
 def weight_refusal(what: Sequence[Column | str], row: Sequence[Column | str]) -> Column:
