@@ -159,7 +159,8 @@ def _load(gen, source: Path, roots: dict[str, Path], rts: dict[str, Any], rows: 
 def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3, lean: bool = False,
         max_rss_gib: float = 0.0, recompute_sizes: list[int] | None = None,
         partial: Any = None, reuse: bool = False, warmup: int = 0, recompute_inprocess: bool = False,
-        duckdb: bool = False, recompute_reps: int = 0, size_steps: dict[int, int] | None = None) -> dict[str, Any]:
+        duckdb: bool = False, recompute_reps: int = 0, size_steps: dict[int, int] | None = None,
+        recompute_root: bool = True) -> dict[str, Any]:
     """The sweep (module docstring). ``lean``: ``bench.lean_tpch``'s data (rows are functions of
     their keys: SF10 fits in memory), loaded once and copied, each view checked by DuckDB over
     the change files (``bench.floor.view_check``); a watchdog stops the run above ``max_rss_gib``.
@@ -176,7 +177,9 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
     root is measured in the first this many steps of a size only (0: all), stepping incrementally
     (not measured) in the others: at SF10 a recompute takes minutes, the other roots' steps
     seconds, whose medians need more than one step on a loaded machine.
-    ``size_steps``: steps of a size other than ``reps`` (``--sizes 100*3,2000000``).
+    ``size_steps``: steps of a size other than ``reps`` (``--sizes 100*3,2000000``). ``recompute_root``
+    False: no recompute root at all (its steps not run: at SF10 an in-process recompute peaks at
+    ~15 GiB, more than a shared machine may give; the ratios are then against the incremental root).
     """
     recompute_reps = recompute_reps or max(reps, *(size_steps or {0: 0}).values())
     from spark_jobs.config import PROJECT_ROOT
@@ -194,7 +197,8 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
         from bench.generators import TpchGenerator
 
         gen, dog = TpchGenerator(str(source), sf), None
-    roots = {mode: work / mode for mode in MODES}
+    modes = [m for m in MODES if m != "recompute" or recompute_root]
+    roots = {mode: work / mode for mode in modes}
     circuit = PROJECT_ROOT / "bench" / "circuits" / "w1_tpch.yaml"
     split = lean and not reuse  # lean: the load in this process, in two steps, then copied
     loaded_first = None
@@ -207,7 +211,7 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
         loaded = gen.replay_initial() if reuse else gen.initial()
     _log(f"SF {sf:g}: {loaded.total:,} rows generated{' (replayed: reusing ' + str(work) + ')' if reuse else ''}")
     if reuse or split:  # the other roots: fresh copies of the loaded one (an earlier run may have stopped mid-copy)
-        for mode in ("recompute", "policy"):
+        for mode in modes[1:]:
             shutil.rmtree(roots[mode], ignore_errors=True)
             shutil.copytree(roots["incremental"], roots[mode], copy_function=shutil.copy2)
         _log(f"roots copied from the loaded one; memory {memory()}")
@@ -217,10 +221,10 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
         loads = {rt.committed.last_committed() for rt in rts.values()}
         if len(loads) != 1 or not loads <= {1, 2}:
             raise SystemExit(f"--reuse {work}: every root must hold exactly the load (timestep 1, or 2 in halves)")
-        load = {mode: {"seconds": None, "engine": "reused from an earlier run's load"} for mode in MODES}
+        load = {mode: {"seconds": None, "engine": "reused from an earlier run's load"} for mode in modes}
     elif split:
         load = {mode: loaded_first if mode == "incremental" else {"seconds": None, "engine": "copy of incremental"}
-                for mode in MODES}
+                for mode in modes}
     else:
         load = _load(gen, source, roots, rts, loaded.total, lean)
 
@@ -228,12 +232,12 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
         return view_check(rt, gen) if lean else _view_ok(rt, want)
 
     if lean:  # the load's view too
-        for mode in (MODES if reuse else ("incremental",)):
+        for mode in (modes if reuse else ("incremental",)):
             _log(f"load's view ({mode}): {check(rts[mode], None)}")
     if warmup:  # one small incremental step per root, not measured: each root's first step after
         written = gen.change(warmup)  # the load paid cold costs (footers, imports) the others did not
         _copy_batch(source, roots, gen.batch)
-        for mode in MODES:
+        for mode in modes:
             run_step(open_circuit(str(circuit), _config(roots[mode], "incremental", inprocess, loaded.total)))
         _log(f"warm-up: {written.total} rows stepped incrementally on every root (not measured)")
     points = []
@@ -244,7 +248,11 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
         for rep in range(size_reps):  # each rep: a new change of this size, the modes in a rotated order
             written = gen.change(size)
             _copy_batch(source, roots, gen.batch)
-            order = list(MODES)[rep % len(MODES):] + list(MODES)[:rep % len(MODES)]
+            # the two roots compared for noise in a rotated order, the recompute root last: a
+            # recompute (~15 GiB at SF10) evicts the state from the page cache, and the step after
+            # it read cold (the policy root at 95 rows: 0.72 s after it, 0.24-0.39 s otherwise)
+            pair = [m for m in modes if m != "recompute"]
+            order = pair[rep % len(pair):] + pair[:rep % len(pair)] + [m for m in modes if m == "recompute"]
             step: dict[str, Any] = {"change_rows": written.total}
             for mode in order:
                 rt = rts[mode]
@@ -269,10 +277,10 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
         point["change_rows"] = int(median([s["change_rows"] for s in steps]))
         point["input_rows"] = gen.input_rows() if lean else sum(gen.state_rows().values())
         for mode in MODES:
-            if all(s[mode] is None for s in steps):
+            if all(s.get(mode) is None for s in steps):
                 point[mode] = {"seconds": None, "mode": "not measured", "engine": "-", "estimate": None, "reason": ""}
                 continue
-            measured = [s[mode] for s in steps if s[mode] is not None]
+            measured = [s[mode] for s in steps if s.get(mode) is not None]
             point[mode] = {"seconds": round(median([m["seconds"] for m in measured]), 3),
                            "mode": "/".join(sorted({m["mode"] for m in measured})),
                            "engine": "/".join(sorted({m["engine"] for m in measured})),
@@ -374,7 +382,7 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
              f"load average {meta['loadavg_before'][0]:.1f} before, {meta['loadavg_after'][0]:.1f} after. "
              "**Measured under load** (the machine is shared with other agents' work): one run; each "
              f"figure is the median of {result['reps']} steps of that size (xN after the change rows: N steps; each a new change, the three "
-             "modes in a rotated order"
+             "incremental and policy roots in a rotated order, the recompute root last"
              + (f"; the recompute root measured in the first {result['recompute_reps']} of them, stepping "
                 "incrementally, unmeasured, in the others" if (result.get("recompute_reps") or result["reps"]) < result["reps"] else "")
              + "); the seconds are `dbsp step`'s (read, check, evaluate, commit).", "",
@@ -452,6 +460,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="rows of one unmeasured incremental step on every root before the sweep (0: none)")
     parser.add_argument("--recompute-reps", type=int, default=0,
                         help="measure the recompute root in the first N steps of each size only (0: all)")
+    parser.add_argument("--no-recompute-root", action="store_true",
+                        help="no recompute root: only the incremental and policy roots step")
     parser.add_argument("--recompute-sizes", help="measure the recompute root only at these sizes (default: all)")
     parser.add_argument("--name", help="results file name (default recompute, recompute-smoke)")
     parser.add_argument("--reuse", help="--lean: a work folder holding an earlier run's files and loaded roots "
@@ -477,7 +487,8 @@ def main(argv: list[str] | None = None) -> None:
                      args.max_rss_gib, [int(x) for x in args.recompute_sizes.split(",")] if args.recompute_sizes else None,
                      partial, reuse=bool(args.reuse), warmup=0 if args.smoke else max(0, args.warmup),
                      recompute_inprocess=args.recompute_inprocess, duckdb=args.duckdb,
-                     recompute_reps=max(0, args.recompute_reps), size_steps=size_steps)
+                     recompute_reps=max(0, args.recompute_reps), size_steps=size_steps,
+                     recompute_root=not args.no_recompute_root)
     write_results(name, result, flags, before, args.out, markdown)
 
 if __name__ == "__main__":

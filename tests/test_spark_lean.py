@@ -229,3 +229,47 @@ def test_projections_of_a_local_change_come_back_without_a_job_and_as_spark_give
     assert held_table(df.groupBy("a").count(), 100) is None
     assert held_table(df.unionByName(df), 100) is None
     assert held_table(df.withColumn("t", F.lit(datetime.datetime(2024, 1, 1))), 100) is None
+
+
+def test_a_dag_runs_stage_tasks_on_spark_read_a_small_change_in_process(spark, tmp_path):
+    """Airflow's per-stage tasks on Spark: the input stage reads, counts and bag-checks a small
+    change in-process and stages it without a Spark job (``RunValues.spark_steps``), as
+    ``dbsp step`` does; the views, refusals and quarantines are those of the stage that reads
+    the change with Spark (``local_change_rows: 0``: a count job and a collect job)."""
+    from spark_jobs.executor.sources import InputRefused
+    from spark_jobs.runtime import timestep
+    from tests import oracle
+    from tests.dag_tasks import run_stage_tasks
+
+    rts = _lean_and_spark_reads(tmp_path, BAG.format(settings="settings: {on_negative: quarantine}"))
+    for rt in rts.values():  # the load: a step
+        _write_items(rt, "000.parquet", [(1, "a", 2), (2, "b", 1), (None, "n", 1)])
+        run_step(rt)
+    steps = [[(1, "a", -1), (None, "n", 1), (6, "f", 3)],  # valid: staged without a job
+             [(1, "a", -1), (2, "b", -2), (4, "ghost", -1), (3, "c", 1)],  # quarantined
+             [(5, "e", 10 ** 18)]]  # refused
+    sc = spark.sparkContext
+    for i, rows in enumerate(steps, start=1):
+        outcomes, input_jobs = {}, {}
+        for name, rt in rts.items():
+            root = rt.config.data_root
+            _write_items(rt, f"{i:03d}.parquet", rows)
+            run_id = f"r{i}"
+            timestep.plan(rt, run_id)
+            before = set(sc.statusTracker().getJobIdsForGroup(f"dbsp-{rt.name}-items"))
+            try:
+                run_stage_tasks(rt, run_id, "per_stage")
+            except InputRefused as exc:
+                outcomes[name] = ("refused", [(os.path.basename(p), r.replace(root, "<root>")) for p, r in exc.problems])
+                continue
+            input_jobs[name] = len(set(sc.statusTracker().getJobIdsForGroup(f"dbsp-{rt.name}-items")) - before)
+            timestep.check(rt, run_id)
+            done = timestep.commit(rt, run_id)
+            quarantined = {k: {f: v for f, v in q.items() if f != "path"}
+                           for k, q in (rt.store.manifest().meta.get("quarantined") or {}).items()}
+            outcomes[name] = ("committed", {v: oracle.view_counter(rt, v) for v in ("uniq", "counts")},
+                              quarantined, sorted(n.replace(root, "<root>") for n in done.get("notes") or []))
+        assert outcomes["lean"] == outcomes["spark-reads"], (i, outcomes)
+        if i == 1:
+            assert input_jobs["lean"] == 0 and input_jobs["spark-reads"] >= 1, input_jobs
+    assert outcomes["lean"][0] == "refused"

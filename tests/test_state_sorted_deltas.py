@@ -110,3 +110,19 @@ def test_sorted_files_are_written_with_the_policy_codec(tmp_path):
         meta = pq.ParquetFile(f).metadata
         assert meta.row_group(0).column(0).compression == want
         assert sorted(pq.read_table(f).column("k").to_pylist()) == list(range(1, 5001))
+
+
+def test_only_the_bag_checks_input_integrals_get_small_row_groups():
+    """An input's integral that no operator reads (W1's inputs are filtered and projected before
+    their joins) is read only by the bag check, which decodes every group a deleted key falls in:
+    its trace gets ``BAG_ROW_GROUP_BYTES``; an integral a join reads keeps the store's default."""
+    from spark_jobs.ir.incrementalize import BAG_ROW_GROUP_BYTES, bag_integrals, bag_only, integral_row_group_bytes
+    from spark_jobs.config import PROJECT_ROOT
+    from spark_jobs.runtime.circuit import compile_file
+
+    compiled = compile_file(str(PROJECT_ROOT / "bench" / "circuits" / "w1_tpch.yaml"))
+    inc = compiled.incremental
+    assert set(bag_integrals(inc).values()) == {"I(customer)", "I(orders)", "I(lineitem)"}
+    for tid in ("I(customer)", "I(orders)", "I(lineitem)"):
+        assert bag_only(inc, tid) and integral_row_group_bytes(inc, tid) == BAG_ROW_GROUP_BYTES
+    assert integral_row_group_bytes(inc, "I(items)") == 0  # the join's integral

@@ -4,7 +4,7 @@ stage in turn, the ``stages`` task of ``per_step``) does between the plan and th
 A stage reads its inputs (an input stage: the planned files, once), evaluates its incremental
 operators one at a time (so each gets its planning seconds), then brings everything later
 tasks need (the deltas other stages read, its state updates and view deltas) to the driver in
-one Spark job, stages them (``staging.py``) and writes its journal last. The journal's summary
+one Spark job (none for a small change read in-process and projections of it), stages them (``staging.py``) and writes its journal last. The journal's summary
 is the table the task logs: operators, rows in and out, state rows read and written, seconds.
 Its Spark jobs run under a job group (classic session) or job tag (Spark Connect) named after
 the stage.
@@ -83,11 +83,24 @@ class RunValues:
 
     def engine(self, spark_small: bool):
         """The engine a stage runs on first: the plan's choice (Arrow falls back to Spark per stage)."""
-        from spark_jobs.runtime.step_engines import ArrowSteps, SparkSteps
+        from spark_jobs.runtime.step_engines import ArrowSteps
 
         if self.plan.get("engine") == "arrow":
             return ArrowSteps(self.rt)
-        return SparkSteps(self.rt, full=self.full, small=spark_small, persist=False)
+        return self.spark_steps(spark_small)
+
+    def spark_steps(self, spark_small: bool):
+        """The Spark engine of a stage. A small change this process reaches is read, counted and
+        bag-checked in-process and handed to Spark, as ``dbsp step`` does (``step.commit_path``):
+        the count is not a Spark job, and the stage's values that are the change (or projections
+        of it) are staged without one."""
+        from spark_jobs.runtime.reach import driver_reach
+        from spark_jobs.runtime.step_engines import SparkSteps
+
+        rows = self.plan.get("change_rows")
+        arrow_reads = (not self.full and self.plan.get("mode") == "incremental" and rows is not None
+                       and rows <= self.rt.config.policy.local_change_rows and driver_reach(self.rt) is None)
+        return SparkSteps(self.rt, full=self.full, small=spark_small, persist=False, arrow_reads=arrow_reads)
 
     def load_journals(self, stages: list[Stage]) -> None:
         """Learn where earlier tasks staged their values."""
@@ -188,7 +201,6 @@ def evaluate_stage(run: RunValues, stage: Stage, spark_small: bool = False) -> d
     its journal's summary. A stage the in-process engine cannot serve runs on Spark (before it
     stages anything), and its journal says so."""
     from spark_jobs.executor.engine import NotLocal
-    from spark_jobs.runtime.step_engines import SparkSteps
 
     engine = run.engine(spark_small)
     reason = run.plan.get("engine_reason") or ""
@@ -200,13 +212,16 @@ def evaluate_stage(run: RunValues, stage: Stage, spark_small: bool = False) -> d
         except (NotLocal, pa.ArrowException) as why:
             what = "" if isinstance(why, NotLocal) else "Arrow refused: "
             reason = f"in-process on Arrow was not possible: {what}{why}"
-    return _evaluate_stage(run, stage, SparkSteps(run.rt, full=run.full, small=spark_small, persist=False), reason)
+    return _evaluate_stage(run, stage, run.spark_steps(spark_small), reason)
 
 
 def _counted(run: RunValues, engine, inputs: dict[str, Any], clock: "StepClock") -> dict[str, Any]:
     """The changes phases 2-3 look at: on Spark only those the clock or the bag check needs (a
-    count is a job); in-process all of them (counting a table is free)."""
-    if engine.name == "arrow":
+    count is a job); in-process all of them (counting a table is free), also on Spark when the
+    changes were read in-process (``RunValues.spark_steps``: the count hands them to Spark)."""
+    import pyarrow as pa
+
+    if engine.name == "arrow" or any(isinstance(v, pa.Table) for v in inputs.values()):
         return inputs
     from spark_jobs.ir.incrementalize import bag_integrals
 
@@ -377,8 +392,16 @@ def _stage_values(run: RunValues, stage: Stage, engine, stage_dir: str, values: 
     else:
         counted = {n: values[n] for n in stage.nodes  # (the integral I(x) is state plus delta: not counted)
                    if n in values and n not in held and not is_state_backed(circuit, n)} if count_all() else {}
-        tables, counts = staging.collect_tables(rt.spark, frames, rt.config.policy.local_change_rows, counted,
-                                                rt.config.policy.collect_extra_rows)
+        # changes read in-process, and projections of them, are here already: no job for them
+        held_tables = {key: t for key, value in frames.items() if (t := engine.held(value)) is not None}
+        rest = {key: value for key, value in frames.items() if key not in held_tables}
+        if rest or counted:
+            tables, counts = staging.collect_tables(rt.spark, rest, rt.config.policy.local_change_rows, counted,
+                                                    rt.config.policy.collect_extra_rows)
+        else:
+            tables, counts = {}, {}
+        if tables is not None:
+            tables.update(held_tables)
     written: dict[str, staging.Staged] = {}
     for key, value in frames.items():
         path = fs.join(stage_dir, *[safe_name(part) for part in key.split("/", 1)])

@@ -125,7 +125,9 @@ def spark_schema(schema_json: str):
 
 def to_frame(spark: "SparkSession", table: pa.Table, schema_json: str) -> "DataFrame":
     """A local relation of an Arrow table, with the Spark types it was staged with."""
-    return spark.createDataFrame(table, schema=spark_schema(schema_json))
+    from spark_jobs.executor.spark.local_relations import from_arrow
+
+    return from_arrow(spark, table, spark_schema(schema_json))
 
 
 def read_staged(spark: "SparkSession", staged: Staged, uri: str) -> "DataFrame":

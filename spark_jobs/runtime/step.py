@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame
 
 from spark_jobs.executor.engine import NotLocal
 from spark_jobs.executor.spark.local_relations import collect_local
-from spark_jobs.executor.spark.session import step_conf
+from spark_jobs.executor.spark.session import folded_on_local_rows, step_conf, without_local_folding
 from spark_jobs.executor.sources import InputFile, InputRefused
 from spark_jobs.executor.sources.lateness import change_totals, on_time
 from spark_jobs.executor.sources.reading import refuse_late
@@ -303,7 +303,20 @@ def commit_path(rt: CircuitRuntime, files: dict[str, list[InputFile]], records: 
                    and path.change_rows <= policy.local_change_rows)
     spark = step_engines.SparkSteps(rt, full=full, small=False if large else None,
                                     driver_writes=reach, arrow_reads=arrow_reads)
-    return _compute_and_commit(rt, spark, files, records, path, say, run_id)
+    before = rt.store.last_committed()
+    try:
+        return _compute_and_commit(rt, spark, files, records, path, say, run_id)
+    except Exception as exc:
+        if rt.store.last_committed() != before or not folded_on_local_rows(exc):
+            raise
+        log.info("timestep runs again without folding expressions over rows held in the plan: %s",
+                 str(exc).splitlines()[0][:300])
+    path.engine_reason = (f"{path.engine_reason}; run again without folding over rows held in the plan (Spark's "
+                          f"optimizer failed evaluating an expression over them)").lstrip("; ")
+    spark = step_engines.SparkSteps(rt, full=full, small=False if large else None,
+                                    driver_writes=reach, arrow_reads=arrow_reads)
+    with without_local_folding(spark.spark):
+        return _compute_and_commit(rt, spark, files, records, path, say, run_id)
 
 
 def _compute_and_commit(rt: CircuitRuntime, engine: "recipe.StepEngine", files: dict[str, list[InputFile]],

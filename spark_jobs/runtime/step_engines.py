@@ -102,8 +102,9 @@ class SparkSteps:
         """``table`` (input ``name``'s change) as a Spark local relation (no job), remembered so
         that ``settle`` takes the table itself instead of collecting it back."""
         from spark_jobs.executor.sources import spark_schema
+        from spark_jobs.executor.spark.local_relations import from_arrow
 
-        df = self.spark.createDataFrame(table, schema=spark_schema(self.rt.compiled.spec.inputs[name]))
+        df = from_arrow(self.spark, table, spark_schema(self.rt.compiled.spec.inputs[name]))
         self._handed[id(df)] = (df, table)
         return df
 
@@ -171,6 +172,17 @@ class SparkSteps:
             except NotLocal as why:
                 log.info("bag check on Spark: %s", why)
         return check_deltas(self.rt, timestep, deltas, deleted, files, state)
+
+    def held(self, df: Any) -> Any:
+        """``df`` as an Arrow table (the store's types) without a Spark job: a change read
+        in-process and handed over, or a projection of the local changes (``held_table``); None
+        otherwise."""
+        from spark_jobs.executor.spark.local_relations import held_table
+
+        table = self._table_of(df)
+        if table is None and self.local:
+            table = held_table(df, self.rt.config.policy.local_change_rows)
+        return None if table is None else _typed(table, df)
 
     def _table_of(self, df: Any) -> Any:
         """The Arrow table a DataFrame was made from by ``_hand_over`` (None: not one of those)."""

@@ -9,7 +9,8 @@ under ``<state root>/staging/<run>/`` and listed in a JSON journal written last:
 - ``run_stage`` evaluates one stage (``stages.py``) into staging: the deltas other stages read,
   its state updates and view deltas. One Spark job per stage brings its small results to the
   driver as Arrow; pyarrow writes them (``staging.py``); the next task reads them back as local
-  relations (no job). Input files are read once, by their input stage; nothing is re-planned.
+  relations (no job). A small change this process reaches is read, counted and bag-checked
+  in-process and staged without a job, as ``dbsp step`` does (``stage_run.RunValues.spark_steps``). Input files are read once, by their input stage; nothing is re-planned.
 - ``run_stages`` (``orchestration.tasks: per_step``) runs every stage in one process, in order,
   each under a Spark job group/tag named after the stage; values stay in memory between stages.
 - ``check`` runs the quality gate on the staged view deltas and input changes (no input file is

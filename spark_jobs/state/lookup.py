@@ -30,6 +30,10 @@ SCAN_BATCH_ROWS = 262_144
 # from this many probed integer keys on, a streamed lookup tests membership by binary search in
 # one sorted array (``KeySet``); below, pyarrow's hash-set ``is_in`` is cheaper (measured)
 SORTED_PROBE_KEYS = 65_536
+# a read of fewer rows than this decodes on the calling thread: handing one small row group to
+# pyarrow's thread pool cost more than decoding it (W1 SF10, a probe touching one group in each of
+# 60 files: 31 -> 15 ms wall, 24 -> 15 ms CPU, with pre-buffering off as well)
+THREADED_READ_ROWS = 65_536
 
 
 class TraceFiles:
@@ -52,6 +56,18 @@ class TraceFiles:
         if isinstance(self.fs, LocalFileSystem):
             return pa.memory_map(path)
         return self.fs.open_read(path)
+
+    def _reader(self, fh, f: int, dictionary: Sequence[str] = ()) -> pq.ParquetFile:  # noqa: ANN001
+        """A reader of file ``f`` with its cached footer. A memory-mapped file is not pre-buffered
+        (its bytes are already addressable; pre-buffering only adds I/O-pool round trips)."""
+        return pq.ParquetFile(fh, metadata=self._meta[f], read_dictionary=list(dictionary) or None,
+                              pre_buffer=not isinstance(self.fs, LocalFileSystem))
+
+    def _threads(self, f: int, groups: Sequence[int]) -> bool:
+        """Decode ``groups`` of file ``f`` on pyarrow's threads? Only a read large enough to pay
+        for the hand-off (``THREADED_READ_ROWS``)."""
+        meta = self._meta[f]
+        return sum(meta.row_group(g).num_rows for g in groups) >= THREADED_READ_ROWS
 
     def _footer(self, path: str, size: int | None) -> FileIndex:
         """The file's footer and statistics, read once per process (``rowgroups.FOOTERS``): a
@@ -198,9 +214,9 @@ class TraceFiles:
         parts, found = [], 0
         for f, groups in admitted.items():
             with self._open(self.paths[f]) as fh:
-                reader = pq.ParquetFile(fh, metadata=self._meta[f], read_dictionary=self._dictionary_columns(column) or None)
+                reader = self._reader(fh, f, self._dictionary_columns(column))
                 for hit in self._groups_holding(reader, f, groups, column, wanted, batch_rows):
-                    table = reader.read_row_groups(hit, columns=self.schema.names)
+                    table = reader.read_row_groups(hit, columns=self.schema.names, use_threads=self._threads(f, hit))
                     keep = table.filter(wanted.member(table.column(column)))
                     self.bytes_read += sum(self._index[f].group_bytes(g) for g in hit)
                     found += keep.num_rows
@@ -226,7 +242,7 @@ class TraceFiles:
             if examined and held * 2 >= examined:  # dense: the key pass no longer pays
                 yield part
                 continue
-            keys = reader.read_row_groups(part, columns=[column]).column(0)
+            keys = reader.read_row_groups(part, columns=[column], use_threads=self._threads(f, part)).column(0)
             if at is not None:
                 self.bytes_read += sum(self._meta[f].row_group(g).column(at).total_compressed_size for g in part)
             examined += len(part)
@@ -247,9 +263,9 @@ class TraceFiles:
 
     def _read_groups(self, groups: list[tuple[int, int]]) -> list[pa.Table]:
         """The row groups ``(file, group)``, decoded once: those not yet decoded are read with
-        one open and one multi-threaded ``read_row_groups`` per file (a probe of a hundred keys
-        reads a hundred groups; opening the file and decoding group by group was most of its
-        cost), then kept per group like ``_read``'s."""
+        one open and one ``read_row_groups`` per file, multi-threaded when large (a probe of a
+        hundred keys reads a hundred groups; opening the file and decoding group by group was
+        most of its cost), then kept per group like ``_read``'s."""
         missing: dict[int, list[int]] = {}
         for f, g in groups:
             if (f, g) not in self._decoded and g not in missing.get(f, []):
@@ -259,7 +275,8 @@ class TraceFiles:
                 self._read(f, wanted[0])
                 continue
             with self._open(self.paths[f]) as fh:
-                table = pq.ParquetFile(fh, metadata=self._meta[f]).read_row_groups(wanted, columns=self.schema.names)
+                table = self._reader(fh, f).read_row_groups(wanted, columns=self.schema.names,
+                                                            use_threads=self._threads(f, wanted))
             table, start = table.cast(self.schema), 0
             for g in wanted:
                 rows = self._meta[f].row_group(g).num_rows
@@ -278,8 +295,8 @@ class TraceFiles:
 
     def _read_once(self, groups: list[tuple[int, int]], column: str, wanted: "KeySet") -> list[pa.Table]:
         """The rows of ``groups`` (``(file, group)``) whose ``column`` is ``wanted``, for a lookup
-        made once: groups decoded earlier are reused; the others are read with one multi-threaded
-        ``read_row_groups`` per file, their string columns as dictionaries, filtered first and
+        made once: groups decoded earlier are reused; the others are read with one ``read_row_groups``
+        per file (multi-threaded when large), their string columns as dictionaries, filtered first and
         cast to the schema after (only the rows kept are turned into strings), and not kept."""
         parts: list[pa.Table] = []
         missing: dict[int, list[int]] = {}
@@ -292,8 +309,8 @@ class TraceFiles:
         read: list[pa.Table] = []
         for f, wanted_groups in missing.items():
             with self._open(self.paths[f]) as fh:
-                reader = pq.ParquetFile(fh, metadata=self._meta[f], read_dictionary=dictionary or None)
-                read.append(reader.read_row_groups(wanted_groups, columns=self.schema.names))
+                read.append(self._reader(fh, f, dictionary).read_row_groups(
+                    wanted_groups, columns=self.schema.names, use_threads=self._threads(f, wanted_groups)))
             self.bytes_read += sum(self._index[f].group_bytes(g) for g in wanted_groups)
         try:  # one membership test for all files (a probe touches a group in each of 60 files at SF10)
             together = [pa.concat_tables(read)] if len(read) > 1 else read
@@ -306,7 +323,8 @@ class TraceFiles:
     def _read(self, f: int, g: int) -> pa.Table:
         if (f, g) not in self._decoded:
             with self._open(self.paths[f]) as fh:
-                table = pq.ParquetFile(fh, metadata=self._meta[f]).read_row_group(g, columns=self.schema.names)
+                table = self._reader(fh, f).read_row_group(g, columns=self.schema.names,
+                                                           use_threads=self._threads(f, [g]))
             self._decoded[(f, g)] = table.cast(self.schema)
             self.bytes_read += self._index[f].group_bytes(g)
         return self._decoded[(f, g)]

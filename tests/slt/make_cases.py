@@ -114,6 +114,9 @@ BASIC = [
     ("II", "SELECT a, (SELECT max(x) FROM t2) FROM t1"),
     ("I", "SELECT a FROM t1 WHERE c > (SELECT avg(c) FROM t1)"),
     ("I", "SELECT CASE WHEN c > (SELECT avg(c) FROM t1) THEN a*2 ELSE b*10 END FROM t1"),
+    # a parenthesized join as the first FROM item (random/aggregates: FROM ( tab2 AS cor0 CROSS JOIN tab0 ))
+    ("I", "SELECT - 32 FROM ( t1 AS p CROSS JOIN t2 AS q )"),
+    ("II", "SELECT p.a, q.x FROM (t1 AS p LEFT JOIN t2 AS q ON p.a = q.x) JOIN t1 AS r ON r.b = p.b WHERE r.a > 5"),
 ]
 
 REFUSED = [
@@ -124,6 +127,7 @@ REFUSED = [
     "SELECT a, rand() FROM t1",
     "SELECT (SELECT x FROM t2 WHERE t2.x = t1.a) FROM t1",
     "SELECT a FROM t1 WHERE a = (SELECT x FROM t2)",
+    "SELECT t1.a FROM t1 JOIN (t2 CROSS JOIN t1 AS u) ON t1.a = t2.x",
 ]
 
 

@@ -21,6 +21,7 @@ from spark_jobs.executor.arrow import zsets
 from spark_jobs.executor.arrow.expressions import apply_filter, apply_map
 from spark_jobs.executor.engine import NotLocal, StateUpdate
 from spark_jobs.ir.graph import Node
+from spark_jobs.ir.incrementalize import integral_row_group_bytes
 from spark_jobs.ir.operator import delayed_integral_source
 from spark_jobs.policy import ExecutionPolicy
 from spark_jobs.spec.model import WEIGHT
@@ -233,7 +234,8 @@ def _side(state: Integral, keys: Sequence[str], probe: pa.Table, probe_keys: Seq
 def integrate(s: "Step", node: Node) -> Integral:
     delta = _delta(s, node.inputs[0])
     keys = s.state_keys(node)
-    s.update(node.id, StateUpdate("append", delta, keys, sort_by=keys))
+    s.update(node.id, StateUpdate("append", delta, keys, sort_by=keys,
+                                  row_group_bytes=integral_row_group_bytes(s.circuit, node.id)))
     return Integral(_engine(s).trace(node.id), [delta], delta.schema, _engine(s))
 
 

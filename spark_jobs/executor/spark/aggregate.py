@@ -24,7 +24,8 @@ from spark_jobs.executor.spark.exact_sum import ExactSum
 from spark_jobs.executor.refusal import raise_sql, sql_string
 from spark_jobs.executor.totals import ROWS, count_name, extremum_name, finish_sql, q, sum_prefix
 from spark_jobs.executor.totals import slots as linear_slots
-from spark_jobs.executor.spark.zset import IN_LIST_MAX, WEIGHT, col, consolidate, restrict
+from spark_jobs.executor.spark.zset import (IN_LIST_MAX, WEIGHT, col, consolidate, group_agg, kept, restrict,
+                                            select_sql)
 from spark_jobs.ir.ops.aggregate import EXTREMA, monotone
 
 Agg = tuple[str, str, "str | None", bool]  # (out_name, func, arg_expr or None for count(*), distinct)
@@ -143,7 +144,7 @@ class _Totals:
         """``df`` with each slot's argument as a column ``__x<slot>`` (evaluated once per row)."""
         if not self.args:
             return df
-        return df.selectExpr("*", *[f"({arg}) AS __x{j}" for j, arg in sorted(self.args.items())])
+        return select_sql(df, "*", *[f"({arg}) AS __x{j}" for j, arg in sorted(self.args.items())])
 
     def _values(self, prefix: str) -> dict[str, str]:
         """Column -> SQL of each slot's finished sum (``v``) and, for integers under ``avg``, the
@@ -160,7 +161,7 @@ class _Totals:
     def finished(self, df: DataFrame, *prefixes: str) -> DataFrame:
         """``df`` (one row of totals per group) with the finished sums that ``finish`` reads."""
         values = {name: sql for p in (prefixes or ("",)) for name, sql in self._values(p).items()}
-        return df.selectExpr("*", *[f"{sql} AS {q(name)}" for name, sql in values.items()]) if values else df
+        return select_sql(df, "*", *[f"{sql} AS {q(name)}" for name, sql in values.items()]) if values else df
 
     def finish(self, i: int, func: str, arg: str | None, prefix: str = "") -> str:
         """SQL of a linear aggregate's value from its group's totals and finished sums (columns
@@ -178,7 +179,13 @@ def _totals(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg], node: s
 def _summed(group_by: Sequence[str], acc: _Acc, term: str | None = None, name: str | None = None) -> Column:
     """sum(term) of a group (``term`` never NULL), 0 when the group has no row, in the
     accumulator's type; an overflow of that type is refused (``try_sum`` gives NULL then),
-    naming the group (its ``group_by`` columns) as the example row."""
+    naming the group (its ``group_by`` columns) as the example row. Kept per argument
+    (``zset.kept``): the same at every step of the same node."""
+    return kept(("summed", tuple(group_by), acc.name, acc.term, acc.type, acc.label, acc.checked, term, name),
+                lambda: _summed_column(group_by, acc, term, name))
+
+
+def _summed_column(group_by: Sequence[str], acc: _Acc, term: str | None, name: str | None) -> Column:
     term = term or acc.term
     if not acc.checked:
         return F.expr(f"CAST(coalesce(sum({term}), 0) AS {acc.type}) AS {q(name or acc.name)}")
@@ -205,7 +212,7 @@ def aggregate(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg], *, no
         *[_summed(group_by, a) for a in totals.accs], *[expr.alias(f"__native{i}") for i, expr in nonlinear.items()]))
     outs = [f"CAST({q(f'__native{i}') if i in nonlinear else totals.finish(i, func, arg)} AS "
             f"{target[out].dataType.simpleString()}) AS {q(out)}" for i, (out, func, arg, _) in enumerate(aggs)]
-    return groups.selectExpr(*[q(g) for g in group_by], *outs, f"CAST(1 AS bigint) AS {W}")
+    return select_sql(groups, *[q(g) for g in group_by], *outs, f"CAST(1 AS bigint) AS {W}")
 
 
 def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group_by: Sequence[str],
@@ -230,21 +237,23 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
     target, totals = _totals(delta, group_by, aggs, node)
     accs = totals.accs
     keys = [q(g) for g in group_by]
-    acc_delta = (totals.prepare(delta).groupBy(*[col(g) for g in group_by]).agg(*[_summed(group_by, a) for a in accs])
+    acc_key = (tuple(group_by), tuple((a.name, a.term, a.type, a.label, a.checked) for a in accs))
+    acc_delta = (group_agg(totals.prepare(delta), group_by, ("linear", *acc_key),
+                           lambda: [_summed(group_by, a) for a in accs])
                  .where(" OR ".join(f"{q(a.name)} != 0" for a in accs)))  # drop no-op groups
     is_global = not group_by
 
-    parts = [acc_delta.selectExpr(*keys, *[q(a.name) for a in accs], f"0 AS {_PREV}")]
+    parts = [select_sql(acc_delta, *keys, *[q(a.name) for a in accs], f"0 AS {_PREV}")]
     if prev_totals is not None:
-        prev = prev_totals.selectExpr(*keys, *[q(a.name) for a in accs], f"1 AS {_PREV}")
+        prev = select_sql(prev_totals, *keys, *[q(a.name) for a in accs], f"1 AS {_PREV}")
         if not is_global:
             prev = restrict(prev, acc_delta, group_by, group_by, broadcast_delta, in_list_max)
         parts.append(prev)
     union = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
     # a global groupBy gives its one row even over no rows: old and new totals are then zeros
-    both = totals.finished(union.groupBy(*[col(g) for g in group_by]).agg(
+    both = totals.finished(group_agg(union, group_by, ("linear-old-new", *acc_key), lambda: [
         *[_summed(group_by, a, f"CASE WHEN {_PREV} = 1 THEN {q(a.name)} ELSE 0 END", f"old{a.name}") for a in accs],
-        *[_summed(group_by, a, q(a.name), f"new{a.name}") for a in accs]), "old", "new")
+        *[_summed(group_by, a, q(a.name), f"new{a.name}") for a in accs]]), "old", "new")
 
     out_delta = _changes(both, group_by, aggs, target, first_step,
                          lambda i, func, arg, prefix: totals.finish(i, func, arg, prefix))
@@ -272,14 +281,14 @@ def _changes(both: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg], targ
         old_exists, new_exists = ("FALSE" if first_step else "TRUE"), "TRUE"
     else:
         old_exists, new_exists = f"{q('old' + ROWS)} > 0", f"{q('new' + ROWS)} > 0"
-    pairs = both.selectExpr(*keys, row("old", -1, old_exists), row("new", 1, new_exists))
+    pairs = select_sql(both, *keys, row("old", -1, old_exists), row("new", 1, new_exists))
     # a group whose row did not change emits nothing (the pair would cancel)
     same = " AND ".join(["__old.__exists", "__new.__exists",
                          *[f"__old.{q(o)} <=> __new.{q(o)}" for o in outs]])
     emitted = (pairs.where(f"NOT ({same})")
                .selectExpr(*keys, "explode(array(__old, __new)) AS __row")
                .where("__row.__exists"))
-    return emitted.selectExpr(*keys, *[f"__row.{q(o)} AS {q(o)}" for o in [*outs, WEIGHT]])
+    return select_sql(emitted, *keys, *[f"__row.{q(o)} AS {q(o)}" for o in [*outs, WEIGHT]])
 
 
 def aggregate_insert_only_step(delta: DataFrame, prev_state: DataFrame | None, group_by: Sequence[str],

@@ -10,7 +10,9 @@ from typing import Literal, Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.executor.spark.zset import IN_LIST_MAX, WEIGHT, col, in_range, key_prefilter, weight_refusal
+from spark_jobs.executor import weights
+from spark_jobs.executor.spark.zset import (IN_LIST_MAX, WEIGHT, col, in_range, key_prefilter, select_kept,
+                                            weight_refusal)
 
 _LW, _RW = "__lw", "__rw"
 
@@ -18,7 +20,8 @@ _LW, _RW = "__lw", "__rw"
 def _side(df: DataFrame, prefix: str, needed: Sequence[str], weight: str) -> tuple[DataFrame, dict[str, str]]:
     """``df`` reduced to the ``needed`` columns under private names; returns the renaming."""
     names = {c: f"{prefix}{i}" for i, c in enumerate(dict.fromkeys(needed))}
-    return df.select(*[col(c).alias(n) for c, n in names.items()], col(WEIGHT).alias(weight)), names
+    return select_kept(df, ("join_side", tuple(names.items()), weight),
+                       lambda: [*[col(c).alias(n) for c, n in names.items()], col(WEIGHT).alias(weight)]), names
 
 
 def join(left: DataFrame, right: DataFrame, left_keys: Sequence[str], right_keys: Sequence[str],
@@ -66,9 +69,15 @@ def join(left: DataFrame, right: DataFrame, left_keys: Sequence[str], right_keys
         joined = lhs.join(rhs, on=cond, how="inner")
     else:
         joined = lhs.crossJoin(rhs)
-    pairs = [(lnames[s], o) for s, o in left_out] + [(rnames[s], o) for s, o in right_out]
+    pairs = tuple((lnames[s], o) for s, o in left_out) + tuple((rnames[s], o) for s, o in right_out)
+    return select_kept(joined, ("join_out", pairs, weights.where()), lambda: _output(pairs))
+
+
+def _output(pairs: Sequence[tuple[str, str]]) -> list[Column]:
+    """A join's output columns (private name -> output name) and its weight, the product of the
+    sides' weights, checked: a product outside the weight range refuses the step
+    (``executor/weights.py``), naming the node being evaluated (kept per node: ``select_kept``)."""
     out = [col(private).alias(o) for private, o in pairs]
     named = [col(private).alias(o) for private, o in pairs]  # the example row of a refusal, by output names
-    # checked: a product outside the weight range refuses the step (``executor/weights.py``)
     refusal = weight_refusal(["the product of weights ", col(_LW), " × ", col(_RW)], named)
-    return joined.select(*out, F.coalesce(in_range(F.try_multiply(col(_LW), col(_RW))), refusal).alias(WEIGHT))
+    return [*out, F.coalesce(in_range(F.try_multiply(col(_LW), col(_RW))), refusal).alias(WEIGHT)]

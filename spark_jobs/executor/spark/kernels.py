@@ -25,6 +25,7 @@ from spark_jobs.executor.spark import join as jn
 from spark_jobs.executor.spark import linear, stream
 from spark_jobs.executor.spark.zset import WEIGHT, col
 from spark_jobs.ir.graph import Node
+from spark_jobs.ir.incrementalize import integral_row_group_bytes
 from spark_jobs.ir.operator import delayed_integral_source, is_integral
 from spark_jobs.policy import ExecutionPolicy
 
@@ -115,7 +116,9 @@ def input(s: "Step", node: Node) -> DataFrame:  # noqa: A001 - the operator's na
         return zset.empty(spark, schema)  # type: ignore[arg-type]
 
     df, columns = s.input_delta(node, empty)
-    return df.select(*[col(c) for c in columns], col(WEIGHT).cast("long").alias(WEIGHT))
+    columns = tuple(columns)
+    return zset.select_kept(df, ("input", columns),
+                            lambda: [*[col(c) for c in columns], col(WEIGHT).cast("long").alias(WEIGHT)])
 
 
 def map(s: "Step", node: Node) -> DataFrame:  # noqa: A001
@@ -167,7 +170,7 @@ def _narrow_join_side(s: "Step", node: Node, pos: int) -> DataFrame | None:
         return None
     found = _narrowed(s, trace, keys[0], node.inputs[1 - pos], probe_keys[0], bool(node.param("null_safe", False)),
                       side=(node.id, pos))
-    return None if found is None else found.select(*[col(c) for c in s.value(node.inputs[pos]).columns])
+    return None if found is None else zset.select_names(found, s.value(node.inputs[pos]).columns)
 
 
 def _narrowed(s: "Step", trace: str, column: str, probe: str, probe_column: str, null_matches: bool,
@@ -186,7 +189,7 @@ def _narrowed_state(s: "Step", trace: str, probe: str, keys: tuple[str, ...], co
     tuple) to what node ``probe``'s change can touch, as ``columns``; else its whole value."""
     found = _narrowed(s, trace, keys[0], probe, keys[0], True) if keys else None
     state = found if found is not None else s.state.read(trace)
-    return None if state is None else state.select(*[col(c) for c in columns])
+    return None if state is None else zset.select_names(state, columns)
 
 
 # ---- stream operators ---------------------------------------------------------------------------
@@ -196,7 +199,8 @@ def integrate(s: "Step", node: Node) -> DataFrame:
     # Appended as is: a trace is a sum of Z-sets, so nothing reading it needs one row per tuple
     # (readers sum weights; compaction consolidates). Consolidating here cost a shuffle per trace.
     keys = s.state_keys(node)  # kept sorted on them: lookups read few row groups
-    s.update(node.id, StateUpdate("append", delta, keys, sort_by=keys))
+    s.update(node.id, StateUpdate("append", delta, keys, sort_by=keys,
+                                  row_group_bytes=integral_row_group_bytes(s.circuit, node.id)))
     return stream.integrate_value(s.state.read(node.id), delta)
 
 

@@ -16,12 +16,14 @@ from spark_jobs.executor.spark.zset import WEIGHT, col
 
 def map(df: DataFrame, columns: Sequence[tuple[str, str]]) -> DataFrame:  # noqa: A001 - paper's name
     """Project/compute ``(out_name, spark_sql_expr)`` columns; weights unchanged (not consolidated)."""
-    return df.select(*[F.expr(expr).alias(out) for out, expr in columns], col(WEIGHT))
+    columns = tuple(tuple(c) for c in columns)
+    return zset.select_kept(df, ("map", columns), lambda: [*[F.expr(expr).alias(out) for out, expr in columns],
+                                                           col(WEIGHT)])
 
 
 def filter(df: DataFrame, where: str) -> DataFrame:  # noqa: A001 - paper's name (sigma_P)
     """Keep rows whose predicate is TRUE (NULL drops the row, as SQL WHERE does)."""
-    return df.where(F.expr(where))
+    return df.where(zset.kept(("filter", where), lambda: F.expr(where)))
 
 
 def plus(*dfs: DataFrame) -> DataFrame:

@@ -27,6 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.executor.arrow.zsets import plain_column
 from spark_jobs.executor.engine import NotLocal
+from spark_jobs.executor.spark.local_relations import from_arrow
 from spark_jobs.executor.spark.zset import empty_like, is_local, local_values
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.ir.operator import NARROW, operator
@@ -121,7 +122,7 @@ class Narrowing:
         self.lookups += 1
         if table.num_rows == 0:
             return empty_like(state), table
-        return self.spark.createDataFrame(table, schema=state.schema), table
+        return from_arrow(self.spark, table, state.schema), table
 
 
 def key_type(df: DataFrame, column: str) -> str | None:

@@ -134,6 +134,30 @@ def temporary_conf(spark, settings: dict[str, str]) -> Iterator[None]:
                 spark.conf.set(k, v)
 
 
+_FOLD_RULE = "org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation"
+
+
+@contextmanager
+def without_local_folding(spark) -> Iterator[None]:
+    """Spark's optimizer without ``ConvertToLocalRelation`` while the block runs (the session's
+    setting restored after)."""
+    key = "spark.sql.optimizer.excludedRules"
+    with temporary_conf(spark, {key: ",".join(r for r in (spark.conf.get(key, None), _FOLD_RULE) if r)}):
+        yield
+
+
+def folded_on_local_rows(exc: BaseException) -> bool:
+    """Did Spark's optimizer fail evaluating an expression over rows held in the plan
+    (``ConvertToLocalRelation``, which runs a filter or projection over a small change handed to
+    Spark as rows before the other rules simplify it)? Why it matters: over files the same plan is
+    first simplified (``NOT (x < NULL OR e)`` becomes false, and ``e`` is never evaluated), so
+    whether a step failed (``[DIVIDE_BY_ZERO]`` under ANSI) depended on where its rows came from.
+    The step then runs again with that rule left out: Spark's answer as over files (Spark SQL's
+    batch answer over the tables), or the same error if the plan evaluates it anyway."""
+    trace = getattr(exc, "_stackTrace", None) or ""
+    return "ConvertToLocalRelation" in trace
+
+
 @contextmanager
 def step_conf(spark, small_change: bool, local: bool = False) -> Iterator[None]:
     """Run the body with the Spark SQL settings of a small-change step; restore them after.

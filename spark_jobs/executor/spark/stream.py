@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from spark_jobs.executor.spark.zset import col, empty_like, negate, plus
+from spark_jobs.executor.spark.zset import empty_like, negate, plus, select_names
 
 
 def integrate_value(prev: DataFrame | None, delta: DataFrame) -> DataFrame:
@@ -17,7 +17,7 @@ def integrate_value(prev: DataFrame | None, delta: DataFrame) -> DataFrame:
 
 def delay_value(prev: DataFrame | None, like: DataFrame) -> DataFrame:
     """z^-1: the previous step's value; the empty Z-set (with ``like``'s columns) on the first step."""
-    return empty_like(like) if prev is None else prev.select(*[col(c) for c in like.columns])
+    return empty_like(like) if prev is None else select_names(prev, like.columns)
 
 
 def differentiate_value(current: DataFrame, prev: DataFrame | None) -> DataFrame:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import datetime
 import decimal
 import math
+import weakref
 from collections import Counter
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -43,8 +44,37 @@ def col(name: str) -> Column:
     return found
 
 
-_COLUMNS: dict[tuple, Column] = {}
+_COLUMNS: dict[tuple, Any] = {}
 _MAX_COLUMNS = 4096
+
+
+def kept(key: tuple, build: Callable[[], Any]) -> Any:
+    """``build()`` kept per ``key`` and JVM, like ``col``: for column expressions a kernel builds
+    the same way at every step (``key`` must name everything they depend on)."""
+    full = (_gateway_key(), *key)
+    found = _COLUMNS.get(full)
+    if found is None:
+        if len(_COLUMNS) >= _MAX_COLUMNS:
+            _COLUMNS.clear()
+        found = _COLUMNS[full] = build()
+    return found
+
+
+def select_kept(df: DataFrame, key: tuple, build: Callable[[], Sequence[Column]]) -> DataFrame:
+    """``df.select(*build())`` with the column list kept per ``key`` (``kept``) as the JVM
+    sequence ``select`` takes: one Py4J round trip instead of one per column (PySpark converts
+    the list element by element) plus each column's own. Spark Connect: a plain ``select``."""
+    from pyspark.sql.utils import is_remote
+
+    if is_remote() or getattr(df, "_jdf", None) is None:
+        return df.select(*kept(("select", *key), lambda: list(build())))
+
+    def jseq() -> Any:
+        from pyspark.sql.classic.column import _to_seq
+
+        return _to_seq(df.sparkSession.sparkContext, [c._jc for c in build()])  # type: ignore[attr-defined]
+
+    return DataFrame(df._jdf.select(kept(("jselect", *key), jseq)), df.sparkSession)  # type: ignore[attr-defined]
 
 
 def _gateway_key() -> int:
@@ -56,6 +86,36 @@ def _gateway_key() -> int:
     return 0 if is_remote() else id(SparkContext._gateway)
 
 
+def group_agg(df: DataFrame, group_by: Sequence[str], key: tuple, build: Callable[[], Sequence[Column]]) -> DataFrame:
+    """``df.groupBy(*group_by).agg(*build())``, both lists kept (``key`` names what the
+    aggregates depend on) as the JVM sequences Spark takes: two Py4J round trips instead of one
+    per group column and aggregate and more (``select_kept``)."""
+    from pyspark.sql.utils import is_remote
+
+    group_by = tuple(group_by)
+    aggs = kept(("agg", *key), lambda: list(build()))
+    if is_remote() or getattr(df, "_jdf", None) is None or not aggs:
+        return df.groupBy(*[col(g) for g in group_by]).agg(*aggs)
+    from pyspark.sql.classic.column import _to_seq
+
+    sc = df.sparkSession.sparkContext
+    jgroups = kept(("jgroup", group_by), lambda: _to_seq(sc, [col(g)._jc for g in group_by]))  # type: ignore[attr-defined]
+    jrest = kept(("jagg", *key), lambda: _to_seq(sc, [c._jc for c in aggs[1:]]))  # type: ignore[attr-defined]
+    return DataFrame(df._jdf.groupBy(jgroups).agg(aggs[0]._jc, jrest), df.sparkSession)  # type: ignore[attr-defined]
+
+
+def select_sql(df: DataFrame, *exprs: str) -> DataFrame:
+    """``df.selectExpr(*exprs)`` in one Py4J round trip (``select_kept``: the parsed expressions
+    are kept per text, which is all they depend on)."""
+    return select_kept(df, ("sql", exprs), lambda: [F.expr(e) for e in exprs])
+
+
+def select_names(df: DataFrame, names: Sequence[str]) -> DataFrame:
+    """``df``'s columns ``names``, in that order (one Py4J round trip: ``select_kept``)."""
+    names = tuple(names)
+    return select_kept(df, ("names", names), lambda: [col(c) for c in names])
+
+
 def data_columns(df: DataFrame) -> list[str]:
     """Every column except the weight, in order."""
     return [c for c in df.columns if c != WEIGHT]
@@ -64,8 +124,9 @@ def data_columns(df: DataFrame) -> list[str]:
 def consolidate(df: DataFrame) -> DataFrame:
     """One row per distinct tuple with the summed weight; tuples whose weights cancel are dropped."""
     cols = data_columns(df)
-    summed = df.groupBy(*[col(c) for c in cols]).agg(checked_sum(WEIGHT, cols).alias(WEIGHT))
-    return summed.where(col(WEIGHT) != 0)
+    summed = group_agg(df, cols, ("consolidate", tuple(cols), weights.where()),
+                       lambda: [checked_sum(WEIGHT, cols).alias(WEIGHT)])
+    return summed.where(kept(("nonzero",), lambda: col(WEIGHT) != 0))
 
 
 def weight_refusal(what: Sequence[Column | str], row: Sequence[Column | str]) -> Column:
@@ -111,7 +172,8 @@ def checked_sum(column: str, row: Sequence[str]) -> Column:
 
 def negate(df: DataFrame) -> DataFrame:
     """-x: every weight negated (linear)."""
-    return df.select(*[col(c) for c in data_columns(df)], (-col(WEIGHT)).alias(WEIGHT))
+    cols = tuple(data_columns(df))
+    return select_kept(df, ("negate", cols), lambda: [*[col(c) for c in cols], (-col(WEIGHT)).alias(WEIGHT)])
 
 
 def plus(*dfs: DataFrame, schema: StructType | None = None, spark: SparkSession | None = None) -> DataFrame:
@@ -127,9 +189,17 @@ def plus(*dfs: DataFrame, schema: StructType | None = None, spark: SparkSession 
 
 
 def is_local(df: DataFrame) -> bool:
-    """Is ``df`` a relation held on the driver (its optimized plan is a LocalRelation)?"""
-    jdf = getattr(df, "_jdf", None)
-    return jdf is not None and jdf.queryExecution().optimizedPlan().getClass().getSimpleName() == "LocalRelation"
+    """Is ``df`` a relation held on the driver (its optimized plan is a LocalRelation)? Kept per
+    DataFrame (an immutable plan; asked several times a step: each answer optimizes the plan)."""
+    found = _LOCAL.get(df)
+    if found is None:
+        jdf = getattr(df, "_jdf", None)
+        found = jdf is not None and jdf.queryExecution().optimizedPlan().getClass().getSimpleName() == "LocalRelation"
+        _LOCAL[df] = found
+    return found
+
+
+_LOCAL: "weakref.WeakKeyDictionary[DataFrame, bool]" = weakref.WeakKeyDictionary()
 
 
 def cut_lineage(df: DataFrame) -> DataFrame:
@@ -141,8 +211,16 @@ def cut_lineage(df: DataFrame) -> DataFrame:
 def local_values(df: DataFrame, column: str, limit: int) -> frozenset | None:
     """The values of ``column`` in a driver-local DataFrame (a projection of a local relation is
     folded at planning: no Spark job); None if there are more than ``limit``."""
-    values = frozenset(r[0] for r in df.select(col(column)).collect())
+    seen = _VALUES.setdefault(df, {})
+    values = seen.get(column)
+    if values is None:
+        values = seen[column] = frozenset(r[0] for r in select_names(df, [column]).collect())
     return values if len(values) <= limit else None
+
+
+# the values ``local_values`` collected, per DataFrame and column: a step asks for the same few
+# several times (narrowing, key prefilters)
+_VALUES: "weakref.WeakKeyDictionary[DataFrame, dict[str, frozenset]]" = weakref.WeakKeyDictionary()
 
 
 def local_plus(*dfs: DataFrame) -> DataFrame:

@@ -218,8 +218,11 @@ class Binder:
         if from_ is None:
             group.add(self.constant_row(sel))
         else:
-            first, conds = topk.limit_rankings(self, self.table_expr(from_.this, outer, ctes), conds)
+            item, inner_joins = _parenthesized_join(from_.this)
+            first, conds = topk.limit_rankings(self, self.table_expr(item, outer, ctes), conds)
             group.add(first)
+            for join in inner_joins:
+                self.join(group, join, outer, ctes)
         for join in sel.args.get("joins") or []:
             self.join(group, join, outer, ctes)
         corr = self.correlations.get(id(sel))
@@ -708,3 +711,17 @@ def _equi_sides(cond: exp.Expression, joined: set[int], m: int,
     if ma and mb and mb <= joined and ma == {m}:
         return b, a
     return None
+
+
+def _parenthesized_join(item: exp.Expression) -> tuple[exp.Expression, list[exp.Join]]:
+    """``FROM (a JOIN b ON ...) JOIN c``: the first FROM item as ``a`` and its joins ``[b]``.
+    Joins run left to right, so a parenthesized join as the first FROM item is the same join
+    without parentheses, whatever its kinds (one in a later position would not be: refused as a
+    TABLE). Anything else: the item as it is, no joins."""
+    if isinstance(item, exp.Subquery) and isinstance(item.this, exp.Table) and item.this.args.get("joins") \
+            and not any(v for k, v in item.args.items() if k != "this"):
+        table = item.this.copy()
+        joins = list(table.args.get("joins") or [])
+        table.set("joins", None)
+        return table, joins
+    return item, []
