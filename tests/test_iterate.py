@@ -652,4 +652,4 @@ def test_explain_says_what_state_the_loop_keeps_and_what_a_step_may_recompute(ca
     assert "While loop 'dist'" in text and "at most 500 iterations" in text
     assert "dist/<i>/I(dist)" in text and "dist/I(edges)" in text and "dist/diff" in text and "dist/depth" in text
     assert "reaches every iteration up to where the last loop stopped" in text and "(edges)" in text
-    assert "rerun the loop from init" in text and "may cost more than the loop from scratch" in text
+    assert "rerun the loop from init" in text and "On Spark each iteration reached costs one job" in text

@@ -209,7 +209,10 @@ def _aggregate(rng: random.Random, cols: list[tuple[str, str]], arrow_only: bool
     if f in ("sum", "avg"):  # Arrow keeps no exact running totals of decimals and doubles
         t = rng.choice(("long", "int") if arrow_only else NUMERIC)
         e = expr(rng, cols, t, 1)
-        return f"{f}({e})", "double" if f == "avg" else t
+        # DISTINCT over integers, on a property of the text rather than a new draw (the queries
+        # the seeds drew before stay as they were)
+        d = "DISTINCT " if t in ("long", "int") and len(e) % 3 == 0 else ""
+        return f"{f}({d}{e})", "double" if f == "avg" else t
     t = rng.choice(ORDERED)
     return f"{f}({expr(rng, cols, t, 1)})", t
 

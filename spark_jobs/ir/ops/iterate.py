@@ -105,8 +105,8 @@ def _delta_form(circuit: Circuit, node: Node) -> str:
     return ("each iteration i runs the body's incremental circuit on the change of iteration i-1, with the "
             "body's state at iteration i of the previous timestep; the loop stops where x_i = x_(i-1) now; "
             "a change of an outer relation the body reads reaches every iteration up to the old depth, a "
-            "change of init only as far as it propagates (on Spark several jobs per iteration reached, and a "
-            "write per iteration and body state)")
+            "change of init only as far as it propagates (on Spark one job per iteration reached: its results "
+            "computed together, to the driver while small)")
 
 
 def loop_text(node: Node) -> list[str]:
@@ -137,10 +137,12 @@ def loop_text(node: Node) -> list[str]:
                      "with its own state), so such a step runs all of them, each on the changed rows and the state "
                      "rows they look up: its work is the depth times the change, not the whole state, but it "
                      "never skips iterations. A deletion that lengthens many shortest paths changes many rows in "
-                     "many iterations and costs them. On Spark each iteration reached costs several jobs (the "
-                     "body's lookups, its change computed as a local checkpoint, the comparisons) and the commit "
-                     "writes a trace per iteration and body state: a small change is cheaper in-process, and on "
-                     "Spark may cost more than the loop from scratch. A first step and a recompute rerun the loop "
+                     "many iterations and costs them. On Spark each iteration reached costs one job: its change, "
+                     "the comparison and the body's state deltas computed together (to the driver as local "
+                     "relations while they are small, else one local checkpoint), and the commit writes those "
+                     "rows, a trace per iteration and body state; a small change is still cheaper in-process. "
+                     "The body's state traces have 32 KiB row groups, so a lookup of a few keys reads a few "
+                     "groups. A first step and a recompute rerun the loop "
                      "from init over the integrated inputs and rewrite the per-iteration state.")
     return lines
 
