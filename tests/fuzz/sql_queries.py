@@ -240,7 +240,7 @@ def aggregate(ctx: Ctx, rel: Rel) -> Rel:
         having = rng.choice([f" HAVING count(*) > {rng.randint(1, 3)}",
                              f" HAVING {_aggregate(rng, cols, ctx.arrow_only, family)[0]} IS NOT NULL",
                              f" HAVING min({rng.choice(cols)[0]}) IS NULL OR count(*) >= 2"
-                             if "min" in family else f" HAVING count(*) >= 2"])
+                             if "min" in family else " HAVING count(*) >= 2"])
     sel = f"SELECT {_render(items)} FROM "
     tail = where + group_by + having
     return Rel(sel + fe + tail, sel + fo + tail, [(n, t) for _, n, t in items])
@@ -521,7 +521,7 @@ def shaped_case(seed: int, arrow_only: bool = False) -> Case:
 
 def circuit_text(tables: dict[str, dict[str, str]], queries: dict[str, str]) -> str:
     """A circuit of the inputs and one SQL node per query (named ``q<i>``), all of them outputs."""
-    lines = [f"name: sqlfuzz", "inputs:"]
+    lines = ["name: sqlfuzz", "inputs:"]
     for name, cols in tables.items():
         schema = ", ".join(f'{c}: "{t}"' for c, t in cols.items())
         lines += [f"  {name}:", f"    schema: {{{schema}}}",
