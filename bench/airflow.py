@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -378,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.w1_only and not args.w1_sf:
         p.error("--w1-only needs --w1-sf > 0")
+    # `timeout 12m` (the benchmark lock's rule) sends SIGTERM: stop the Airflow and Spark Connect
+    # server this run started (the `finally` below) instead of dying with them left running
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT_ROOT, capture_output=True,
                             text=True).stdout.strip()
     meta = {"started": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M"), "commit": commit,
