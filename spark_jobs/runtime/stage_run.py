@@ -94,12 +94,10 @@ class RunValues:
         bag-checked in-process and handed to Spark, as ``dbsp step`` does (``step.commit_path``):
         the count is not a Spark job, and the stage's values that are the change (or projections
         of it) are staged without one."""
-        from spark_jobs.runtime.reach import driver_reach
-        from spark_jobs.runtime.step_engines import SparkSteps
+        from spark_jobs.runtime.step_engines import SparkSteps, reads_change_in_process
 
-        rows = self.plan.get("change_rows")
-        arrow_reads = (not self.full and self.plan.get("mode") == "incremental" and rows is not None
-                       and rows <= self.rt.config.policy.local_change_rows and driver_reach(self.rt) is None)
+        mode = "full_refresh" if self.full else str(self.plan.get("mode"))
+        arrow_reads = reads_change_in_process(self.rt, mode, self.plan.get("change_rows"))
         return SparkSteps(self.rt, full=self.full, small=spark_small, persist=False, arrow_reads=arrow_reads)
 
     def load_journals(self, stages: list[Stage]) -> None:

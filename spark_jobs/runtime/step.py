@@ -176,6 +176,13 @@ def change_plan(rt: CircuitRuntime, *, full_refresh: bool = False, apply_change:
     return plan
 
 
+def _in_process(rt: CircuitRuntime, pending: dict[str, list[InputFile]]) -> bool:
+    """Whether this process can compute a step over ``pending`` itself (Arrow kernels for every
+    operator and input, files it reaches), which decides where a recompute or a change runs."""
+    return (rt.config.policy.engine != "spark" and step_engines.unsupported(rt, pending) is None
+            and driver_reach(rt) is None)
+
+
 def choose_path(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full_refresh: bool = False,
                 recompute: bool = False, change: Any = None) -> Path:
     """The mode and engine of this step, read without Spark: the engine of an incremental step
@@ -199,8 +206,7 @@ def choose_path(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full
         return Path("incremental", engine, reason, "the first step loads the inputs", None, rows, 0)
     held = recomputing.input_rows(rt)
     if change is not None:  # an edit applied (runtime/change.py): the bootstrap reads the integrals
-        inprocess = (policy.engine != "spark" and rows is not None and step_engines.unsupported(rt, pending) is None
-                     and driver_reach(rt) is None)
+        inprocess = rows is not None and _in_process(rt, pending)
         held = change.read_rows  # the integrals it reads: inputs' and kept nodes' (not every input's)
         small = inprocess and held + (rows or 0) <= policy.cost.arrow_rows
         return Path("apply_change", "arrow" if small else "spark",
@@ -214,8 +220,7 @@ def choose_path(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full
     est = None
     rengine = "spark"
     if rows is not None:
-        inprocess = (policy.engine != "spark" and step_engines.unsupported(rt, pending) is None
-                     and driver_reach(rt) is None)
+        inprocess = _in_process(rt, pending)
         rengine = "arrow" if inprocess and held + rows <= policy.cost.arrow_rows else "spark"
         history = cost.history_of((rt.committed.manifest().meta or {}) if rt.committed.manifest() else None)
         engine, reason = cost.incremental_engine(history, policy, rows, held, engine, reason, rengine)
@@ -283,10 +288,10 @@ def commit_path(rt: CircuitRuntime, files: dict[str, list[InputFile]], records: 
     type, a size, a delete past what an input holds) runs on Spark, before anything is written.
     `dbsp step` and a DAG run's recompute (``timestep.commit``) come here."""
     full = path.mode == "full_refresh"
+    before = rt.store.last_committed()  # a failed try below may run again only if nothing committed
     if path.engine == "arrow":
         import pyarrow as pa
 
-        before = rt.store.last_committed()
         try:
             return _compute_and_commit(rt, step_engines.ArrowSteps(rt), files, records, path, say, run_id)
         except (NotLocal, pa.ArrowException) as why:  # a type or size Arrow does not take: Spark does
@@ -297,15 +302,14 @@ def commit_path(rt: CircuitRuntime, files: dict[str, list[InputFile]], records: 
             log.info("timestep runs on Spark: %s", path.engine_reason)
     large = full or path.mode in ("recompute", "apply_change")  # a recompute's values are the inputs: never "small"
     reach = driver_reach(rt) is None
-    policy = rt.config.policy
-    # a small change this process reaches is read, counted and checked here, and handed to Spark
-    arrow_reads = (reach and not large and path.change_rows is not None
-                   and path.change_rows <= policy.local_change_rows)
-    spark = step_engines.SparkSteps(rt, full=full, small=False if large else None,
-                                    driver_writes=reach, arrow_reads=arrow_reads)
-    before = rt.store.last_committed()
+    arrow_reads = step_engines.reads_change_in_process(rt, path.mode, path.change_rows)
+
+    def spark_steps() -> step_engines.SparkSteps:
+        return step_engines.SparkSteps(rt, full=full, small=False if large else None,
+                                       driver_writes=reach, arrow_reads=arrow_reads)
+
     try:
-        return _compute_and_commit(rt, spark, files, records, path, say, run_id)
+        return _compute_and_commit(rt, spark_steps(), files, records, path, say, run_id)
     except Exception as exc:
         if rt.store.last_committed() != before or not folded_on_local_rows(exc):
             raise
@@ -313,8 +317,7 @@ def commit_path(rt: CircuitRuntime, files: dict[str, list[InputFile]], records: 
                  str(exc).splitlines()[0][:300])
     path.engine_reason = (f"{path.engine_reason}; run again without folding over rows held in the plan (Spark's "
                           f"optimizer failed evaluating an expression over them)").lstrip("; ")
-    spark = step_engines.SparkSteps(rt, full=full, small=False if large else None,
-                                    driver_writes=reach, arrow_reads=arrow_reads)
+    spark = spark_steps()
     with without_local_folding(spark.spark):
         return _compute_and_commit(rt, spark, files, records, path, say, run_id)
 

@@ -26,6 +26,7 @@ from spark_jobs.executor.sources import InputFile
 from spark_jobs.runtime.bag import Quarantined
 from spark_jobs.runtime.event_time import StepClock
 from spark_jobs.runtime.inputs import InputChange
+from spark_jobs.runtime.reach import driver_reach
 
 if TYPE_CHECKING:
     from spark_jobs.quality import GateReport
@@ -495,6 +496,16 @@ def _typed(table: Any, frame: Any) -> Any:
     if table is None:  # known empty
         return schema.empty_table()
     return table if table.schema == schema else table.select(schema.names).cast(schema)
+
+
+def reads_change_in_process(rt: "CircuitRuntime", mode: str, change_rows: int | None) -> bool:
+    """Whether a step on Spark reads, counts and bag-checks its change in this process and hands
+    it to Spark as local relations (``SparkSteps.arrow_reads``): an incremental step whose change
+    fits ``execution.local_change_rows``, with files this process reaches. One predicate for
+    ``dbsp step`` (``step.commit_path``) and the Airflow stage tasks (``stage_run``), so that the
+    two cannot drift apart. A recompute's or a load's values are the inputs: never read here."""
+    return (mode == "incremental" and change_rows is not None
+            and change_rows <= rt.config.policy.local_change_rows and driver_reach(rt) is None)
 
 
 def unsupported(rt: "CircuitRuntime", pending: Mapping[str, Sequence[InputFile]]) -> str | None:

@@ -107,18 +107,20 @@ class TraceFiles:
         return best
 
     def _admitted_by_file(self, column: str, present: list | None, want_null: bool,
-                          iters: tuple[int | None, int | None], iter_column: str | None
-                          ) -> list[tuple[int, np.ndarray]]:
+                          iters: tuple[int | None, int | None], iter_column: str | None,
+                          memo: dict | None = None) -> list[tuple[int, np.ndarray]]:
         """Per file, the row groups whose statistics admit a value of ``present`` (or a NULL)
         and the iteration range: the only ones a lookup reads. ``present`` None: every group
-        (a scan by iteration only)."""
+        (a scan by iteration only). ``memo``: ``present`` converted once for all files
+        (``ColumnStats.admitted``)."""
         lo, hi = iters
+        memo = {} if memo is None else memo
         out = []
         for f, ix in enumerate(self._index):
             if ix.meta.num_row_groups == 0:
                 continue
             mask = (np.ones(ix.meta.num_row_groups, dtype=bool) if present is None
-                    else ix.stats(column).admitted(present, want_null))
+                    else ix.stats(column).admitted(present, want_null, memo))
             if iter_column is not None and (lo is not None or hi is not None):
                 its = ix.stats(iter_column)
                 if its.kind == "int":
@@ -133,10 +135,11 @@ class TraceFiles:
         return out
 
     def _admitted(self, column: str, present: list | None, want_null: bool,
-                  iters: tuple[int | None, int | None], iter_column: str | None) -> list[tuple[int, int]]:
+                  iters: tuple[int | None, int | None], iter_column: str | None,
+                  memo: dict | None = None) -> list[tuple[int, int]]:
         """``_admitted_by_file`` as ``(file, group)`` pairs."""
-        return [(f, int(g)) for f, groups in self._admitted_by_file(column, present, want_null, iters, iter_column)
-                for g in groups]
+        return [(f, g) for f, groups in self._admitted_by_file(column, present, want_null, iters, iter_column, memo)
+                for g in groups.tolist()]
 
     def _prunable(self, column: str, present: list) -> list | None:
         """The probed values to prune row groups by their statistics; None (no pruning) for a
@@ -147,7 +150,8 @@ class TraceFiles:
         """Rows a ``lookup`` of ``values`` would decode (from the footers; nothing is read)."""
         present, want_null = _probe(values)
         total = 0
-        for f, groups in self._admitted_by_file(column, self._prunable(column, present), want_null, (None, None), None):
+        for f, groups in self._admitted_by_file(column, self._prunable(column, present), want_null, (None, None), None,
+                                                _memo(values)):
             rows = self._index[f].stats(column).rows
             total += int(rows[groups].sum())
             total -= sum(int(rows[g]) for g in groups if (f, int(g)) in self._decoded) if self._decoded else 0
@@ -181,7 +185,7 @@ class TraceFiles:
         (``_read_once``)."""
         present, want_null = _probe(values)
         lo, hi = iters
-        groups = self._admitted(column, self._prunable(column, present), want_null, iters, iter_column)
+        groups = self._admitted(column, self._prunable(column, present), want_null, iters, iter_column, _memo(values))
         wanted = KeySet(present, want_null, self.schema.field(column).type)
         parts = self._read_groups(groups) if cache else self._read_once(groups, column, wanted)
         if not parts:
@@ -208,9 +212,8 @@ class TraceFiles:
         ``max_found`` rows match (the caller leaves it to Spark)."""
         present, want_null = _probe(values)
         wanted = KeySet(present, want_null, self.schema.field(column).type)
-        admitted: dict[int, list[int]] = {}
-        for f, g in self._admitted(column, self._prunable(column, present), want_null, (None, None), None):
-            admitted.setdefault(f, []).append(g)
+        admitted = {f: groups.tolist() for f, groups in self._admitted_by_file(
+            column, self._prunable(column, present), want_null, (None, None), None, _memo(values)) if len(groups)}
         parts, found = [], 0
         for f, groups in admitted.items():
             with self._open(self.paths[f]) as fh:
@@ -356,9 +359,16 @@ class Probe:
 
     def __init__(self, values: Sequence[object]) -> None:
         self.present, self.want_null = _probe(values)
+        self.memo: dict = {}  # ``present`` per statistics kind (``ColumnStats.admitted``), made once
 
     def __len__(self) -> int:
         return len(self.present) + int(self.want_null)
+
+
+def _memo(values: "Sequence[object] | Probe") -> dict:
+    """Where the probed values' conversions for the statistics are kept: with a ``Probe``, across
+    its calls; else for one call."""
+    return values.memo if isinstance(values, Probe) else {}
 
 
 def _probe(values: "Sequence[object] | Probe") -> tuple[list, bool]:
