@@ -1,14 +1,20 @@
 """Benchmark: the incremental while loop (``op: iterate``) vs from-scratch runs (not a test).
 
-    python -m bench.iterate            # >= 100k weighted edges (takes a few minutes)
-    python -m bench.iterate --smoke    # tiny sizes, to check that it runs
+    python -m bench.iterate                                   # >= 100k weighted edges, every piece
+    python -m bench.iterate --sizes 10 --spark-sizes ''       # one piece: the 10-edge steps in-process
+    python -m bench.iterate --sizes '' --spark-sizes 1000     # one piece: the 1,000-edge step on Spark
+    python -m bench.iterate --smoke                           # tiny sizes, to check that it runs
+
+Each piece fits a 12-minute hold of the benchmark lock (``flock /work/bench.lock timeout 12m``);
+every piece starts from the same graph (seeded), and the ratios it reports are measured within it.
 
 ``circuits/shortest_paths.yaml`` on a random weighted graph (``--nodes`` nodes, ``--edges``
 edges, weights 1..9, one source). One committed step loads the graph; then batches of 10, 100 and
 1,000 edge changes (half deletions of present edges, half insertions) are timed as steps
 (``run_step``, default policy: small changes in-process), and each is compared, in the same run,
 with (a) the engine's own from-scratch run: a fresh circuit whose first step reads the whole
-current graph and runs the loop from ``init`` (what a recompute costs), (b) networkx's Dijkstra,
+current graph and runs the loop from ``init`` (what a recompute costs; the engine the policy
+picks and the loop kernel's own seconds recorded), (b) networkx's Dijkstra,
 (c) DuckDB (a keyed recursive CTE) and (d) Dijkstra in plain Python (heapq) on the same graph.
 After every step the integrated view must equal the distances of all three (``matches``).
 10-edge steps are repeated ``--small-repeats`` times (the target is about them: the median and the
@@ -18,8 +24,8 @@ loop's previous depth, the view rows it changed, how many deleted edges lay on a
 (``tight``: dist[src] + w = dist[dst], the deletions that may lengthen paths) and the bytes of
 state it read. Then ``--spark-sizes`` steps are forced onto Spark (``execution.engine: spark``, the
 incremental loop over the same per-iteration state) against the engine's from-scratch run on
-Spark, in the same run. Results: bench/results/iterate.json and iterate.md (``-smoke`` under
---smoke). Timings depend on the machine and its load (recorded): on a shared 2-core machine they
+Spark, in the same run. Results: bench/results/runs/<date>-iterate-<pieces>.json and .md (``--out``
+a folder; ``-smoke`` under --smoke), with the date, the commit and the load before and after. Timings depend on the machine and its load (recorded): on a shared 2-core machine they
 are indicative only.
 """
 from __future__ import annotations
@@ -29,7 +35,9 @@ import heapq
 import json
 import os
 import random
+import shlex
 import shutil
+import subprocess
 import tempfile
 import time
 from collections import Counter
@@ -166,21 +174,46 @@ def tight_deletions(change: Counter, dist: dict[int, int]) -> int:
                if n < 0 and s in dist and d in dist and dist[s] + w == dist[d])
 
 
-def from_scratch(edges: Counter, source: int, engine: str = "auto") -> tuple[float, float]:
-    """Seconds of the engine's first step over the whole graph, and of Dijkstra."""
+class ScratchProfile:
+    """The seconds of the loop kernel run from ``init`` (``iterate_kernels.scratch``, wrapped):
+    the from-scratch computation without reading the inputs or writing the state."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self._real = iterate_kernels.scratch
+
+    def __enter__(self) -> "ScratchProfile":
+        def timed(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the kernel's
+            t0 = time.perf_counter()
+            done = self._real(*args, **kwargs)
+            self.seconds.append(round(time.perf_counter() - t0, 3))
+            return done
+
+        iterate_kernels.scratch = timed
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        iterate_kernels.scratch = self._real
+
+
+def from_scratch(edges: Counter, source: int, engine: str = "auto") -> tuple[float, float, dict]:
+    """Seconds of the engine's first step over the whole graph, of Dijkstra, and what ran: the
+    engine and the loop kernel's own seconds."""
     root = tempfile.mkdtemp(prefix="bench-iterate-scratch-")
     try:
         rt = open_circuit(CIRCUIT, bench_config(root, engine))
         write(root, "weighted_edges", "all.parquet", ("src", "dst", "w"), edges)
         write(root, "start", "s.parquet", ("node", "d"), Counter({(source, 0): 1}))
-        t0 = time.perf_counter()
-        run_step(rt)
-        engine = time.perf_counter() - t0
+        with ScratchProfile() as loop:
+            t0 = time.perf_counter()
+            report = run_step(rt)
+            seconds = time.perf_counter() - t0
     finally:
         shutil.rmtree(root, ignore_errors=True)
     t0 = time.perf_counter()
     dijkstra(edges, source)
-    return engine, time.perf_counter() - t0
+    return seconds, time.perf_counter() - t0, {"scratch_engine": report.engine,
+                                               "scratch_loop_s": loop.seconds[-1] if loop.seconds else None}
 
 
 def main() -> None:
@@ -188,14 +221,16 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: check that the benchmark runs")
     ap.add_argument("--nodes", type=int, default=25_000)
     ap.add_argument("--edges", type=int, default=100_000)
+    ap.add_argument("--sizes", default="10,100,1000",
+                    help="sizes of the in-process steps (comma-separated; '' none)")
     ap.add_argument("--repeats", type=int, default=2, help="steps of each size but 10 edges")
     ap.add_argument("--small-repeats", type=int, default=6, help="steps of 10 edge changes")
     ap.add_argument("--spark-sizes", default="1000",
                     help="sizes of the steps forced onto Spark after the in-process ones (comma-separated; '' none)")
-    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--out", default=str(RESULTS / "runs"), help="the folder of the results")
     args = ap.parse_args()
     nodes, n_edges = (200, 800) if args.smoke else (args.nodes, args.edges)
-    batches = (10, 100) if args.smoke else (10, 100, 1000)
+    batches = (10, 100) if args.smoke else tuple(int(x) for x in args.sizes.split(",") if x.strip())
     spark_sizes = [int(x) for x in args.spark_sizes.split(",") if x.strip()]
     small_repeats = min(args.small_repeats, 2) if args.smoke else args.small_repeats
     if args.smoke:  # a Spark step of the loop costs minutes even on the tiny graph (jobs per iteration)
@@ -205,8 +240,16 @@ def main() -> None:
     while len(edges) < n_edges:
         edges[(rng.randrange(nodes), rng.randrange(nodes), rng.randint(1, 9))] = 1
     root = tempfile.mkdtemp(prefix="bench-iterate-")
-    out = Path(args.out) / ("iterate" + ("-smoke" if args.smoke else ""))
-    result: dict = {"smoke": args.smoke, "edges": n_edges, "nodes": nodes, "batches": list(batches),
+    started = time.gmtime()
+    pieces = "-".join([*(f"{b}" for b in batches), *(f"spark{b}" for b in spark_sizes)]) or "none"
+    out = RESULTS / "iterate-smoke" if args.smoke else \
+        Path(args.out) / (time.strftime("%Y-%m-%d-%H%M", started) + "-iterate-" + pieces)
+    result: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", started), "commit": _commit(),
+                    "command": "python -m bench.iterate " + " ".join(
+                        f"{a} {shlex.quote(v)}" for a, v in (("--sizes", args.sizes), ("--repeats", str(args.repeats)),
+                                                              ("--small-repeats", str(args.small_repeats)),
+                                                              ("--spark-sizes", args.spark_sizes))),
+                    "smoke": args.smoke, "edges": n_edges, "nodes": nodes, "batches": list(batches),
                     "repeats": args.repeats,
                     "small_repeats": small_repeats, "spark_sizes": spark_sizes, "cores": os.cpu_count(), "steps": [], "spark_steps": [],
                     "complete": False, "load_before": round(os.getloadavg()[0], 2)}
@@ -267,7 +310,7 @@ def main() -> None:
                 step_s = time.perf_counter() - t0
             jobs = len(rt.spark.sparkContext.statusTracker().getJobIdsForGroup(group)) if engine == "spark" else 0
             view = integrate_view(rt, integrated)
-            engine_s, python_s = from_scratch(edges, 0, engine)
+            engine_s, python_s, scratch = from_scratch(edges, 0, engine)
             nx_view, nx_s = networkx_distances(edges, 0)
             duck_view, duck_s = duckdb_distances(edges, 0)
             want = dijkstra(edges, 0)
@@ -277,7 +320,7 @@ def main() -> None:
                 "step_s": round(step_s, 3), **loop, "spark_jobs": jobs,
                 "view_rows_changed": sum(report.views.get("dist", (0, 0))), "tight_deletions": tight,
                 "bytes_read": report.bytes_read,
-                "engine_scratch_s": round(engine_s, 3), "python_dijkstra_s": round(python_s, 3),
+                "engine_scratch_s": round(engine_s, 3), **scratch, "python_dijkstra_s": round(python_s, 3),
                 "networkx_s": round(nx_s, 3), "duckdb_s": round(duck_s, 3),
                 "speedup_vs_engine_scratch": round(engine_s / step_s, 2),
                 "speedup_vs_networkx": round(nx_s / step_s, 3), "speedup_vs_duckdb": round(duck_s / step_s, 3),
@@ -291,6 +334,15 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
         save(out, result)
     print(f"wrote {out}.json and {out}.md")
+
+
+def _commit() -> str:
+    """The checkout's commit (and ``+dirty`` with uncommitted changes), for the results file."""
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(PROJECT_ROOT), *a], capture_output=True, text=True).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def save(out: Path, result: dict) -> None:
@@ -313,7 +365,8 @@ def summary(steps: list[dict]) -> dict:
 def _markdown(r: dict) -> str:
     lines = [f"# While loop (op: iterate): shortest paths, {r['edges']} edges, {r['nodes']} nodes"
              + (" (smoke)" if r["smoke"] else ""), "",
-             f"`python -m bench.iterate`; {r.get('cores')} cores; initial step {r.get('initial_step_s')} s "
+             f"`{r.get('command', 'python -m bench.iterate')}` at {r.get('date')}, commit {r.get('commit')}; "
+             f"{r.get('cores')} cores; initial step {r.get('initial_step_s')} s "
              f"({r.get('initial_engine')}), {r.get('reachable')} reachable nodes, loop state "
              f"{r.get('state_rows')} rows in {r.get('depth_traces')} per-iteration traces. Timings depend on the "
              f"machine's load (column `load`); complete: {r['complete']}.", "",
@@ -321,7 +374,9 @@ def _markdown(r: dict) -> str:
              "Speedups are the from-scratch time over the step's (below 1: the step is slower); networkx and "
              "DuckDB are timed without loading the graph. `loop` is the incremental loop's own seconds, "
              "`iterations` how many it ran (the loop's depth before the step in brackets), `tight` the deleted "
-             "edges that lay on a shortest path.", ""]
+             "edges that lay on a shortest path. `from scratch` is the engine's first step over the whole graph "
+             "(the engine that ran it; in brackets the loop kernel's own seconds, without reading the inputs and "
+             "writing the state).", ""]
     if r.get("summary"):
         lines += ["| changed edges | steps | median speedup | worst | best |", "|---|---|---|---|---|"]
         lines += [f"| {size} | {v['steps']} | {v['median_speedup']}x | {v['worst_speedup']}x | {v['best_speedup']}x |"
@@ -340,7 +395,8 @@ def _markdown(r: dict) -> str:
         for s in r[key]:
             lines.append(f"| {s['changed_edges']} | {s['engine']} | {s['step_s']} | {s.get('loop_s')} | "
                          f"{s.get('iterations')} ({s.get('previous_depth')}) | {s.get('view_rows_changed')} | "
-                         f"{s.get('tight_deletions')} | {s['engine_scratch_s']} | "
+                         f"{s.get('tight_deletions')} | {s['engine_scratch_s']} ({s.get('scratch_engine')}, "
+                         f"{s.get('scratch_loop_s')}) | "
                          f"{s['speedup_vs_engine_scratch']}x | {s.get('networkx_s')} | {s.get('speedup_vs_networkx')}x | "
                          f"{s.get('duckdb_s')} | {s.get('speedup_vs_duckdb')}x | {s['python_dijkstra_s']} | "
                          f"{s['matches']} | {s['load_average']} |"

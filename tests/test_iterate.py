@@ -506,6 +506,42 @@ def test_the_spark_loop_computes_an_iteration_once_to_the_driver_or_as_one_check
     assert results[0][1] == [(2, 7, 2), (3, 1, -1)]
 
 
+
+def test_the_spark_loop_from_scratch_hands_the_commit_computed_rows(spark, tmp_path, monkeypatch):
+    """A first step on Spark runs the loop from init and writes every iteration's body state:
+    each iteration's value, change and state are computed once (``settle_iteration``), so no
+    DataFrame the commit writes holds a join (before, each iteration's state was its whole plan,
+    re-run by the commit's writes); the view equals the in-process first step's."""
+    from spark_jobs.executor.kernels import iterate as kernels
+
+    real, done = kernels.scratch, []
+
+    def scratch(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the kernel's signature
+        done.append(real(*args, **kwargs))
+        return done[-1]
+
+    monkeypatch.setattr(kernels, "scratch", scratch)
+    path = tmp_path / "lean.yaml"
+    path.write_text(LEAN)
+    rng = random.Random(3)
+    edges, start = Counter(), Counter()
+    change = graph_change(rng, edges, lambda r: (r.randrange(6), r.randrange(6), r.randrange(4)), 9, 0)
+    s = graph_change(rng, start, lambda r: (r.randrange(2), 0), 1, 0)
+    deltas = []
+    for kind in ("arrow", "spark"):
+        write_change(str(tmp_path / kind), "edges", 1, EDGE, change)
+        write_change(str(tmp_path / kind), "start", 1, START, s)
+        rt = _open(str(path), tmp_path / kind, engine=kind)
+        assert run_step(rt).engine == kind
+        deltas.append(output_delta(rt, "dist"))
+    assert deltas[0] == deltas[1]
+    updates = done[-1].updates
+    assert any("/1/" in t for t in updates) and any("/2/" in t for t in updates)
+    for trace, update in updates.items():
+        plan = update.df._jdf.queryExecution().optimizedPlan().toString()
+        assert "Join" not in plan, (trace, plan)
+
+
 # ---- WITH RECURSIVE whose step aggregates, negates or ranks the CTE: the while loop ---------------
 
 SQL_BASE = """\

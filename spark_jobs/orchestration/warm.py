@@ -27,9 +27,13 @@ ENV = "DBSP_PRELOAD"
 MARKER = "dbsp-spark: preloads the task runtime"  # in the installed airflow_local_settings.py
 SETTINGS_FILE = f'''# {MARKER} (written by scripts/airflow_local.sh; see spark_jobs/orchestration/warm.py).
 # Remove this file (or set DBSP_PRELOAD=0) to turn preloading off.
+from spark_jobs.orchestration.sqlite_clock import install as _dbsp_sqlite_clock
+from spark_jobs.orchestration.task_exit import install as _dbsp_task_exit
 from spark_jobs.orchestration.warm import preload as _dbsp_preload
 
+_dbsp_sqlite_clock()  # a triggered run starts at once on SQLite (see sqlite_clock.py)
 _dbsp_preload()
+_dbsp_task_exit()  # a task's end is reported when its process ends (see task_exit.py)
 __all__: list = []  # nothing here is an Airflow setting or policy
 '''
 MODULES = (

@@ -144,13 +144,15 @@ def scratch(node: Node, values: Sequence[Any], previous: Any | None, ops: Ops) -
     x = ops.order(values[0])
     for i in range(1, limit + 1):
         result = evaluate_step(body, {**fixed, loop: x}, NoState(), first_step=True, engine=ops.engine())
-        for sid, u in result.updates.items():
-            if sid in states and (states[sid] or i == 1):
-                tid = f"{node.id}/{i}/{sid}" if states[sid] else f"{node.id}/{sid}"
-                updates[tid] = StateUpdate("replace", u.df, u.keys, u.sort_by, BODY_ROW_GROUP_BYTES)
-        y = ops.settle(ops.order(result.outputs["value"]))
-        change = ops.consolidate(ops.plus(y, ops.negate(x)))
-        if ops.is_empty(change):
+        kept = {sid: u for sid, u in result.updates.items() if sid in states and (states[sid] or i == 1)}
+        # x_i, its change and the body's state, computed once (Spark: one job; the commit writes
+        # these rows instead of re-running each iteration's joins)
+        y, change, settled, unchanged = settle_iteration(ops, result.outputs["value"], x,
+                                                          {sid: u.df for sid, u in kept.items()})
+        for sid, u in kept.items():
+            tid = f"{node.id}/{i}/{sid}" if states[sid] else f"{node.id}/{sid}"
+            updates[tid] = StateUpdate("replace", settled[sid], u.keys, u.sort_by, BODY_ROW_GROUP_BYTES)
+        if unchanged:
             out = ops.consolidate(ops.plus(y, ops.negate(previous))) if previous is not None else y
             if states:
                 tagged = [ops.tag(d, j) for j, d in enumerate(diffs, start=1)]
@@ -454,8 +456,9 @@ def spark(s: "Step", node: Node) -> Any:
     ops = Ops(lambda: SparkEngine(session, outer.policy, broadcast=broadcast), zset.consolidate, zset.plus,
               zset.negate, settler.is_empty, order, tag, depth_of, settle=zset.cut_lineage)
     depth = 0 if first else _spark_depth(s, node, files)
+    ops = replace(ops, settle_all=settler.settle)
     if depth > 0:
-        ops = replace(ops, settle_all=settler.settle, is_zero=settler.is_zero, cancels=settler.cancels)
+        ops = replace(ops, is_zero=settler.is_zero, cancels=settler.cancels)
         diff = s.state.read(f"{node.id}/{DIFF}")
         diff_files = files(f"{node.id}/{DIFF}") if files is not None else None
 
