@@ -278,10 +278,15 @@ def markdown(results: dict) -> str:
         "",
         f"{meta['started']} UTC, commit {meta['commit']}, {meta['cpus']} cores, load average "
         f"{meta['loadavg_start'][0]:.1f} at start, {meta['loadavg_end'][0]:.1f} at the end; "
-        f"Airflow up in {meta['airflow_start_s']:.0f} s. The README example "
-        "(`circuits/examples/my_view.yaml`), default `make airflow` set-up (Spark Connect, preloaded "
-        f"runtime); {meta['runs']} measured runs per mode after 1 warm-up; batches of 60 new and 10 "
-        "deleted orders (amounts in multiples of 0.25: see `QuarterAmounts`) plus a customers snapshot.",
+        f"Airflow up in {meta['airflow_start_s']:.0f} s. " + (
+            "The README example (`circuits/examples/my_view.yaml`), default `make airflow` set-up (Spark "
+            f"Connect, preloaded runtime); {meta['runs']} measured runs per mode after 1 warm-up; batches of "
+            "60 new and 10 deleted orders (amounts in multiples of 0.25: see `QuarterAmounts`) plus a "
+            "customers snapshot." if not meta.get("w1_only") else
+            f"W1 only (`--w1-only`): TPC-H Q3 (`bench/circuits/w1_tpch.yaml`) at SF{meta['w1_sf']:g} as a "
+            "`per_step` DAG, default `make airflow` set-up (Spark Connect, preloaded runtime); "
+            f"{meta['runs']} measured runs of a {meta['w1_rows']:,}-row change after 1 warm-up, then "
+            f"{meta['runs']} empty runs."),
         "",
         "| measure (median) | per_stage | per_step | target | |",
         "|---|---:|---:|---:|---|",
