@@ -14,6 +14,9 @@ session, no thread, no socket); a fork keeps the imported modules and shares the
 the parent until written.
 
 Set ``DBSP_PRELOAD=0`` to turn it off; ``DBSP_PRELOAD=all`` also preloads in other processes.
+The same settings file installs two fixes of Airflow's latency under ``make airflow``
+(``sqlite_clock.py``: a triggered run is due at once on SQLite; ``task_exit.py``: a task's end
+is reported when its process ends); ``DBSP_PRELOAD`` does not turn those off.
 """
 from __future__ import annotations
 
@@ -27,9 +30,13 @@ ENV = "DBSP_PRELOAD"
 MARKER = "dbsp-spark: preloads the task runtime"  # in the installed airflow_local_settings.py
 SETTINGS_FILE = f'''# {MARKER} (written by scripts/airflow_local.sh; see spark_jobs/orchestration/warm.py).
 # Remove this file (or set DBSP_PRELOAD=0) to turn preloading off.
+from spark_jobs.orchestration.sqlite_clock import install as _dbsp_sqlite_clock
+from spark_jobs.orchestration.task_exit import install as _dbsp_task_exit
 from spark_jobs.orchestration.warm import preload as _dbsp_preload
 
+_dbsp_sqlite_clock()  # a triggered run starts at once on SQLite (see sqlite_clock.py)
 _dbsp_preload()
+_dbsp_task_exit()  # a task's end is reported when its process ends (see task_exit.py)
 __all__: list = []  # nothing here is an Airflow setting or policy
 '''
 MODULES = (

@@ -217,7 +217,8 @@ def aggregate(df: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg], *, no
 
 def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group_by: Sequence[str],
                           aggs: Sequence[Agg], first_step: bool, *, broadcast_delta: bool = True,
-                          node: str = "aggregate", in_list_max: int = IN_LIST_MAX) -> tuple[DataFrame, DataFrame]:
+                          node: str = "aggregate", in_list_max: int = IN_LIST_MAX,
+                          prev_narrowed: bool = False) -> tuple[DataFrame, DataFrame]:
     """One step of a linear aggregate (count/sum/avg): ``(out_delta, totals_delta)``.
 
     ``prev_totals`` is the trace of earlier ``totals_delta``s (any number of rows per group; they
@@ -231,6 +232,12 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
     an empty delta), and on every later step its old row is the one the view holds. That does not
     depend on a row in ``prev_totals``: totals that add up to zero (every input row deleted) are
     dropped by compaction, and ``prev_totals`` may then be None.
+
+    ``prev_narrowed``: ``prev_totals`` holds only rows of groups the delta may touch (narrowed
+    on the driver, ``executor.spark.narrow``), so it is not restricted again to the delta's
+    groups: a group the delta does not touch has equal old and new totals and emits nothing.
+    Why: the restriction joined the whole delta's plan a third time into the step's one plan
+    (besides the output and the totals written), and Spark optimized and planned each copy.
     """
     if not is_linear(aggs):
         raise ValueError("aggregate_linear_step supports count/sum/avg without DISTINCT only")
@@ -246,7 +253,7 @@ def aggregate_linear_step(delta: DataFrame, prev_totals: DataFrame | None, group
     parts = [select_sql(acc_delta, *keys, *[q(a.name) for a in accs], f"0 AS {_PREV}")]
     if prev_totals is not None:
         prev = select_sql(prev_totals, *keys, *[q(a.name) for a in accs], f"1 AS {_PREV}")
-        if not is_global:
+        if not is_global and not prev_narrowed:
             prev = restrict(prev, acc_delta, group_by, group_by, broadcast_delta, in_list_max)
         parts.append(prev)
     union = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
@@ -293,8 +300,8 @@ def _changes(both: DataFrame, group_by: Sequence[str], aggs: Sequence[Agg], targ
 
 def aggregate_insert_only_step(delta: DataFrame, prev_state: DataFrame | None, group_by: Sequence[str],
                                aggs: Sequence[Agg], first_step: bool, *, broadcast_delta: bool = True,
-                               node: str = "aggregate", in_list_max: int = IN_LIST_MAX
-                               ) -> tuple[DataFrame, DataFrame]:
+                               node: str = "aggregate", in_list_max: int = IN_LIST_MAX,
+                               prev_narrowed: bool = False) -> tuple[DataFrame, DataFrame]:
     """One step of an aggregate with min/max (and count/sum/avg) over an insert-only input:
     ``(out_delta, state_delta)``, O(groups) state instead of the input's integral.
 
@@ -306,6 +313,8 @@ def aggregate_insert_only_step(delta: DataFrame, prev_state: DataFrame | None, g
     group's rows (they telescope); old extrema the extremum over its rows (monotone: the last
     one is the extremum of all). A negative weight in ``delta`` fails the step (refused: the
     IR proved the input insert-only, so one is a broken promise, never a silent wrong answer).
+    ``prev_narrowed``: as in ``aggregate_linear_step`` (an untouched group's rows count and
+    extrema do not change: no output, no state row).
     """
     if not monotone(aggs):
         raise ValueError("aggregate_insert_only_step supports count/sum/avg/min/max without DISTINCT only")
@@ -325,7 +334,8 @@ def aggregate_insert_only_step(delta: DataFrame, prev_state: DataFrame | None, g
     keys = [q(g) for g in group_by]
     parts = [part.selectExpr(*keys, *[q(n) for n in names], f"0 AS {_PREV}")]
     if prev_state is not None:
-        prev = restrict(prev_state, part, group_by, group_by, broadcast_delta, in_list_max) if group_by else prev_state
+        prev = (restrict(prev_state, part, group_by, group_by, broadcast_delta, in_list_max)
+                if group_by and not prev_narrowed else prev_state)
         signed = [f"CASE WHEN {W} < 0 THEN -{q(a.name)} ELSE {q(a.name)} END AS {q(a.name)}" for a in accs]
         parts.append(prev.selectExpr(*keys, *signed, *[q(extremum_name(i)) for i in ext], f"1 AS {_PREV}"))
     union = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])

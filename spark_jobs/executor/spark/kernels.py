@@ -187,9 +187,15 @@ def _narrowed(s: "Step", trace: str, column: str, probe: str, probe_column: str,
 def _narrowed_state(s: "Step", trace: str, probe: str, keys: tuple[str, ...], columns: list[str]) -> DataFrame | None:
     """State ``trace`` narrowed by the first of ``keys`` (NULL matches NULL, as in a group or a
     tuple) to what node ``probe``'s change can touch, as ``columns``; else its whole value."""
+    return _narrowed_or_whole(s, trace, probe, keys, columns)[0]
+
+
+def _narrowed_or_whole(s: "Step", trace: str, probe: str, keys: tuple[str, ...], columns: list[str]
+                       ) -> tuple[DataFrame | None, bool]:
+    """``_narrowed_state`` and whether it was narrowed (a local relation of the rows found)."""
     found = _narrowed(s, trace, keys[0], probe, keys[0], True) if keys else None
     state = found if found is not None else s.state.read(trace)
-    return None if state is None else zset.select_names(state, columns)
+    return (None if state is None else zset.select_names(state, columns)), found is not None
 
 
 # ---- stream operators ---------------------------------------------------------------------------
@@ -259,10 +265,11 @@ def _from_own_state(s: "Step", node: Node, step: Callable[..., tuple[DataFrame, 
     group_by = tuple(node.param("group_by", ()))
     prev = s.state.read(node.id)
     broadcast = _engine(s).broadcast
+    narrowed = False
     if broadcast and prev is not None:
-        prev = _narrowed_state(s, node.id, node.inputs[0], group_by, prev.columns)
+        prev, narrowed = _narrowed_or_whole(s, node.id, node.inputs[0], group_by, prev.columns)
     out, state = step(delta, prev, group_by, node.param("aggs"), s.first_step, broadcast_delta=broadcast,
-                      node=node.id, in_list_max=_engine(s).policy.narrow.in_list_max)
+                      node=node.id, in_list_max=_engine(s).policy.narrow.in_list_max, prev_narrowed=narrowed)
     s.update(node.id, StateUpdate("append", state, group_by, sort_by=group_by))
     return out
 
