@@ -80,7 +80,8 @@ class StoreReader:
         from spark_jobs.executor.spark.lazy import LazyFrame, as_read
 
         schema = as_read(StructType.fromJson(json.loads(entry.schema)))
-        return LazyFrame(spark, lambda: self.store.read_trace(node_id)._jdf, schema)
+        t = manifest.timestep  # (pinned: the same read whenever Spark asks for it)
+        return LazyFrame(spark, lambda: self.store.read_trace(node_id, t)._jdf, schema)
 
     def trace_files(self, node_id: str) -> Any:
         """The node's committed trace files for pyarrow lookups (``StateStore.trace_files``),
