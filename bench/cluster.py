@@ -21,7 +21,11 @@ process and every Spark job runs on the cluster's executors. What it reports, in
 - the **A/B** of the small change: steps alternating the policy's choice and ``engine: spark``
   (the step on the cluster's executors, its Spark jobs counted);
 - **recompute s**: the query over the integrated inputs on the cluster, the ratio each step is
-  measured against; and DuckDB's in this process, for scale.
+  measured against; and DuckDB's in this process, for scale;
+- at the large change, a second step with ``--other-path``'s policy fields (default
+  ``cost.recompute=always``: a recomputed *step*, which also rewrites every trace of the state,
+  committed as the view's delta): the path the policy did not take, so that its choice is judged
+  against what the alternative costs as a step, not against the view-only query.
 
 Timings on a loaded machine are not figures to quote: the results record the load average.
 """
@@ -54,7 +58,7 @@ def run_args(args: argparse.Namespace, profile: str = "cluster") -> list[str]:
     return ["--config", profile, "--workload", "w1", "--sizes", f"w1={args.sf:g}",
             "--change-rows", str(args.change_rows), "--sweep", str(args.large), "--steps", str(args.steps),
             "--warmup", "1", "--recompute-runs", str(args.recompute_runs), "--ab", "engine=spark", "--ab-rounds",
-            str(args.ab_rounds), "--out", str(args.out)]
+            str(args.ab_rounds), "--out", str(args.out)] + (["--sweep-alt", args.other_path] if args.other_path else [])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recompute-runs", type=int, default=2)
     p.add_argument("--ab-rounds", type=int, default=2,
                    help="(policy, engine: spark) step pairs of the small change: the step on the cluster itself")
+    p.add_argument("--other-path", default="cost.recompute=always",
+                   help="policy fields of a second step at the large change, after the policy's own: the "
+                        "path it did not take, on the same state ('' = none; default: a recomputed step)")
     p.add_argument("--out", default=str(RESULTS))
     args = p.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -165,6 +165,21 @@ def markdown(results: dict[str, Any]) -> str:
         lines += _table(["workload", "size", "change rows", "step s", "jobs", "recompute s", "changes/s",
                          "written/step", "view correct after it"], body)
         for key, s in sweeps:
+            for p in s["sweep"]:
+                modes, alt = (p.get("modes") or {}).get("steps") or {}, p.get("alt")
+                if not modes and not alt:
+                    continue
+                line = (f"- {key} {s['size']}, {p['change_rows_median']:,} rows: the policy ran "
+                        f"{'/'.join(modes) or '?'} on {'/'.join((p.get('engines') or {}).get('steps') or {}) or '?'}, "
+                        f"{_s(p['step_median_s'])} s")
+                if alt:
+                    alt_ok = (alt.get("correct") or {}).get("ok")
+                    line += (f"; with {alt['conf']} ({'/'.join((alt.get('modes') or {}).get('steps') or {}) or '?'} on "
+                             f"{'/'.join((alt.get('engines') or {}).get('steps') or {}) or '?'}) {_s(alt['step_median_s'])} s"
+                             f" (view correct after it: {alt_ok}); policy / cheaper of the two: "
+                             f"{p['step_median_s'] / min(p['step_median_s'], alt['step_median_s']):.2f}x")
+                reasons = (p.get("modes") or {}).get("reasons") or []
+                lines.append(line + (f". Cost model: {reasons[0]}" if reasons else ""))
             be = s.get("break_even") or {}
             lines.append(f"- {key} {s['size']}: break-even change size "
                          f"{'~' + format(be['rows'], ',') + ' rows' if be.get('rows') else 'n/a'} ({be.get('note', '')}).")

@@ -53,6 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--recompute-runs", type=int, help="measured full recomputes per size (default 2)")
     p.add_argument("--sweep", help="extra change sizes at the largest state, e.g. 10000,100000 ('' = none)")
     p.add_argument("--sweep-steps", type=int, help="steps per sweep point (default 1)")
+    p.add_argument("--sweep-alt", action="append", default=[], metavar="KEY=VALUE",
+                   help="policy fields of a second step at each sweep point, after the policy's own "
+                        "(e.g. cost.recompute=always: the other path on the same state)")
     p.add_argument("--no-profile", action="store_true", help="skip the per-phase profile of one step")
     p.add_argument("--ab", action="append", default=[], metavar="KEY=VALUE",
                    help="A/B an execution policy field (engine, narrow.enabled, ...) or a runtime Spark "
@@ -82,6 +85,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
             changes[field] = value
     if args.sweep is not None:
         changes["sweep_changes"] = tuple(int(x) for x in args.sweep.split(",") if x.strip())
+    if args.sweep_alt:
+        changes["sweep_alt"] = tuple(tuple(kv.split("=", 1)) for kv in args.sweep_alt)
     if args.ab:
         changes["ab_conf"] = tuple(tuple(kv.split("=", 1)) for kv in args.ab)
     if args.no_ab:

@@ -54,6 +54,8 @@ REFUSED = [
     ("SELECT k, collect_list(x) AS xs FROM a GROUP BY k", "aggregate function 'collect_list' is not supported", 11),
     ("SELECT k, sum(DISTINCT x, k) AS sx FROM a GROUP BY k", "sum(DISTINCT ...) of several columns", 11),
     ("SELECT k, x FROM a GROUP BY k", "column 'x' in the SELECT list is neither in GROUP BY nor inside an aggregate", 11),
+    ("SELECT * FROM a GROUP BY k, x", "SELECT * in a grouped query: column 'a.s' is neither in GROUP BY", 8),
+    ("SELECT b.* FROM a JOIN b ON a.k = b.k GROUP BY a.k, b.k", "column 'b.y' is neither in GROUP BY", 8),
     ("SELECT k FROM a WHERE sum(x) > 1", "aggregate function 'SUM(x)' in WHERE", 23),
     ("SELECT k, count(*) FILTER (WHERE x > 1) AS n FROM a GROUP BY k", "FILTER (WHERE ...) is not supported", None),
     ("SELECT k, count(*) AS n FROM a GROUP BY ROLLUP (k)", "GROUP BY ROLLUP is not supported", None),

@@ -137,6 +137,8 @@ class StepSample:
     reference_s: float | None = None  # the hand-written step on the same change and state
     reference_jobs: int | None = None
     reference_view: str | None = None  # where the hand-written step wrote its view delta
+    mode: str = ""  # incremental | recompute: what the cost model picked (the manifest's meta.cost)
+    mode_reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -164,7 +166,9 @@ def measure_step(rt: CircuitRuntime, write_change: Callable[[], int], label: str
     cur = rt.store.manifest(report.timestep)
     assert cur is not None
     read = (report.bytes_read or 0) + (stage_input_bytes(rt.spark, jobs.ids) if report.engine == "spark" else 0)
+    cost = (cur.meta or {}).get("cost") or {}
     return StepSample(rows, seconds, jobs.count, timestep=report.timestep,
+                      mode=str(cost.get("mode") or ""), mode_reason=str(cost.get("reason") or ""),
                       compiled=compiled_classes(rt.spark) - compiled, reference_s=ref.get("seconds"),
                       reference_jobs=ref.get("jobs"), reference_view=ref.get("view_dir"), engine=report.engine,
                       engine_reason=report.engine_reason, bytes_actually_read=read, **state_io(prev, cur))

@@ -44,6 +44,9 @@ class Plan:
     # policy's own choice (small steps in-process on Arrow)
     ab_conf: tuple[tuple[str, str], ...] = (("engine", "spark"),)
     ab_rounds: int = 2  # alternating (base, variant) step pairs
+    # policy fields for a second step at each sweep point, after the policy's own (e.g.
+    # cost.recompute=always: the path the policy did not take, measured on the same state size)
+    sweep_alt: tuple[tuple[str, str], ...] = ()
 
     def extras_for(self, workload: str) -> bool:
         return not self.only or workload in self.only
@@ -66,6 +69,7 @@ def _summary(samples: list[StepSample]) -> dict[str, Any]:
         "bytes_read_median": int(median(pick("bytes_read"))),  # state the step could read (upper bound)
         "bytes_actually_read_median": int(median(pick("bytes_actually_read"))),
         "engines": _engines(samples),
+        "modes": _modes(samples),
         "view_bytes_read_median": int(median(pick("view_bytes_read"))),
         "compactions": sum(pick("compactions")),
         **_reference_summary(samples),
@@ -78,6 +82,14 @@ def _engines(samples: list[StepSample]) -> dict[str, Any]:
 
     return {"steps": dict(Counter(s.engine for s in samples)),
             "reasons": [r for r, _ in Counter(s.engine_reason for s in samples).most_common(3)]}
+
+
+def _modes(samples: list[StepSample]) -> dict[str, Any]:
+    """How many steps each mode (incremental, recompute) ran, and the cost model's reasons."""
+    from collections import Counter
+
+    return {"steps": dict(Counter(s.mode for s in samples if s.mode)),
+            "reasons": [r for r, _ in Counter(s.mode_reason for s in samples if s.mode_reason).most_common(2)]}
 
 
 def _reference_summary(samples: list[StepSample]) -> dict[str, Any]:
@@ -362,10 +374,29 @@ def _sweep(result: dict[str, Any], rt, gen, plan: Plan, steps: list[StepSample],
             s["correct"] = sweep_check(rt, gen, wl, root)
             log(f"    sweep {rows_wanted:,}: view == DuckDB's recompute: {s['correct'].get('ok')} "
                 f"({s['correct'].get('differing_rows', 0)} differing rows)")
+        if plan.sweep_alt:
+            s["alt"] = _sweep_alt(rt, gen, plan, rows_wanted, log, wl, root)
         result["sweep"].append({"change_rows_target": rows_wanted, **s})
         points = [(p["change_rows_median"], p["step_median_s"]) for p in result["sweep"] if "error" not in p]
         result["break_even"] = break_even(points, recompute_s)
         result["changes_per_s_largest"] = s["changes_per_s"]
+
+
+def _sweep_alt(rt, gen, plan: Plan, rows: int, log: Log, wl: Workload | None, root: str | None) -> dict[str, Any]:
+    """``plan.sweep_steps`` steps of ``rows`` changed rows with ``plan.sweep_alt``'s policy fields,
+    right after the policy's own at this sweep point (the state one change larger): what the
+    other path costs, e.g. a recomputed step where the policy kept the step incremental. The
+    view is checked after them as after the policy's."""
+    base_config = rt.config
+    rt.config = rt.config.with_policy(with_fields(rt.config.policy, dict(plan.sweep_alt)))
+    try:
+        samples = _steps(rt, gen, rows, plan.sweep_steps, f"sweep {rows:,} {dict(plan.sweep_alt)}", log)
+    finally:
+        rt.config = base_config
+    out = {"conf": dict(plan.sweep_alt), **_summary(samples)}
+    if wl is not None and root is not None:
+        out["correct"] = sweep_check(rt, gen, wl, root)
+    return out
 
 
 def describe(exc: BaseException) -> str:

@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
@@ -109,7 +110,7 @@ def _as_spark_groups(table: pa.Table) -> pa.Table:
 
 
 def _tagged(table: pa.Table, cols: list[str], before: bool) -> pa.Table:
-    zero = pa.array([0] * table.num_rows, pa.int64())
+    zero = pa.array(np.zeros(table.num_rows, dtype=np.int64))  # not a Python list: 40k rows cost 10 ms
     w = table.column(WEIGHT).cast(pa.int64())
     return pa.table([table.column(c) for c in cols] + ([w, zero] if before else [zero, w]),
                     names=cols + [BEFORE, CHANGE])

@@ -117,6 +117,10 @@ BASIC = [
     # a parenthesized join as the first FROM item (random/aggregates: FROM ( tab2 AS cor0 CROSS JOIN tab0 ))
     ("I", "SELECT - 32 FROM ( t1 AS p CROSS JOIN t2 AS q )"),
     ("II", "SELECT p.a, q.x FROM (t1 AS p LEFT JOIN t2 AS q ON p.a = q.x) JOIN t1 AS r ON r.b = p.b WHERE r.a > 5"),
+    # SELECT * in a grouped query whose GROUP BY lists every column (random/groupby: SELECT * FROM tab1 cor0
+    # GROUP BY cor0.col2, cor0.col0, cor0.col1)
+    ("ITR", "SELECT * FROM t2 AS q GROUP BY q.z, q.x, q.y"),
+    ("IIIIIITR", "SELECT DISTINCT p.*, q.* FROM t1 AS p JOIN t2 AS q ON p.a = q.x GROUP BY q.y, p.b, p.c, p.d, p.e, q.x, p.a, q.z"),
 ]
 
 REFUSED = [
@@ -128,6 +132,7 @@ REFUSED = [
     "SELECT (SELECT x FROM t2 WHERE t2.x = t1.a) FROM t1",
     "SELECT a FROM t1 WHERE a = (SELECT x FROM t2)",
     "SELECT t1.a FROM t1 JOIN (t2 CROSS JOIN t1 AS u) ON t1.a = t2.x",
+    "SELECT * FROM t2 GROUP BY x, y",
 ]
 
 

@@ -16,7 +16,7 @@ from sqlglot import exp
 from . import plan as P
 from .errors import SqlError, describe, position_of
 from .exprs import (AGGREGATES, aggregates_of, check_row_expression, column_sql, function_name,
-                    is_literal_int, subqueries_of, walk)
+                    is_literal_int, quoted, render, subqueries_of, walk)
 from .scope import Field, Scope, fresh
 from .time_windows import STRUCT, group_by_window, spelled
 
@@ -35,9 +35,7 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
 
     scope = rel.scope
     items = list(sel.expressions)
-    for item in items:
-        if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
-            raise SqlError("SELECT * in a grouped query: list the GROUP BY columns and aggregates", item)
+    star_items = [i for i in items if isinstance(i, exp.Star) or (isinstance(i, exp.Column) and isinstance(i.this, exp.Star))]
     having = sel.args.get("having")
     group = sel.args.get("group")
     group_items = list(group.expressions) if group is not None else []
@@ -76,6 +74,7 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
         taken.add(name)
         keys[canon] = name
         pre.append((name, sql))
+    stars = {id(item): _star_keys(scope, item, keys) for item in star_items}
     domain_keys: list[tuple[int, str]] = []
     marker = None
     if corr is not None:
@@ -177,7 +176,7 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
         cond = post(having.this, "HAVING")
         out = Relation(P.Filter(hrel.plan.columns, f"HAVING {describe(having.this)}", hrel.plan, cond), hrel.fields)
     out = _attach(binder, out, items, ctes, rel, "the SELECT list of a grouped query")
-    result = binder.projection(out, items, names_needed, post, names=scope)
+    result = binder.projection(out, items, names_needed, post, names=scope, stars=stars)
     if by_order:
         result = _with_sort_keys(binder, result, by_order, post)
     if corr is not None:
@@ -185,6 +184,24 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
 
         result = append_domain(result, domain_keys, corr)
     return result
+
+
+def _star_keys(scope: Scope, item: exp.Expression, keys: dict[str, str]) -> list[tuple[str, str]]:
+    """``*`` (or ``t.*``) of a grouped query: the columns it expands to, each of which must be a
+    GROUP BY column (``SELECT * FROM t GROUP BY a, b, c`` over ``t(a, b, c)``, as Spark allows),
+    as (output name, key column SQL)."""
+    if isinstance(item, exp.Star) and (item.args.get("except_") or item.args.get("replace")):
+        raise SqlError("SELECT * EXCEPT/REPLACE is not supported: list the columns", item)
+    qualifier = item.table if isinstance(item, exp.Column) else None
+    out = []
+    for f in scope.star(qualifier or None, item):
+        key = keys.get(render(quoted(f.column)))
+        if key is None:
+            shown = f"{f.qualifier}.{f.name}" if f.qualifier else f.name
+            raise SqlError(f"SELECT {item.sql(dialect='spark')} in a grouped query: column '{shown}' is neither in "
+                           f"GROUP BY nor inside an aggregate (list the GROUP BY columns and aggregates)", item)
+        out.append((f.name, column_sql(key)))
+    return out
 
 
 def _sort_keys_of_groups(order: list[exp.Expression], items: list[exp.Expression]) -> list[exp.Expression]:

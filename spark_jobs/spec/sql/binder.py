@@ -300,12 +300,19 @@ class Binder:
         return out
 
     def projection(self, rel: Relation, items: list[exp.Expression], names_needed: bool,
-                   bind: Callable[[exp.Expression, str], str], names: Scope | None = None) -> Relation:
+                   bind: Callable[[exp.Expression, str], str], names: Scope | None = None,
+                   stars: dict[int, list[tuple[str, str]]] | None = None) -> Relation:
         """The SELECT list as a Map: output names unique, ``*`` expanded. An unaliased column is
-        named as its field in ``names`` (default: ``rel``'s scope)."""
+        named as its field in ``names`` (default: ``rel``'s scope). ``stars``: a ``*`` item's
+        (name, bound SQL) columns when the caller expanded it (a grouped query's ``*``)."""
         outs: list[tuple[str, str]] = []
         sources: list[exp.Expression] = []
         for i, item in enumerate(items):
+            if stars and id(item) in stars:
+                for name, sql in stars[id(item)]:
+                    outs.append((name, sql))
+                    sources.append(item)
+                continue
             if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
                 qualifier = item.table if isinstance(item, exp.Column) else None
                 if isinstance(item, exp.Star) and (item.args.get("except_") or item.args.get("replace")):
