@@ -14,7 +14,9 @@
 # `cluster` profile with a local master; and, for `spark.submit: spark-submit`, the connection
 # AIRFLOW_CONN_SPARK_DBSP. Spark services that were already running are used and left running;
 # the ones it starts, it stops. It also installs $AIRFLOW_HOME/config/airflow_local_settings.py
-# (the scheduler preloads the task runtime: spark_jobs/orchestration/warm.py) and writes
+# (the scheduler preloads the task runtime: spark_jobs/orchestration/warm.py; SQLite's now() gets
+# milliseconds, so a triggered run starts at once: sqlite_clock.py; a task's end is reported when
+# its process ends, not up to 5 s later: task_exit.py) and writes
 # $AIRFLOW_HOME/env.sh: `source .airflow/env.sh` gives a shell AIRFLOW_HOME, the venv's bin on
 # PATH (`airflow`, `dbsp`) and the same settings as the running Airflow.
 #

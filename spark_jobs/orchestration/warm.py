@@ -14,6 +14,9 @@ session, no thread, no socket); a fork keeps the imported modules and shares the
 the parent until written.
 
 Set ``DBSP_PRELOAD=0`` to turn it off; ``DBSP_PRELOAD=all`` also preloads in other processes.
+The same settings file installs two fixes of Airflow's latency under ``make airflow``
+(``sqlite_clock.py``: a triggered run is due at once on SQLite; ``task_exit.py``: a task's end
+is reported when its process ends); ``DBSP_PRELOAD`` does not turn those off.
 """
 from __future__ import annotations
 
