@@ -273,3 +273,39 @@ def test_a_dag_runs_stage_tasks_on_spark_read_a_small_change_in_process(spark, t
         if i == 1:
             assert input_jobs["lean"] == 0 and input_jobs["spark-reads"] >= 1, input_jobs
     assert outcomes["lean"][0] == "refused"
+
+
+def test_a_small_w1_step_on_spark_reads_no_state_through_spark_and_lazy_reads_have_spark_schemas(
+        spark, tmp_path, monkeypatch):
+    """Every state lookup of a small W1 step is narrowed on the driver and no integrator's value
+    is read in the step, so Spark resolves none of the state's directories (``lazy.LazyFrame``);
+    a lazy read's schema is the one Spark gives the same read, and it reads the same rows."""
+    from spark_jobs.executor.spark.lazy import LazyFrame
+    from spark_jobs.runtime.step_types import StoreReader
+    from spark_jobs.state import store as store_module
+
+    gen = TpchGenerator(str(tmp_path), 0.0005)
+    path = tmp_path / "circuit.yaml"
+    path.write_text(W1)
+    gen.initial()
+    run_step(open_circuit(str(path), config(tmp_path)))
+    rt = open_circuit(str(path), config(tmp_path, engine="spark"))
+    reads: list[list[str]] = []
+    real = store_module.read_dirs
+    monkeypatch.setattr(store_module, "read_dirs", lambda s, uris, schema: reads.append(list(uris)) or real(s, uris, schema))
+    for _ in range(2):
+        gen.change(60)
+        report = run_step(rt)
+        assert report.engine == "spark"
+    assert reads == [], f"a small W1 step on Spark read state through Spark: {reads}"
+    traces = rt.store.manifest().traces
+    assert traces
+    for trace in traces:
+        lazy = StoreReader(rt.store).read(trace)
+        eager = rt.store.read_trace(trace)
+        if eager is None:
+            continue
+        assert isinstance(lazy, LazyFrame) and not lazy.materialized
+        assert lazy.schema == eager.schema, trace
+        assert sorted(lazy.collect()) == sorted(eager.collect()), trace
+        assert lazy.materialized

@@ -61,8 +61,27 @@ class StoreReader:
     def read(self, node_id: str) -> Any:
         """The node's committed state as a Spark DataFrame (lazily read)."""
         if node_id not in self._read:
-            self._read[node_id] = self.store.read_trace(node_id) if self.store is not None else None
+            self._read[node_id] = self._read_later(node_id) if self.store is not None else None
         return self._read[node_id]
+
+    def _read_later(self, node_id: str) -> Any:
+        """``store.read_trace(node_id)``, made when Spark first needs its plan (``executor.spark.
+        lazy``: most of a small step's state reads are narrowed on the driver and only asked
+        their columns). Eager where the schema is not in the manifest, and on Spark Connect."""
+        import json
+
+        manifest = self.store.manifest()
+        entry = manifest.traces.get(node_id) if manifest is not None else None
+        spark = self.store.spark
+        if entry is None or not entry.dirs or not entry.schema or type(spark).__module__.startswith("pyspark.sql.connect"):
+            return self.store.read_trace(node_id)
+        from pyspark.sql.types import StructType
+
+        from spark_jobs.executor.spark.lazy import LazyFrame, as_read
+
+        schema = as_read(StructType.fromJson(json.loads(entry.schema)))
+        t = manifest.timestep  # (pinned: the same read whenever Spark asks for it)
+        return LazyFrame(spark, lambda: self.store.read_trace(node_id, t)._jdf, schema)
 
     def trace_files(self, node_id: str) -> Any:
         """The node's committed trace files for pyarrow lookups (``StateStore.trace_files``),

@@ -18,6 +18,7 @@ from spark_jobs.executor.spark import zset
 from spark_jobs.executor.engine import NotLocal, StateUpdate
 from spark_jobs.executor import loop as L
 from spark_jobs.executor.loop import log as loop_log
+from spark_jobs.executor.spark.local_relations import select_of
 from spark_jobs.executor.spark.narrow import Narrowing
 from spark_jobs.executor.spark import aggregate as agg
 from spark_jobs.executor.spark import distinct as dist
@@ -117,8 +118,11 @@ def input(s: "Step", node: Node) -> DataFrame:  # noqa: A001 - the operator's na
 
     df, columns = s.input_delta(node, empty)
     columns = tuple(columns)
-    return zset.select_kept(df, ("input", columns),
-                            lambda: [*[col(c) for c in columns], col(WEIGHT).cast("long").alias(WEIGHT)])
+    selected = zset.select_kept(df, ("input", columns),
+                                lambda: [*[col(c) for c in columns], col(WEIGHT).cast("long").alias(WEIGHT)])
+    if dict(df.dtypes).get(WEIGHT) == "bigint":  # (the cast changes nothing): the change's rows, selected
+        select_of(selected, df, [*columns, WEIGHT])
+    return selected
 
 
 def map(s: "Step", node: Node) -> DataFrame:  # noqa: A001

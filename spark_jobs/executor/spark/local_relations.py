@@ -10,6 +10,7 @@ next plan as a local relation.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Mapping
 
 import pyarrow as pa
@@ -135,8 +136,32 @@ def from_arrow(spark: SparkSession, table: pa.Table, schema: StructType) -> Data
     finally:
         os.unlink(temp.name)
     df = DataFrame(utils.toDataFrame(jiter, schema.json(), spark._jsparkSession), spark)  # type: ignore[attr-defined]
-    df._schema = schema  # type: ignore[attr-defined]
+    df.__dict__["schema"] = schema  # DataFrame.schema is a cached_property: the JVM's is this one
+    _ARROW_OF[df] = table
     return df
+
+
+# The Arrow table each DataFrame made by ``from_arrow`` (and each plain column selection of one,
+# ``select_of``) holds, cast to its Spark schema's Arrow types: what Spark gives back for it
+# without asking Spark (no plan folded, no rows converted back to Python).
+_ARROW_OF: "weakref.WeakKeyDictionary[DataFrame, pa.Table]" = weakref.WeakKeyDictionary()
+
+
+def arrow_rows(df: DataFrame) -> pa.Table | None:
+    """The Arrow table ``df`` was made from (``from_arrow``, ``select_of``); None otherwise."""
+    try:
+        return _ARROW_OF.get(df)
+    except TypeError:  # (not weak-referenceable)
+        return None
+
+
+def select_of(selected: DataFrame, source: DataFrame, names: list[str]) -> DataFrame:
+    """Record ``selected`` (``source``'s plain columns ``names``, same types) as holding those
+    columns of ``source``'s Arrow table, when it has one. Returns ``selected``."""
+    table = arrow_rows(source)
+    if table is not None and all(n in table.column_names for n in names):
+        _ARROW_OF[selected] = table.select(names)
+    return selected
 
 
 _ARROW_UTILS: dict[int, tuple] = {}
@@ -256,9 +281,12 @@ def held_table(df: DataFrame, max_rows: int) -> pa.Table | None:
 
     if is_connect(df.sparkSession):
         return None
-    if not _folds_to_local(df._jdf.logicalPlan()):
-        return None
     if any(t not in _PLAIN_TYPES and not t.startswith("decimal(") for _, t in df.dtypes):
+        return None
+    made = arrow_rows(df)  # a change or a selection of one: the table it holds
+    if made is not None:
+        return made.cast(arrow_of(df.schema)) if made.num_rows <= max_rows else None
+    if not _folds_to_local(df._jdf.logicalPlan()):
         return None
     rows = df.collect()  # a local relation: folded at planning, no job
     if len(rows) > max_rows:

@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_jobs.executor.arrow.zsets import plain_column
 from spark_jobs.executor.engine import NotLocal
 from spark_jobs.executor.spark.local_relations import from_arrow
-from spark_jobs.executor.spark.zset import empty_like, is_local, local_values
+from spark_jobs.executor.spark.zset import is_local, local_values
 from spark_jobs.ir.graph import Circuit, Node
 from spark_jobs.ir.operator import NARROW, operator
 from spark_jobs.policy import NarrowPolicy
@@ -120,8 +120,7 @@ class Narrowing:
         if table.num_rows > self.policy.max_found_rows:
             return None
         self.lookups += 1
-        if table.num_rows == 0:
-            return empty_like(state), table
+        # (an empty lookup too: ``state`` may be a read not made yet, ``lazy.LazyFrame``)
         return from_arrow(self.spark, table, state.schema), table
 
 

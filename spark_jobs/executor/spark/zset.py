@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from spark_jobs.executor import weights
+from spark_jobs.executor.spark import lazy
 from spark_jobs.executor.refusal import MARKER
 from spark_jobs.policy import NarrowPolicy
 from spark_jobs.spec.model import WEIGHT
@@ -111,8 +112,11 @@ def select_sql(df: DataFrame, *exprs: str) -> DataFrame:
 
 
 def select_names(df: DataFrame, names: Sequence[str]) -> DataFrame:
-    """``df``'s columns ``names``, in that order (one Py4J round trip: ``select_kept``)."""
+    """``df``'s columns ``names``, in that order (one Py4J round trip: ``select_kept``); of a
+    state read not made yet (``lazy.LazyFrame``), lazily: no read for a plan that never uses it."""
     names = tuple(names)
+    if lazy.selectable(df, names):
+        return df.select_later(names)  # type: ignore[attr-defined]
     return select_kept(df, ("names", names), lambda: [col(c) for c in names])
 
 
@@ -214,8 +218,29 @@ def local_values(df: DataFrame, column: str, limit: int) -> frozenset | None:
     seen = _VALUES.setdefault(df, {})
     values = seen.get(column)
     if values is None:
+        values = seen[column] = _arrow_values(df, column)
+    if values is None:
         values = seen[column] = frozenset(r[0] for r in select_names(df, [column]).collect())
     return values if len(values) <= limit else None
+
+
+def _arrow_values(df: DataFrame, column: str) -> frozenset | None:
+    """``local_values`` from the Arrow table ``df`` holds (a change handed to Spark, or a
+    selection of one: ``local_relations.arrow_rows``) when the column's Python values are
+    Spark's (integers, strings, dates); None otherwise."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from spark_jobs.executor.spark.local_relations import arrow_rows
+
+    table = arrow_rows(df)
+    if table is None or column not in table.column_names:
+        return None
+    kind = table.schema.field(column).type
+    if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)
+            or pa.types.is_date32(kind)):
+        return None
+    return frozenset(pc.unique(table.column(column)).to_pylist())
 
 
 # the values ``local_values`` collected, per DataFrame and column: a step asks for the same few
