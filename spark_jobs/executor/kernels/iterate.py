@@ -422,9 +422,10 @@ def spark(s: "Step", node: Node) -> Any:
     from the other's Parquet state): incremental when the loop's per-iteration state is
     committed, each iteration's results computed once in one job (``_SparkSettle``: to the
     driver while the change is small, else a local checkpoint); else from scratch over the
-    integrated inputs, one job per iteration for the body and one for the comparison, writing
-    the per-iteration state (a write per iteration and body state at commit) so the next step,
-    on either engine, is incremental."""
+    integrated inputs, each iteration settled the same way (its value, change and body state in
+    one job: the commit writes computed rows, never an iteration's plan), writing the
+    per-iteration state (a write per iteration and body state at commit) so the next step, on
+    either engine, is incremental."""
     from pyspark.sql import functions as F
     from pyspark.sql.functions import col
 
