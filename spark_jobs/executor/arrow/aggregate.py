@@ -140,10 +140,8 @@ def _vectorized_extrema(table: pa.Table, group_by: Sequence[str], aggs: Sequence
         return None
     if not all(_ordered_alike(schema.field(c).type) for c in group_by):
         return None
-    src = table if table.num_rows else schema.empty_table()
-    positive = consolidate(src) if src.num_rows else src
-    if positive.num_rows:
-        positive = positive.filter(pc.greater(positive.column(WEIGHT), 0))
+    positive = consolidate(table)  # (at least VECTORIZED_ROWS rows here)
+    positive = positive.filter(pc.greater(positive.column(WEIGHT), 0))
     columns = {f"__g{j}": positive.column(c) for j, c in enumerate(group_by)}
     types = []
     for i, (_, _, arg, _) in enumerate(aggs):

@@ -16,7 +16,7 @@ from sqlglot import exp
 from . import plan as P
 from .errors import SqlError, describe, position_of
 from .exprs import (AGGREGATES, aggregates_of, check_row_expression, column_sql, function_name,
-                    is_literal_int, quoted, render, subqueries_of, walk)
+                    is_literal_int, is_star, quoted, render, star_fields, subqueries_of, walk)
 from .scope import Field, Scope, fresh
 from .time_windows import STRUCT, group_by_window, spelled
 
@@ -35,7 +35,7 @@ def bind_aggregate(binder: "Binder", sel: exp.Select, rel: "Relation", ctes: dic
 
     scope = rel.scope
     items = list(sel.expressions)
-    star_items = [i for i in items if isinstance(i, exp.Star) or (isinstance(i, exp.Column) and isinstance(i.this, exp.Star))]
+    star_items = [i for i in items if is_star(i)]
     having = sel.args.get("having")
     group = sel.args.get("group")
     group_items = list(group.expressions) if group is not None else []
@@ -190,11 +190,8 @@ def _star_keys(scope: Scope, item: exp.Expression, keys: dict[str, str]) -> list
     """``*`` (or ``t.*``) of a grouped query: the columns it expands to, each of which must be a
     GROUP BY column (``SELECT * FROM t GROUP BY a, b, c`` over ``t(a, b, c)``, as Spark allows),
     as (output name, key column SQL)."""
-    if isinstance(item, exp.Star) and (item.args.get("except_") or item.args.get("replace")):
-        raise SqlError("SELECT * EXCEPT/REPLACE is not supported: list the columns", item)
-    qualifier = item.table if isinstance(item, exp.Column) else None
     out = []
-    for f in scope.star(qualifier or None, item):
+    for f in star_fields(scope, item):
         key = keys.get(render(quoted(f.column)))
         if key is None:
             shown = f"{f.qualifier}.{f.name}" if f.qualifier else f.name

@@ -30,8 +30,8 @@ from ..model import WEIGHT
 from . import plan as P
 from . import topk
 from .errors import SqlError, describe
-from .exprs import (aggregates_of, and_all, check_row_expression, column_sql, columns_of, conjuncts, quoted,
-                    render, rewrite, subqueries_of, walk)
+from .exprs import (aggregates_of, and_all, check_row_expression, column_sql, columns_of, conjuncts, is_star,
+                    quoted, render, rewrite, star_fields, subqueries_of, walk)
 from .scope import Field, Scope, fresh, requalify
 from .recursive import bind_recursive, reads
 from .text import Source
@@ -313,11 +313,8 @@ class Binder:
                     outs.append((name, sql))
                     sources.append(item)
                 continue
-            if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
-                qualifier = item.table if isinstance(item, exp.Column) else None
-                if isinstance(item, exp.Star) and (item.args.get("except_") or item.args.get("replace")):
-                    raise SqlError("SELECT * EXCEPT/REPLACE is not supported: list the columns", item)
-                for f in rel.scope.star(qualifier or None, item):
+            if is_star(item):
+                for f in star_fields(rel.scope, item):
                     outs.append((f.name, column_sql(f.column)))
                     sources.append(item)
                 continue

@@ -135,6 +135,20 @@ def aggregates_of(node: exp.Expression) -> list[exp.AggFunc]:
     return found
 
 
+def is_star(item: exp.Expression) -> bool:
+    """``*`` or ``t.*`` in a SELECT list."""
+    return isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star))
+
+
+def star_fields(scope, item: exp.Expression) -> list:
+    """The fields a SELECT list's ``*`` or ``t.*`` expands to in ``scope`` (a ``Scope``), in
+    order; ``* EXCEPT/REPLACE`` is refused. One expansion for plain and grouped queries."""
+    if isinstance(item, exp.Star) and (item.args.get("except_") or item.args.get("replace")):
+        raise SqlError("SELECT * EXCEPT/REPLACE is not supported: list the columns", item)
+    qualifier = item.table if isinstance(item, exp.Column) else None
+    return scope.star(qualifier or None, item)
+
+
 def quoted(name: str) -> exp.Column:
     return exp.Column(this=exp.Identifier(this=name, quoted=True))
 
