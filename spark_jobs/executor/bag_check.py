@@ -89,7 +89,7 @@ class Negatives:
 
 def find_negatives(spark: SparkSession, delta: DataFrame, integral: DataFrame | None,
                    files: TraceFiles | None, policy: ExecutionPolicy, *, deleted: int = 0,
-                   driver_scan: bool = False, cache: bool = True) -> Negatives | None:
+                   driver_scan: bool = False, cache: bool = True, secret: bytes | None = None) -> Negatives | None:
     """The tuples of ``delta`` whose integrated weight would go below zero, or None.
 
     ``integral`` is the input's integral before this step (None: empty) and ``files`` its
@@ -97,10 +97,11 @@ def find_negatives(spark: SparkSession, delta: DataFrame, integral: DataFrame | 
     has deletions; ``deleted`` is how many rows it deletes (bounds what a delta not held on the
     driver brings there). ``policy``: how large a change and a lookup the driver takes;
     ``driver_scan``: the driver may stream a large integral (a local profile); ``cache``: keep
-    the row groups looked up for the circuit's own lookups (``negative_tuples``).
+    the row groups looked up for the circuit's own lookups (``negative_tuples``); ``secret``:
+    the store's digest secret (``negative_tuples``).
     """
     try:
-        return _on_driver(spark, delta, integral, files, policy, deleted, driver_scan, cache)
+        return _on_driver(spark, delta, integral, files, policy, deleted, driver_scan, cache, secret)
     except NotLocal:
         return _on_spark(delta, integral)
 
@@ -256,11 +257,12 @@ def _change_on_driver(delta: DataFrame, policy: ExecutionPolicy, deleted: int) -
 
 
 def _on_driver(spark: SparkSession, delta: DataFrame, integral: DataFrame | None, files: TraceFiles | None,
-               policy: ExecutionPolicy, deleted: int, driver_scan: bool, cache: bool = True) -> Negatives | None:
+               policy: ExecutionPolicy, deleted: int, driver_scan: bool, cache: bool = True,
+               secret: bytes | None = None) -> Negatives | None:
     if integral is not None and files is None:
         raise NotLocal("the integral has no files to look up on the driver")
     bad = negative_tuples(_change_on_driver(delta, policy, deleted), files if integral is not None else None,
-                          policy.narrow, policy.bag_check if driver_scan else None, cache=cache)
+                          policy.narrow, policy.bag_check if driver_scan else None, cache=cache, secret=secret)
     if bad is None:
         return None
     cols = bad.column_names[:-2]
