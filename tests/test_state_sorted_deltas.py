@@ -148,6 +148,9 @@ def test_a_large_sorted_write_is_one_file_sorted_across_its_chunks(tmp_path):
     write_dir(fs, str(plain_dir), table, policy)
     (f,) = [p for p in sorted_dir.iterdir() if p.name.endswith(".parquet")]
     assert len([p for p in plain_dir.iterdir() if p.name.endswith(".parquet")]) == 7  # 20k rows / 3k
+    seen: list[int] = []  # a write with a per-file hook (bag sidecars) keeps files of whole chunks
+    write_dir(fs, str(tmp_path / "hooked"), table, policy, sort_by=("k", "v"), each_file=lambda _p, rows: seen.append(rows.num_rows))
+    assert len(seen) > 1 and sum(seen) == 20_000
     meta = pq.ParquetFile(f).metadata
     assert meta.num_rows == 20_000 and meta.num_row_groups > 7
     sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
