@@ -84,6 +84,71 @@ def _copy_batch(source: Path, roots: dict[str, Path], batch: int) -> None:
                         shutil.copy2(source / "inbox" / table / name, root / "inbox" / table / name)
 
 
+LOADED = "loaded"  # ``--keep DIR --load-only``: the loaded root every ``--reuse DIR`` piece restarts from
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    """A Parquet file hard-linked (the store never modifies one: traces, inbox files and view
+    deltas are written once under new names), anything else copied (manifests, the lease)."""
+    if src.endswith(".parquet"):
+        os.link(src, dst)
+    else:
+        shutil.copy2(src, dst)
+
+
+def _clone(source: Path, target: Path) -> None:
+    """``target`` as a copy of the data root ``source`` (Parquet files hard-linked: an SF10 root
+    in seconds and no extra disk; the page cache is shared, so no root reads colder than another)."""
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(source, target, copy_function=_link_or_copy)
+
+
+def _restore(work: Path, modes: list[str]) -> None:
+    """Before a ``--reuse`` piece: every root a fresh clone of the kept loaded root, and the
+    generator's change files of earlier pieces removed (the generator replays the load and draws
+    the same changes again, batch 2 on; DuckDB's check reads every file of ``source/inbox``)."""
+    for mode in modes:
+        _clone(work / LOADED, work / mode)
+    inbox = work / "source" / "inbox"
+    for table in os.listdir(inbox):
+        for name in os.listdir(inbox / table):
+            if name.endswith(".parquet") and not name.startswith("b000001"):
+                os.remove(inbox / table / name)
+
+
+class MemoryGuard:
+    """Stops the run (exit 4) when the machine's available memory falls below ``min_gib``: other
+    agents' Spark tests share it, and the kernel's OOM killer would pick one of them, not us."""
+
+    def __init__(self, min_gib: float) -> None:
+        self.min = min_gib * 2**30
+        self.lowest = float("inf")
+        if min_gib > 0:
+            import threading
+
+            threading.Thread(target=self._watch, daemon=True).start()
+
+    @staticmethod
+    def available() -> float:
+        try:
+            with open("/proc/meminfo") as f:
+                for line in f:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024.0
+        except OSError:
+            pass
+        return float("inf")
+
+    def _watch(self) -> None:
+        while True:
+            now = self.available()
+            self.lowest = min(self.lowest, now)
+            if now < self.min:
+                _log(f"STOPPED: the machine's available memory {now / 2**30:.2f} GiB < {self.min / 2**30:.1f} GiB")
+                os._exit(4)
+            time.sleep(0.5)
+
+
 def _reference(gen, folder: Path) -> Any:
     """DuckDB's Q3 over the generator's current tables (the integrated inputs), as a pandas frame."""
     import duckdb
@@ -160,7 +225,7 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
         max_rss_gib: float = 0.0, recompute_sizes: list[int] | None = None,
         partial: Any = None, reuse: bool = False, warmup: int = 0, recompute_inprocess: bool = False,
         duckdb: bool = False, recompute_reps: int = 0, size_steps: dict[int, int] | None = None,
-        recompute_root: bool = True) -> dict[str, Any]:
+        recompute_root: bool = True, load_only: bool = False, min_available_gib: float = 0.0) -> dict[str, Any]:
     """The sweep (module docstring). ``lean``: ``bench.lean_tpch``'s data (rows are functions of
     their keys: SF10 fits in memory), loaded once and copied, each view checked by DuckDB over
     the change files (``bench.floor.view_check``); a watchdog stops the run above ``max_rss_gib``.
@@ -180,6 +245,9 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
     ``size_steps``: steps of a size other than ``reps`` (``--sizes 100*3,2000000``). ``recompute_root``
     False: no recompute root at all (its steps not run: at SF10 an in-process recompute peaks at
     ~15 GiB, more than a shared machine may give; the ratios are then against the incremental root).
+    ``load_only`` (``lean``, a kept ``work``): load, keep the loaded root as ``work/loaded`` and stop;
+    each later ``reuse`` of ``work`` restarts every root from it (``_restore``), so a sweep runs in
+    pieces that each fit a benchmark lock's hold. ``min_available_gib``: ``MemoryGuard``.
     """
     recompute_reps = recompute_reps or max(reps, *(size_steps or {0: 0}).values())
     from spark_jobs.config import PROJECT_ROOT
@@ -197,6 +265,7 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
         from bench.generators import TpchGenerator
 
         gen, dog = TpchGenerator(str(source), sf), None
+    guard = MemoryGuard(min_available_gib)
     modes = [m for m in MODES if m != "recompute" or recompute_root]
     roots = {mode: work / mode for mode in modes}
     circuit = PROJECT_ROOT / "bench" / "circuits" / "w1_tpch.yaml"
@@ -207,13 +276,21 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
 
         loaded_first = _load_split(gen, source, roots["incremental"], circuit)
         loaded = Written(dict(gen.rows))
+        if load_only:
+            _clone(roots["incremental"], work / LOADED)
+            rt = open_circuit(str(circuit), _config(work / LOADED, "incremental", inprocess, loaded.total))
+            _log(f"kept the loaded root {work / LOADED}; its view: {view_check(rt, gen)}; memory {memory()}")
+            return {"sf": sf, "load_rows": loaded.total, "load": {"incremental": loaded_first}, "reps": reps,
+                    "points": [], "lean": lean, "recompute_reps": recompute_reps}
     else:
+        if reuse and (work / LOADED).is_dir():
+            _restore(work, modes)
+            _log(f"every root restored from {work / LOADED}")
         loaded = gen.replay_initial() if reuse else gen.initial()
     _log(f"SF {sf:g}: {loaded.total:,} rows generated{' (replayed: reusing ' + str(work) + ')' if reuse else ''}")
     if reuse or split:  # the other roots: fresh copies of the loaded one (an earlier run may have stopped mid-copy)
         for mode in modes[1:]:
-            shutil.rmtree(roots[mode], ignore_errors=True)
-            shutil.copytree(roots["incremental"], roots[mode], copy_function=shutil.copy2)
+            _clone(roots["incremental"], roots[mode])
         _log(f"roots copied from the loaded one; memory {memory()}")
     rts = {mode: open_circuit(str(circuit), _config(root, mode, inprocess, loaded.total, recompute_inprocess))
            for mode, root in roots.items()}
@@ -262,12 +339,16 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
                     run_step(open_circuit(str(circuit), _config(roots[mode], "incremental", inprocess, loaded.total)))
                     step[mode] = None
                     continue
+                if dog is not None:
+                    dog.peak = 0  # this step's peak (the watchdog samples every second)
                 report = run_step(rt)
                 meta = rt.committed.manifest().meta
                 step[mode] = {"seconds": round(report.seconds, 3), "mode": report.mode, "engine": report.engine,
                               "reason": report.mode_reason, "engine_reason": report.engine_reason,
-                              "estimate": (meta.get("cost") or {}).get("estimate"), "loadavg": os.getloadavg()[0]}
-                _log(f"{written.total} rows, {mode}: {report.seconds:.2f} s ({report.mode}, {report.engine})")
+                              "estimate": (meta.get("cost") or {}).get("estimate"), "loadavg": os.getloadavg()[0],
+                              "peak_gib": round(max(dog.peak, dog.rss()) / 2**30, 2) if dog is not None else None}
+                _log(f"{written.total} rows, {mode}: {report.seconds:.2f} s ({report.mode}, {report.engine}); "
+                     f"peak {step[mode]['peak_gib']} GiB; {report.engine_reason}")
             # after EVERY step: each root's view against DuckDB's Q3 over the integrated inputs
             want = None if lean else _reference(gen, work / "reference")
             point["view_ok"].append({mode: check(rt, want) for mode, rt in rts.items()})
@@ -285,7 +366,8 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
                            "mode": "/".join(sorted({m["mode"] for m in measured})),
                            "engine": "/".join(sorted({m["engine"] for m in measured})),
                            "estimate": measured[-1]["estimate"], "reason": measured[-1]["reason"],
-                           "steps_measured": len(measured)}
+                           "steps_measured": len(measured),
+                           "peak_gib": max((m.get("peak_gib") or 0 for m in measured), default=None) or None}
         best = min(x for x in (point["incremental"]["seconds"], point["recompute"]["seconds"]) if x is not None)
         point["policy_over_best"] = round(point["policy"]["seconds"] / best, 2) if best else None
         # did the policy run the cheaper root's path (mode and engine)? Then policy / min compares
@@ -302,6 +384,8 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
             _log(f"  DuckDB recompute over the integrated inputs: {point['duckdb_s']} s")
         point["loadavg_before"], point["loadavg_after"] = before, os.getloadavg()
         point["memory"] = memory()
+        if guard.lowest != float("inf"):
+            point["memory"]["lowest_available_gib"] = round(guard.lowest / 2**30, 2)
         if dog is not None:
             point["memory"]["watchdog_peak_gib"] = round(max(dog.peak, dog.rss()) / 2**30, 2)
         if points:  # continuity: this size's policy step against the previous (smaller) size's
@@ -394,8 +478,8 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
              "| change rows | incremental s | recompute s | policy s (its choice, engine) | policy / min | "
              "policy us/row | per row / smaller size's | s / larger size's | DuckDB s | "
              "estimated incr / recompute s | views right | load avg | "
-             "GiB: peak RSS / process tree RSS | policy ran the cheaper's path |",
-             "|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---|---|---|---|"]
+             "GiB: peak RSS / process tree RSS | GiB: peak during the incremental / policy steps | policy ran the cheaper's path |",
+             "|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---|---|---|---|---|"]
     dash = lambda v: "-" if v is None else v  # noqa: E731
     for p in result["points"]:
         est = p["policy"].get("estimate") or {}
@@ -410,6 +494,7 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
                      f"{'yes' if ok else 'NO: ' + json.dumps(p['view_ok'], default=str)} | "
                      f"{p['loadavg_before'][0]:.1f} -> {p['loadavg_after'][0]:.1f} | "
                      f"{(p.get('memory') or {}).get('peak_rss_gib', '-')} / {(p.get('memory') or {}).get('tree_rss_gib', '-')} | "
+                     f"{dash(p['incremental'].get('peak_gib'))} / {dash(p['policy'].get('peak_gib'))} | "
                      f"{ {True: 'yes', False: 'no', None: '-'}[p.get('same_path_as_cheaper')] } |")
     points = result["points"]
     worst = max((p["policy_over_best"] or 0 for p in points), default=0)
@@ -466,6 +551,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", help="results file name (default recompute, recompute-smoke)")
     parser.add_argument("--reuse", help="--lean: a work folder holding an earlier run's files and loaded roots "
                                         "(source/, incremental/, ...): the sweep starts from them")
+    parser.add_argument("--keep", help="--lean: the work folder, kept at the end (not a temp folder); with "
+                                       "--load-only the load is kept there for later --reuse pieces")
+    parser.add_argument("--load-only", action="store_true",
+                        help="--lean --keep DIR: load, keep DIR/loaded (every --reuse DIR piece restarts from it), stop")
+    parser.add_argument("--min-available-gib", type=float, default=3.0,
+                        help="stop when the machine's available memory falls below this (0: never)")
     parser.add_argument("--out", help="results folder (default bench/results)")
     parser.add_argument("--work-dir", help="scratch data roots (default: a temp folder, removed at the end)")
     args = parser.parse_args(argv)
@@ -477,7 +568,12 @@ def main(argv: list[str] | None = None) -> None:
     sf = 0.001 if args.smoke else args.sf
     before = os.getloadavg()
     flags = {"inprocess": args.inprocess, "recompute_inprocess": args.recompute_inprocess and not args.inprocess}
-    with (contextlib.nullcontext(args.reuse) if args.reuse else tempfile.TemporaryDirectory(dir=args.work_dir)) as tmp:
+    if args.load_only and not (args.lean and args.keep):
+        parser.error("--load-only needs --lean and --keep DIR")
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+    kept = args.reuse or args.keep
+    with (contextlib.nullcontext(kept) if kept else tempfile.TemporaryDirectory(dir=args.work_dir)) as tmp:
         name = args.name or ("recompute-smoke" if args.smoke else "recompute")
 
         def partial(so_far: dict[str, Any]) -> None:
@@ -488,7 +584,11 @@ def main(argv: list[str] | None = None) -> None:
                      partial, reuse=bool(args.reuse), warmup=0 if args.smoke else max(0, args.warmup),
                      recompute_inprocess=args.recompute_inprocess, duckdb=args.duckdb,
                      recompute_reps=max(0, args.recompute_reps), size_steps=size_steps,
-                     recompute_root=not args.no_recompute_root)
+                     recompute_root=not args.no_recompute_root, load_only=args.load_only,
+                     min_available_gib=args.min_available_gib)
+        if args.load_only:
+            _log(f"loaded into {tmp}; sweep it in pieces with --reuse {tmp}")
+            return
     write_results(name, result, flags, before, args.out, markdown)
 
 if __name__ == "__main__":

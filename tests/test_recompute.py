@@ -261,6 +261,32 @@ def test_a_step_past_the_memory_bound_goes_to_spark_with_the_reason(tmp_path):
     assert cost.incremental_engine(history, rt.config.policy, 4, 100, "arrow", "under it", "arrow") == ("arrow", "under it")
 
 
+def test_past_the_row_threshold_no_spark_record_keeps_a_step_in_process():
+    """Without a measured incremental step on Spark, a change past max_change_rows whose memory
+    fits stays in-process, whatever the in-process history says: W1 SF10 after a load and one
+    1,000-row step estimated a 1M-row change 22.9 s in-process against 20.6 s on Spark (the small
+    step's fixed part scaled the per-row rate up; the load scaled Spark's default down) and took
+    6-8 s in-process (bench.recompute, 2026-11-29). The same history, sizes 1M to 4M."""
+    policy = ExecutionPolicy()
+    limit = policy.arrow.max_change_rows
+    history = [cost.Sample("incremental", "arrow", 16_500_000, 0, 11.4),  # the load, in two steps
+               cost.Sample("recompute", "arrow", 60_006_136, 16_500_000, 82.5),
+               cost.Sample("incremental", "arrow", 1_002, 76_506_136, 0.5)]
+    for rows in (limit + 1, 1_050_000, 1_400_000, 2_000_000, 4_000_000):
+        engine, why = cost.incremental_engine(history, policy, rows, 76_506_136, "arrow", "past it", "arrow")
+        assert engine == "arrow" and "no incremental step on Spark measured yet" in why, (rows, why)
+        # ...and that step's mode: incremental (min_change_fraction holds an in-process step)
+        est = cost.estimate(history, rows, 76_506_136, engine, "spark")
+        assert cost.choose(policy.cost, est, None).mode == "incremental"
+    # measured Spark steps decide by the estimates: slower ones keep in-process, faster ones win
+    slow = history + [cost.Sample("incremental", "spark", 1_000_871, 76_506_136, 60.0)]
+    assert cost.incremental_engine(slow, policy, 1_400_000, 76_506_136, "arrow", "past it", "arrow")[0] == "arrow"
+    fast = history + [cost.Sample("incremental", "arrow", 1_000_000, 76_506_136, 60.0),
+                      cost.Sample("incremental", "spark", 1_000_000, 76_506_136, 5.0)]
+    engine, why = cost.incremental_engine(fast, policy, 1_400_000, 76_506_136, "arrow", "past it", "arrow")
+    assert engine == "spark" and "from 1 past Spark steps" in why
+
+
 def test_recompute_on_spark_commits_the_same_timestep(spark, tmp_path):
     circuit = tmp_path / "paths.yaml"
     circuit.write_text(CIRCUIT)
@@ -434,3 +460,30 @@ def test_the_benchmark_runs_and_checks_every_step(tmp_path):
         assert point["recompute"]["mode"] == "recompute" and point["incremental"]["mode"] == "incremental"
         assert point["policy_over_best"] is not None
     assert "under load" in (tmp_path / "recompute-smoke.md").read_text().lower()
+
+
+def test_the_benchmark_runs_in_pieces_from_a_kept_load(tmp_path):
+    """`bench.recompute --lean --keep DIR --load-only`, then two `--reuse DIR` pieces: each piece
+    starts every root from the kept load (the same changes drawn again), and every view is right."""
+    import json
+    import os
+
+    from bench import recompute as bench
+
+    work, out = tmp_path / "work", tmp_path / "out"
+    common = ["--lean", "--sf", "0.002", "--no-inprocess", "--recompute-inprocess", "--out", str(out),
+              "--warmup", "0", "--max-rss-gib", "0", "--min-available-gib", "0"]
+    bench.main([*common, "--keep", str(work), "--load-only"])
+    assert (work / bench.LOADED / "inbox").is_dir()
+    changes = []
+    for name, sizes in (("one", "300*2"), ("two", "300,1000")):
+        bench.main([*common, "--reuse", str(work), "--sizes", sizes, "--reps", "1", "--recompute-sizes", "300",
+                    "--name", name])
+        result = json.loads((out / f"{name}.json").read_text())
+        for point in result["points"]:
+            assert point["views_right"], point["view_ok"]
+        changes.append([s["change_rows"] for p in result["points"] for s in p["steps"]])
+        assert result["points"][0]["recompute"]["mode"] == "recompute"
+    assert changes[0][0] == changes[1][0]  # the second piece started from the load again: the same first change
+    # the kept load never stepped (its files are hard-linked into the roots, never modified)
+    assert not any(n.startswith("b000002") for t in (work / bench.LOADED / "inbox").iterdir() for n in os.listdir(t))

@@ -48,6 +48,7 @@ from spark_jobs.executor.spark.kernels import to_arrow
 from spark_jobs.executor.spark.session import step_conf, temporary_conf
 from spark_jobs.executor.spark.zset import WEIGHT, col
 from spark_jobs.policy import BagCheckPolicy, ExecutionPolicy, NarrowPolicy
+from spark_jobs.state import bag_index
 from spark_jobs.state.float_keys import canonical
 from spark_jobs.state.lookup import Probe, TooMany, TraceFiles
 
@@ -128,7 +129,8 @@ def _lookup_column(table: pa.Table, cols: list[str]) -> str | None:
 
 
 def negative_tuples(table: pa.Table, files: TraceFiles | None, policy: NarrowPolicy,
-                    scan: BagCheckPolicy | None = None, *, cache: bool = True) -> pa.Table | None:
+                    scan: BagCheckPolicy | None = None, *, cache: bool = True,
+                    secret: bytes | None = None) -> pa.Table | None:
     """The tuples of the change ``table`` whose integrated weight would go below zero, on the
     driver: the input's columns, ``__before`` and ``__change``; None if there are none.
 
@@ -137,7 +139,9 @@ def negative_tuples(table: pa.Table, files: TraceFiles | None, policy: NarrowPol
     ``scan`` its streaming bounds) or has no column to look up by. ``cache``: keep the decoded
     row groups for the circuit's lookups of the same integral (a join reading the input as it
     is); False where nothing else reads it, so they are decoded once and leanly
-    (``TraceFiles.lookup``).
+    (``TraceFiles.lookup``). ``secret``: the store's digest secret; the files with a digest
+    sidecar (``state/bag_index.py``) are then read by digest, and the step passes if every
+    deletion is covered; if one is not, the exact check below decides.
     """
     table = _as_spark_groups(table)
     deleting = table.filter(pc.less(table.column(WEIGHT), 0))
@@ -155,9 +159,46 @@ def negative_tuples(table: pa.Table, files: TraceFiles | None, policy: NarrowPol
         return None
     parts = [_tagged(neg, cols, before=False)]
     if files is not None:
-        found = _padded(_integral_rows(neg, cols, files, policy, scan, cache), neg.schema).select(cols + [WEIGHT])
-        found = _as_spark_groups(found.cast(pa.schema([neg.schema.field(c) for c in cols] + [found.schema.field(WEIGHT)])))
-        parts.append(_tagged(found, cols, before=True))
+        if secret is not None and _passes_by_digest(neg, cols, files, policy, scan, cache, secret, parts):
+            return None
+        parts.append(_tagged(_found(neg, cols, files, policy, scan, cache), cols, before=True))
+    return _bad(parts, cols)
+
+
+def _found(neg: pa.Table, cols: list[str], files: TraceFiles, policy: NarrowPolicy,
+           scan: BagCheckPolicy | None, cache: bool) -> pa.Table:
+    """The integral's rows sharing ``neg``'s lookup key, as ``neg``'s columns and types."""
+    found = _padded(_integral_rows(neg, cols, files, policy, scan, cache), neg.schema).select(cols + [WEIGHT])
+    return _as_spark_groups(found.cast(pa.schema([neg.schema.field(c) for c in cols] + [found.schema.field(WEIGHT)])))
+
+
+def _passes_by_digest(neg: pa.Table, cols: list[str], files: TraceFiles, policy: NarrowPolicy,
+                      scan: BagCheckPolicy | None, cache: bool, secret: bytes, change: list[pa.Table]) -> bool:
+    """Does every tuple of ``neg`` keep a weight >= 0, counting the integral's copies by digest in
+    the files that have a sidecar and exactly in the others? True is final (a digest collision
+    could only wrongly add copies, with probability below 2^-80: ``bag_index``); False says only
+    that the exact check must decide. Without any sidecar, False at once (nothing read twice)."""
+    key = _lookup_column(neg, cols)
+    if key is None or key != bag_index.key_column(neg.schema, cols) or neg.column(key).null_count:
+        return False
+    try:
+        weights, plain = bag_index.before(files.paths, files.file_rows(), neg, cols, key, secret)
+    except (bag_index.Unsupported, pa.ArrowException):
+        return False
+    if len(plain) == len(files.paths):
+        return False
+    counted = neg.select(cols).append_column(BEFORE, pa.array(weights, pa.int64())).append_column(
+        CHANGE, pa.array(np.zeros(neg.num_rows, dtype=np.int64)))
+    parts = change + [counted]
+    if plain:
+        rest = TraceFiles(files.fs, [files.paths[i] for i in plain], files.schema)
+        parts.append(_tagged(_found(neg, cols, rest, policy, scan, cache), cols, before=True))
+    return _bad(parts, cols) is None
+
+
+def _bad(parts: list[pa.Table], cols: list[str]) -> pa.Table | None:
+    """The tuples whose summed ``__change`` is negative and takes ``__before + __change`` below
+    zero, from tagged tables (``_tagged``)."""
     total = pa.concat_tables(parts, promote_options="permissive")
     sums = group_sums(total, cols, [BEFORE, CHANGE])
     b, c = sums.column(f"{BEFORE}_sum"), sums.column(f"{CHANGE}_sum")

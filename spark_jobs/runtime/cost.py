@@ -202,18 +202,27 @@ def choose(policy: CostPolicy, est: Estimate | None, cannot: str | None) -> Choi
 def incremental_engine(history: Sequence[Sample], policy: ExecutionPolicy, change_rows: int, input_rows: int,
                        engine: str, reason: str, recompute_engine: str) -> tuple[str, str]:
     """The engine of an incremental step past ``arrow.max_change_rows`` that may run either way
-    (``ExecutionPolicy.engine_for`` sent it in-process because its memory fits): the cheaper by
-    the estimates, Spark only when it wins by ``cost.margin`` (the defaults put in-process at a
-    quarter of Spark's per-row cost on a local profile: measured 4-8x faster at every size).
-    Any other step keeps ``(engine, reason)``."""
+    (``ExecutionPolicy.engine_for`` sent it in-process because its memory fits): in-process unless
+    past incremental steps *on Spark* were measured and the estimates say Spark wins by
+    ``cost.margin``. Without such a record it stays in-process: Spark's estimate would be its
+    default scaled by the whole history's speed, while the in-process one is fitted to this
+    circuit's small steps, whose fixed part inflates the per-row rate (W1 SF10, bench.recompute,
+    2026-11-29: after one 1,000-row step, a 1M-row change was estimated 22.9 s in-process
+    against 20.6 s on Spark; it took 6-8 s in-process, and 46-78 s on Spark in earlier runs), so
+    the comparison would send large steps to Spark, the cliff this bound removes. On a local
+    profile in-process was measured 4-8x faster at every size. Any other step keeps
+    ``(engine, reason)``."""
     if engine != "arrow" or change_rows <= policy.arrow.max_change_rows or policy.engine != "auto":
         return engine, reason
     here = estimate(history, change_rows, input_rows, "arrow", recompute_engine).incremental
+    measured = sum(1 for s in history if s.mode == "incremental" and s.engine == "spark")
+    if not measured:
+        return "arrow", f"{reason}; estimated {here:.2f} s in-process (no incremental step on Spark measured yet)"
     there = estimate(history, change_rows, input_rows, "spark", recompute_engine).incremental
     if here > policy.cost.margin * there:
         return "spark", (f"{reason}; but estimated {here:.2f} s in-process vs {there:.2f} s on Spark "
-                         f"(> execution.cost.margin {policy.cost.margin}x): on Spark")
-    return "arrow", f"{reason}; estimated {here:.2f} s in-process vs {there:.2f} s on Spark"
+                         f"(from {measured} past Spark steps; > execution.cost.margin {policy.cost.margin}x): on Spark")
+    return "arrow", f"{reason}; estimated {here:.2f} s in-process vs {there:.2f} s on Spark (from {measured} past Spark steps)"
 
 
 def history_of(meta: Mapping[str, Any] | None) -> list[Sample]:

@@ -12,7 +12,7 @@ import functools
 import json
 import uuid
 from decimal import Decimal
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -62,12 +62,13 @@ def dtypes(schema: pa.Schema) -> list[tuple[str, str]]:
 
 
 def write_dir(fs: FileSystem, path: str, table: pa.Table, policy: StatePolicy, *,
-              sort_by: Sequence[str] = ()) -> FileStat:
+              sort_by: Sequence[str] = (), each_file: Callable[[str, pa.Table], None] | None = None) -> FileStat:
     """Write ``table`` as a new Parquet directory (the counterpart of ``trace.write_dir``): one
     file per ``policy.rows_per_file`` rows; with ``sort_by``, sorted (NULLs first, as Spark) and
     in row groups of about ``policy.sorted_row_group_bytes`` and compressed with
     ``policy.sorted_compression`` (none by default: a lookup decodes whole groups), so key lookups
-    read few groups and decode them cheaply."""
+    read few groups and decode them cheaply. ``each_file(path, rows)`` is called after each file
+    is written, with the rows written there (a bag integral's digest sidecar, ``bag_index``)."""
     order = None  # the sorted order, taken one file at a time: a sorted copy of a load's whole
     group_rows = None  # table (60M line items at SF10) would double the step's memory
     if sort_by and table.num_rows:
@@ -87,6 +88,8 @@ def write_dir(fs: FileSystem, path: str, table: pa.Table, policy: StatePolicy, *
         full = fs.join(path, name)
         with fs.open_write(full) as fh:
             pq.write_table(part, fh, compression=codec, row_group_size=group_rows)
+        if each_file is not None:
+            each_file(full, part)
         size += sum(s for f, s in fs.data_files(path) if f == full)
     return FileStat(rows=table.num_rows, bytes=size)
 

@@ -91,6 +91,10 @@ class TraceFiles:
         """Rows in all files (from the footers)."""
         return sum(m.num_rows for m in self._meta)
 
+    def file_rows(self) -> list[int]:
+        """Rows of each file (from the footers), in ``paths`` order."""
+        return [m.num_rows for m in self._meta]
+
     def max_of(self, column: str) -> int | None:
         """The largest value of an integer column, from statistics (read where they are missing)."""
         best: int | None = None
