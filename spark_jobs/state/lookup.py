@@ -208,7 +208,7 @@ class TraceFiles:
                 keep = pc.and_(keep, pc.greater_equal(it, lo))
             if hi is not None:
                 keep = pc.and_(keep, pc.less_equal(it, hi))
-        return table.filter(keep)
+        return _compact(table.filter(keep))
 
     def matching(self, column: str, values: Sequence[object], max_found: int,
                  batch_rows: int = SCAN_BATCH_ROWS) -> pa.Table:
@@ -390,6 +390,16 @@ class _Density:
     def dense(self) -> bool:
         """At least half held one: reading the key column first no longer pays."""
         return self.examined > 0 and self.held * 2 >= self.examined
+
+
+def _compact(table: pa.Table) -> pa.Table:
+    """A lookup's rows in one chunk when they are few: filtered out of many decoded row groups
+    they hold a chunk per group, most of them empty, and every Arrow call after pays per chunk
+    (an Acero group-by of 419 rows in 228 chunks: 2 ms; in one chunk 0.05 ms, combining them
+    0.07 ms). The loop of ``iterate`` consolidates and joins such rows at every iteration."""
+    if table.num_rows > SCAN_BATCH_ROWS or not table.num_columns or table.column(0).num_chunks <= 1:
+        return table
+    return table.combine_chunks()
 
 
 def _kept(table: pa.Table, keep: pa.BooleanArray | pa.ChunkedArray) -> pa.Table:
