@@ -86,6 +86,25 @@ def test_a_few_keys_in_a_sorted_file_decode_only_their_row_groups(tmp_path):
     assert trace.decoded_rows() <= 300
 
 
+def test_a_cached_lookup_decodes_whole_only_the_groups_holding_a_probed_key(tmp_path):
+    """Statistics admit a group whenever a probed key lies within its min/max; the probed column
+    of the admitted groups is read first and only the groups really holding a key are decoded
+    whole (and kept). Random probes, present and absent, interleaved with earlier lookups of the
+    same TraceFiles, against a Python filter."""
+    rng = random.Random(5)
+    rows = sorted(((2 * rng.randrange(2000), f"v{i % 9}", i % 6, 1) for i in range(4000)), key=lambda r: r[0])
+    trace = TraceFiles(LocalFileSystem(), [_write(tmp_path / "t.parquet", rows, row_group_size=100)], SCHEMA)
+    odd = [2 * rng.randrange(2000) + 1 for _ in range(50)]  # never stored: within the groups' ranges
+    assert trace.lookup("k", odd).num_rows == 0
+    assert trace.decoded_rows() == 0  # admitted by statistics, decoded none
+    for _ in range(30):
+        keys = set(rng.sample(range(4000), rng.choice([1, 5, 40])))
+        got = trace.lookup("k", list(keys), (None, None), "_iter")
+        assert _got(got) == _expected(rows, keys, None, None)
+    held = {g for g in range(40) if any(r[0] in keys for r in rows[g * 100:(g + 1) * 100])}
+    assert trace.decoded_rows() <= 100 * 40 and len(held) * 100 <= trace.decoded_rows()
+
+
 def test_a_streamed_match_finds_what_a_lookup_finds_and_keeps_nothing_decoded(tmp_path):
     """``matching`` (the bag check's lookup of many keys) is exact on the same files, NULL keys
     included, caches no row group, and stops at its bound on found rows."""
