@@ -6,6 +6,7 @@ a lookup of a few keys in a sorted file decodes only the row groups that can hol
 """
 from __future__ import annotations
 
+import datetime
 import random
 
 import pyarrow as pa
@@ -103,6 +104,19 @@ def test_a_cached_lookup_decodes_whole_only_the_groups_holding_a_probed_key(tmp_
         assert _got(got) == _expected(rows, keys, None, None)
     held = {g for g in range(40) if any(r[0] in keys for r in rows[g * 100:(g + 1) * 100])}
     assert trace.decoded_rows() <= 100 * 40 and len(held) * 100 <= trace.decoded_rows()
+    # date keys, runs of one key across groups (a binary search over the sorted key column)
+    schema = pa.schema([("d", pa.date32()), ("v", pa.string()), ("_weight", pa.int64())])
+    days = sorted(rng.randrange(300) for _ in range(3000))
+    table = pa.table({"d": pa.array(days, pa.int32()).cast(pa.date32()), "v": [str(i) for i in range(3000)],
+                      "_weight": [1] * 3000}, schema=schema)
+    pq.write_table(table, str(tmp_path / "d.parquet"), row_group_size=50)
+    dated = TraceFiles(LocalFileSystem(), [str(tmp_path / "d.parquet")], schema)
+    for _ in range(20):
+        probe = table.column("d").take(pa.array(rng.sample(range(3000), rng.choice([1, 7])))).to_pylist()
+        probe.append(datetime.date(2001, 1, 1))  # absent
+        got = dated.lookup("d", probe)
+        assert sorted(got.column("v").to_pylist()) == sorted(
+            v for d, v in zip(table.column("d").to_pylist(), table.column("v").to_pylist()) if d in set(probe))
 
 
 def test_a_streamed_match_finds_what_a_lookup_finds_and_keeps_nothing_decoded(tmp_path):

@@ -308,8 +308,11 @@ class TraceFiles:
         ends = np.cumsum([len(self._keys[(column, f, g)]) for f, g in unknown])
         together = pa.chunked_array([c for f, g in unknown for c in self._keys[(column, f, g)].chunks],
                                     self.schema.field(column).type)
-        hits = pc.indices_nonzero(wanted.member(together)).to_numpy(zero_copy_only=False)
-        held = {unknown[int(k)] for k in np.unique(np.searchsorted(ends, hits, side="right"))}
+        at = _sorted_hits(together, ends, wanted)
+        if at is None:  # not one sorted integer run: a membership test of every key
+            hits = pc.indices_nonzero(wanted.member(together)).to_numpy(zero_copy_only=False)
+            at = np.unique(np.searchsorted(ends, hits, side="right"))
+        held = {unknown[int(k)] for k in at}
         return [key for key in groups if key in self._decoded or key in held]
 
     def _read_groups(self, groups: list[tuple[int, int]]) -> list[pa.Table]:
@@ -379,6 +382,31 @@ class TraceFiles:
             self._decoded[(f, g)] = table.cast(self.schema)
             self.bytes_read += self._index[f].group_bytes(g)
         return self._decoded[(f, g)]
+
+
+def _sorted_hits(keys: pa.ChunkedArray, ends: np.ndarray, wanted: "KeySet") -> np.ndarray | None:
+    """The indices of the row groups holding a probed key (``ends``: where each group's keys end
+    in ``keys``), found by binary search when ``keys`` is one non-decreasing run of integers or
+    dates without NULL and no NULL is probed (one sorted file's groups in order: a probe of k keys
+    costs O(k log n), not a hash lookup of each of the n keys); None otherwise."""
+    dtype = keys.type
+    if wanted.want_null or keys.null_count or not (pa.types.is_integer(dtype) or pa.types.is_date(dtype)):
+        return None
+    base = pa.int32() if pa.types.is_date32(dtype) else pa.int64() if pa.types.is_date64(dtype) else dtype
+    values = keys.cast(base).to_numpy()
+    if len(values) > 1 and not bool(np.all(values[1:] >= values[:-1])):
+        return None
+    probes = wanted.values.cast(base).to_numpy(zero_copy_only=False)
+    lo, hi = np.searchsorted(values, probes, "left"), np.searchsorted(values, probes, "right")
+    found = lo < hi
+    if not found.any():
+        return np.zeros(0, dtype=np.int64)
+    first = np.searchsorted(ends, lo[found], side="right")  # a run of one key may span groups
+    last = np.searchsorted(ends, hi[found] - 1, side="right")
+    marks = np.zeros(len(ends) + 1, dtype=np.int64)
+    np.add.at(marks, first, 1)
+    np.add.at(marks, last + 1, -1)
+    return np.flatnonzero(np.cumsum(marks)[:-1] > 0)
 
 
 class _Density:
