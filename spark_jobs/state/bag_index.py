@@ -8,7 +8,8 @@ bound by the cost per column chunk, not per byte). So each data file the in-proc
 writes for such an integral gets a sidecar ``_bagidx-<file>.arrow`` in the same directory: one
 row per row of the file, ``(key, d0, d1, _weight)`` (no ``_weight`` when every row weighs 1, as
 a load's) sorted on ``key`` (the first integer or date column, the one the check looks up by), in
-an uncompressed Arrow IPC file that is memory-mapped, so a lookup is two binary searches per probed key and no decoding at all.
+an uncompressed Arrow IPC file that is memory-mapped, so a lookup is two binary searches per
+probed key and no decoding at all.
 
 Exactness. ``(d0, d1)`` is a 128-bit keyed digest of the whole tuple, so a digest match is not a
 proof of equality; it is used in one direction only. A step passes the fast check when every
