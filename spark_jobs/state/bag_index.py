@@ -240,7 +240,11 @@ def write_sidecar(data_path: str, table: pa.Table, secret_: bytes) -> bool:
     if k.null_count:  # NULL keys: the check probes with numbers only; look such a file up exactly
         STATS.skipped["null key"] = STATS.skipped.get("null key", 0) + 1
         return False
-    kv = _key_numpy(k)
+    try:
+        kv = _key_numpy(k)
+    except Unsupported as exc:
+        STATS.skipped[str(exc)] = STATS.skipped.get(str(exc), 0) + 1
+        return False
     side = pa.table({KEY: pa.array(kv), D0: pa.array(d0), D1: pa.array(d1),
                      WEIGHT: table.column(WEIGHT).cast(pa.int64())})
     if len(kv) > 1 and not bool(np.all(kv[1:] >= kv[:-1])):

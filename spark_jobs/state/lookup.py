@@ -99,6 +99,13 @@ class TraceFiles:
         """Rows of each file (from the footers), in ``paths`` order."""
         return [m.num_rows for m in self._meta]
 
+    def admitting(self, column: str, values: "Sequence[object] | Probe") -> list[int]:
+        """The files (indices in ``paths``) with a row group whose statistics admit one of
+        ``values``: the others hold none of them (from the footers; nothing is read)."""
+        present, want_null = _probe(values)
+        return [f for f, groups in self._admitted_by_file(column, self._prunable(column, present), want_null,
+                                                          (None, None), None, _memo(values)) if len(groups)]
+
     def max_of(self, column: str) -> int | None:
         """The largest value of an integer column, from statistics (read where they are missing)."""
         best: int | None = None
