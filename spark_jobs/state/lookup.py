@@ -312,14 +312,19 @@ class TraceFiles:
         unknown = [key for key in groups if key not in self._decoded]
         if not unknown:
             return groups
-        ends = np.cumsum([len(self._keys[(column, f, g)]) for f, g in unknown])
-        together = pa.chunked_array([c for f, g in unknown for c in self._keys[(column, f, g)].chunks],
-                                    self.schema.field(column).type)
-        at = _sorted_hits(together, ends, wanted)
-        if at is None:  # not one sorted integer run: a membership test of every key
-            hits = pc.indices_nonzero(wanted.member(together)).to_numpy(zero_copy_only=False)
-            at = np.unique(np.searchsorted(ends, hits, side="right"))
-        held = {unknown[int(k)] for k in at}
+        by_file: dict[int, list[tuple[int, int]]] = {}
+        for key in unknown:
+            by_file.setdefault(key[0], []).append(key)
+        held: set[tuple[int, int]] = set()
+        for keys_of in by_file.values():  # a file's groups in order: one sorted run if the file is sorted
+            ends = np.cumsum([len(self._keys[(column, f, g)]) for f, g in keys_of])
+            together = pa.chunked_array([c for f, g in keys_of for c in self._keys[(column, f, g)].chunks],
+                                        self.schema.field(column).type)
+            at = _sorted_hits(together, ends, wanted)
+            if at is None:  # not one sorted integer run: a membership test of every key
+                hits = pc.indices_nonzero(wanted.member(together)).to_numpy(zero_copy_only=False)
+                at = np.unique(np.searchsorted(ends, hits, side="right"))
+            held.update(keys_of[int(k)] for k in at)
         return [key for key in groups if key in self._decoded or key in held]
 
     def _read_groups(self, groups: list[tuple[int, int]]) -> list[pa.Table]:
@@ -400,8 +405,9 @@ def _sorted_hits(keys: pa.ChunkedArray, ends: np.ndarray, wanted: "KeySet") -> n
     if wanted.want_null or keys.null_count or not (pa.types.is_integer(dtype) or pa.types.is_date(dtype)):
         return None
     base = pa.int32() if pa.types.is_date32(dtype) else pa.int64() if pa.types.is_date64(dtype) else dtype
-    values = keys.cast(base).to_numpy()
-    if len(values) > 1 and not bool(np.all(values[1:] >= values[:-1])):
+    parts = [c.cast(base).to_numpy(zero_copy_only=False) for c in keys.chunks]
+    values = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    if len(values) > 1 and not bool((values[1:] >= values[:-1]).all()):
         return None
     probes = wanted.values.cast(base).to_numpy(zero_copy_only=False)
     lo, hi = np.searchsorted(values, probes, "left"), np.searchsorted(values, probes, "right")
