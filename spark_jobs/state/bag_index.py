@@ -6,9 +6,10 @@ every column chunk of each row group a deleted key falls in: a 100k-row W1 chang
 ~9k of the line items' 52k groups and the check cost 5x the circuit's evaluation (decoding is
 bound by the cost per column chunk, not per byte). So each data file the in-process writer
 writes for such an integral gets a sidecar ``_bagidx-<file>.arrow`` in the same directory: one
-row per row of the file, ``(key, d0, d1, _weight)`` sorted on ``key`` (the integral's first
-integer or date column, the one the check looks up by), in an uncompressed Arrow IPC file that is
-memory-mapped, so a lookup is two binary searches per probed key and no decoding at all.
+row per row of the file, ``(key, d0, d1, _weight)`` (no ``_weight`` when every row weighs 1, as
+a load's) sorted on ``key`` (the first integer or date column, the one the check looks up by), in
+an uncompressed Arrow IPC file that is memory-mapped, so a lookup is two binary searches per
+probed key and no decoding at all.
 
 Exactness. ``(d0, d1)`` is a 128-bit keyed digest of the whole tuple, so a digest match is not a
 proof of equality; it is used in one direction only. A step passes the fast check when every
@@ -245,11 +246,14 @@ def write_sidecar(data_path: str, table: pa.Table, secret_: bytes) -> bool:
     except Unsupported as exc:
         STATS.skipped[str(exc)] = STATS.skipped.get(str(exc), 0) + 1
         return False
+    weights = table.column(WEIGHT).cast(pa.int64())
+    bounds = pc.min_max(weights).as_py()
+    unit = bounds["min"] == 1 and bounds["max"] == 1 and weights.null_count == 0
     side = pa.table({KEY: pa.array(kv), D0: pa.array(d0), D1: pa.array(d1),
-                     WEIGHT: table.column(WEIGHT).cast(pa.int64())})
+                     **({} if unit else {WEIGHT: weights})})  # a load's rows all weigh 1: not stored
     if len(kv) > 1 and not bool(np.all(kv[1:] >= kv[:-1])):
         side = side.take(pa.array(np.argsort(kv, kind="stable")))
-    meta = {"version": VERSION, "rows": str(table.num_rows), "key": key,
+    meta = {"version": VERSION, "rows": str(table.num_rows), "key": key, "unit": "1" if unit else "0",
             "columns": _signature(table.schema, columns)}
     side = side.replace_schema_metadata({f"dbsp.{k}": v for k, v in meta.items()})
     final = sidecar_path(data_path)
@@ -283,6 +287,7 @@ def _open(data_path: str, rows: int, key: str, signature: str) -> pa.Table | Non
         reader = pa.ipc.open_file(pa.memory_map(path))
         meta = {k.decode(): v.decode() for k, v in (reader.schema.metadata or {}).items()}
         if (meta.get("dbsp.version") != VERSION or meta.get("dbsp.key") != key
+                or (WEIGHT not in reader.schema.names) != (meta.get("dbsp.unit") == "1")
                 or meta.get("dbsp.columns") != signature or int(meta.get("dbsp.rows", -1)) != rows):
             return None
         side = reader.read_all()
@@ -317,7 +322,12 @@ def before(paths: Sequence[str], rows: Sequence[int], neg: pa.Table, columns: Se
         lo, hi = lo[hit], hi[hit]
         counts = hi - lo
         at = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
-        found.append(side.take(pa.array(at)).select([KEY, D0, D1, WEIGHT]))
+        taken = side.take(pa.array(at)).select([KEY, D0, D1])
+        if WEIGHT in side.column_names:
+            taken = taken.append_column(WEIGHT, side.column(WEIGHT).take(pa.array(at)))
+        else:  # ``unit``: every row weighs 1
+            taken = taken.append_column(WEIGHT, pa.array(np.ones(len(at), np.int64)))
+        found.append(taken)
     STATS.indexed_files += len(paths) - len(plain)
     STATS.plain_files += len(plain)
     out = np.zeros(neg.num_rows, np.int64)
