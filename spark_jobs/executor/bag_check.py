@@ -184,6 +184,7 @@ def _passes_by_digest(neg: pa.Table, cols: list[str], files: TraceFiles, policy:
         return False
     # only the files whose statistics admit a deleted key: the others hold none of them (a
     # 100-row change falls in a few of SF10's 61 line-item files)
+    bag_index.forget_others(files.paths)
     near = files.admitting(key, Probe(pc.unique(neg.column(key)).to_pylist()))
     rows = files.file_rows()
     try:

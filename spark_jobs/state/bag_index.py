@@ -48,6 +48,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -280,18 +281,57 @@ def _key_numpy(col: "pa.ChunkedArray | pa.Array") -> np.ndarray:
     return v.astype(np.int64, copy=False)
 
 
-def _open(data_path: str, rows: int, key: str, signature: str) -> pa.Table | None:
-    """The sidecar of ``data_path`` if it exists and matches (memory-mapped), else None."""
-    path = sidecar_path(data_path)
+# sidecars opened by this process, by path, inode and modification time (a sidecar is never
+# modified: each write makes a new directory), so a step's check does not reopen and re-validate
+# SF10's 76 files; memory-mapped, they hold address space, not memory (least recently used out)
+_OPENED: "OrderedDict[tuple[str, int, int], tuple[dict[str, str], pa.Table]]" = OrderedDict()
+MAX_OPENED = 4096
+
+
+def _read(path: str) -> tuple[dict[str, str], pa.Table] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    at = (path, st.st_ino, st.st_mtime_ns)
+    found = _OPENED.get(at)
+    if found is not None:
+        _OPENED.move_to_end(at)
+        return found
     try:
         reader = pa.ipc.open_file(pa.memory_map(path))
         meta = {k.decode(): v.decode() for k, v in (reader.schema.metadata or {}).items()}
+        found = (meta, reader.read_all())
+    except (OSError, pa.ArrowException, ValueError, UnicodeDecodeError):
+        return None
+    _OPENED[at] = found
+    while len(_OPENED) > MAX_OPENED:
+        _OPENED.popitem(last=False)
+    return found
+
+
+def forget_others(data_paths: Sequence[str]) -> None:
+    """Drop the opened sidecars of the traces of ``data_paths`` (all of a trace's current files)
+    that are not theirs: files compacted away, whose memory maps would keep deleted files' disk
+    space in use while this process lives."""
+    keep = {sidecar_path(p) for p in data_paths}
+    traces = {os.path.dirname(os.path.dirname(p)) for p in data_paths}
+    for at in [at for at in _OPENED if at[0] not in keep and os.path.dirname(os.path.dirname(at[0])) in traces]:
+        del _OPENED[at]
+
+
+def _open(data_path: str, rows: int, key: str, signature: str) -> pa.Table | None:
+    """The sidecar of ``data_path`` if it exists and matches (memory-mapped), else None."""
+    found = _read(sidecar_path(data_path))
+    if found is None:
+        return None
+    meta, side = found
+    try:
         if (meta.get("dbsp.version") != VERSION or meta.get("dbsp.key") != key
-                or (WEIGHT not in reader.schema.names) != (meta.get("dbsp.unit") == "1")
+                or (WEIGHT not in side.column_names) != (meta.get("dbsp.unit") == "1")
                 or meta.get("dbsp.columns") != signature or int(meta.get("dbsp.rows", -1)) != rows):
             return None
-        side = reader.read_all()
-    except (OSError, pa.ArrowException, ValueError):
+    except ValueError:
         return None
     return side if side.num_rows == rows else None
 
