@@ -169,3 +169,31 @@ def test_in_process_steps_write_sidecars_and_refuse_exactly_what_the_reference_r
         counts[k] += w
     assert oracle.view_counter(rt, "uniq") == Counter({t: 1 for t, w in held.items() if w > 0})
     assert oracle.view_counter(rt, "counts") == Counter({(k, n): 1 for k, n in counts.items() if n > 0})
+
+
+def test_state_with_sidecars_and_without_agrees_on_both_engines(spark, tmp_path):
+    """The filtered circuit stepped on Spark, on Arrow and alternately (Arrow's files with
+    sidecars, Spark's without, read by each other): the same view deltas at every step; the
+    alternating run's Arrow steps check deletes against a trace of both kinds of files."""
+    from tests.engines import STRINGS, maybe, run_both
+
+    items = ({"k": "long", "v": "string", "x": "double"},
+             {"k": lambda r: r.choice(range(5)), "v": STRINGS, "x": lambda r: maybe(r, [0.5, -0.0, 0.0, float("nan")])})
+    used = bag_index.STATS.indexed_files
+    engines = run_both(tmp_path, FILTERED, {"items": items}, steps=4, seed=25, sizes=lambda t: (10, 6))
+    assert engines == ["arrow", "spark", "arrow", "spark"]
+    assert bag_index.STATS.indexed_files > used
+
+
+def test_opened_sidecars_are_kept_until_their_trace_moves_on(tmp_path):
+    fs = LocalFileSystem()
+    trace = tmp_path / "traces" / "I(x)"
+    old = _write(fs, str(trace / "t1"), [(1, "a", 1.0, 1), (2, "b", 2.0, 1)], sidecar=True)
+    new = _write(fs, str(trace / "t2"), [(1, "a", 1.0, 1)], sidecar=True)
+    neg = _table([(1, "a", 1.0, -1)])
+    assert bag_index.before(old + new, [2, 1], neg, ["k", "s", "x"], "k", SECRET)[0].tolist() == [2]
+    opened = {at[0] for at in bag_index._OPENED}
+    assert {bag_index.sidecar_path(p) for p in old + new} <= opened
+    bag_index.forget_others(new)  # t1 compacted away: its map is dropped, t2's kept
+    opened = {at[0] for at in bag_index._OPENED}
+    assert bag_index.sidecar_path(new[0]) in opened and bag_index.sidecar_path(old[0]) not in opened

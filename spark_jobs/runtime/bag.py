@@ -101,7 +101,7 @@ def check_deltas(rt, timestep: int, deltas: dict[str, DataFrame], deleted: Mappi
         found = find_negatives(spark, deltas[name], state.read(integral_id),
                                trace_files(integral_id) if trace_files is not None else None, rt.config.policy,
                                deleted=int(deleted[name]), driver_scan=driver_scan,
-                               cache=read_by_circuit(rt, integral_id))
+                               cache=read_by_circuit(rt, integral_id), secret=_digest_secret(state))
         if found is None:
             continue
         spec = rt.compiled.spec.inputs[name]

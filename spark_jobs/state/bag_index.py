@@ -6,9 +6,10 @@ every column chunk of each row group a deleted key falls in: a 100k-row W1 chang
 ~9k of the line items' 52k groups and the check cost 5x the circuit's evaluation (decoding is
 bound by the cost per column chunk, not per byte). So each data file the in-process writer
 writes for such an integral gets a sidecar ``_bagidx-<file>.arrow`` in the same directory: one
-row per row of the file, ``(key, d0, d1, _weight)`` sorted on ``key`` (the integral's first
-integer or date column, the one the check looks up by), in an uncompressed Arrow IPC file that is
-memory-mapped, so a lookup is two binary searches per probed key and no decoding at all.
+row per row of the file, ``(key, d0, d1, _weight)`` (no ``_weight`` when every row weighs 1, as
+a load's) sorted on ``key`` (the first integer or date column, the one the check looks up by), in
+an uncompressed Arrow IPC file that is memory-mapped, so a lookup is two binary searches per
+probed key and no decoding at all.
 
 Exactness. ``(d0, d1)`` is a 128-bit keyed digest of the whole tuple, so a digest match is not a
 proof of equality; it is used in one direction only. A step passes the fast check when every
@@ -47,6 +48,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -240,12 +242,19 @@ def write_sidecar(data_path: str, table: pa.Table, secret_: bytes) -> bool:
     if k.null_count:  # NULL keys: the check probes with numbers only; look such a file up exactly
         STATS.skipped["null key"] = STATS.skipped.get("null key", 0) + 1
         return False
-    kv = _key_numpy(k)
+    try:
+        kv = _key_numpy(k)
+    except Unsupported as exc:
+        STATS.skipped[str(exc)] = STATS.skipped.get(str(exc), 0) + 1
+        return False
+    weights = table.column(WEIGHT).cast(pa.int64())
+    bounds = pc.min_max(weights).as_py()
+    unit = bounds["min"] == 1 and bounds["max"] == 1 and weights.null_count == 0
     side = pa.table({KEY: pa.array(kv), D0: pa.array(d0), D1: pa.array(d1),
-                     WEIGHT: table.column(WEIGHT).cast(pa.int64())})
+                     **({} if unit else {WEIGHT: weights})})  # a load's rows all weigh 1: not stored
     if len(kv) > 1 and not bool(np.all(kv[1:] >= kv[:-1])):
         side = side.take(pa.array(np.argsort(kv, kind="stable")))
-    meta = {"version": VERSION, "rows": str(table.num_rows), "key": key,
+    meta = {"version": VERSION, "rows": str(table.num_rows), "key": key, "unit": "1" if unit else "0",
             "columns": _signature(table.schema, columns)}
     side = side.replace_schema_metadata({f"dbsp.{k}": v for k, v in meta.items()})
     final = sidecar_path(data_path)
@@ -272,17 +281,57 @@ def _key_numpy(col: "pa.ChunkedArray | pa.Array") -> np.ndarray:
     return v.astype(np.int64, copy=False)
 
 
-def _open(data_path: str, rows: int, key: str, signature: str) -> pa.Table | None:
-    """The sidecar of ``data_path`` if it exists and matches (memory-mapped), else None."""
-    path = sidecar_path(data_path)
+# sidecars opened by this process, by path, inode and modification time (a sidecar is never
+# modified: each write makes a new directory), so a step's check does not reopen and re-validate
+# SF10's 76 files; memory-mapped, they hold address space, not memory (least recently used out)
+_OPENED: "OrderedDict[tuple[str, int, int], tuple[dict[str, str], pa.Table]]" = OrderedDict()
+MAX_OPENED = 4096
+
+
+def _read(path: str) -> tuple[dict[str, str], pa.Table] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    at = (path, st.st_ino, st.st_mtime_ns)
+    found = _OPENED.get(at)
+    if found is not None:
+        _OPENED.move_to_end(at)
+        return found
     try:
         reader = pa.ipc.open_file(pa.memory_map(path))
         meta = {k.decode(): v.decode() for k, v in (reader.schema.metadata or {}).items()}
+        found = (meta, reader.read_all())
+    except (OSError, pa.ArrowException, ValueError, UnicodeDecodeError):
+        return None
+    _OPENED[at] = found
+    while len(_OPENED) > MAX_OPENED:
+        _OPENED.popitem(last=False)
+    return found
+
+
+def forget_others(data_paths: Sequence[str]) -> None:
+    """Drop the opened sidecars of the traces of ``data_paths`` (all of a trace's current files)
+    that are not theirs: files compacted away, whose memory maps would keep deleted files' disk
+    space in use while this process lives."""
+    keep = {sidecar_path(p) for p in data_paths}
+    traces = {os.path.dirname(os.path.dirname(p)) for p in data_paths}
+    for at in [at for at in _OPENED if at[0] not in keep and os.path.dirname(os.path.dirname(at[0])) in traces]:
+        del _OPENED[at]
+
+
+def _open(data_path: str, rows: int, key: str, signature: str) -> pa.Table | None:
+    """The sidecar of ``data_path`` if it exists and matches (memory-mapped), else None."""
+    found = _read(sidecar_path(data_path))
+    if found is None:
+        return None
+    meta, side = found
+    try:
         if (meta.get("dbsp.version") != VERSION or meta.get("dbsp.key") != key
+                or (WEIGHT not in side.column_names) != (meta.get("dbsp.unit") == "1")
                 or meta.get("dbsp.columns") != signature or int(meta.get("dbsp.rows", -1)) != rows):
             return None
-        side = reader.read_all()
-    except (OSError, pa.ArrowException, ValueError):
+    except ValueError:
         return None
     return side if side.num_rows == rows else None
 
@@ -313,7 +362,12 @@ def before(paths: Sequence[str], rows: Sequence[int], neg: pa.Table, columns: Se
         lo, hi = lo[hit], hi[hit]
         counts = hi - lo
         at = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
-        found.append(side.take(pa.array(at)).select([KEY, D0, D1, WEIGHT]))
+        taken = side.take(pa.array(at)).select([KEY, D0, D1])
+        if WEIGHT in side.column_names:
+            taken = taken.append_column(WEIGHT, side.column(WEIGHT).take(pa.array(at)))
+        else:  # ``unit``: every row weighs 1
+            taken = taken.append_column(WEIGHT, pa.array(np.ones(len(at), np.int64)))
+        found.append(taken)
     STATS.indexed_files += len(paths) - len(plain)
     STATS.plain_files += len(plain)
     out = np.zeros(neg.num_rows, np.int64)
