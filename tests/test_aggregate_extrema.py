@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from contextlib import contextmanager
+from typing import Iterator
+from unittest import mock
 
 import duckdb
 import pyarrow as pa
@@ -83,7 +86,9 @@ def comparable(bag: Counter) -> Counter:
     return Counter({tuple("NaN" if v != v else v for v in r): w for r, w in bag.items() if w})
 
 
-def run_arrow(tmp_path, changes: list[Counter]) -> list[Counter]:
+def run_arrow(tmp_path, changes: list[Counter], steps_reading: list[int] | None = None) -> list[Counter]:
+    """The view after each change, in-process; ``steps_reading``: gets the number of each step
+    that reads the integral (once per read)."""
     inc = incrementalize(query())
     assert inc["m"].op == "aggregate_touched" and inc["m"].param("positive_input") is True
     store = StateStore(lambda: None, str(tmp_path), "extrema", "fp")
@@ -93,8 +98,9 @@ def run_arrow(tmp_path, changes: list[Counter]) -> list[Counter]:
         rows = [dict(zip([*COLUMNS, "_weight"], (*r, w))) for r, w in change.items()]
         with store.begin() as txn:
             txn.in_process = True
-            result = evaluate_step(inc, {"x": pa.Table.from_pylist(rows, schema=SCHEMA)}, StoreReader(store),
-                                   first_step=t == 1, engine=ArrowEngine())
+            with _counting(steps_reading, t):
+                result = evaluate_step(inc, {"x": pa.Table.from_pylist(rows, schema=SCHEMA)}, StoreReader(store),
+                                       first_step=t == 1, engine=ArrowEngine())
             for nid, u in result.updates.items():
                 txn.append_table(nid, u.df, kind=trace_kind(inc, nid), keys=u.keys, sort_by=u.sort_by)
             for row in result.outputs["m"].to_pylist():
@@ -103,6 +109,18 @@ def run_arrow(tmp_path, changes: list[Counter]) -> list[Counter]:
             txn.commit()
         seen.append(comparable(view))
     return seen
+
+
+@contextmanager
+def _counting(steps_reading: list[int] | None, t: int) -> Iterator[None]:
+    """Record ``t`` in ``steps_reading`` at each ``Integral.rows_for`` of some group inside (if a list)."""
+    if steps_reading is None:
+        yield
+        return
+    rows_for = arrow_kernels.Integral.rows_for
+    with mock.patch.object(arrow_kernels.Integral, "rows_for",
+                           lambda self, c, v: (len(v) and steps_reading.append(t)) or rows_for(self, c, v)):
+        yield
 
 
 def test_kept_extrema_equal_duckdb_and_read_only_the_groups_whose_extremum_was_deleted(tmp_path, monkeypatch):
@@ -191,3 +209,49 @@ def test_vectorized_min_max_equals_the_per_group_path(monkeypatch):
     assert agg._vectorized_extrema(table, ("f",), (("x", "max", "v", False),), schema, "UTC") is None
     assert agg._vectorized_extrema(table, ("g",), (("x", "count", "v", False),), schema, "UTC") is None
     assert agg._vectorized_extrema(table, (), (("x", "min", "v", False),), schema, "UTC") is None
+
+
+def test_a_deleted_extremum_replaced_by_a_value_beyond_it_reads_no_integral(tmp_path):
+    """A change that deletes a group's max (or min) and inserts a value at or beyond it (as a
+    shortest path that gets shorter retracts its old distance and inserts the new one) is decided
+    from the kept extrema: those steps read no integral. Random such steps (ties, NaN beyond every
+    number, NULLs among the other rows), mixed with deletions at the max that only the integral
+    can decide (which must read it): the views equal DuckDB's at every step."""
+    rng = random.Random(5)
+    bag: Counter = Counter()
+    changes, bags, replacing, plain = [], [], set(), set()
+    for step in range(1, 41):
+        change: Counter = Counter()
+        if step == 1:
+            for g in (0, 1, 2):
+                for v in (3.0, 4.0, 4.0, None, 6.0):
+                    change[(g, v, rng.choice(["a", "b"]))] += 1
+        else:
+            g = rng.choice([0, 1, 2])
+            rows = [r for r in bag if r[0] == g and r[1] is not None and r[1] == r[1]]
+            kind = rng.choice(("max", "min", "both", "plain"))
+            if kind in ("max", "both"):
+                top = max(rows, key=lambda r: r[1])
+                change[top] -= bag[top] if rng.random() < 0.5 else 1
+                change[(g, rng.choice((top[1], top[1] + 1.0, float("nan"))), "z")] += 1
+            if kind in ("min", "both"):
+                low = min(rows, key=lambda r: r[1])
+                change[low] -= bag[low] if rng.random() < 0.5 else 1
+                change[(g, rng.choice((low[1], low[1] - 1.0)), "z")] += 1
+            if kind == "plain":
+                top = max(rows, key=lambda r: r[1])
+                change[top] -= bag[top]
+                change[(g, top[1] - 0.5, "a")] += 1
+            spread = min(r[1] for r in rows) < max(r[1] for r in rows)  # one extremum deleted, not both
+            (plain if kind == "plain" else replacing if spread else set()).add(step)
+        change = Counter({r: w for r, w in change.items() if w})
+        bag.update(change)
+        bag = +bag
+        changes.append(change)
+        bags.append(Counter(bag))
+    reads: list[int] = []
+    got = run_arrow(tmp_path, changes, reads)
+    for step, (mine, b) in enumerate(zip(got, bags), start=1):
+        assert mine == comparable(duckdb_view(b)), f"step {step}: {changes[step - 1]}"
+    assert len(replacing) >= 10 and not replacing & set(reads), [(s, changes[s - 1]) for s in replacing & set(reads)]
+    assert plain & set(reads), "a deletion at the max with nothing beyond it reads the integral"

@@ -6,6 +6,7 @@ a lookup of a few keys in a sorted file decodes only the row groups that can hol
 """
 from __future__ import annotations
 
+import datetime
 import random
 
 import pyarrow as pa
@@ -84,6 +85,38 @@ def test_a_few_keys_in_a_sorted_file_decode_only_their_row_groups(tmp_path):
     assert trace.decoded_rows() <= 300  # 1-3 groups of 100, not 5000 rows
     trace.lookup("k", [42], (None, None), "_iter")  # the same groups again: read once per TraceFiles
     assert trace.decoded_rows() <= 300
+
+
+def test_a_cached_lookup_decodes_whole_only_the_groups_holding_a_probed_key(tmp_path):
+    """Statistics admit a group whenever a probed key lies within its min/max; the probed column
+    of the admitted groups is read first and only the groups really holding a key are decoded
+    whole (and kept). Random probes, present and absent, interleaved with earlier lookups of the
+    same TraceFiles, against a Python filter."""
+    rng = random.Random(5)
+    rows = sorted(((2 * rng.randrange(2000), f"v{i % 9}", i % 6, 1) for i in range(4000)), key=lambda r: r[0])
+    trace = TraceFiles(LocalFileSystem(), [_write(tmp_path / "t.parquet", rows, row_group_size=100)], SCHEMA)
+    odd = [2 * rng.randrange(2000) + 1 for _ in range(50)]  # never stored: within the groups' ranges
+    assert trace.lookup("k", odd).num_rows == 0
+    assert trace.decoded_rows() == 0  # admitted by statistics, decoded none
+    for _ in range(30):
+        keys = set(rng.sample(range(4000), rng.choice([1, 5, 40])))
+        got = trace.lookup("k", list(keys), (None, None), "_iter")
+        assert _got(got) == _expected(rows, keys, None, None)
+    held = {g for g in range(40) if any(r[0] in keys for r in rows[g * 100:(g + 1) * 100])}
+    assert trace.decoded_rows() <= 100 * 40 and len(held) * 100 <= trace.decoded_rows()
+    # date keys, runs of one key across groups (a binary search over the sorted key column)
+    schema = pa.schema([("d", pa.date32()), ("v", pa.string()), ("_weight", pa.int64())])
+    days = sorted(rng.randrange(300) for _ in range(3000))
+    table = pa.table({"d": pa.array(days, pa.int32()).cast(pa.date32()), "v": [str(i) for i in range(3000)],
+                      "_weight": [1] * 3000}, schema=schema)
+    pq.write_table(table, str(tmp_path / "d.parquet"), row_group_size=50)
+    dated = TraceFiles(LocalFileSystem(), [str(tmp_path / "d.parquet")], schema)
+    for _ in range(20):
+        probe = table.column("d").take(pa.array(rng.sample(range(3000), rng.choice([1, 7])))).to_pylist()
+        probe.append(datetime.date(2001, 1, 1))  # absent
+        got = dated.lookup("d", probe)
+        assert sorted(got.column("v").to_pylist()) == sorted(
+            v for d, v in zip(table.column("d").to_pylist(), table.column("v").to_pylist()) if d in set(probe))
 
 
 def test_a_streamed_match_finds_what_a_lookup_finds_and_keeps_nothing_decoded(tmp_path):

@@ -48,6 +48,7 @@ from spark_jobs.executor.spark.kernels import to_arrow
 from spark_jobs.executor.spark.session import step_conf, temporary_conf
 from spark_jobs.executor.spark.zset import WEIGHT, col
 from spark_jobs.policy import BagCheckPolicy, ExecutionPolicy, NarrowPolicy
+from spark_jobs.state import bag_index
 from spark_jobs.state.float_keys import canonical
 from spark_jobs.state.lookup import Probe, TooMany, TraceFiles
 
@@ -88,7 +89,7 @@ class Negatives:
 
 def find_negatives(spark: SparkSession, delta: DataFrame, integral: DataFrame | None,
                    files: TraceFiles | None, policy: ExecutionPolicy, *, deleted: int = 0,
-                   driver_scan: bool = False, cache: bool = True) -> Negatives | None:
+                   driver_scan: bool = False, cache: bool = True, secret: bytes | None = None) -> Negatives | None:
     """The tuples of ``delta`` whose integrated weight would go below zero, or None.
 
     ``integral`` is the input's integral before this step (None: empty) and ``files`` its
@@ -96,10 +97,11 @@ def find_negatives(spark: SparkSession, delta: DataFrame, integral: DataFrame | 
     has deletions; ``deleted`` is how many rows it deletes (bounds what a delta not held on the
     driver brings there). ``policy``: how large a change and a lookup the driver takes;
     ``driver_scan``: the driver may stream a large integral (a local profile); ``cache``: keep
-    the row groups looked up for the circuit's own lookups (``negative_tuples``).
+    the row groups looked up for the circuit's own lookups (``negative_tuples``); ``secret``:
+    the store's digest secret (``negative_tuples``).
     """
     try:
-        return _on_driver(spark, delta, integral, files, policy, deleted, driver_scan, cache)
+        return _on_driver(spark, delta, integral, files, policy, deleted, driver_scan, cache, secret)
     except NotLocal:
         return _on_spark(delta, integral)
 
@@ -128,7 +130,8 @@ def _lookup_column(table: pa.Table, cols: list[str]) -> str | None:
 
 
 def negative_tuples(table: pa.Table, files: TraceFiles | None, policy: NarrowPolicy,
-                    scan: BagCheckPolicy | None = None, *, cache: bool = True) -> pa.Table | None:
+                    scan: BagCheckPolicy | None = None, *, cache: bool = True,
+                    secret: bytes | None = None) -> pa.Table | None:
     """The tuples of the change ``table`` whose integrated weight would go below zero, on the
     driver: the input's columns, ``__before`` and ``__change``; None if there are none.
 
@@ -137,7 +140,9 @@ def negative_tuples(table: pa.Table, files: TraceFiles | None, policy: NarrowPol
     ``scan`` its streaming bounds) or has no column to look up by. ``cache``: keep the decoded
     row groups for the circuit's lookups of the same integral (a join reading the input as it
     is); False where nothing else reads it, so they are decoded once and leanly
-    (``TraceFiles.lookup``).
+    (``TraceFiles.lookup``). ``secret``: the store's digest secret; the files with a digest
+    sidecar (``state/bag_index.py``) are then read by digest, and the step passes if every
+    deletion is covered; if one is not, the exact check below decides.
     """
     table = _as_spark_groups(table)
     deleting = table.filter(pc.less(table.column(WEIGHT), 0))
@@ -155,9 +160,53 @@ def negative_tuples(table: pa.Table, files: TraceFiles | None, policy: NarrowPol
         return None
     parts = [_tagged(neg, cols, before=False)]
     if files is not None:
-        found = _padded(_integral_rows(neg, cols, files, policy, scan, cache), neg.schema).select(cols + [WEIGHT])
-        found = _as_spark_groups(found.cast(pa.schema([neg.schema.field(c) for c in cols] + [found.schema.field(WEIGHT)])))
-        parts.append(_tagged(found, cols, before=True))
+        if secret is not None and _passes_by_digest(neg, cols, files, policy, scan, cache, secret, parts):
+            return None
+        parts.append(_tagged(_found(neg, cols, files, policy, scan, cache), cols, before=True))
+    return _bad(parts, cols)
+
+
+def _found(neg: pa.Table, cols: list[str], files: TraceFiles, policy: NarrowPolicy,
+           scan: BagCheckPolicy | None, cache: bool) -> pa.Table:
+    """The integral's rows sharing ``neg``'s lookup key, as ``neg``'s columns and types."""
+    found = _padded(_integral_rows(neg, cols, files, policy, scan, cache), neg.schema).select(cols + [WEIGHT])
+    return _as_spark_groups(found.cast(pa.schema([neg.schema.field(c) for c in cols] + [found.schema.field(WEIGHT)])))
+
+
+def _passes_by_digest(neg: pa.Table, cols: list[str], files: TraceFiles, policy: NarrowPolicy,
+                      scan: BagCheckPolicy | None, cache: bool, secret: bytes, change: list[pa.Table]) -> bool:
+    """Does every tuple of ``neg`` keep a weight >= 0, counting the integral's copies by digest in
+    the files that have a sidecar and exactly in the others? True is final (a digest collision
+    could only wrongly add copies, with probability below 2^-80: ``bag_index``); False says only
+    that the exact check must decide. Without any sidecar, False at once (nothing read twice)."""
+    key = _lookup_column(neg, cols)
+    if key is None or key != bag_index.key_column(neg.schema, cols) or neg.column(key).null_count:
+        return False
+    # only the files whose statistics admit a deleted key: the others hold none of them (a
+    # 100-row change falls in a few of SF10's 61 line-item files)
+    bag_index.forget_others(files.paths)
+    near = files.admitting(key, Probe(pc.unique(neg.column(key)).to_pylist()))
+    rows = files.file_rows()
+    try:
+        weights, missing = bag_index.before([files.paths[i] for i in near], [rows[i] for i in near], neg, cols, key,
+                                            secret)
+    except (bag_index.Unsupported, pa.ArrowException):
+        return False
+    if near and len(missing) == len(near):
+        return False
+    plain = [near[i] for i in missing]
+    counted = neg.select(cols).append_column(BEFORE, pa.array(weights, pa.int64())).append_column(
+        CHANGE, pa.array(np.zeros(neg.num_rows, dtype=np.int64)))
+    parts = change + [counted]
+    if plain:
+        rest = TraceFiles(files.fs, [files.paths[i] for i in plain], files.schema)
+        parts.append(_tagged(_found(neg, cols, rest, policy, scan, cache), cols, before=True))
+    return _bad(parts, cols) is None
+
+
+def _bad(parts: list[pa.Table], cols: list[str]) -> pa.Table | None:
+    """The tuples whose summed ``__change`` is negative and takes ``__before + __change`` below
+    zero, from tagged tables (``_tagged``)."""
     total = pa.concat_tables(parts, promote_options="permissive")
     sums = group_sums(total, cols, [BEFORE, CHANGE])
     b, c = sums.column(f"{BEFORE}_sum"), sums.column(f"{CHANGE}_sum")
@@ -209,11 +258,12 @@ def _change_on_driver(delta: DataFrame, policy: ExecutionPolicy, deleted: int) -
 
 
 def _on_driver(spark: SparkSession, delta: DataFrame, integral: DataFrame | None, files: TraceFiles | None,
-               policy: ExecutionPolicy, deleted: int, driver_scan: bool, cache: bool = True) -> Negatives | None:
+               policy: ExecutionPolicy, deleted: int, driver_scan: bool, cache: bool = True,
+               secret: bytes | None = None) -> Negatives | None:
     if integral is not None and files is None:
         raise NotLocal("the integral has no files to look up on the driver")
     bad = negative_tuples(_change_on_driver(delta, policy, deleted), files if integral is not None else None,
-                          policy.narrow, policy.bag_check if driver_scan else None, cache=cache)
+                          policy.narrow, policy.bag_check if driver_scan else None, cache=cache, secret=secret)
     if bad is None:
         return None
     cols = bad.column_names[:-2]

@@ -27,7 +27,8 @@ from spark_jobs.ir.incrementalize import bag_integrals
 from spark_jobs.spec.model import WEIGHT
 from spark_jobs.runtime.reach import driver_reach
 from spark_jobs.state.arrow_fs import normalize, uri_join
-from spark_jobs.state.fs import filesystem_for
+from spark_jobs.state import bag_index
+from spark_jobs.state.fs import LocalFileSystem, filesystem_for
 
 ON_NEGATIVE = ("refuse", "quarantine")
 QUARANTINE_DIR = "quarantine"
@@ -100,7 +101,7 @@ def check_deltas(rt, timestep: int, deltas: dict[str, DataFrame], deleted: Mappi
         found = find_negatives(spark, deltas[name], state.read(integral_id),
                                trace_files(integral_id) if trace_files is not None else None, rt.config.policy,
                                deleted=int(deleted[name]), driver_scan=driver_scan,
-                               cache=read_by_circuit(rt, integral_id))
+                               cache=read_by_circuit(rt, integral_id), secret=_digest_secret(state))
         if found is None:
             continue
         spec = rt.compiled.spec.inputs[name]
@@ -128,9 +129,17 @@ def check_tables(rt, tables: Mapping[str, Any], deleted: Mapping[str, int], stat
             continue
         policy = rt.config.policy
         if negative_tuples(tables[name], state.trace_files(integral_id), policy.narrow, policy.bag_check,
-                           cache=read_by_circuit(rt, integral_id)) is not None:
+                           cache=read_by_circuit(rt, integral_id), secret=_digest_secret(state)) is not None:
             raise NotLocal(f"input {name} deletes rows it does not hold (the bag check refuses or quarantines "
                            f"them on Spark, naming the files)")
+
+
+def _digest_secret(state) -> bytes | None:
+    """The store's bag-digest secret (``state/bag_index.py``), if it has one and is local."""
+    store = getattr(state, "store", None)
+    if store is None or not isinstance(store.fs, LocalFileSystem):
+        return None
+    return bag_index.secret(store.layout.root)
 
 
 def _located(spark, spec, files: Sequence[InputFile], found: Negatives) -> DataFrame:

@@ -150,6 +150,15 @@ class Work:
         return self.mode == "recompute"
 
 
+def bag_index_traces(rt: "CircuitRuntime") -> list[str]:
+    """The integrals whose files get digest sidecars (``state/bag_index.py``): those only the bag
+    check reads (W1's: its inputs are filtered and projected before their joins)."""
+    from spark_jobs.ir.incrementalize import bag_integrals, bag_only
+
+    circuit = rt.compiled.incremental
+    return [i for i in bag_integrals(circuit).values() if bag_only(circuit, i)]
+
+
 def commit(rt: "CircuitRuntime", txn: "Transaction", work: Work) -> "Manifest":
     """Phase 6: write ``work`` into ``txn`` and publish the manifest (the commit point).
 
@@ -159,6 +168,7 @@ def commit(rt: "CircuitRuntime", txn: "Transaction", work: Work) -> "Manifest":
 
     if txn.timestep != work.timestep:
         raise RuntimeError(f"timestep {work.timestep} was computed, but the store is at {txn.timestep - 1}")
+    txn.index_bags(bag_index_traces(rt))
     spec = rt.compiled.spec
     if work.full:
         refresh.forget_consumed(txn)  # a refresh records exactly the files it read again

@@ -12,7 +12,7 @@ import functools
 import json
 import uuid
 from decimal import Decimal
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -62,24 +62,36 @@ def dtypes(schema: pa.Schema) -> list[tuple[str, str]]:
 
 
 def write_dir(fs: FileSystem, path: str, table: pa.Table, policy: StatePolicy, *,
-              sort_by: Sequence[str] = ()) -> FileStat:
-    """Write ``table`` as a new Parquet directory (the counterpart of ``trace.write_dir``): one
-    file per ``policy.rows_per_file`` rows; with ``sort_by``, sorted (NULLs first, as Spark) and
-    in row groups of about ``policy.sorted_row_group_bytes`` and compressed with
-    ``policy.sorted_compression`` (none by default: a lookup decodes whole groups), so key lookups
-    read few groups and decode them cheaply."""
-    order = None  # the sorted order, taken one file at a time: a sorted copy of a load's whole
+              sort_by: Sequence[str] = (), each_file: Callable[[str, pa.Table], None] | None = None) -> FileStat:
+    """Write ``table`` as a new Parquet directory (the counterpart of ``trace.write_dir``).
+
+    Unsorted: one file per ``policy.rows_per_file`` rows. With ``sort_by``: sorted (NULLs first,
+    as Spark), in row groups of about ``policy.sorted_row_group_bytes``, compressed with
+    ``policy.sorted_compression`` (none by default: a lookup decodes whole groups), as ONE file
+    written ``rows_per_file`` rows at a time (the same memory bound). Why one file: a lookup
+    reads row groups, and every extra file of a key-sorted directory only adds its own
+    admission, open and read call to each lookup that touches it (split at 1M rows, SF10's
+    integrals were 8-61 files, and a 1,000-row W1 step's lookups touched most of them: the step
+    grew with the state's file count, not with the rows it read).
+
+    ``each_file(path, rows)`` is called after each file is written, with the rows written there
+    (a bag integral's digest sidecar, ``bag_index``); such a sorted write keeps one file per
+    ``rows_per_file`` rows, so that no file's rows are ever held whole."""
+    order = None  # the sorted order, taken one chunk at a time: a sorted copy of a load's whole
     group_rows = None  # table (60M line items at SF10) would double the step's memory
     if sort_by and table.num_rows:
         try:
             order = pc.sort_indices(table, [(c, "ascending", "at_start") for c in sort_by])
         except (pa.ArrowTypeError, pa.ArrowNotImplementedError):
             order = None  # a key pyarrow cannot order (an array or map): written as it is, read whole
+    chunk = max(1, policy.rows_per_file)
     if order is not None:
         per_row = max(1, table.nbytes // table.num_rows)
         group_rows = max(1024, policy.sorted_row_group_bytes // per_row)
+        chunk = max(1, chunk // group_rows) * group_rows  # whole row groups per chunk
+        if each_file is None:
+            return _write_sorted_file(fs, path, table, order, chunk, group_rows, policy.sorted_compression)
     size = 0
-    chunk = max(1, policy.rows_per_file)
     codec = "snappy" if order is None else policy.sorted_compression
     for i, start in enumerate(range(0, max(table.num_rows, 1), chunk)):
         part = table.slice(start, chunk) if order is None else table.take(order.slice(start, chunk))
@@ -87,8 +99,22 @@ def write_dir(fs: FileSystem, path: str, table: pa.Table, policy: StatePolicy, *
         full = fs.join(path, name)
         with fs.open_write(full) as fh:
             pq.write_table(part, fh, compression=codec, row_group_size=group_rows)
+        if each_file is not None:
+            each_file(full, part)
         size += sum(s for f, s in fs.data_files(path) if f == full)
     return FileStat(rows=table.num_rows, bytes=size)
+
+
+def _write_sorted_file(fs: FileSystem, path: str, table: pa.Table, order: pa.Array, chunk: int,
+                       group_rows: int, codec: str) -> FileStat:
+    """``table`` in ``order`` as one Parquet file in ``path``, ``chunk`` rows taken at a time."""
+    name = f"part-00000-{uuid.uuid4()}-c000{'' if codec == 'none' else '.' + codec}.parquet"
+    full = fs.join(path, name)
+    with fs.open_write(full) as fh:
+        with pq.ParquetWriter(fh, table.schema, compression=codec) as writer:
+            for start in range(0, table.num_rows, chunk):
+                writer.write_table(table.take(order.slice(start, chunk)), row_group_size=group_rows)
+    return FileStat(rows=table.num_rows, bytes=sum(s for f, s in fs.data_files(path) if f == full))
 
 
 def read_dirs(fs: FileSystem, paths: Sequence[str], schema: pa.Schema) -> pa.Table:

@@ -559,7 +559,11 @@ def extrema_step(delta: pa.Table, old: pa.Table, group_by: Sequence[str], aggs: 
     every extremum leaves them all, and the group, in place; inserts only move an extremum out
     (extremum(old, inserted values)). Undecided: a deletion at an extremum (ties too: whether a
     peer is left is in the integral), a deletion when an extremum is NULL (was it the group's
-    last row?), a deletion in a group with no row."""
+    last row?), a deletion in a group with no row. Except: a deletion at an extremum is decided
+    when the change also inserts a (non-NULL) value at or beyond that extremum (a min's ``<=``):
+    every row left is at or inside the old extremum, so the new one is the inserted one (a
+    shortest path that gets shorter retracts its old distance and inserts the new one in one
+    change; the loop of ``iterate`` saw this in every iteration, each reading the integral)."""
     d = consolidate(delta)
     args, _ = _arguments(d, aggs, timezone)
     weights = d.column(WEIGHT).to_pylist()
@@ -569,19 +573,19 @@ def extrema_step(delta: pa.Table, old: pa.Table, group_by: Sequence[str], aggs: 
         values = [old.column(o).to_pylist() for o in outs]
         for r, key in enumerate(_keys(old, group_by)):
             before[key] = [v[r] for v in values]
+    keys = _keys(d, group_by)
     inserted: dict[tuple, list[list[Any]]] = {}
-    undecided: dict[tuple, int] = {}  # group -> a row of d that holds its key values
-    for r, key in enumerate(_keys(d, group_by)):
-        if key in undecided:
-            continue
+    for r, key in enumerate(keys):
         if weights[r] > 0:
             found = inserted.setdefault(key, [[] for _ in aggs])
             for i in range(len(aggs)):
                 found[i].append(args[i][r])
+    undecided: dict[tuple, int] = {}  # group -> a row of d that holds its key values
+    for r, key in enumerate(keys):
+        if weights[r] > 0 or key in undecided:
             continue
         ext = before.get(key)
-        if ext is None or any(e is None or (args[i][r] is not None and not _inside(aggs[i][1], args[i][r], e))
-                              for i, e in enumerate(ext)):
+        if ext is None or any(_deletes_at(aggs[i][1], args[i][r], e, inserted.get(key), i) for i, e in enumerate(ext)):
             undecided[key] = r
     rows = []
     for key in set(before) | set(inserted):
@@ -594,6 +598,17 @@ def extrema_step(delta: pa.Table, old: pa.Table, group_by: Sequence[str], aggs: 
     if not undecided:
         return new, None
     return new, d.take(pa.array(sorted(undecided.values()), pa.int64())).select(list(group_by))
+
+
+def _deletes_at(func: str, value: Any, extremum: Any, inserted: list[list[Any]] | None, i: int) -> bool:
+    """Does deleting a row of argument ``value`` leave aggregate ``i``'s new extremum unknown
+    without the integral? Yes when the extremum is NULL (was it the last row?) or ``value`` is
+    not strictly inside it, unless an ``inserted`` value of the group is at or beyond it."""
+    if extremum is None:
+        return True
+    if value is None or _inside(func, value, extremum):
+        return False
+    return not any(v is not None and not _inside(func, v, extremum) for v in (inserted[i] if inserted else ()))
 
 
 def _inside(func: str, value: Any, extremum: Any) -> bool:
