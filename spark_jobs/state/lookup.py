@@ -208,6 +208,14 @@ class TraceFiles:
         if not parts:
             return self.schema.empty_table()
         table = pa.concat_tables(parts)
+        if cache and iter_column is None:  # the decoded groups of each sorted file: binary search
+            files = [f for f, _ in groups]
+            starts = [0] + [i for i in range(1, len(files)) if files[i] != files[i - 1]] + [len(files)]
+            bounds = np.cumsum([0] + [p.num_rows for p in parts])
+            taken = [_sorted_rows(table.column(column).slice(bounds[a], bounds[b] - bounds[a]), wanted)
+                     for a, b in zip(starts, starts[1:])]
+            if all(t is not None for t in taken):
+                return table.take(pa.array(np.concatenate([t + bounds[a] for t, a in zip(taken, starts)])))
         keep = wanted.member(table.column(column))
         if iter_column is not None:
             it = table.column(iter_column)
@@ -396,11 +404,10 @@ class TraceFiles:
         return self._decoded[(f, g)]
 
 
-def _sorted_hits(keys: pa.ChunkedArray, ends: np.ndarray, wanted: "KeySet") -> np.ndarray | None:
-    """The indices of the row groups holding a probed key (``ends``: where each group's keys end
-    in ``keys``), found by binary search when ``keys`` is one non-decreasing run of integers or
-    dates without NULL and no NULL is probed (one sorted file's groups in order: a probe of k keys
-    costs O(k log n), not a hash lookup of each of the n keys); None otherwise."""
+def _sorted_values(keys: pa.ChunkedArray, wanted: "KeySet") -> tuple[np.ndarray, np.ndarray] | None:
+    """``keys`` and the probed keys as numpy integers when ``keys`` is one non-decreasing run of
+    integers or dates without NULL and no NULL is probed (a sorted file's groups in order): they
+    are then searched, not hashed key by key; None otherwise."""
     dtype = keys.type
     if wanted.want_null or keys.null_count or not (pa.types.is_integer(dtype) or pa.types.is_date(dtype)):
         return None
@@ -409,17 +416,43 @@ def _sorted_hits(keys: pa.ChunkedArray, ends: np.ndarray, wanted: "KeySet") -> n
     values = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, np.int64)
     if len(values) > 1 and not bool((values[1:] >= values[:-1]).all()):
         return None
-    probes = wanted.values.cast(base).to_numpy(zero_copy_only=False)
+    return values, wanted.values.cast(base).to_numpy(zero_copy_only=False)
+
+
+def _sorted_hits(keys: pa.ChunkedArray, ends: np.ndarray, wanted: "KeySet") -> np.ndarray | None:
+    """The indices of the row groups holding a probed key (``ends``: where each group's keys end
+    in ``keys``), by binary search (``_sorted_values``); None when ``keys`` is not one sorted run.
+    A probe costs O(k log n), not a hash lookup of each of the n keys."""
+    found = _sorted_values(keys, wanted)
+    if found is None:
+        return None
+    values, probes = found
     lo, hi = np.searchsorted(values, probes, "left"), np.searchsorted(values, probes, "right")
-    found = lo < hi
-    if not found.any():
+    held = lo < hi
+    if not held.any():
         return np.zeros(0, dtype=np.int64)
-    first = np.searchsorted(ends, lo[found], side="right")  # a run of one key may span groups
-    last = np.searchsorted(ends, hi[found] - 1, side="right")
+    first = np.searchsorted(ends, lo[held], side="right")  # a run of one key may span groups
+    last = np.searchsorted(ends, hi[held] - 1, side="right")
     marks = np.zeros(len(ends) + 1, dtype=np.int64)
     np.add.at(marks, first, 1)
     np.add.at(marks, last + 1, -1)
     return np.flatnonzero(np.cumsum(marks)[:-1] > 0)
+
+
+def _sorted_rows(keys: pa.ChunkedArray, wanted: "KeySet") -> np.ndarray | None:
+    """The positions of ``keys`` holding a probed key, ascending, by binary search
+    (``_sorted_values``); None when ``keys`` is not one sorted run (the caller tests each key)."""
+    found = _sorted_values(keys, wanted)
+    if found is None:
+        return None
+    values, probes = found
+    lo, hi = np.searchsorted(values, probes, "left"), np.searchsorted(values, probes, "right")
+    held = lo < hi
+    lo, lengths = lo[held], (hi - lo)[held]
+    if not len(lo):
+        return np.zeros(0, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    return (np.repeat(lo - starts, lengths) + np.arange(int(lengths.sum()))).astype(np.int64)
 
 
 class _Density:
