@@ -149,6 +149,32 @@ class MemoryGuard:
             time.sleep(0.5)
 
 
+def rewrites(before: Any, after: Any) -> list[list]:
+    """The traces a step compacted or merged (``[trace, rows written]``), from the manifests
+    before and after it: a directory of the new manifest other than the one delta a step appends
+    replaced older ones. A merge lands on whichever step fills a tier of deltas (the state store's
+    amortized cost), so the benchmark names it beside the step's seconds."""
+    out = []
+    if before is None or after is None:
+        return out
+    for tid, entry in after.traces.items():
+        old = before.traces.get(tid)
+        if old is None:
+            continue
+        gone = set(old.dirs) - set(entry.dirs)
+        if gone:
+            new = [d for d in entry.dirs if d not in set(old.dirs)]
+            rows = sum(entry.files[d].rows for d in new if d in entry.files)
+            out.append([tid, int(rows)])
+    return out
+
+
+def big_rewrite(measured: dict[str, Any], point: dict[str, Any]) -> bool:
+    """Did this step merge or compact at least as many trace rows as its change holds (a
+    rewrite that weighs on its seconds, not a small view trace's)?"""
+    return sum(rows for _, rows in measured.get("rewrites") or ()) >= point["change_rows"]
+
+
 def _reference(gen, folder: Path) -> Any:
     """DuckDB's Q3 over the generator's current tables (the integrated inputs), as a pandas frame."""
     import duckdb
@@ -341,14 +367,16 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
                     continue
                 if dog is not None:
                     dog.peak = 0  # this step's peak (the watchdog samples every second)
+                previous = rt.committed.manifest()
                 report = run_step(rt)
                 meta = rt.committed.manifest().meta
                 step[mode] = {"seconds": round(report.seconds, 3), "mode": report.mode, "engine": report.engine,
                               "reason": report.mode_reason, "engine_reason": report.engine_reason,
                               "estimate": (meta.get("cost") or {}).get("estimate"), "loadavg": os.getloadavg()[0],
-                              "peak_gib": round(max(dog.peak, dog.rss()) / 2**30, 2) if dog is not None else None}
+                              "peak_gib": round(max(dog.peak, dog.rss()) / 2**30, 2) if dog is not None else None,
+                              "rewrites": rewrites(previous, rt.committed.manifest())}
                 _log(f"{written.total} rows, {mode}: {report.seconds:.2f} s ({report.mode}, {report.engine}); "
-                     f"peak {step[mode]['peak_gib']} GiB; {report.engine_reason}")
+                     f"peak {step[mode]['peak_gib']} GiB; rewrites {step[mode]['rewrites']}; {report.engine_reason}")
             # after EVERY step: each root's view against DuckDB's Q3 over the integrated inputs
             want = None if lean else _reference(gen, work / "reference")
             point["view_ok"].append({mode: check(rt, want) for mode, rt in rts.items()})
@@ -367,7 +395,8 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
                            "engine": "/".join(sorted({m["engine"] for m in measured})),
                            "estimate": measured[-1]["estimate"], "reason": measured[-1]["reason"],
                            "steps_measured": len(measured),
-                           "peak_gib": max((m.get("peak_gib") or 0 for m in measured), default=None) or None}
+                           "peak_gib": max((m.get("peak_gib") or 0 for m in measured), default=None) or None,
+                           "each": [f"{m['seconds']}{'*' if big_rewrite(m, point) else ''}" for m in measured]}
         best = min(x for x in (point["incremental"]["seconds"], point["recompute"]["seconds"]) if x is not None)
         point["policy_over_best"] = round(point["policy"]["seconds"] / best, 2) if best else None
         # did the policy run the cheaper root's path (mode and engine)? Then policy / min compares
@@ -478,8 +507,9 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
              "| change rows | incremental s | recompute s | policy s (its choice, engine) | policy / min | "
              "policy us/row | per row / smaller size's | s / larger size's | DuckDB s | "
              "estimated incr / recompute s | views right | load avg | "
-             "GiB: peak RSS / process tree RSS | GiB: peak during the incremental / policy steps | policy ran the cheaper's path |",
-             "|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---|---|---|---|---|"]
+             "GiB: peak RSS / process tree RSS | GiB: peak during the incremental / policy steps | policy ran the cheaper's path | "
+             "each step s, incremental; policy (*: it merged or compacted at least its change's rows of traces) |",
+             "|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---|---|---|---|---|---|"]
     dash = lambda v: "-" if v is None else v  # noqa: E731
     for p in result["points"]:
         est = p["policy"].get("estimate") or {}
@@ -495,7 +525,8 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
                      f"{p['loadavg_before'][0]:.1f} -> {p['loadavg_after'][0]:.1f} | "
                      f"{(p.get('memory') or {}).get('peak_rss_gib', '-')} / {(p.get('memory') or {}).get('tree_rss_gib', '-')} | "
                      f"{dash(p['incremental'].get('peak_gib'))} / {dash(p['policy'].get('peak_gib'))} | "
-                     f"{ {True: 'yes', False: 'no', None: '-'}[p.get('same_path_as_cheaper')] } |")
+                     f"{ {True: 'yes', False: 'no', None: '-'}[p.get('same_path_as_cheaper')] } | "
+                     f"{' '.join(p['incremental'].get('each') or ['-'])}; {' '.join(p['policy'].get('each') or ['-'])} |")
     points = result["points"]
     worst = max((p["policy_over_best"] or 0 for p in points), default=0)
     unmeasured = [p["change_rows"] for p in points if p["recompute"]["seconds"] is None]

@@ -42,10 +42,13 @@ class StatePolicy:
     sorted_compression: str = "none"
     delta_fanout: int = 4  # deltas are merged in size tiers of this fan-out
     # an in-process step compacts or merges a trace of up to this many rows itself (more: Spark).
-    # As many as an in-process step may look up (arrow.max_lookup_rows): Nexmark q7 at 100k events
-    # a step keeps ~2M aggregate rows in its open windows, and a compaction that started Spark for
-    # them cost 125 s (37 s of it the JVM) where pyarrow takes a few seconds
-    inprocess_rewrite_rows: int = 5_000_000
+    # Nexmark q7 at 100k events a step keeps ~2M aggregate rows in its open windows, and a
+    # compaction that started Spark for them cost 125 s (37 s of it the JVM) where pyarrow takes a
+    # few seconds. A merge of one tier (delta_fanout deltas) of changes up to the in-process
+    # memory bound (arrow.max_memory_bytes: ~2.1M changed rows) must fit too: at W1 SF10 four
+    # line-item deltas of 1-2M-row changes held ~7M rows, and at 5M their merge started Spark
+    # inside a 2M-row step (30 s against 15 s for the same size without it)
+    inprocess_rewrite_rows: int = 10_000_000
 
 
 @dataclass(frozen=True)

@@ -207,11 +207,12 @@ def incremental_engine(history: Sequence[Sample], policy: ExecutionPolicy, chang
     ``cost.margin``. Without such a record it stays in-process: Spark's estimate would be its
     default scaled by the whole history's speed, while the in-process one is fitted to this
     circuit's small steps, whose fixed part inflates the per-row rate (W1 SF10, bench.recompute,
-    2026-11-29: after one 1,000-row step, a 1M-row change was estimated 22.9 s in-process
-    against 20.6 s on Spark; it took 6-8 s in-process, and 46-78 s on Spark in earlier runs), so
-    the comparison would send large steps to Spark, the cliff this bound removes. On a local
-    profile in-process was measured 4-8x faster at every size. Any other step keeps
-    ``(engine, reason)``."""
+    2026-11-29: after the load and one 1,000-row step of 0.96 s, a 1M-row change was estimated
+    22.8 s in-process against 20.6 s on Spark, in-process by the margin alone; with that small
+    step at 2 s, 47.4 s against 20.6 s: Spark. It took 6-8 s in-process, and 46-78 s on Spark in
+    earlier runs), so the comparison would send large steps to Spark, the cliff this bound
+    removes. On a local profile in-process was measured 4-8x faster at every size. Any other
+    step keeps ``(engine, reason)``."""
     if engine != "arrow" or change_rows <= policy.arrow.max_change_rows or policy.engine != "auto":
         return engine, reason
     here = estimate(history, change_rows, input_rows, "arrow", recompute_engine).incremental
