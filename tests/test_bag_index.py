@@ -33,8 +33,9 @@ def _write(fs, path: str, rows: list[tuple], sidecar: bool) -> list[str]:
     return [full for full, _ in fs.data_files(path)]
 
 
-@pytest.mark.parametrize("streamed", [False, True])
-def test_the_check_by_digest_matches_the_reference(tmp_path, streamed):
+@pytest.mark.parametrize("streamed,small", [(False, 2_000), (True, 2_000), (False, 0)])
+def test_the_check_by_digest_matches_the_reference(tmp_path, monkeypatch, streamed, small):
+    monkeypatch.setattr(bag_index, "SMALL_MATCH_ROWS", small)  # 0: every match by group_by and join
     rng = random.Random(2511)
     fs = LocalFileSystem()
     narrow = NarrowPolicy(max_keys=0, max_decoded_rows=0) if streamed else NarrowPolicy()
@@ -50,7 +51,8 @@ def test_the_check_by_digest_matches_the_reference(tmp_path, streamed):
             cut = sorted(rng.sample(range(len(integral) + 1), 2))
             for i, part in enumerate((integral[:cut[0]], integral[cut[0]:cut[1]], integral[cut[1]:])):
                 if part:
-                    paths += _write(fs, str(tmp_path / f"c{streamed}-{case}-{i}"), part, sidecar=rng.random() < 0.7)
+                    paths += _write(fs, str(tmp_path / f"c{streamed}{small}-{case}-{i}"), part,
+                                    sidecar=rng.random() < 0.7)
             if paths and rng.random() < 0.2:  # a sidecar of another file's rows: ignored (row count, schema)
                 side = bag_index.sidecar_path(rng.choice(paths))
                 if os.path.exists(side):

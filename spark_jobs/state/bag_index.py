@@ -65,6 +65,7 @@ KEY, D0, D1, WEIGHT = "key", "d0", "d1", "_weight"
 # hashing them would cost more than it saves)
 MAX_DISTINCT_STRINGS = 2_000_000
 CHUNK_ROWS = 1 << 20  # rows digested at once (bounded temporaries)
+SMALL_MATCH_ROWS = 2_000  # candidate rows summed in Python (more: with pyarrow's group_by and join)
 _MASK32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
 
@@ -376,8 +377,14 @@ def before(paths: Sequence[str], rows: Sequence[int], neg: pa.Table, columns: Se
         bounds = pc.min_max(cand.column(WEIGHT)).as_py()
         if max(abs(bounds["min"] or 0), abs(bounds["max"] or 0)) * cand.num_rows >= 2**62:
             raise Unsupported("weights whose sum could overflow")  # the exact check sums them checked
-        sums = cand.group_by([KEY, D0, D1], use_threads=False).aggregate([(WEIGHT, "sum")])
-        joined = wanted.join(sums, keys=[KEY, D0, D1], join_type="inner", use_threads=False)
+        if cand.num_rows <= SMALL_MATCH_ROWS:  # a small change: a dict, not two Acero plans (~3 ms)
+            sums: dict[tuple[int, int, int], int] = {}
+            for t in zip(*(cand.column(c).to_numpy().tolist() for c in (KEY, D0, D1, WEIGHT))):
+                sums[t[:3]] = sums.get(t[:3], 0) + t[3]
+            out[:] = [sums.get(t, 0) for t in zip(probe.tolist(), d0.tolist(), d1.tolist())]
+            return out, plain
+        grouped = cand.group_by([KEY, D0, D1], use_threads=False).aggregate([(WEIGHT, "sum")])
+        joined = wanted.join(grouped, keys=[KEY, D0, D1], join_type="inner", use_threads=False)
         if joined.num_rows:
             out[joined.column("_i").to_numpy()] = joined.column(f"{WEIGHT}_sum").to_numpy()
     return out, plain
