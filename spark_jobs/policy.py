@@ -33,7 +33,9 @@ class StatePolicy:
     # a key-sorted trace's compaction writes it sorted from this many rows on (smaller ones share
     # one batch rewrite: a lookup reads them whole in milliseconds anyway)
     sort_min_rows: int = 100_000
-    rows_per_file: int = 1_000_000  # above this a write is split into several files
+    # above this a write is split into several files (an in-process key-sorted write: written in
+    # chunks of this many rows into one file, ``arrow_trace.write_dir``)
+    rows_per_file: int = 1_000_000
     # row groups of sorted files: a key lookup reads a few narrow groups (~10k rows of 4 columns)
     sorted_row_group_bytes: int = 256 * 1024
     # codec of sorted files: a lookup decodes whole row groups, and snappy's decompression was a

@@ -1,7 +1,7 @@
 """The expectations the gate evaluates without Great Expectations give GE's own result.
 
 Differential: random Arrow tables (made into pandas as the gate does, so an integer column
-with NULLs becomes float with NaN), random declarations of the two served expectations; every
+with NULLs becomes float with NaN), random declarations of the served expectations; every
 served one must equal ``expectations.validate`` (GE on pandas) field by field, and every
 declaration ``native.accepts`` must be one GE builds. In process, no Spark; GE is imported once.
 """
@@ -36,9 +36,14 @@ def _expectation(rng: random.Random) -> Expectation:
     kwargs: dict = {}
     if rng.random() < 0.3:
         kwargs["mostly"] = rng.choice([0, 0.5, 0.8, 0.95, 1])
-    if rng.random() < 0.4:
+    if rng.random() < 0.3:
         kwargs["column"] = rng.choice("ijs")
         return Expectation(native.NOT_NULL, kwargs, line=rng.randint(1, 9))
+    if rng.random() < 0.35:
+        kwargs["column"] = rng.choice("ijs")
+        pool = list("abcd") if rng.random() < 0.5 else list(range(-5, 13))
+        kwargs["value_set"] = rng.sample(pool, rng.randint(1, 4))
+        return Expectation(native.IN_SET, kwargs)
     kwargs["column"] = rng.choice("ijf")
     low = rng.choice([None, rng.randint(-4, 6), rng.uniform(-4, 6)])
     high = rng.choice([None, rng.randint(0, 11)] if low is not None else [rng.randint(0, 11), 7.5])
@@ -57,7 +62,7 @@ def _expectation(rng: random.Random) -> Expectation:
 def test_served_expectations_equal_great_expectations_on_random_frames() -> None:
     rng = random.Random(25)
     served = 0
-    for _ in range(40):
+    for _ in range(60):
         frame = _table(rng).to_pandas()
         exps = list({repr((e.name, sorted(e.kwargs.items()))): e  # GE drops a repeated declaration
                      for e in (_expectation(rng) for _ in range(rng.randint(1, 5)))}.values())
@@ -71,7 +76,7 @@ def test_served_expectations_equal_great_expectations_on_random_frames() -> None
                 assert (got.name, got.target, got.policy, got.success) == (w.name, w.target, w.policy, w.success), e
                 assert got.details == w.details, e
         assert gate._validate(frame, "view:v", exps) == want  # mixed served / GE, in order
-    assert served > 60
+    assert served > 100
 
 
 @pytest.mark.parametrize("exp", [
@@ -82,7 +87,12 @@ def test_served_expectations_equal_great_expectations_on_random_frames() -> None
     Expectation(native.BETWEEN, {"column": "i", "min_value": 1, "row_condition": "i > 0"}),
     Expectation(native.NOT_NULL, {"column": "i", "mostly": 1.5}),
     Expectation(native.NOT_NULL, {"column": 3}),
-    Expectation("expect_column_values_to_be_in_set", {"column": "i", "value_set": [1]}),
+    Expectation(native.IN_SET, {"column": "i", "value_set": []}),
+    Expectation(native.IN_SET, {"column": "i", "value_set": [1, "a"]}),
+    Expectation(native.IN_SET, {"column": "i", "value_set": [1.5]}),
+    Expectation(native.IN_SET, {"column": "i", "value_set": [True]}),
+    Expectation(native.IN_SET, {"column": "i", "value_set": "ab"}),
+    Expectation("expect_column_values_to_not_be_in_set", {"column": "i", "value_set": [1]}),
 ])
 def test_anything_else_goes_to_great_expectations(exp: Expectation) -> None:
     assert not native.accepts(exp)
@@ -95,3 +105,7 @@ def test_frames_not_served() -> None:
     assert not native.serves(Expectation(native.BETWEEN, {"column": "s", "min_value": 1}), frame)
     assert not native.serves(Expectation(native.NOT_NULL, {"column": "s"}), frame.iloc[:0])
     assert native.serves(Expectation(native.NOT_NULL, {"column": "s"}), frame)
+    assert not native.serves(Expectation(native.IN_SET, {"column": "s", "value_set": [1]}), frame)
+    assert not native.serves(Expectation(native.IN_SET, {"column": "f", "value_set": [1]}), frame)
+    dates = pa.table({"d": pa.array([0, None], pa.date32())}).to_pandas()  # object, not strings
+    assert not native.serves(Expectation(native.IN_SET, {"column": "d", "value_set": ["x"]}), dates)

@@ -33,7 +33,8 @@ Expectations run on Spark, so GE's Spark flavour applies: ``expect_column_values
 takes Spark type names (``type_: LongType``), regexes are Java regexes.
 
 Cost per timestep: GE's import and context (seconds) once per process (``warm_up`` can start it
-early); then one Spark action per view for the built-ins, plus one GE validation (a handful of
+early), skipped when every expectation of the step is one ``native`` computes on a pandas frame
+(``expect_column_values_to_not_be_null``/``_to_be_between`` on plain columns, GE's own result); then one Spark action per view for the built-ins, plus one GE validation (a handful of
 Spark jobs) per view or input that has expectations and inserted rows. A delta that is cached but
 not yet computed is computed by the gate's first action, so the gate's time then includes it.
 

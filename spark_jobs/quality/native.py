@@ -3,13 +3,14 @@
 Why: importing ``great_expectations`` costs 2.5 s of CPU on a quiet machine (4-5 s under load,
 11 s of wall time at load 10), and every new process pays it: `dbsp step` on the README's
 example spent 11.5 s of its 11.8 s in the quality gate, nearly all of it that import, to check
-6 rows. ``expect_column_values_to_not_be_null`` and ``expect_column_values_to_be_between`` are
-what most circuits declare; on a pandas frame (the frame GE gets for an in-process step) this
+6 rows. ``expect_column_values_to_not_be_null``, ``expect_column_values_to_be_between`` and
+``expect_column_values_to_be_in_set`` are what most circuits declare; on a pandas frame (the frame GE gets for an in-process step) this
 module computes exactly what GE's SUMMARY result holds (``tests/test_quality_native.py``
 compares both on random frames), so the gate needs GE only for other expectations.
 
 Only plain cases are served: integer or string/object columns for the null check, integer
-and float columns (NaN is missing, as in GE) and int/float bounds for the range check, no ``row_condition`` and no argument GE would
+and float columns (NaN is missing, as in GE) and int/float bounds for the range check, a set of
+strings on a column of strings or of integers on an integer column for the set check, no ``row_condition`` and no argument GE would
 read differently. Anything else (float columns, whose NaN GE reports as text; dates; unknown
 arguments) goes to GE as before, and so do the declarations: ``accepts`` admits only argument
 sets GE builds without error.
@@ -24,7 +25,8 @@ from spark_jobs.spec.model import Expectation
 
 NOT_NULL = "expect_column_values_to_not_be_null"
 BETWEEN = "expect_column_values_to_be_between"
-_ARGS = {NOT_NULL: frozenset({"column", "mostly"}),
+IN_SET = "expect_column_values_to_be_in_set"
+_ARGS = {NOT_NULL: frozenset({"column", "mostly"}), IN_SET: frozenset({"column", "value_set", "mostly"}),
          BETWEEN: frozenset({"column", "min_value", "max_value", "strict_min", "strict_max", "mostly"})}
 PARTIAL = 5  # ``expectations.RESULT_FORMAT``'s partial_unexpected_count
 
@@ -41,6 +43,11 @@ def accepts(exp: Expectation) -> bool:
         return False
     if "mostly" in kwargs and not (_number(kwargs["mostly"]) and 0 <= kwargs["mostly"] <= 1):
         return False
+    if exp.name == IN_SET:
+        values = kwargs.get("value_set")
+        return (isinstance(values, list) and bool(values)
+                and (all(isinstance(v, str) for v in values)
+                     or all(isinstance(v, int) and not isinstance(v, bool) for v in values)))
     if exp.name == BETWEEN:
         low, high = kwargs.get("min_value"), kwargs.get("max_value")
         if (low is None and high is None) or any(v is not None and not _number(v) for v in (low, high)):
@@ -67,6 +74,10 @@ def serves(exp: Expectation, frame: Any) -> bool:
     dtype = frame[column].dtype
     if exp.name == NOT_NULL:  # a float column's NaN GE reports as text: left to GE
         return _integer(dtype) or str(dtype) == "object"
+    if exp.name == IN_SET:  # strings against strings, integers against integers: nothing else
+        if isinstance(exp.kwargs["value_set"][0], str):
+            return str(dtype) == "object" and all(isinstance(v, str) for v in frame[column].dropna())
+        return _integer(dtype)
     return _integer(dtype) or getattr(dtype, "kind", None) == "f"
 
 
@@ -95,6 +106,11 @@ def check(exp: Expectation, target: str, frame: Any) -> CheckResult:
     if exp.name == NOT_NULL:
         bad = missing
         considered = n
+    elif exp.name == IN_SET:
+        allowed = set(kwargs["value_set"])
+        values = [_py(v) for v in col.to_numpy(dtype=object, na_value=None)]
+        bad = [not missing[i] and values[i] not in allowed for i in range(n)]
+        considered = n - int(missing.sum())
     else:
         values = [_py(v) for v in col.to_numpy(dtype=object, na_value=None)]
         low, high = kwargs.get("min_value"), kwargs.get("max_value")

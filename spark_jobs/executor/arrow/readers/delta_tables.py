@@ -26,12 +26,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from spark_jobs.executor.sources.checks import InputRefused
 from spark_jobs.executor.sources.delta_log import table_folder, version_of
@@ -42,6 +41,9 @@ from spark_jobs.spec.model import WEIGHT, InputSpec
 
 from ..zsets import consolidate
 from .parquet_files import _row_problems, _typed
+
+if TYPE_CHECKING:  # imported where a Delta table is read: pyarrow.dataset imports pandas (0.3-0.7 s per process)
+    import pyarrow.dataset as ds
 
 CDF_KEY = "delta.enableChangeDataFeed"
 _PLUS = ("insert", "update_postimage")
@@ -206,6 +208,8 @@ def _read(spec: InputSpec, item: InputFile, dataset: ds.Dataset, fragments: Sequ
     ``weight``; and the bytes of their files."""
     if not fragments:
         return target.empty_table(), 0
+    import pyarrow.dataset as ds
+
     part = ds.FileSystemDataset(list(fragments), dataset.schema, dataset.format, dataset.filesystem)
     try:
         raw = _plain(part.to_table(columns=columns))
