@@ -56,6 +56,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_jobs.errors import DbspError
+
 PREFIX = "_bagidx-"
 SECRET_FILE = "bag_secret"
 VERSION = "1"
@@ -70,7 +72,7 @@ _MASK32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
 
 
-class Unsupported(Exception):
+class Unsupported(DbspError):
     """A column type the digest does not cover: the file gets no sidecar (checked exactly)."""
 
 
