@@ -12,6 +12,7 @@ step's change files, then sends a line; every step is forced onto the profile's 
 from __future__ import annotations
 
 import sys
+from typing import Sequence
 
 from spark_jobs.config import PROJECT_ROOT, Config, load_config
 from spark_jobs.examples.generators import PaperExampleGenerator
@@ -32,10 +33,11 @@ W1_POLICY = {"arrow": {"max_change_rows": 200, "max_memory_bytes": 0},
              "cost": {"arrow_rows": 2_000, "min_change_rows": 100}}
 
 
-def w1_config(profile: str | None, data_root: str) -> Config:
+def w1_config(profile: str | None, data_root: str, recompute: str = "auto") -> Config:
     from tests.policies import policy
 
-    return load_config(profile, data_root=data_root).with_policy(policy(**W1_POLICY))
+    sections = {**W1_POLICY, "cost": {**W1_POLICY["cost"], "recompute": recompute}}
+    return load_config(profile, data_root=data_root).with_policy(policy(**sections))
 
 
 def paper(profile: str, data_root: str, steps: int) -> int:
@@ -48,18 +50,22 @@ def paper(profile: str, data_root: str, steps: int) -> int:
     return 0
 
 
-def w1(profile: str | None, data_root: str) -> list[tuple[int, str, str, str]]:
+def w1(profile: str | None, data_root: str,
+       modes: Sequence[str] | None = None) -> list[tuple[int, str, str, str]]:
     """W1's load, then a small and a large change, each through the profile's policy; returns
-    (timestep, engine, mode, engine reason) per step."""
+    (timestep, engine, mode, engine reason) per step. ``modes`` ("incremental"/"recompute" per
+    step) pins the cost model's choice: it weighs past steps' measured seconds, which differ
+    between a cluster and a local run, so a comparison of the two pins the cluster's choices."""
     from bench.generators import TpchGenerator
 
-    rt = open_circuit(W1_CIRCUIT, w1_config(profile, data_root))
     gen = TpchGenerator(data_root, W1_SF)
     gen.initial()
     out = []
-    for rows in (None, *W1_CHANGES):
+    for i, rows in enumerate((None, *W1_CHANGES)):
         if rows is not None:
             gen.change(rows)
+        recompute = "auto" if modes is None else {"incremental": "never", "recompute": "always"}[modes[i]]
+        rt = open_circuit(W1_CIRCUIT, w1_config(profile, data_root, recompute))
         report = run_step(rt)
         out.append((report.timestep, report.engine, report.mode, report.engine_reason))
         print(f"committed {report.timestep} {report.engine} {report.mode}: {report.engine_reason}", flush=True)
