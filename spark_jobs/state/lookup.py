@@ -419,20 +419,30 @@ def _sorted_values(keys: pa.ChunkedArray, wanted: "KeySet") -> tuple[np.ndarray,
     return values, wanted.values.cast(base).to_numpy(zero_copy_only=False)
 
 
-def _sorted_hits(keys: pa.ChunkedArray, ends: np.ndarray, wanted: "KeySet") -> np.ndarray | None:
-    """The indices of the row groups holding a probed key (``ends``: where each group's keys end
-    in ``keys``), by binary search (``_sorted_values``); None when ``keys`` is not one sorted run.
-    A probe costs O(k log n), not a hash lookup of each of the n keys."""
+def _held_ranges(keys: pa.ChunkedArray, wanted: "KeySet") -> tuple[np.ndarray, np.ndarray] | None:
+    """For each probed key that ``keys`` holds, where its run starts and ends in ``keys`` (by
+    binary search, ``_sorted_values``); None when ``keys`` is not one sorted run."""
     found = _sorted_values(keys, wanted)
     if found is None:
         return None
     values, probes = found
     lo, hi = np.searchsorted(values, probes, "left"), np.searchsorted(values, probes, "right")
     held = lo < hi
-    if not held.any():
+    return lo[held], hi[held]
+
+
+def _sorted_hits(keys: pa.ChunkedArray, ends: np.ndarray, wanted: "KeySet") -> np.ndarray | None:
+    """The indices of the row groups holding a probed key (``ends``: where each group's keys end
+    in ``keys``), by binary search (``_held_ranges``); None when ``keys`` is not one sorted run.
+    A probe costs O(k log n), not a hash lookup of each of the n keys."""
+    ranges = _held_ranges(keys, wanted)
+    if ranges is None:
+        return None
+    lo, hi = ranges
+    if not len(lo):
         return np.zeros(0, dtype=np.int64)
-    first = np.searchsorted(ends, lo[held], side="right")  # a run of one key may span groups
-    last = np.searchsorted(ends, hi[held] - 1, side="right")
+    first = np.searchsorted(ends, lo, side="right")  # a run of one key may span groups
+    last = np.searchsorted(ends, hi - 1, side="right")
     marks = np.zeros(len(ends) + 1, dtype=np.int64)
     np.add.at(marks, first, 1)
     np.add.at(marks, last + 1, -1)
@@ -441,14 +451,12 @@ def _sorted_hits(keys: pa.ChunkedArray, ends: np.ndarray, wanted: "KeySet") -> n
 
 def _sorted_rows(keys: pa.ChunkedArray, wanted: "KeySet") -> np.ndarray | None:
     """The positions of ``keys`` holding a probed key, ascending, by binary search
-    (``_sorted_values``); None when ``keys`` is not one sorted run (the caller tests each key)."""
-    found = _sorted_values(keys, wanted)
-    if found is None:
+    (``_held_ranges``); None when ``keys`` is not one sorted run (the caller tests each key)."""
+    ranges = _held_ranges(keys, wanted)
+    if ranges is None:
         return None
-    values, probes = found
-    lo, hi = np.searchsorted(values, probes, "left"), np.searchsorted(values, probes, "right")
-    held = lo < hi
-    lo, lengths = lo[held], (hi - lo)[held]
+    lo, hi = ranges
+    lengths = hi - lo
     if not len(lo):
         return np.zeros(0, dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
