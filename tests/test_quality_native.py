@@ -109,3 +109,22 @@ def test_frames_not_served() -> None:
     assert not native.serves(Expectation(native.IN_SET, {"column": "f", "value_set": [1]}), frame)
     dates = pa.table({"d": pa.array([0, None], pa.date32())}).to_pandas()  # object, not strings
     assert not native.serves(Expectation(native.IN_SET, {"column": "d", "value_set": ["x"]}), dates)
+
+
+def test_a_repeated_declaration_gets_its_own_result() -> None:
+    """GE keeps one of two equal declarations and returns no result for the other, which the gate
+    then reported as failed: each copy now gets the one result, with its own policy and line."""
+    frame = pa.table({"i": [1, 2, 2]}).to_pandas()
+    unique = {"column": "i"}
+    exps = [Expectation("expect_column_values_to_be_unique", unique, line=3),
+            Expectation(native.NOT_NULL, {"column": "i"}, line=4),
+            Expectation("expect_column_values_to_be_unique", dict(unique), policy="warn", line=7)]
+    got = ge.validate(frame, "view:v", exps)
+    assert [(r.name, r.policy, r.success, r.details["line"]) for r in got] == [
+        ("expect_column_values_to_be_unique", "fail", False, 3), (native.NOT_NULL, "fail", True, 4),
+        ("expect_column_values_to_be_unique", "warn", False, 7)]
+    assert not any("exception" in r.details for r in got)
+    assert got[0].details["unexpected_count"] == got[2].details["unexpected_count"] == 2
+    assert gate._validate(frame, "view:v", exps + [exps[1]])[3].success  # native and GE side alike
+    holds = Expectation("expect_column_values_to_not_be_in_set", {"column": "i", "value_set": [9]})
+    assert [r.success for r in ge.validate(frame, "view:v", [holds, holds])] == [True, True]
