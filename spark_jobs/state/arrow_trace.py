@@ -95,26 +95,33 @@ def write_dir(fs: FileSystem, path: str, table: pa.Table, policy: StatePolicy, *
     codec = "snappy" if order is None else policy.sorted_compression
     for i, start in enumerate(range(0, max(table.num_rows, 1), chunk)):
         part = table.slice(start, chunk) if order is None else table.take(order.slice(start, chunk))
-        name = f"part-{i:05d}-{uuid.uuid4()}-c000{'' if codec == 'none' else '.' + codec}.parquet"
-        full = fs.join(path, name)
+        full = _data_file(fs, path, i, codec)
         with fs.open_write(full) as fh:
             pq.write_table(part, fh, compression=codec, row_group_size=group_rows)
         if each_file is not None:
             each_file(full, part)
-        size += sum(s for f, s in fs.data_files(path) if f == full)
+        size += _file_bytes(fs, path, full)
     return FileStat(rows=table.num_rows, bytes=size)
+
+
+def _data_file(fs: FileSystem, path: str, index: int, codec: str) -> str:
+    """A new data file's path in ``path``, named as Spark names its part files."""
+    return fs.join(path, f"part-{index:05d}-{uuid.uuid4()}-c000{'' if codec == 'none' else '.' + codec}.parquet")
+
+
+def _file_bytes(fs: FileSystem, path: str, full: str) -> int:
+    return sum(s for f, s in fs.data_files(path) if f == full)
 
 
 def _write_sorted_file(fs: FileSystem, path: str, table: pa.Table, order: pa.Array, chunk: int,
                        group_rows: int, codec: str) -> FileStat:
     """``table`` in ``order`` as one Parquet file in ``path``, ``chunk`` rows taken at a time."""
-    name = f"part-00000-{uuid.uuid4()}-c000{'' if codec == 'none' else '.' + codec}.parquet"
-    full = fs.join(path, name)
+    full = _data_file(fs, path, 0, codec)
     with fs.open_write(full) as fh:
         with pq.ParquetWriter(fh, table.schema, compression=codec) as writer:
             for start in range(0, table.num_rows, chunk):
                 writer.write_table(table.take(order.slice(start, chunk)), row_group_size=group_rows)
-    return FileStat(rows=table.num_rows, bytes=sum(s for f, s in fs.data_files(path) if f == full))
+    return FileStat(rows=table.num_rows, bytes=_file_bytes(fs, path, full))
 
 
 def read_dirs(fs: FileSystem, paths: Sequence[str], schema: pa.Schema) -> pa.Table:

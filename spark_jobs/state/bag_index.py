@@ -89,6 +89,14 @@ class Stats:
 STATS = Stats()
 
 
+def applies(fs: object) -> bool:
+    """Sidecars are written and read on a local store only: they are memory-mapped, and a remote
+    store's files are checked exactly."""
+    from spark_jobs.state.fs import LocalFileSystem
+
+    return isinstance(fs, LocalFileSystem)
+
+
 def sidecar_path(data_path: str) -> str:
     folder, name = os.path.split(data_path)
     return os.path.join(folder, f"{PREFIX}{name}.arrow")

@@ -651,9 +651,9 @@ class Transaction:
         """Give the files pyarrow writes for these traces (the integrals only the bag check reads)
         a digest sidecar each (``bag_index``), on a local store: the check then reads 32 bytes a
         row instead of decoding the rows."""
-        from spark_jobs.state.fs import LocalFileSystem
+        from spark_jobs.state import bag_index
 
-        if isinstance(self.store.fs, LocalFileSystem):
+        if bag_index.applies(self.store.fs):
             self._bag_indexed.update(trace_ids)
 
     def _sidecars(self, trace_id: str | None) -> "Callable[[str, pa.Table], None] | None":
