@@ -330,14 +330,15 @@ PROFILE: Any = None  # the cProfile of ``--profile``, enabled around each measur
 
 @contextmanager
 def _profiled(path: str | None) -> Iterator[None]:
-    """With ``path``: the measured steps of the block profiled (not the load, not the checks)."""
+    """With ``path``: the measured steps of the block profiled (not the load, not the checks), in
+    CPU seconds of this process (all threads: a call's time includes pyarrow's pool's work)."""
     global PROFILE
     if not path:
         yield
         return
     import cProfile
 
-    PROFILE = cProfile.Profile()
+    PROFILE = cProfile.Profile(time.process_time)  # CPU seconds: on the shared machine wall time is mostly waiting
     try:
         yield
     finally:
