@@ -101,7 +101,7 @@ def write_dir(fs: FileSystem, path: str, table: pa.Table, policy: StatePolicy, *
             pq.write_table(part, fh, compression=codec, row_group_size=group_rows)
         if each_file is not None:
             each_file(full, part)
-        _summarize(fs, full)
+        _summarize(fs, full, part.num_rows, group_rows)
         size += _file_bytes(fs, path, full)
     return FileStat(rows=table.num_rows, bytes=size)
 
@@ -111,10 +111,13 @@ def _data_file(fs: FileSystem, path: str, index: int, codec: str) -> str:
     return fs.join(path, f"part-{index:05d}-{uuid.uuid4()}-c000{'' if codec == 'none' else '.' + codec}.parquet")
 
 
-def _summarize(fs: FileSystem, full: str) -> None:
-    """Give a data file written on this machine its statistics sidecar (``stats_sidecar``): a
-    new process then admits its row groups without parsing its footer."""
-    if isinstance(fs, LocalFileSystem):
+def _summarize(fs: FileSystem, full: str, rows: int, group_rows: int | None) -> None:
+    """Give a sorted data file written on this machine its statistics sidecar
+    (``stats_sidecar``) when it has ``stats_sidecar.MIN_GROUPS`` row groups or more: a new
+    process then admits its row groups without parsing its footer. A file of a few groups (a
+    step's delta, an unsorted file: one group) is as cheap to admit from its footer, and a
+    sidecar would only add a write to every step."""
+    if isinstance(fs, LocalFileSystem) and group_rows and rows >= stats_sidecar.MIN_GROUPS * group_rows:
         stats_sidecar.write(full)
 
 
@@ -130,7 +133,7 @@ def _write_sorted_file(fs: FileSystem, path: str, table: pa.Table, order: pa.Arr
         with pq.ParquetWriter(fh, table.schema, compression=codec) as writer:
             for start in range(0, table.num_rows, chunk):
                 writer.write_table(table.take(order.slice(start, chunk)), row_group_size=group_rows)
-    _summarize(fs, full)
+    _summarize(fs, full, table.num_rows, group_rows)
     return FileStat(rows=table.num_rows, bytes=_file_bytes(fs, path, full))
 
 

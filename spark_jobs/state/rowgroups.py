@@ -215,7 +215,7 @@ class FileIndex:
         with self._lock:
             found = self._columns.get(column)
             if found is None:
-                held = self._summary.columns.get(column) if self._summary is not None else None
+                held = self._summary.column(column) if self._summary is not None else None
                 found = self._columns[column] = held if held is not None else column_stats(self.meta, column)
             return found
 

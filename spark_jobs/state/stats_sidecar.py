@@ -4,8 +4,9 @@ Why: a lookup admits row groups by the min/max statistics of the probed column
 (``rowgroups.ColumnStats``). A process starting a step (``dbsp step``, an Airflow task) had to
 parse the footer of every file of every trace it looks up and walk each row group's statistics in
 Python before its first lookup, whatever the change: on a while loop's state of 1M edges that was
-most of a small step's fixed cost. So the in-process writer gives each data file it writes a
-sidecar ``_stats-<file>.arrow`` in the same directory: one row per row group (its rows and
+most of a small step's fixed cost. So the in-process writer gives each key-sorted data file of
+``MIN_GROUPS`` row groups or more (a trace's base, a compaction, a load) a sidecar
+``_stats-<file>.arrow`` in the same directory: one row per row group (its rows and
 compressed bytes) and, for each column whose statistics are integers, dates or strings, the
 group's min, max, whether they are recorded and whether it may hold a NULL, as the footer says
 (copied from it right after the write). Reading it is one small Arrow IPC file and a few array
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -33,19 +34,31 @@ from spark_jobs.state.rowgroups import ColumnStats, column_stats
 
 PREFIX = "_stats-"
 VERSION = "1"
+# a sorted file of fewer row groups gets no sidecar: its footer costs about as little to read
+# (326 files of a 1M-edge loop's state, 21.5k groups: footers and one column's statistics
+# 0.21-0.29 s, sidecars 0.09 s; a one-group delta's footer ~0.3 ms, as its sidecar) and writing
+# one per delta cost a step of that loop 60-77 writes, 0.09-0.25 s (load 9-10)
+MIN_GROUPS = 8
 _EPOCH_ORDINAL = 719_163  # datetime.date(1970, 1, 1).toordinal(): date32 days -> ordinals
 
 
-@dataclass
 class Summary:
-    """A file's row groups and the statistics of its integer, date and string columns."""
+    """A file's row groups and the statistics of its integer, date and string columns (each
+    column's arrays made when a lookup first asks for it: a step probes one or two of them)."""
 
-    num_rows: int
-    rows: np.ndarray  # rows per group
-    bytes: np.ndarray  # compressed bytes per group
-    columns: dict[str, ColumnStats]
-    footer_bytes: int  # the footer's serialized size (what reading it would hold in memory)
-    nbytes: int  # this summary's own size
+    def __init__(self, table: pa.Table, kinds: dict[str, str], num_rows: int, footer_bytes: int) -> None:
+        self.num_rows = num_rows
+        self.rows = table.column("rows").to_numpy().astype(np.int64)  # rows per group
+        self.bytes = table.column("bytes").to_numpy().astype(np.int64)  # compressed bytes per group
+        self.footer_bytes = footer_bytes  # the footer's serialized size (what reading it would hold)
+        self.nbytes = table.nbytes
+        self._table, self._kinds = table, kinds
+
+    def column(self, name: str) -> ColumnStats | None:
+        """``name``'s statistics as ``rowgroups.column_stats`` gives them from the footer; None if
+        the sidecar does not hold them (another type: the caller reads the footer)."""
+        kind = self._kinds.get(name)
+        return None if kind is None else _column(self._table, name, kind, self.rows)
 
 
 def sidecar_path(data_path: str) -> str:
@@ -109,14 +122,13 @@ def _summary(table: pa.Table, name: str, size: int) -> Summary | None:
     if (info.get("dbsp.version") != VERSION or info.get("dbsp.file") != name
             or int(info.get("dbsp.size", -1)) != size):
         return None
-    rows = table.column("rows").to_numpy().astype(np.int64)
-    if len(rows) == 0 or int(rows.sum()) != int(info["dbsp.rows"]):
+    kinds = json.loads(info["dbsp.kinds"])
+    if not isinstance(kinds, dict) or not all(k in ("int", "date", "str") for k in kinds.values()):
         return None
-    columns = {}
-    for column, kind in json.loads(info["dbsp.kinds"]).items():
-        columns[column] = _column(table, column, kind, rows)
-    return Summary(int(info["dbsp.rows"]), rows, table.column("bytes").to_numpy().astype(np.int64), columns,
-                   int(info["dbsp.footer"]), table.nbytes)
+    summary = Summary(table, kinds, int(info["dbsp.rows"]), int(info["dbsp.footer"]))
+    if len(summary.rows) == 0 or len(summary.bytes) != len(summary.rows) or int(summary.rows.sum()) != summary.num_rows:
+        return None
+    return summary
 
 
 def _column(table: pa.Table, column: str, kind: str, rows: np.ndarray) -> ColumnStats:
@@ -126,12 +138,16 @@ def _column(table: pa.Table, column: str, kind: str, rows: np.ndarray) -> Column
         raise TypeError(f"sidecar column {column!r}: {lo.type}, expected {kind}")
     known = table.column(f"known:{column}").to_numpy(zero_copy_only=False).astype(bool)
     nulls = table.column(f"nulls:{column}").to_numpy(zero_copy_only=False).astype(bool)
-    los, his = lo.to_pylist(), hi.to_pylist()
-    if any((a is None or b is None) for a, b, k in zip(los, his, known) if k):
-        raise ValueError(f"sidecar column {column!r}: a recorded group without min/max")
-    values = [(a, b) if k else (None, None) for a, b, k in zip(los, his, known)]
+    if not (len(known) == len(nulls) == len(rows)):
+        raise ValueError(f"sidecar column {column!r}: {len(known)} groups, expected {len(rows)}")
     at = np.flatnonzero(known)
+    if lo.null_count or hi.null_count:
+        if (lo.is_null().to_numpy(zero_copy_only=False)[at].any()
+                or hi.is_null().to_numpy(zero_copy_only=False)[at].any()):
+            raise ValueError(f"sidecar column {column!r}: a recorded group without min/max")
+    values = _Pairs(lo, hi, known)
     if kind == "str":
+        los, his = lo.to_pylist(), hi.to_pylist()
         low = np.array([los[g] for g in at], dtype=object)
         high = np.array([his[g] for g in at], dtype=object)
     else:
@@ -141,6 +157,30 @@ def _column(table: pa.Table, column: str, kind: str, rows: np.ndarray) -> Column
         high = hi.fill_null(0).to_numpy()[at].astype(np.int64)
         if kind == "date":
             low, high = low + _EPOCH_ORDINAL, high + _EPOCH_ORDINAL
-    if not (len(known) == len(nulls) == len(rows)):
-        raise ValueError(f"sidecar column {column!r}: {len(known)} groups, expected {len(rows)}")
-    return ColumnStats(rows, known, nulls, kind, low, high, values)
+    return ColumnStats(rows, known, nulls, kind, low, high, values)  # type: ignore[arg-type]
+
+
+class _Pairs(Sequence):
+    """``ColumnStats.values`` (min, max per group as Python values; (None, None) where not
+    recorded), made only if something asks (a probe of another type, ``max_of``): the arrays
+    serve every other admission."""
+
+    def __init__(self, lo: pa.ChunkedArray, hi: pa.ChunkedArray, known: np.ndarray) -> None:
+        self._args: tuple | None = (lo, hi, known)
+        self._list: list[tuple[object, object]] = []
+
+    def _made(self) -> list[tuple[object, object]]:
+        if self._args is not None:
+            lo, hi, known = self._args
+            self._list = [(a, b) if k else (None, None) for a, b, k in zip(lo.to_pylist(), hi.to_pylist(), known)]
+            self._args = None
+        return self._list
+
+    def __getitem__(self, i):  # noqa: ANN001, ANN204
+        return self._made()[i]
+
+    def __len__(self) -> int:
+        return len(self._made())
+
+    def __eq__(self, other: object) -> bool:
+        return self._made() == (list(other) if isinstance(other, (list, tuple, Sequence)) else other)
