@@ -119,6 +119,35 @@ def test_a_cached_lookup_decodes_whole_only_the_groups_holding_a_probed_key(tmp_
             v for d, v in zip(table.column("d").to_pylist(), table.column("v").to_pylist()) if d in set(probe))
 
 
+def test_a_cached_lookup_decodes_the_probed_column_once(tmp_path, monkeypatch):
+    """The groups holding a probed key are decoded without the probed column (its chunks, read
+    by the key pass, are reused): the same rows and schema, each byte counted once."""
+    rng = random.Random(8)
+    rows = sorted(((rng.randrange(3000), f"v{i % 9}", i % 6, 1) for i in range(5000)), key=lambda r: r[0])
+    path = _write(tmp_path / "t.parquet", rows, row_group_size=100)
+    asked: list[list[str]] = []
+    real = pq.ParquetFile.read_row_groups
+
+    def read_row_groups(self, groups, columns=None, **kw):  # noqa: ANN001, ANN202 - pyarrow's
+        asked.append(list(columns or []))
+        return real(self, groups, columns=columns, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", read_row_groups)
+    trace = TraceFiles(LocalFileSystem(), [path], SCHEMA)
+    for _ in range(10):
+        keys = set(rng.sample(range(3000), rng.choice([3, 30, 300])))
+        got = trace.lookup("k", list(keys), (None, 4), "_iter")
+        assert _got(got) == _expected(rows, keys, None, 4) and got.schema == SCHEMA
+    assert ["k"] in asked and ["v", "_iter", "_weight"] in asked and SCHEMA.names not in asked
+    meta = pq.ParquetFile(path).metadata
+    key_only = {g for (_, _, g) in trace._keys} - {g for (_, g) in trace._decoded}
+    def chunks(g: int, cols: range) -> int:
+        return sum(meta.row_group(g).column(c).total_compressed_size for c in cols)
+
+    assert trace.bytes_read == sum(chunks(g, range(4)) for _, g in trace._decoded) + sum(
+        chunks(g, range(1)) for g in key_only)
+
+
 def test_a_streamed_match_finds_what_a_lookup_finds_and_keeps_nothing_decoded(tmp_path):
     """``matching`` (the bag check's lookup of many keys) is exact on the same files, NULL keys
     included, caches no row group, and stops at its bound on found rows."""
