@@ -126,7 +126,7 @@ class TraceFiles:
         spans = np.zeros((len(self._index), 2), dtype=np.int64)
         known = np.zeros(len(self._index), dtype=bool)
         for f, ix in enumerate(self._index):
-            if ix.meta.num_row_groups == 0:
+            if ix.num_row_groups == 0:
                 continue
             stats = ix.stats(column)
             span = stats.span() if stats.kind == "int" else None
