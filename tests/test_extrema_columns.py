@@ -46,6 +46,7 @@ def _rows(t: pa.Table | None) -> Counter:
 
 @pytest.mark.parametrize("seed", range(300))
 def test_columnar_equals_rows(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ec, "FROM_ROWS", 0)  # the columnar version on every size
     rng = random.Random(seed)
     aggs = rng.choice([[("lo", "min", "a", False)], [("hi", "max", "a", False)],
                        [("lo", "min", "a", False), ("hi", "max", "b", False)]])
@@ -60,7 +61,8 @@ def test_columnar_equals_rows(seed: int, monkeypatch: pytest.MonkeyPatch) -> Non
     assert fast[0].schema == slow[0].schema
 
 
-def test_declines_other_shapes() -> None:
+def test_declines_other_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ec, "FROM_ROWS", 0)
     aggs = [("lo", "min", "a", False)]
     schema = pa.schema([pa.field("k", pa.float64()), pa.field("lo", pa.int64()), pa.field(WEIGHT, pa.int64())])
     d = pa.table({"k": pa.array([1.0]), "a": pa.array([1]), WEIGHT: pa.array([-1])})
@@ -74,3 +76,5 @@ def test_declines_other_shapes() -> None:
     doubled = pa.table({"k": pa.array([1]), "lo": pa.array([1]), WEIGHT: pa.array([2])}, schema=schema)
     assert ec.extrema_columns(d, {0: d.column("a")}, doubled, ["k"], aggs, schema) is None  # weight 2
     assert ec.extrema_columns(d, {0: pa.array([1.5])}, old, ["k"], aggs, schema) is None  # a float argument
+    monkeypatch.setattr(ec, "FROM_ROWS", 2)
+    assert ec.extrema_columns(d, {0: d.column("a")}, old, ["k"], aggs, schema) is None  # small: in Python

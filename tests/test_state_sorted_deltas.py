@@ -197,3 +197,51 @@ def test_an_in_process_view_delta_is_sorted_in_small_row_groups_and_read_back_th
 def pc_consolidated(table: pa.Table) -> pa.Table:
     sums = table.group_by(["k", "v"]).aggregate([("_weight", "sum")]).rename_columns(["k", "v", "_weight"])
     return sums.select(["k", "v", "_weight"])
+
+
+def test_an_in_process_merge_nets_out_every_cancellation_on_a_random_stream(tmp_path):
+    """Merges of deltas consolidate only the rows that can cancel (``arrow_trace.settle``): on a
+    random stream of inserts and deletes the trace keeps the value of every change summed, and no
+    merged file holds a tuple with rows of both signs or a zero weight (a join would multiply
+    them: ``executor/arrow/kernels._settled``). Float first columns go through ``consolidate``."""
+    from collections import Counter
+
+    from spark_jobs.state import arrow_trace
+
+    rng = random.Random(11)
+    store = StateStore(_no_spark, str(tmp_path), "c", "fp",
+                       policy=StatePolicy(sorted_row_group_bytes=4096, delta_fanout=2, compact_fraction=1e9))
+    want: Counter = Counter()
+    merged = 0
+    for _ in range(12):
+        rows = Counter()
+        for _ in range(rng.randrange(50, 400)):
+            k = rng.randrange(300)
+            if want[(k, f"v{k % 7}")] + rows[(k, f"v{k % 7}")] > 0 and rng.random() < 0.4:
+                rows[(k, f"v{k % 7}")] -= 1
+            else:
+                rows[(k, f"v{k % 7}")] += 1
+        items = [(k, v, w) for (k, v), w in rows.items() if w]
+        tx = store.begin()
+        tx.in_process = True
+        tx.append_table("I(x)", pa.table({"k": [i[0] for i in items], "v": [i[1] for i in items],
+                                          "_weight": [i[2] for i in items]}, schema=SCHEMA), sort_by=("k", "v"))
+        tx.commit()
+        want.update(rows)
+        entry = store.manifest().traces["I(x)"]
+        got: Counter = Counter()
+        for d in entry.dirs:
+            signs: dict = {}
+            for path, _ in store.fs.data_files(store.layout.abs(d)):
+                for r in pq.read_table(path).to_pylist():
+                    assert r["_weight"] != 0
+                    signs.setdefault((r["k"], r["v"]), set()).add(r["_weight"] > 0)
+                    got[(r["k"], r["v"])] += r["_weight"]
+            assert all(len(s) == 1 for s in signs.values()), f"{d}: a tuple with rows of both signs"
+        merged += sum(1 for t, _ in entry.deltas if t < store.last_committed())
+        assert +got == +want and -got == -want
+    assert merged, "the stream merged deltas"
+    floats = pa.table({"f": [0.0, -0.0, float("nan"), float("nan")], "_weight": [1, -1, 1, -1]})
+    assert arrow_trace.settle(floats, "zset").equals(arrow_trace.consolidate(floats, "zset"))  # as before
+    ints = pa.table({"k": [1, 1, 2, 2, 3], "_weight": [1, -1, 1, 1, 0]})
+    assert sorted(arrow_trace.settle(ints, "zset").to_pylist(), key=str) == [{"k": 2, "_weight": 1}] * 2

@@ -427,8 +427,9 @@ def _sorted_values(keys: pa.ChunkedArray, wanted: "KeySet") -> tuple[np.ndarray,
     if wanted.want_null or keys.null_count or not (pa.types.is_integer(dtype) or pa.types.is_date(dtype)):
         return None
     base = pa.int32() if pa.types.is_date32(dtype) else pa.int64() if pa.types.is_date64(dtype) else dtype
-    parts = [c.cast(base).to_numpy(zero_copy_only=False) for c in keys.chunks]
-    values = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    # one cast and one copy for all chunks (a decoded group is a chunk: a lookup in a 1M-row
+    # trace cast ~700 chunks one by one, 23k casts in a 10-edge step of the loop on 1M edges)
+    values = (keys if base == dtype else keys.cast(base)).to_numpy() if keys.num_chunks else np.zeros(0, np.int64)
     if len(values) > 1 and not bool((values[1:] >= values[:-1]).all()):
         return None
     return values, wanted.values.cast(base).to_numpy(zero_copy_only=False)

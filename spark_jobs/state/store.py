@@ -832,7 +832,10 @@ class Transaction:
             return False
         try:
             table = arrow_trace.read_dirs(s.fs, [s.layout.abs(d) for d in r.dirs], arrow_schema(r.entry.schema))
-            value = arrow_trace.drop_below(arrow_trace.consolidate(table, r.entry.kind, r.entry.keys), r.below)
+            # a merge of deltas nets out only what can cancel (``settle``); a compaction's new base
+            # is written whole-consolidated (one row per tuple, as readers of a base expect)
+            fold = arrow_trace.consolidate if r.whole else arrow_trace.settle
+            value = arrow_trace.drop_below(fold(table, r.entry.kind, r.entry.keys), r.below)
         except pa.ArrowException:  # a type pyarrow cannot group by: Spark rewrites it
             return False
         rel = s.layout.new_trace_dir(r.trace_id, self.timestep)
