@@ -108,6 +108,42 @@ class TraceFiles:
         return [f for f, groups in self._admitted_by_file(column, self._prunable(column, present), want_null,
                                                           (None, None), None, _memo(values)) if len(groups)]
 
+    def admitting_files(self, column: str, values: "Sequence[object] | Probe") -> list[int]:
+        """The files whose whole range of ``column`` (from their statistics) holds one of
+        ``values``: a superset of ``admitting``'s, found with one binary search per file instead
+        of two per row group. For a caller that searches each file by its own index (the bag
+        check's digest sidecars): with SF10's 61 line-item files, admitting row groups one file
+        at a time was a fifth of a 1,000-row change's check. A file whose statistics are missing
+        or not integers or dates is admitted by its groups (``admitting``)."""
+        present, want_null = _probe(values)
+        if want_null or not present or not all(type(v) is int for v in present):
+            return self.admitting(column, values)
+        try:
+            probe = np.array(present, dtype=np.int64)
+        except OverflowError:
+            return self.admitting(column, values)
+        by_groups: list[int] = []
+        spans = np.zeros((len(self._index), 2), dtype=np.int64)
+        known = np.zeros(len(self._index), dtype=bool)
+        for f, ix in enumerate(self._index):
+            if ix.num_row_groups == 0:
+                continue
+            stats = ix.stats(column)
+            span = stats.span() if stats.kind == "int" else None
+            if span is None:
+                by_groups.append(f)
+            else:
+                spans[f], known[f] = span, True
+        held = np.searchsorted(probe, spans[:, 1], "right") > np.searchsorted(probe, spans[:, 0], "left")
+        out = [int(f) for f in np.flatnonzero(known & held)]
+        if by_groups:
+            memo = _memo(values)
+            for f, groups in self._admitted_by_file(column, self._prunable(column, present), want_null,
+                                                    (None, None), None, memo):
+                if f in by_groups and len(groups):
+                    out.append(f)
+        return sorted(out)
+
     def max_of(self, column: str) -> int | None:
         """The largest value of an integer column, from statistics (read where they are missing)."""
         best: int | None = None

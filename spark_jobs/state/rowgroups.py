@@ -73,6 +73,14 @@ class ColumnStats:
         return mask
 
 
+    def span(self) -> tuple[int, int] | None:
+        """The file's smallest and largest value of an integer or date column (day numbers), when
+        every group records them; None otherwise (the caller then admits by groups)."""
+        if self.kind not in ("int", "date") or not len(self.known) or not self.known.all():
+            return None
+        return int(self.low.min()), int(self.high.max())
+
+
 def _kind(values: list[tuple[object, object]]) -> str | None:
     """The array kind every recorded min/max fits (None: compare as Python values)."""
     seen = {type(v) for pair in values for v in pair if v is not None}
