@@ -262,3 +262,30 @@ def test_random_probes_over_many_files_agree_with_a_filter_for_every_lookup_and_
                             TraceFiles(LocalFileSystem(), files, schema).matching(column, probe, 10**6, batch_rows=40)):
                     assert got.schema == schema
                     assert sorted((tuple(r.values()) for r in got.to_pylist()), key=repr) == want, (seed, column, density)
+
+
+def test_files_admitted_by_their_range_hold_every_probed_key_and_no_file_is_missed(tmp_path):
+    """``admitting_files`` (the bag check's file choice) keeps every file holding a probed key,
+    on sorted and unsorted files, files with NULL keys, an all-NULL file (no statistics: admitted
+    by its groups) and probes with NULL or past every file."""
+    rng = random.Random(2530)
+    fs = LocalFileSystem()
+    for case in range(40):
+        paths, held = [], []
+        for i in range(rng.randint(1, 6)):
+            lo = rng.randint(-50, 200)
+            keys = [None] * 5 if rng.random() < 0.1 else [
+                None if rng.random() < 0.05 else lo + rng.randint(0, rng.choice([3, 30, 300])) for _ in range(rng.randint(1, 40))]
+            if rng.random() < 0.5:
+                keys.sort(key=lambda k: (k is not None, k or 0))
+            table = pa.table({"k": pa.array(keys, pa.int64()), "v": pa.array(range(len(keys)), pa.int64())})
+            path = str(tmp_path / f"c{case}-{i}.parquet")
+            pq.write_table(table, path, row_group_size=rng.choice([2, 7, 100]))
+            paths.append(path)
+            held.append({k for k in keys if k is not None})
+        files = TraceFiles(fs, paths, pa.schema([("k", pa.int64()), ("v", pa.int64())]))
+        probe = [rng.randint(-60, 520) for _ in range(rng.randint(1, 12))] + ([None] if rng.random() < 0.1 else [])
+        got = files.admitting_files("k", probe)
+        assert got == sorted(set(got))
+        assert set(files.admitting("k", probe)) <= set(got), case
+        assert {f for f, keys in enumerate(held) if keys & set(probe)} <= set(got), case

@@ -325,6 +325,22 @@ class _Opened:
 # SF10's 76 files; memory-mapped, they hold address space, not memory (least recently used out)
 _OPENED: "OrderedDict[tuple[str, int, int], _Opened]" = OrderedDict()
 MAX_OPENED = 4096
+# the keys of ``_OPENED`` by trace folder (a sidecar's grandparent): ``forget_others`` then visits
+# the sidecars of the traces it is given, not every one this process opened
+_BY_TRACE: dict[str, set[tuple[str, int, int]]] = {}
+
+
+def _trace_of(sidecar: str) -> str:
+    return os.path.dirname(os.path.dirname(sidecar))
+
+
+def _drop(at: tuple[str, int, int]) -> None:
+    _OPENED.pop(at, None)
+    held = _BY_TRACE.get(_trace_of(at[0]))
+    if held is not None:
+        held.discard(at)
+        if not held:
+            del _BY_TRACE[_trace_of(at[0])]
 
 
 def _read(path: str) -> _Opened | None:
@@ -344,8 +360,9 @@ def _read(path: str) -> _Opened | None:
     except (OSError, pa.ArrowException, ValueError, UnicodeDecodeError):
         return None
     _OPENED[at] = found
+    _BY_TRACE.setdefault(_trace_of(path), set()).add(at)
     while len(_OPENED) > MAX_OPENED:
-        _OPENED.popitem(last=False)
+        _drop(next(iter(_OPENED)))
     return found
 
 
@@ -354,9 +371,9 @@ def forget_others(data_paths: Sequence[str]) -> None:
     that are not theirs: files compacted away, whose memory maps would keep deleted files' disk
     space in use while this process lives."""
     keep = {sidecar_path(p) for p in data_paths}
-    traces = {os.path.dirname(os.path.dirname(p)) for p in data_paths}
-    for at in [at for at in _OPENED if at[0] not in keep and os.path.dirname(os.path.dirname(at[0])) in traces]:
-        del _OPENED[at]
+    for trace in {_trace_of(p) for p in keep}:
+        for at in [at for at in _BY_TRACE.get(trace, ()) if at[0] not in keep]:
+            _drop(at)
 
 
 def _open(data_path: str, rows: int, key: str, signature: str) -> _Opened | None:

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from spark_jobs.errors import DbspError
 from spark_jobs.state.float_keys import canonical, canonical_value
 from spark_jobs.state.fs import FileSystem, LocalFileSystem
+from spark_jobs.state import stats_sidecar
 from spark_jobs.state.rowgroups import FOOTERS, FileIndex, chunk_index
 
 
@@ -48,7 +49,7 @@ class TraceFiles:
         by path and size without another call; a local one is always checked with ``stat``)."""
         self.fs, self.paths, self.schema = fs, list(paths), schema
         self._index = [self._footer(p, sizes[i] if sizes is not None else None) for i, p in enumerate(self.paths)]
-        self._meta = [ix.meta for ix in self._index]
+        self._meta = _Footers(self._index)
         self._decoded: dict[tuple[int, int], pa.Table] = {}
         self._keys: dict[tuple[str, int, int], pa.ChunkedArray] = {}  # (column, file, group) -> that column (``_holding``)
         self.bytes_read = 0  # compressed bytes of the row groups decoded so far
@@ -82,7 +83,8 @@ class TraceFiles:
 
         if isinstance(self.fs, LocalFileSystem):
             st = os.stat(path)
-            return FOOTERS.get(f"{path}\0{st.st_ino}\0{st.st_mtime_ns}", st.st_size, read)
+            return FOOTERS.get(f"{path}\0{st.st_ino}\0{st.st_mtime_ns}", st.st_size, read,
+                               lambda: stats_sidecar.read(path, st.st_size))
         if size is None:
             return FileIndex(read())
         return FOOTERS.get(path, size, read)
@@ -93,11 +95,11 @@ class TraceFiles:
 
     def rows(self) -> int:
         """Rows in all files (from the footers)."""
-        return sum(m.num_rows for m in self._meta)
+        return sum(ix.num_rows for ix in self._index)
 
     def file_rows(self) -> list[int]:
         """Rows of each file (from the footers), in ``paths`` order."""
-        return [m.num_rows for m in self._meta]
+        return [ix.num_rows for ix in self._index]
 
     def admitting(self, column: str, values: "Sequence[object] | Probe") -> list[int]:
         """The files (indices in ``paths``) with a row group whose statistics admit one of
@@ -106,12 +108,48 @@ class TraceFiles:
         return [f for f, groups in self._admitted_by_file(column, self._prunable(column, present), want_null,
                                                           (None, None), None, _memo(values)) if len(groups)]
 
+    def admitting_files(self, column: str, values: "Sequence[object] | Probe") -> list[int]:
+        """The files whose whole range of ``column`` (from their statistics) holds one of
+        ``values``: a superset of ``admitting``'s, found with one binary search per file instead
+        of two per row group. For a caller that searches each file by its own index (the bag
+        check's digest sidecars): with SF10's 61 line-item files, admitting row groups one file
+        at a time was a fifth of a 1,000-row change's check. A file whose statistics are missing
+        or not integers or dates is admitted by its groups (``admitting``)."""
+        present, want_null = _probe(values)
+        if want_null or not present or not all(type(v) is int for v in present):
+            return self.admitting(column, values)
+        try:
+            probe = np.array(present, dtype=np.int64)
+        except OverflowError:
+            return self.admitting(column, values)
+        by_groups: list[int] = []
+        spans = np.zeros((len(self._index), 2), dtype=np.int64)
+        known = np.zeros(len(self._index), dtype=bool)
+        for f, ix in enumerate(self._index):
+            if ix.num_row_groups == 0:
+                continue
+            stats = ix.stats(column)
+            span = stats.span() if stats.kind == "int" else None
+            if span is None:
+                by_groups.append(f)
+            else:
+                spans[f], known[f] = span, True
+        held = np.searchsorted(probe, spans[:, 1], "right") > np.searchsorted(probe, spans[:, 0], "left")
+        out = [int(f) for f in np.flatnonzero(known & held)]
+        if by_groups:
+            memo = _memo(values)
+            for f, groups in self._admitted_by_file(column, self._prunable(column, present), want_null,
+                                                    (None, None), None, memo):
+                if f in by_groups and len(groups):
+                    out.append(f)
+        return sorted(out)
+
     def max_of(self, column: str) -> int | None:
         """The largest value of an integer column, from statistics (read where they are missing)."""
         best: int | None = None
         for f, ix in enumerate(self._index):
             stats = ix.stats(column)
-            for g in range(ix.meta.num_row_groups):
+            for g in range(ix.num_row_groups):
                 if stats.known[g]:
                     top = stats.values[g][1]
                 else:
@@ -132,9 +170,9 @@ class TraceFiles:
         memo = {} if memo is None else memo
         out = []
         for f, ix in enumerate(self._index):
-            if ix.meta.num_row_groups == 0:
+            if ix.num_row_groups == 0:
                 continue
-            mask = (np.ones(ix.meta.num_row_groups, dtype=bool) if present is None
+            mask = (np.ones(ix.num_row_groups, dtype=bool) if present is None
                     else ix.stats(column).admitted(present, want_null, memo))
             if iter_column is not None and (lo is not None or hi is not None):
                 its = ix.stats(iter_column)
@@ -589,6 +627,23 @@ class KeySet:
             nulls = pc.is_null(keys).to_numpy(zero_copy_only=False)
             found = np.where(nulls, self.want_null, found)
         return pa.array(found, pa.bool_())
+
+
+class _Footers:
+    """The footers of a ``TraceFiles``' files by index, each parsed when first asked for (an index
+    made from a statistics sidecar reads its footer only for a read of the file)."""
+
+    def __init__(self, index: list[FileIndex]) -> None:
+        self._index = index
+
+    def __getitem__(self, f: int) -> pq.FileMetaData:
+        return self._index[f].meta
+
+    def __iter__(self) -> Iterator[pq.FileMetaData]:
+        return (ix.meta for ix in self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
 
 
 class TooMany(DbspError):
