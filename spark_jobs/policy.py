@@ -38,6 +38,12 @@ class StatePolicy:
     rows_per_file: int = 1_000_000
     # row groups of sorted files: a key lookup reads a few narrow groups (~10k rows of 4 columns)
     sorted_row_group_bytes: int = 256 * 1024
+    # ...and at most this many rows (an in-process sorted write): a probe of a key in a narrow
+    # trace decodes about this many rows, not 256 KiB of them. W1's customer-key integral (two
+    # columns) had 16k-row groups: a 1,000-row step's 100 probes decoded all of SF10's 300k rows
+    # (30k at SF1), and the join integrals' 6-8k-row groups made each probe of a deleted order
+    # read a group's key column of its own at SF10 where at SF1 probes shared groups
+    sorted_row_group_rows: int = 2048
     # codec of sorted files: a lookup decodes whole row groups, and snappy's decompression was a
     # third of that CPU (W1's line-item integral: 9.4 -> 6.3 ms for 50 groups) for a quarter more
     # bytes on disk; the bag check of a large change decodes half of such an integral

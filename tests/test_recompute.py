@@ -523,5 +523,12 @@ def test_the_benchmark_runs_in_pieces_from_a_kept_load(tmp_path):
         changes.append([s["change_rows"] for p in result["points"] for s in p["steps"]])
         assert result["points"][0]["recompute"]["mode"] == "recompute"
     assert changes[0][0] == changes[1][0]  # the second piece started from the load again: the same first change
+    # piece two measured the recompute at 300 rows only: the target at 1000 is inferred from it, and says so
+    assert "against the lowest recompute measured in this run" in (out / "two.md").read_text()
+    point = lambda inc, rec, pol: {"incremental": {"seconds": inc}, "recompute": {"seconds": rec},  # noqa: E731
+                                   "policy": {"seconds": pol}, "policy_over_best": round(pol / min(inc, rec or inc), 2)}
+    assert bench.inferred_worst([point(1.0, 50.0, 1.1), point(20.0, None, 22.0)]) == (1.1, 50.0)
+    assert bench.inferred_worst([point(1.0, 10.0, 1.1), point(20.0, None, 22.0)]) == (2.2, 10.0)  # recompute cheaper there
+    assert bench.inferred_worst([point(1.0, 10.0, 1.1)]) is None and bench.inferred_worst([point(1.0, None, 1.0)]) is None
     # the kept load never stepped (its files are hard-linked into the roots, never modified)
     assert not any(n.startswith("b000002") for t in (work / bench.LOADED / "inbox").iterdir() for n in os.listdir(t))

@@ -73,7 +73,8 @@ def test_a_trace_keeps_its_own_row_group_size_through_appends_merges_and_compact
     """``row_group_bytes`` is a trace's setting (a while loop's per-iteration state looks a few
     keys up at a time), not the store's: written with it, kept in the manifest, used again by the
     merges and compactions the store does later; a trace without it keeps the store's groups."""
-    policy = StatePolicy(sorted_row_group_bytes=1 << 20, delta_fanout=2, compact_fraction=0.5)
+    policy = StatePolicy(sorted_row_group_bytes=1 << 20, sorted_row_group_rows=1 << 20, delta_fanout=2,
+                         compact_fraction=0.5)  # groups by bytes only (no row cap)
     store = StateStore(_no_spark, str(tmp_path), "c", "fp", policy=policy)
 
     def groups(trace: str) -> list[int]:
@@ -245,3 +246,20 @@ def test_an_in_process_merge_nets_out_every_cancellation_on_a_random_stream(tmp_
     assert arrow_trace.settle(floats, "zset").equals(arrow_trace.consolidate(floats, "zset"))  # as before
     ints = pa.table({"k": [1, 1, 2, 2, 3], "_weight": [1, -1, 1, 1, 0]})
     assert sorted(arrow_trace.settle(ints, "zset").to_pylist(), key=str) == [{"k": 2, "_weight": 1}] * 2
+
+
+def test_sorted_row_groups_hold_at_most_the_policy_rows_however_narrow_the_rows(tmp_path):
+    """A narrow trace (an integer key, a short string and a weight) is written in groups of at most
+    ``sorted_row_group_rows`` rows, not 256 KiB of rows: a probed key decodes that many rows."""
+    store = StateStore(_no_spark, str(tmp_path), "c", "fp", policy=StatePolicy(sorted_row_group_rows=2048))
+    tx = store.begin()
+    tx.in_process = True
+    tx.append_table("I(k)", _table(list(range(200_000))), sort_by=("k",))
+    tx.commit()
+    entry = store.manifest().traces["I(k)"]
+    metas = [pq.ParquetFile(p).metadata for d in entry.dirs for p, _ in store.fs.data_files(store.layout.abs(d))]
+    sizes = [m.row_group(g).num_rows for m in metas for g in range(m.num_row_groups)]
+    assert max(sizes) == 2048 and sum(sizes) == 200_000
+    files = store.trace_files("I(k)")
+    assert files.lookup("k", [5, 150_000]).column("k").to_pylist() == [5, 150_000]
+    assert files.decoded_rows() <= 2 * 2048

@@ -67,7 +67,8 @@ def write_dir(fs: FileSystem, path: str, table: pa.Table, policy: StatePolicy, *
     """Write ``table`` as a new Parquet directory (the counterpart of ``trace.write_dir``).
 
     Unsorted: one file per ``policy.rows_per_file`` rows. With ``sort_by``: sorted (NULLs first,
-    as Spark), in row groups of about ``policy.sorted_row_group_bytes``, compressed with
+    as Spark), in row groups of about ``policy.sorted_row_group_bytes`` and at most
+    ``policy.sorted_row_group_rows`` rows, compressed with
     ``policy.sorted_compression`` (none by default: a lookup decodes whole groups), as ONE file
     written ``rows_per_file`` rows at a time (the same memory bound). Why one file: a lookup
     reads row groups, and every extra file of a key-sorted directory only adds its own
@@ -88,7 +89,8 @@ def write_dir(fs: FileSystem, path: str, table: pa.Table, policy: StatePolicy, *
     chunk = max(1, policy.rows_per_file)
     if order is not None:
         per_row = max(1, table.nbytes // table.num_rows)
-        group_rows = max(1024, policy.sorted_row_group_bytes // per_row)
+        group_rows = min(max(1024, policy.sorted_row_group_bytes // per_row),
+                         max(1, policy.sorted_row_group_rows))
         chunk = max(1, chunk // group_rows) * group_rows  # whole row groups per chunk
         if each_file is None:
             return _write_sorted_file(fs, path, table, order, chunk, group_rows, policy.sorted_compression)
