@@ -224,23 +224,50 @@ def row_groups(rt) -> dict[str, dict[str, Any]]:
     return out
 
 
-def step(rt, gen, rows: int) -> dict[str, Any]:
+def step(rt, gen, rows: int, profile: bool = True) -> dict[str, Any]:
     """One change of about ``rows`` rows, stepped with the phase timers; the view checked after."""
     from spark_jobs.runtime.step import run_step
 
     written = gen.change(rows)
     phases: dict[str, float] = {}
     with timed_phases(phases):
+        if PROFILE is not None and profile and rows == PROFILE_ROWS:
+            PROFILE.enable()
         cpu, started = time.process_time(), time.perf_counter()
         report = run_step(rt)
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        if PROFILE is not None:
+            PROFILE.disable()
     return {"change_rows": written.total, "seconds": round(report.seconds, 4), "run_step_s": round(wall, 4),
             "cpu_s": round(cpu, 4), "engine": report.engine, "mode": report.mode,
             "phases": {k: round(v, 4) for k, v in phases.items()}, "view": view_check(rt, gen),
             "loadavg": os.getloadavg()[0]}
 
 
-def run_sf(sf: float, sizes: list[int], reps: int, work: Path, load_inprocess: bool, dog: Watchdog) -> dict[str, Any]:
+def _reused(gen, circuit: str, root: Path, kept: Path) -> tuple[Any, dict[str, Any]]:
+    """The loaded root ``kept`` (``--keep``) cloned to ``root`` (Parquet files hard-linked: an SF10
+    root in seconds) and the generator replayed to the load: the same state as a load, without
+    its 82 s and 8.6 GiB at SF10."""
+    from bench.recompute import _clone
+    from spark_jobs.runtime.circuit import open_circuit
+
+    _clone(kept, root)
+    inbox = root / "inbox"
+    for table in os.listdir(inbox):
+        for name in os.listdir(inbox / table):
+            if name.endswith(".parquet") and not name.startswith("b000001"):
+                os.remove(inbox / table / name)
+    loaded = gen.replay_initial()
+    rt = open_circuit(circuit, _config(root, True, 8 * (loaded.rows["customer"] + loaded.rows["orders"])))  # as load_split
+    if rt.committed.last_committed() not in (1, 2):
+        raise SystemExit(f"--reuse {kept}: the kept root must hold exactly the load (timestep 1, or 2 in halves)")
+    return rt, {"seconds": None, "engine": f"reused ({kept})", "steps": 0, "rows": loaded.total}
+
+
+def run_sf(sf: float, sizes: list[int], reps: int, work: Path, load_inprocess: bool, dog: Watchdog,
+           keep: Path | None = None) -> dict[str, Any]:
+    """One scale factor: load (or, with ``keep`` holding an earlier run's load, reuse it; with
+    ``keep`` empty, load and keep a copy there), then the measured steps."""
     from bench.lean_tpch import LeanTpch
     from spark_jobs.config import PROJECT_ROOT
     from spark_jobs.runtime.circuit import open_circuit
@@ -249,7 +276,10 @@ def run_sf(sf: float, sizes: list[int], reps: int, work: Path, load_inprocess: b
     root = work / f"sf{sf:g}"
     gen = LeanTpch(str(root), sf)
     circuit = str(PROJECT_ROOT / "bench" / "circuits" / "w1_tpch.yaml")
-    if load_inprocess:
+    kept = keep / f"sf{sf:g}-loaded" if keep is not None else None
+    if kept is not None and kept.is_dir():
+        rt, load = _reused(gen, circuit, root, kept)
+    elif load_inprocess:
         rt, load = load_split(gen, circuit, root, dog)
     else:
         started = time.perf_counter()
@@ -258,12 +288,17 @@ def run_sf(sf: float, sizes: list[int], reps: int, work: Path, load_inprocess: b
         rt = open_circuit(circuit, _config(root, load_inprocess, loaded.total))
         report = run_step(rt)
         load = {"seconds": round(report.seconds, 2), "engine": report.engine, "steps": 1, "rows": loaded.total}
+    if kept is not None and not kept.is_dir():
+        from bench.recompute import _clone
+
+        _clone(root, kept)
+        _log(f"SF {sf:g}: the loaded root kept in {kept} (--keep: later runs reuse it)")
     out: dict[str, Any] = {"sf": sf, "input_rows": load["rows"], "load": load,
                            "state_bytes": _dir_bytes(Path(rt.committed.root))}
     out["row_groups"] = row_groups(rt)
-    _log(f"SF {sf:g}: loaded in {load['seconds']:.1f} s on {load['engine']}; rss {dog.rss() / 2**30:.1f} GiB; "
+    _log(f"SF {sf:g}: loaded in {load['seconds'] or 0:.1f} s on {load['engine']}; rss {dog.rss() / 2**30:.1f} GiB; "
          f"traces {out['row_groups']}")
-    step(rt, gen, 1_000)  # warm-up: footers read, imports done
+    step(rt, gen, 1_000, profile=False)  # warm-up: footers read, imports done
     points = []
     for size in sizes:
         steps = [step(rt, gen, size) for _ in range(reps)]
@@ -287,6 +322,28 @@ def run_sf(sf: float, sizes: list[int], reps: int, work: Path, load_inprocess: b
     out["input_rows_after"] = gen.input_rows()
     _log(f"SF {sf:g}: DuckDB recompute {out['duckdb_s']} s")
     return out
+
+
+PROFILE_ROWS = 1_000  # the change size ``--profile`` profiles (issue #25's growth target)
+PROFILE: Any = None  # the cProfile of ``--profile``, enabled around each measured step only
+
+
+@contextmanager
+def _profiled(path: str | None) -> Iterator[None]:
+    """With ``path``: the measured steps of the block profiled (not the load, not the checks), in
+    CPU seconds of this process (all threads: a call's time includes pyarrow's pool's work)."""
+    global PROFILE
+    if not path:
+        yield
+        return
+    import cProfile
+
+    PROFILE = cProfile.Profile(time.process_time)  # CPU seconds: on the shared machine wall time is mostly waiting
+    try:
+        yield
+    finally:
+        PROFILE.dump_stats(path)
+        PROFILE = None
 
 
 def load_split(gen, circuit: str, root: Path, dog: Watchdog) -> tuple[Any, dict[str, Any]]:
@@ -395,6 +452,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--smoke", action="store_true", help="tiny SFs, in-process load, one step per size")
     parser.add_argument("--out", help="results folder (default bench/results)")
     parser.add_argument("--work-dir", help="scratch data roots (default: a temp folder, removed at the end)")
+    parser.add_argument("--keep", help="a folder for the loaded roots: the first run loads and keeps each SF's "
+                                       "root there (hard links), later runs reuse it instead of loading")
+    parser.add_argument("--profile", help="write a cProfile of the measured steps of each SF to PREFIX-sfN.prof")
     args = parser.parse_args(argv)
     from bench.report import write_results
 
@@ -409,7 +469,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     name = "floor-smoke" if args.smoke else "floor"
     for sf in sfs:
         with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
-            result["runs"].append(run_sf(sf, sizes, reps, Path(tmp), inprocess, dog))
+            keep = Path(args.keep) if args.keep else None
+            if keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
+            with _profiled(args.profile and f"{args.profile}-sf{sf:g}.prof"):
+                result["runs"].append(run_sf(sf, sizes, reps, Path(tmp), inprocess, dog, keep))
         shutil.rmtree(Path(tmp), ignore_errors=True)
     result["peak_rss_gib"] = round(max(dog.peak, dog.rss()) / 2**30, 1)
     result["targets"] = targets(result)

@@ -432,6 +432,21 @@ def run(sf: float, sizes: list[int], work: Path, inprocess: bool, reps: int = 3,
             "recompute_reps": recompute_reps}
 
 
+def inferred_worst(points: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """With the recompute measured at some sizes only (at SF10 it takes minutes): the worst
+    policy / min(incremental, recompute) over every size, the unmeasured sizes' recompute taken
+    as the lowest one measured in the run (it reads and evaluates the integrated inputs, which a
+    sweep grows by a few percent, whatever the change). None: measured at every size, or none."""
+    measured = [p["recompute"]["seconds"] for p in points if p["recompute"]["seconds"] is not None]
+    missing = [p for p in points if p["recompute"]["seconds"] is None]
+    if not measured or not missing:
+        return None
+    low = min(measured)
+    ratios = [p["policy_over_best"] or 0 for p in points if p["recompute"]["seconds"] is not None]
+    ratios += [p["policy"]["seconds"] / max(min(p["incremental"]["seconds"], low), 1e-9) for p in missing]
+    return round(max(ratios), 2), low
+
+
 def continuity(points: list[dict[str, Any]]) -> None:
     """Issue #25's "no change size costs more than 1.2x its neighbours", on the policy's (the
     chosen path's) steps, in place. Sizes 10x apart cannot be compared by seconds, so per changed
@@ -545,10 +560,18 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
     if up or down:
         w_up, w_down = max(up, default=None), max(down, default=None)
         met = (not up or w_up <= 1.2) and (not down or w_down <= 1.2)
-        lines += ["", "| target (this run) | measured | met |", "|---|---|---|",
-                  f"| every size's policy step <= 1.2x min(incremental, recompute) | worst {worst}"
-                  + (f" ({len(unmeasured)} sizes without a recompute)" if unmeasured else "")
-                  + f" | {'yes' if worst <= 1.2 and not unmeasured else 'no'} |",
+        inferred = inferred_worst(points)
+        if inferred is None:
+            first = (f"| every size's policy step <= 1.2x min(incremental, recompute) | worst {worst}"
+                     + (f" ({len(unmeasured)} sizes without a recompute)" if unmeasured else "")
+                     + f" | {'yes' if worst <= 1.2 and not unmeasured else 'no'} |")
+        else:
+            w, low = inferred
+            first = (f"| every size's policy step <= 1.2x min(incremental, recompute) | worst {w} (at the "
+                     f"{len(unmeasured)} sizes without a recompute against the lowest recompute measured in this run, "
+                     f"{low} s: a recompute's cost follows the integrated inputs, not the change; inferred, not "
+                     f"measured there) | {'yes, inferred at ' + str(len(unmeasured)) + ' sizes' if w <= 1.2 else 'no'} |")
+        lines += ["", "| target (this run) | measured | met |", "|---|---|---|", first,
                   f"| no size costs more than 1.2x its neighbours (per row vs the smaller, seconds vs the larger) | "
                   f"worst {w_up} / {w_down} | {'yes' if met else 'no'} |"]
     return "\n".join(lines) + "\n"

@@ -38,6 +38,12 @@ class StatePolicy:
     rows_per_file: int = 1_000_000
     # row groups of sorted files: a key lookup reads a few narrow groups (~10k rows of 4 columns)
     sorted_row_group_bytes: int = 256 * 1024
+    # ...and at most this many rows (an in-process sorted write): a probe of a key in a narrow
+    # trace decodes about this many rows, not 256 KiB of them. W1's customer-key integral (two
+    # columns) had 16k-row groups: a 1,000-row step's 100 probes decoded all of SF10's 300k rows
+    # (30k at SF1), and the join integrals' 6-8k-row groups made each probe of a deleted order
+    # read a group's key column of its own at SF10 where at SF1 probes shared groups
+    sorted_row_group_rows: int = 2048
     # codec of sorted files: a lookup decodes whole row groups, and snappy's decompression was a
     # third of that CPU (W1's line-item integral: 9.4 -> 6.3 ms for 50 groups) for a quarter more
     # bytes on disk; the bag check of a large change decodes half of such an integral
@@ -104,14 +110,19 @@ class ArrowPolicy:
     # 1M-row one peaked at 1.3 GB of memory (docs/performance.md)
     max_change_rows: int = 1_000_000
     # past max_change_rows a step still runs in-process when Spark runs on this machine (a local
-    # profile: it shares the driver's cores) and the step's estimated memory fits: change rows x
-    # bytes_per_change_row <= max_memory_bytes (0: never past max_change_rows, the old hard
-    # cut-off). Why: the cut-off was a cliff, W1 SF10 1,000,871 rows took 9.5 s in-process and
-    # 46-78 s on Spark. bytes_per_change_row is measured: W1's in-process step at SF10 peaked at
-    # 0.96 / 1.19 / 1.31 GB resident for 100k / 400k / 1M changed rows (the process, its imports
-    # and the lookups' kept row groups included), so 2,000 bytes a row is an upper bound there
+    # profile: it shares the driver's cores) and the step's estimated memory fits:
+    # base_memory_bytes + change rows x bytes_per_change_row <= max_memory_bytes (0: never past
+    # max_change_rows, the old hard cut-off). Why: the cut-off was a cliff, W1 SF10 1,000,871 rows
+    # took 9.5 s in-process and 46-78 s on Spark. Both are measured (bench.recompute, W1 SF10,
+    # 2026-11-29, the process's peak RSS in the step, its imports and the lookups' kept row groups
+    # included): 1.46 / 1.60 / 1.62 / 1.85 / 2.18-2.91 GiB for 0.5M / 0.95M / 1M / 1.4M / 2M
+    # changed rows (3.4-3.6 GiB at 2M when the step also merged ~6.9M line-item rows with a full
+    # consolidation, which merges no longer do: ``arrow_trace.settle``). 1 GiB + 1,200 bytes a row
+    # bounds every step without a merge (2M: 3.24 GiB estimated); the old 2,000 bytes a row with
+    # no base under-estimated 0.5M rows (0.93 GiB) and sent 2.15M rows to Spark
     max_memory_bytes: int = 4 << 30
-    bytes_per_change_row: int = 2_000
+    base_memory_bytes: int = 1 << 30
+    bytes_per_change_row: int = 1_200
     max_lookup_rows: int = 5_000_000  # trace rows a step's lookups may decode and keep (for reuse)...
     # ...past that, a lookup streams the row groups that can hold its keys and keeps only the
     # matches (``TraceFiles.matching``): up to this many rows decoded by a step's streamed
@@ -192,10 +203,10 @@ class ExecutionPolicy:
         return rows <= self.small_change_rows
 
     def inprocess_memory(self, change_rows: int) -> int:
-        """The estimated peak bytes of an in-process step of ``change_rows`` changed rows (its
-        lookups keep at most ``arrow.max_lookup_rows`` decoded rows and stream past that, so the
-        change is what grows)."""
-        return max(0, change_rows) * self.arrow.bytes_per_change_row
+        """The estimated peak bytes of an in-process step of ``change_rows`` changed rows: the
+        process's own (``arrow.base_memory_bytes``) plus the change's (its lookups keep at most
+        ``arrow.max_lookup_rows`` decoded rows and stream past that, so the change is what grows)."""
+        return self.arrow.base_memory_bytes + max(0, change_rows) * self.arrow.bytes_per_change_row
 
     def engine_for(self, change_rows: int | None, *, first_step: bool, driver_reach: str | None = None,
                    unsupported: str | None = None, local_spark: bool = False) -> tuple[str, str]:

@@ -55,12 +55,13 @@ def test_the_engine_of_a_step():
 
 def test_past_the_row_threshold_a_local_profile_stays_in_process_while_memory_fits():
     """No cliff at execution.arrow.max_change_rows where Spark shares this machine's cores: the
-    step stays in-process while change rows x bytes_per_change_row fits max_memory_bytes."""
+    step stays in-process while base_memory_bytes + change rows x bytes_per_change_row fits
+    max_memory_bytes."""
     from dataclasses import replace
 
     auto = ExecutionPolicy()
     limit, per_row = auto.arrow.max_change_rows, auto.arrow.bytes_per_change_row
-    fits = auto.arrow.max_memory_bytes // per_row
+    fits = (auto.arrow.max_memory_bytes - auto.arrow.base_memory_bytes) // per_row
     assert fits > limit  # the default bound reaches past the row threshold (W1: 2M-row changes)
     engine, why = auto.engine_for(limit + 1, first_step=False, local_spark=True)
     assert engine == "arrow" and "in-process: Spark runs on this machine" in why and "max_memory_bytes" in why
@@ -73,8 +74,9 @@ def test_past_the_row_threshold_a_local_profile_stays_in_process_while_memory_fi
     cut = replace(auto, arrow=replace(auto.arrow, max_memory_bytes=0))
     assert cut.engine_for(limit + 1, first_step=False, local_spark=True)[0] == "spark"
     assert cut.engine_for(limit, first_step=False, local_spark=True)[0] == "arrow"
-    p = policy_from_profile({"execution": {"arrow": {"max_memory_bytes": 10, "bytes_per_change_row": 5}}})
-    assert (p.arrow.max_memory_bytes, p.arrow.bytes_per_change_row, p.inprocess_memory(3)) == (10, 5, 15)
+    p = policy_from_profile({"execution": {"arrow": {"max_memory_bytes": 10, "bytes_per_change_row": 5,
+                                                     "base_memory_bytes": 2}}})
+    assert (p.arrow.max_memory_bytes, p.arrow.bytes_per_change_row, p.inprocess_memory(3)) == (10, 5, 17)
 
 
 def test_driver_access_is_checked():

@@ -178,7 +178,13 @@ def test_alternating_incremental_and_recompute_equals_a_recompute(tmp_path, seed
         mode = "recompute" if t % 2 == 0 else "never"
         mixed = open_circuit(str(circuit), config(tmp_path / "mixed", engine="arrow",
                                                   cost={"recompute": "always" if mode == "recompute" else "never"}))
+        before = mixed.committed.manifest()
         want, got = run_step(plain), run_step(mixed)
+        if got.mode == "recompute":  # the inputs' integrals got the change appended, not rewritten whole
+            after = mixed.committed.manifest()
+            for trace in integral_traces(mixed).values():
+                kept = set(before.traces[trace].dirs) & set(after.traces[trace].dirs)
+                assert kept or not before.traces[trace].dirs, (t, trace, before.traces[trace].dirs)
         assert want.mode == "incremental" and got.mode == ("recompute" if t > 1 and mode == "recompute"
                                                             else "incremental"), (t, got.mode, got.mode_reason)
         assert got.engine == "arrow", got.engine_reason
@@ -288,6 +294,35 @@ def test_past_the_row_threshold_no_spark_record_keeps_a_step_in_process():
                       cost.Sample("incremental", "spark", 1_000_000, 76_506_136, 5.0)]
     engine, why = cost.incremental_engine(fast, policy, 1_400_000, 76_506_136, "arrow", "past it", "arrow")
     assert engine == "spark" and "from 1 past Spark steps" in why
+
+
+def test_w1_sf10_changes_past_two_million_rows_stay_in_process_while_their_memory_fits():
+    """The decisions for W1 at SF10 (76.5M integrated rows) past 2M changed rows, on a local
+    profile with the default policy and the history a run has after its load: in-process while
+    base_memory_bytes + rows x bytes_per_change_row fits max_memory_bytes (2.5M rows: 3.79 GiB;
+    the measured peaks were 2.2-2.9 GiB at 2M), else on Spark, incremental: the recompute there
+    rewrites the 76.5M rows' traces, estimated far above the incremental step, and an in-process
+    recompute needs execution.cost.arrow_rows (5M) to hold the inputs."""
+    policy = ExecutionPolicy()
+    inputs = 76_506_136
+    fits = (policy.arrow.max_memory_bytes - policy.arrow.base_memory_bytes) // policy.arrow.bytes_per_change_row
+    assert 2_500_000 < fits < 3_000_000
+    history = [cost.Sample("recompute", "arrow", 16_500_000, 0, 11.1491),
+               cost.Sample("incremental", "arrow", 60_006_136, 16_500_000, 82.0588),
+               cost.Sample("incremental", "arrow", 1_002, inputs, 0.9599)]
+    for rows, want in ((2_000_000, "arrow"), (2_500_000, "arrow"), (fits, "arrow"), (fits + 1, "spark"),
+                       (3_000_000, "spark"), (4_000_000, "spark")):
+        engine, why = policy.engine_for(rows, first_step=False, local_spark=True)
+        engine, why = cost.incremental_engine(history, policy, rows, inputs, engine, why, "spark")
+        assert engine == want, (rows, why)
+        assert ("<= execution.arrow.max_memory_bytes" if want == "arrow" else
+                "> execution.arrow.max_memory_bytes") in why, (rows, why)
+        rengine = "arrow" if inputs + rows <= policy.cost.arrow_rows else "spark"
+        est = cost.estimate(history, rows, inputs, engine, rengine)
+        choice = cost.choose(policy.cost, est, None)
+        assert choice.mode == "incremental" and est.recompute > 2 * est.incremental, (rows, choice.reason)
+    # a cluster or Connect profile: Spark past max_change_rows whatever the memory
+    assert policy.engine_for(2_000_000, first_step=False, local_spark=False)[0] == "spark"
 
 
 def test_recompute_on_spark_commits_the_same_timestep(spark, tmp_path):
@@ -488,5 +523,12 @@ def test_the_benchmark_runs_in_pieces_from_a_kept_load(tmp_path):
         changes.append([s["change_rows"] for p in result["points"] for s in p["steps"]])
         assert result["points"][0]["recompute"]["mode"] == "recompute"
     assert changes[0][0] == changes[1][0]  # the second piece started from the load again: the same first change
+    # piece two measured the recompute at 300 rows only: the target at 1000 is inferred from it, and says so
+    assert "against the lowest recompute measured in this run" in (out / "two.md").read_text()
+    point = lambda inc, rec, pol: {"incremental": {"seconds": inc}, "recompute": {"seconds": rec},  # noqa: E731
+                                   "policy": {"seconds": pol}, "policy_over_best": round(pol / min(inc, rec or inc), 2)}
+    assert bench.inferred_worst([point(1.0, 50.0, 1.1), point(20.0, None, 22.0)]) == (1.1, 50.0)
+    assert bench.inferred_worst([point(1.0, 10.0, 1.1), point(20.0, None, 22.0)]) == (2.2, 10.0)  # recompute cheaper there
+    assert bench.inferred_worst([point(1.0, 10.0, 1.1)]) is None and bench.inferred_worst([point(1.0, None, 1.0)]) is None
     # the kept load never stepped (its files are hard-linked into the roots, never modified)
     assert not any(n.startswith("b000002") for t in (work / bench.LOADED / "inbox").iterdir() for n in os.listdir(t))

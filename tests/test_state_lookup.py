@@ -119,6 +119,35 @@ def test_a_cached_lookup_decodes_whole_only_the_groups_holding_a_probed_key(tmp_
             v for d, v in zip(table.column("d").to_pylist(), table.column("v").to_pylist()) if d in set(probe))
 
 
+def test_a_cached_lookup_decodes_the_probed_column_once(tmp_path, monkeypatch):
+    """The groups holding a probed key are decoded without the probed column (its chunks, read
+    by the key pass, are reused): the same rows and schema, each byte counted once."""
+    rng = random.Random(8)
+    rows = sorted(((rng.randrange(3000), f"v{i % 9}", i % 6, 1) for i in range(5000)), key=lambda r: r[0])
+    path = _write(tmp_path / "t.parquet", rows, row_group_size=100)
+    asked: list[list[str]] = []
+    real = pq.ParquetFile.read_row_groups
+
+    def read_row_groups(self, groups, columns=None, **kw):  # noqa: ANN001, ANN202 - pyarrow's
+        asked.append(list(columns or []))
+        return real(self, groups, columns=columns, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", read_row_groups)
+    trace = TraceFiles(LocalFileSystem(), [path], SCHEMA)
+    for _ in range(10):
+        keys = set(rng.sample(range(3000), rng.choice([3, 30, 300])))
+        got = trace.lookup("k", list(keys), (None, 4), "_iter")
+        assert _got(got) == _expected(rows, keys, None, 4) and got.schema == SCHEMA
+    assert ["k"] in asked and ["v", "_iter", "_weight"] in asked and SCHEMA.names not in asked
+    meta = pq.ParquetFile(path).metadata
+    key_only = {g for (_, _, g) in trace._keys} - {g for (_, g) in trace._decoded}
+    def chunks(g: int, cols: range) -> int:
+        return sum(meta.row_group(g).column(c).total_compressed_size for c in cols)
+
+    assert trace.bytes_read == sum(chunks(g, range(4)) for _, g in trace._decoded) + sum(
+        chunks(g, range(1)) for g in key_only)
+
+
 def test_a_streamed_match_finds_what_a_lookup_finds_and_keeps_nothing_decoded(tmp_path):
     """``matching`` (the bag check's lookup of many keys) is exact on the same files, NULL keys
     included, caches no row group, and stops at its bound on found rows."""
@@ -233,3 +262,30 @@ def test_random_probes_over_many_files_agree_with_a_filter_for_every_lookup_and_
                             TraceFiles(LocalFileSystem(), files, schema).matching(column, probe, 10**6, batch_rows=40)):
                     assert got.schema == schema
                     assert sorted((tuple(r.values()) for r in got.to_pylist()), key=repr) == want, (seed, column, density)
+
+
+def test_files_admitted_by_their_range_hold_every_probed_key_and_no_file_is_missed(tmp_path):
+    """``admitting_files`` (the bag check's file choice) keeps every file holding a probed key,
+    on sorted and unsorted files, files with NULL keys, an all-NULL file (no statistics: admitted
+    by its groups) and probes with NULL or past every file."""
+    rng = random.Random(2530)
+    fs = LocalFileSystem()
+    for case in range(40):
+        paths, held = [], []
+        for i in range(rng.randint(1, 6)):
+            lo = rng.randint(-50, 200)
+            keys = [None] * 5 if rng.random() < 0.1 else [
+                None if rng.random() < 0.05 else lo + rng.randint(0, rng.choice([3, 30, 300])) for _ in range(rng.randint(1, 40))]
+            if rng.random() < 0.5:
+                keys.sort(key=lambda k: (k is not None, k or 0))
+            table = pa.table({"k": pa.array(keys, pa.int64()), "v": pa.array(range(len(keys)), pa.int64())})
+            path = str(tmp_path / f"c{case}-{i}.parquet")
+            pq.write_table(table, path, row_group_size=rng.choice([2, 7, 100]))
+            paths.append(path)
+            held.append({k for k in keys if k is not None})
+        files = TraceFiles(fs, paths, pa.schema([("k", pa.int64()), ("v", pa.int64())]))
+        probe = [rng.randint(-60, 520) for _ in range(rng.randint(1, 12))] + ([None] if rng.random() < 0.1 else [])
+        got = files.admitting_files("k", probe)
+        assert got == sorted(set(got))
+        assert set(files.admitting("k", probe)) <= set(got), case
+        assert {f for f, keys in enumerate(held) if keys & set(probe)} <= set(got), case

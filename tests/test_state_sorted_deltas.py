@@ -73,7 +73,8 @@ def test_a_trace_keeps_its_own_row_group_size_through_appends_merges_and_compact
     """``row_group_bytes`` is a trace's setting (a while loop's per-iteration state looks a few
     keys up at a time), not the store's: written with it, kept in the manifest, used again by the
     merges and compactions the store does later; a trace without it keeps the store's groups."""
-    policy = StatePolicy(sorted_row_group_bytes=1 << 20, delta_fanout=2, compact_fraction=0.5)
+    policy = StatePolicy(sorted_row_group_bytes=1 << 20, sorted_row_group_rows=1 << 20, delta_fanout=2,
+                         compact_fraction=0.5)  # groups by bytes only (no row cap)
     store = StateStore(_no_spark, str(tmp_path), "c", "fp", policy=policy)
 
     def groups(trace: str) -> list[int]:
@@ -106,7 +107,7 @@ def test_sorted_files_are_written_with_the_policy_codec(tmp_path):
     for sort_by, codec, want in ((["k"], "none", "UNCOMPRESSED"), (["k"], "zstd", "ZSTD"), ([], "none", "SNAPPY")):
         out = tmp_path / f"{codec}-{len(sort_by)}"
         write_dir(LocalFileSystem(), str(out), table, StatePolicy(sorted_compression=codec), sort_by=sort_by)
-        (f,) = list(out.iterdir())
+        (f,) = [p for p in out.iterdir() if not p.name.startswith("_")]  # data files (not sidecars)
         meta = pq.ParquetFile(f).metadata
         assert meta.row_group(0).column(0).compression == want
         assert sorted(pq.read_table(f).column("k").to_pylist()) == list(range(1, 5001))
@@ -197,3 +198,68 @@ def test_an_in_process_view_delta_is_sorted_in_small_row_groups_and_read_back_th
 def pc_consolidated(table: pa.Table) -> pa.Table:
     sums = table.group_by(["k", "v"]).aggregate([("_weight", "sum")]).rename_columns(["k", "v", "_weight"])
     return sums.select(["k", "v", "_weight"])
+
+
+def test_an_in_process_merge_nets_out_every_cancellation_on_a_random_stream(tmp_path):
+    """Merges of deltas consolidate only the rows that can cancel (``arrow_trace.settle``): on a
+    random stream of inserts and deletes the trace keeps the value of every change summed, and no
+    merged file holds a tuple with rows of both signs or a zero weight (a join would multiply
+    them: ``executor/arrow/kernels._settled``). Float first columns go through ``consolidate``."""
+    from collections import Counter
+
+    from spark_jobs.state import arrow_trace
+
+    rng = random.Random(11)
+    store = StateStore(_no_spark, str(tmp_path), "c", "fp",
+                       policy=StatePolicy(sorted_row_group_bytes=4096, delta_fanout=2, compact_fraction=1e9))
+    want: Counter = Counter()
+    merged = 0
+    for _ in range(12):
+        rows = Counter()
+        for _ in range(rng.randrange(50, 400)):
+            k = rng.randrange(300)
+            if want[(k, f"v{k % 7}")] + rows[(k, f"v{k % 7}")] > 0 and rng.random() < 0.4:
+                rows[(k, f"v{k % 7}")] -= 1
+            else:
+                rows[(k, f"v{k % 7}")] += 1
+        items = [(k, v, w) for (k, v), w in rows.items() if w]
+        tx = store.begin()
+        tx.in_process = True
+        tx.append_table("I(x)", pa.table({"k": [i[0] for i in items], "v": [i[1] for i in items],
+                                          "_weight": [i[2] for i in items]}, schema=SCHEMA), sort_by=("k", "v"))
+        tx.commit()
+        want.update(rows)
+        entry = store.manifest().traces["I(x)"]
+        got: Counter = Counter()
+        for d in entry.dirs:
+            signs: dict = {}
+            for path, _ in store.fs.data_files(store.layout.abs(d)):
+                for r in pq.read_table(path).to_pylist():
+                    assert r["_weight"] != 0
+                    signs.setdefault((r["k"], r["v"]), set()).add(r["_weight"] > 0)
+                    got[(r["k"], r["v"])] += r["_weight"]
+            assert all(len(s) == 1 for s in signs.values()), f"{d}: a tuple with rows of both signs"
+        merged += sum(1 for t, _ in entry.deltas if t < store.last_committed())
+        assert +got == +want and -got == -want
+    assert merged, "the stream merged deltas"
+    floats = pa.table({"f": [0.0, -0.0, float("nan"), float("nan")], "_weight": [1, -1, 1, -1]})
+    assert arrow_trace.settle(floats, "zset").equals(arrow_trace.consolidate(floats, "zset"))  # as before
+    ints = pa.table({"k": [1, 1, 2, 2, 3], "_weight": [1, -1, 1, 1, 0]})
+    assert sorted(arrow_trace.settle(ints, "zset").to_pylist(), key=str) == [{"k": 2, "_weight": 1}] * 2
+
+
+def test_sorted_row_groups_hold_at_most_the_policy_rows_however_narrow_the_rows(tmp_path):
+    """A narrow trace (an integer key, a short string and a weight) is written in groups of at most
+    ``sorted_row_group_rows`` rows, not 256 KiB of rows: a probed key decodes that many rows."""
+    store = StateStore(_no_spark, str(tmp_path), "c", "fp", policy=StatePolicy(sorted_row_group_rows=2048))
+    tx = store.begin()
+    tx.in_process = True
+    tx.append_table("I(k)", _table(list(range(200_000))), sort_by=("k",))
+    tx.commit()
+    entry = store.manifest().traces["I(k)"]
+    metas = [pq.ParquetFile(p).metadata for d in entry.dirs for p, _ in store.fs.data_files(store.layout.abs(d))]
+    sizes = [m.row_group(g).num_rows for m in metas for g in range(m.num_row_groups)]
+    assert max(sizes) == 2048 and sum(sizes) == 200_000
+    files = store.trace_files("I(k)")
+    assert files.lookup("k", [5, 150_000]).column("k").to_pylist() == [5, 150_000]
+    assert files.decoded_rows() <= 2 * 2048

@@ -182,10 +182,11 @@ def _passes_by_digest(neg: pa.Table, cols: list[str], files: TraceFiles, policy:
     key = _lookup_column(neg, cols)
     if key is None or key != bag_index.key_column(neg.schema, cols) or neg.column(key).null_count:
         return False
-    # only the files whose statistics admit a deleted key: the others hold none of them (a
-    # 100-row change falls in a few of SF10's 61 line-item files)
+    # only the files whose statistics' range holds a deleted key: the others hold none of them
+    # (a 100-row change falls in a few of SF10's 61 line-item files); each sidecar is then
+    # searched by its own sorted keys, so the files' row groups need not be admitted one by one
     bag_index.forget_others(files.paths)
-    near = files.admitting(key, Probe(pc.unique(neg.column(key)).to_pylist()))
+    near = files.admitting_files(key, Probe(pc.unique(neg.column(key)).to_pylist()))
     rows = files.file_rows()
     try:
         weights, missing = bag_index.before([files.paths[i] for i in near], [rows[i] for i in near], neg, cols, key,

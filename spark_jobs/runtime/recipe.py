@@ -457,6 +457,10 @@ def compute(rt: "CircuitRuntime", engine: StepEngine, work: Work, files: Mapping
     if work.full or work.recompute:
         outputs = {v: engine.view_delta(v, value) for v, value in outputs.items()}
     writes = state_writes(rt, result, evaluated, own, work.full or work.recompute)
+    if work.recompute and not work.full:  # the inputs' integrals: the change appended (recompute.appended)
+        from spark_jobs.runtime.recompute import appended
+
+        writes = appended(rt, engine.name, writes, deltas)
     outputs, writes, checked = engine.settle(outputs, writes, checked)
     say(f"timestep {t}: checking view deltas ({len(outputs)} view(s)"
         + (f", {len(checked)} input(s) with expectations)" if checked else ")"))

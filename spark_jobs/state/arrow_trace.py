@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 
 from spark_jobs.errors import EXIT_REFUSED, DbspError
 from spark_jobs.policy import StatePolicy
-from spark_jobs.state.fs import FileSystem
+from spark_jobs.state import stats_sidecar
+from spark_jobs.state.fs import FileSystem, LocalFileSystem
 from spark_jobs.state.manifest import KINDS, FileStat
 
 WEIGHT = "_weight"  # the Z-set multiplicity column (same name as spark_jobs.spec.model.WEIGHT)
@@ -66,7 +67,8 @@ def write_dir(fs: FileSystem, path: str, table: pa.Table, policy: StatePolicy, *
     """Write ``table`` as a new Parquet directory (the counterpart of ``trace.write_dir``).
 
     Unsorted: one file per ``policy.rows_per_file`` rows. With ``sort_by``: sorted (NULLs first,
-    as Spark), in row groups of about ``policy.sorted_row_group_bytes``, compressed with
+    as Spark), in row groups of about ``policy.sorted_row_group_bytes`` and at most
+    ``policy.sorted_row_group_rows`` rows, compressed with
     ``policy.sorted_compression`` (none by default: a lookup decodes whole groups), as ONE file
     written ``rows_per_file`` rows at a time (the same memory bound). Why one file: a lookup
     reads row groups, and every extra file of a key-sorted directory only adds its own
@@ -87,7 +89,8 @@ def write_dir(fs: FileSystem, path: str, table: pa.Table, policy: StatePolicy, *
     chunk = max(1, policy.rows_per_file)
     if order is not None:
         per_row = max(1, table.nbytes // table.num_rows)
-        group_rows = max(1024, policy.sorted_row_group_bytes // per_row)
+        group_rows = min(max(1024, policy.sorted_row_group_bytes // per_row),
+                         max(1, policy.sorted_row_group_rows))
         chunk = max(1, chunk // group_rows) * group_rows  # whole row groups per chunk
         if each_file is None:
             return _write_sorted_file(fs, path, table, order, chunk, group_rows, policy.sorted_compression)
@@ -100,6 +103,7 @@ def write_dir(fs: FileSystem, path: str, table: pa.Table, policy: StatePolicy, *
             pq.write_table(part, fh, compression=codec, row_group_size=group_rows)
         if each_file is not None:
             each_file(full, part)
+        _summarize(fs, full, part.num_rows, group_rows)
         size += _file_bytes(fs, path, full)
     return FileStat(rows=table.num_rows, bytes=size)
 
@@ -107,6 +111,16 @@ def write_dir(fs: FileSystem, path: str, table: pa.Table, policy: StatePolicy, *
 def _data_file(fs: FileSystem, path: str, index: int, codec: str) -> str:
     """A new data file's path in ``path``, named as Spark names its part files."""
     return fs.join(path, f"part-{index:05d}-{uuid.uuid4()}-c000{'' if codec == 'none' else '.' + codec}.parquet")
+
+
+def _summarize(fs: FileSystem, full: str, rows: int, group_rows: int | None) -> None:
+    """Give a sorted data file written on this machine its statistics sidecar
+    (``stats_sidecar``) when it has ``stats_sidecar.MIN_GROUPS`` row groups or more: a new
+    process then admits its row groups without parsing its footer. A file of a few groups (a
+    step's delta, an unsorted file: one group) is as cheap to admit from its footer, and a
+    sidecar would only add a write to every step."""
+    if isinstance(fs, LocalFileSystem) and group_rows and rows >= stats_sidecar.MIN_GROUPS * group_rows:
+        stats_sidecar.write(full)
 
 
 def _file_bytes(fs: FileSystem, path: str, full: str) -> int:
@@ -121,6 +135,7 @@ def _write_sorted_file(fs: FileSystem, path: str, table: pa.Table, order: pa.Arr
         with pq.ParquetWriter(fh, table.schema, compression=codec) as writer:
             for start in range(0, table.num_rows, chunk):
                 writer.write_table(table.take(order.slice(start, chunk)), row_group_size=group_rows)
+    _summarize(fs, full, table.num_rows, group_rows)
     return FileStat(rows=table.num_rows, bytes=_file_bytes(fs, path, full))
 
 
@@ -207,3 +222,33 @@ def consolidate(table: pa.Table, kind: str, keys: Sequence[str] = ()) -> pa.Tabl
     if keep is not None:
         out = out.filter(keep)
     return out.cast(table.schema)
+
+
+def _exact_first(dtype: pa.DataType) -> bool:
+    """A column whose equal values hash and compare equal (no NaN, no -0.0 vs 0.0)."""
+    return (pa.types.is_integer(dtype) or pa.types.is_date(dtype) or pa.types.is_timestamp(dtype)
+            or pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_boolean(dtype))
+
+
+def settle(table: pa.Table, kind: str, keys: Sequence[str] = ()) -> pa.Table:
+    """A merge of a zset trace's deltas with every cancellation netted out, but only the rows
+    that can cancel grouped: the rows sharing their first column with a row of negative weight
+    (a tuple whose rows all weigh > 0 cannot cancel; it may stay as several rows, which every
+    reader sums, as it sums a tuple's rows across a trace's files). Zero weights are dropped.
+
+    Why: grouping every column of a merge was about half of it (7M line-item rows: 4.3 s of
+    ~9 s, 2026-11-30), and a tier merge lands on one step: at W1 SF10 the 2M-row step that merged
+    ~6.9M line-item rows took 1.3-2x its neighbours. A "sum" trace, a first column that is not
+    exact (floats: NaN, -0.0) or a table without negative rows that are few go through
+    ``consolidate`` as before."""
+    if kind != "zset" or table.num_rows == 0 or not table.column_names or table.column_names[0] == WEIGHT \
+            or not _exact_first(table.schema.field(0).type):
+        return consolidate(table, kind, keys)
+    weight = table.column(WEIGHT)
+    negative = pc.less(weight, 0)
+    first = table.column(0)
+    touched = pc.fill_null(pc.is_in(first, value_set=pc.unique(first.filter(negative)), skip_nulls=False), False)
+    rest = table.filter(pc.and_(pc.invert(touched), pc.not_equal(weight, 0)))
+    if rest.num_rows == table.num_rows:
+        return table
+    return pa.concat_tables([rest, consolidate(table.filter(touched), kind, keys)])

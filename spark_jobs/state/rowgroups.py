@@ -16,10 +16,14 @@ import datetime
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable
+from functools import cached_property
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    from spark_jobs.state.stats_sidecar import Summary
 
 # serialized footer bytes kept per process (a 60M-row sorted integral's footer is ~12 MB)
 FOOTER_CACHE_BYTES = 512 * 1024 * 1024
@@ -68,6 +72,16 @@ class ColumnStats:
         mask = mask.copy()
         mask[known] |= past > first
         return mask
+
+
+    @cached_property
+    def span(self) -> tuple[int, int] | None:
+        """The file's smallest and largest value of an integer or date column (day numbers), when
+        every group records them; None otherwise (the caller then admits by groups). Computed
+        once per file: the bag check asks it of every file of an integral at every step."""
+        if self.kind not in ("int", "date") or not len(self.known) or not self.known.all():
+            return None
+        return int(self.low.min()), int(self.high.max())
 
 
 def _kind(values: list[tuple[object, object]]) -> str | None:
@@ -150,13 +164,49 @@ def column_stats(meta: pq.FileMetaData, column: str) -> ColumnStats:
 
 
 class FileIndex:
-    """A file's footer and the statistics of the columns looked up in it so far."""
+    """A file's footer and the statistics of the columns looked up in it so far.
 
-    def __init__(self, meta: pq.FileMetaData) -> None:
-        self.meta = meta
+    Made from the file's footer, or from its statistics sidecar (``Summary``): then the footer
+    is read only when something needs it (a read of the file's row groups, or a column the
+    sidecar does not hold), so a new process admits row groups without parsing every footer."""
+
+    def __init__(self, meta: pq.FileMetaData | None = None, *, summary: "Summary | None" = None,
+                 read: Callable[[], pq.FileMetaData] | None = None) -> None:
+        if meta is None and (summary is None or read is None):
+            raise ValueError("a FileIndex needs a footer, or a summary and a way to read the footer")
+        self._meta, self._summary, self._read_meta = meta, summary, read
         self._columns: dict[str, ColumnStats] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._bytes: dict[int, int] = {}
+
+    @property
+    def meta(self) -> pq.FileMetaData:
+        """The footer (read now if the index was made from a sidecar)."""
+        if self._meta is None:
+            with self._lock:
+                if self._meta is None:
+                    self._meta = self._read_meta()  # type: ignore[misc]
+        return self._meta
+
+    @property
+    def footer_read(self) -> bool:
+        """Has this index parsed the file's footer?"""
+        return self._meta is not None
+
+    @property
+    def num_row_groups(self) -> int:
+        return len(self._summary.rows) if self._summary is not None else self.meta.num_row_groups
+
+    @property
+    def num_rows(self) -> int:
+        return self._summary.num_rows if self._summary is not None else self.meta.num_rows
+
+    @property
+    def footprint(self) -> int:
+        """Bytes this index stands for in the process's cache (the footer's, read or not)."""
+        if self._summary is not None:
+            return self._summary.footer_bytes + self._summary.nbytes
+        return self.meta.serialized_size
 
     def group_bytes(self, group: int) -> int:
         """Compressed bytes of a row group's column chunks (what decoding it whole reads), summed
@@ -164,6 +214,8 @@ class FileIndex:
         twentieth of a lookup, and summing every group of a file at its first lookup cost a
         lookup of a few groups in a 1M-row trace of 730 groups 5 ms (a tenth of a second for the
         first step of a loop on 1M edges)."""
+        if self._summary is not None:
+            return int(self._summary.bytes[group])
         found = self._bytes.get(group)
         if found is None:
             rg = self.meta.row_group(group)
@@ -174,7 +226,8 @@ class FileIndex:
         with self._lock:
             found = self._columns.get(column)
             if found is None:
-                found = self._columns[column] = column_stats(self.meta, column)
+                held = self._summary.column(column) if self._summary is not None else None
+                found = self._columns[column] = held if held is not None else column_stats(self.meta, column)
             return found
 
 
@@ -186,21 +239,25 @@ class _Footers:
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, path: str, size: int, read: Callable[[], pq.FileMetaData]) -> FileIndex:
+    def get(self, path: str, size: int, read: Callable[[], pq.FileMetaData],
+            summary: Callable[[], "Summary | None"] | None = None) -> FileIndex:
+        """The file's index: cached, else made from its sidecar (``summary``, when it gives one
+        that holds) or its footer (``read``)."""
         key = (path, size)
         with self._lock:
             found = self._items.get(key)
             if found is not None:
                 self._items.move_to_end(key)
                 return found
-        index = FileIndex(read())
+        held = summary() if summary is not None else None
+        index = FileIndex(summary=held, read=read) if held is not None else FileIndex(read())
         with self._lock:
             if key not in self._items:
                 self._items[key] = index
-                self._bytes += index.meta.serialized_size
+                self._bytes += index.footprint
                 while self._bytes > FOOTER_CACHE_BYTES and len(self._items) > 1:
                     _, old = self._items.popitem(last=False)
-                    self._bytes -= old.meta.serialized_size
+                    self._bytes -= old.footprint
             return self._items[key]
 
     def clear(self) -> None:

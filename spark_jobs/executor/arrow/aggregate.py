@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_jobs.executor.arrow.expressions import column_value
+from spark_jobs.executor.arrow.extrema_columns import extrema_columns
 from spark_jobs.executor.arrow.zsets import consolidate
 from spark_jobs.executor.engine import NotLocal
 from spark_jobs.state.float_keys import canonical_value
@@ -565,7 +566,11 @@ def extrema_step(delta: pa.Table, old: pa.Table, group_by: Sequence[str], aggs: 
     shortest path that gets shorter retracts its old distance and inserts the new one in one
     change; the loop of ``iterate`` saw this in every iteration, each reading the integral)."""
     d = consolidate(delta)
-    args, _ = _arguments(d, aggs, timezone)
+    values = {i: column_value(d, arg, timezone)[0] for i, (_, _, arg, _) in enumerate(aggs)}
+    fast = extrema_columns(d, values, old, group_by, aggs, schema)
+    if fast is not None:
+        return fast
+    args = {i: v.to_pylist() for i, v in values.items()}
     weights = d.column(WEIGHT).to_pylist()
     outs = [out for out, *_ in aggs]
     before: dict[tuple, list[Any]] = {}
