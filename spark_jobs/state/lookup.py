@@ -134,7 +134,7 @@ class TraceFiles:
             if ix.num_row_groups == 0:
                 continue
             stats = ix.stats(column)
-            span = stats.span() if stats.kind == "int" else None
+            span = stats.span if stats.kind == "int" else None
             if span is None:
                 by_groups.append(f)
             else:
