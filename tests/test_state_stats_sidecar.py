@@ -219,3 +219,30 @@ def test_loop_steps_over_sidecar_state_match_dijkstra(tmp_path, monkeypatch):
     sidecars = [p for p in (tmp_path).rglob("_stats-*.arrow")]
     assert sidecars, "no trace file got a sidecar: the test does not test them"
     FOOTERS.clear()
+
+
+def test_a_sorted_trace_spark_writes_gets_sidecars_and_lookups_agree(spark, tmp_path):
+    """A load on Spark (the default engine of a local profile's first step) writes the base that
+    later steps look up most: its large sorted files get sidecars too, and a lookup from them
+    equals one from the footers and the rows written."""
+    from spark_jobs.state.store import StateStore
+
+    rng = random.Random(9)
+    rows = [(rng.randrange(3000), f"v{rng.randrange(50)}", 1) for _ in range(4_000)]
+    policy = StatePolicy(sorted_row_group_bytes=1024, sort_min_rows=0)
+    store = StateStore(spark, str(tmp_path), "c", "fp", policy=policy)
+    with store.begin() as tx:
+        tx.replace("t", spark.createDataFrame(rows, "k long, v string, _weight long"), sort_by=("k",))
+        tx.commit()
+    files = store.trace_files("t")
+    assert files is not None
+    held = [p for p in files.paths if os.path.exists(stats_sidecar.sidecar_path(p))]
+    assert held and all(pq.read_metadata(p).num_row_groups >= stats_sidecar.MIN_GROUPS for p in held)
+    probe = sorted({rng.randrange(3100) for _ in range(30)})
+    want = sorted((k, v, w) for k, v, w in rows if k in set(probe))
+    FOOTERS.clear()
+    fresh = store.trace_files("t")
+    got = fresh.lookup("k", probe)
+    assert sorted(zip(*(got.column(c).to_pylist() for c in ("k", "v", "_weight")))) == want
+    assert all(ix._summary is not None for p, ix in zip(fresh.paths, fresh._index) if p in held)
+    FOOTERS.clear()

@@ -70,10 +70,17 @@ def _arrow_type(kind: str) -> pa.DataType:
     return {"int": pa.int64(), "date": pa.date32(), "str": pa.string()}[kind]
 
 
-def write(data_path: str) -> bool:
-    """Write ``data_path``'s sidecar from its footer (a local file just written); False when it
-    has no row group (nothing to admit)."""
+def write_if_large(data_path: str) -> bool:
+    """``write`` for a local file of ``MIN_GROUPS`` row groups or more (one Spark wrote: its
+    group count is known only from its footer); False otherwise."""
     meta = pq.read_metadata(data_path)
+    return meta.num_row_groups >= MIN_GROUPS and write(data_path, meta)
+
+
+def write(data_path: str, meta: pq.FileMetaData | None = None) -> bool:
+    """Write ``data_path``'s sidecar from its footer (a local file just written; ``meta``: that
+    footer, if already read); False when it has no row group (nothing to admit)."""
+    meta = pq.read_metadata(data_path) if meta is None else meta
     n = meta.num_row_groups
     if n == 0:
         return False

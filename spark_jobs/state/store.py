@@ -19,7 +19,7 @@ from spark_jobs.errors import DbspError, EXIT_FAILED
 from spark_jobs.policy import StatePolicy
 from spark_jobs.state import layout as L
 from spark_jobs.state.failpoints import failpoint
-from spark_jobs.state.fs import filesystem_for
+from spark_jobs.state.fs import LocalFileSystem, filesystem_for
 from spark_jobs.state import arrow_trace
 from spark_jobs.state.arrow_trace import arrow_schema
 from spark_jobs.state.lease import Lease
@@ -448,8 +448,19 @@ class Transaction:
         stat = dir_stats(s.fs, path, lambda: s.spark, uri)
         if stat.rows == 0:
             self._discard(rel)
+        elif sort_by and isinstance(s.fs, LocalFileSystem):
+            self._summarize(path)
         failpoint("after_state_write")
         return stat if stat.rows else None
+
+    def _summarize(self, path: str) -> None:
+        """Statistics sidecars (``stats_sidecar``) for the large sorted files Spark just wrote
+        here, as the in-process writer gives its own: a load on Spark is what later steps'
+        new processes look up most."""
+        from spark_jobs.state import stats_sidecar
+
+        for full, _ in self.store.fs.data_files(path):
+            stats_sidecar.write_if_large(full)
 
     def _policy(self, row_group_bytes: int) -> StatePolicy:
         """The store's policy with a trace's own row-group size (``TraceEntry.row_group_bytes``)."""
