@@ -50,6 +50,7 @@ import json
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -97,6 +98,7 @@ def applies(fs: object) -> bool:
     return isinstance(fs, LocalFileSystem)
 
 
+@lru_cache(maxsize=65_536)  # asked for every file of an integral at every step (``forget_others``)
 def sidecar_path(data_path: str) -> str:
     folder, name = os.path.split(data_path)
     return os.path.join(folder, f"{PREFIX}{name}.arrow")
@@ -330,6 +332,7 @@ MAX_OPENED = 4096
 _BY_TRACE: dict[str, set[tuple[str, int, int]]] = {}
 
 
+@lru_cache(maxsize=65_536)
 def _trace_of(sidecar: str) -> str:
     return os.path.dirname(os.path.dirname(sidecar))
 

@@ -16,6 +16,7 @@ import datetime
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -73,9 +74,11 @@ class ColumnStats:
         return mask
 
 
+    @cached_property
     def span(self) -> tuple[int, int] | None:
         """The file's smallest and largest value of an integer or date column (day numbers), when
-        every group records them; None otherwise (the caller then admits by groups)."""
+        every group records them; None otherwise (the caller then admits by groups). Computed
+        once per file: the bag check asks it of every file of an integral at every step."""
         if self.kind not in ("int", "date") or not len(self.known) or not self.known.all():
             return None
         return int(self.low.min()), int(self.high.max())
