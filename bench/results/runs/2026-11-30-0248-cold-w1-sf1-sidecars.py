@@ -3,10 +3,10 @@
 Clones growth's kept SF1 load (hard links), gives its sorted files of >= 8 row groups the sidecar
 the in-process writer now writes, then alternately hides/shows all sidecars and runs one step per
 new Python process (imports, open, run_step), checking the view against DuckDB after each step."""
-import glob, json, os, subprocess, sys, time
+import glob, os, subprocess, sys
 from pathlib import Path
 sys.path.insert(0, "/work/wt/cold")
-from bench.floor import _reused, view_check, _config
+from bench.floor import _reused, view_check
 from bench.lean_tpch import LeanTpch
 from spark_jobs.config import PROJECT_ROOT
 from spark_jobs.state import stats_sidecar
@@ -42,7 +42,6 @@ st = pstats.Stats(prof).stats
 foot = sum(v[3] for k, v in st.items() if k[2] == "_footer" and "lookup.py" in k[0])
 print(f"RESULT wall {t2-t0:.3f} cpu {c2-c0:.3f} imports {t1-t0:.3f} step {t2-t1:.3f} footers/sidecars {foot:.3f} engine {rep.engine}")
 '''
-loaded_rows = 8 * (gen_rows := 0)
 def hide(off: bool) -> None:
     for f in glob.glob(f"{root}/_dbsp/**/_stats-*.arrow" + ("" if off else ".off"), recursive=True):
         os.rename(f, f + ".off" if off else f[:-4])
