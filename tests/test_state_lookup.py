@@ -148,6 +148,35 @@ def test_a_cached_lookup_decodes_the_probed_column_once(tmp_path, monkeypatch):
         chunks(g, range(1)) for g in key_only)
 
 
+def test_repeated_lookups_search_each_file_s_decoded_groups_merged_and_stay_exact(tmp_path):
+    """From a file's second lookup on, its decoded groups are searched as one merged table; a
+    merge is rebuilt when more groups were decoded since (never stale), and an unsorted file or
+    a NULL probe takes the group-by-group path. Every result against a Python filter."""
+    rng = random.Random(11)
+    sorted_rows = sorted(((rng.randrange(4000), f"v{i % 9}", i % 6, rng.choice([1, -1])) for i in range(6000)),
+                         key=lambda r: r[0])
+    other = sorted(((rng.randrange(4000, 6000), "w", 0, 1) for _ in range(900)), key=lambda r: r[0])
+    unsorted = [(rng.randrange(6000), "u", 1, 2) for _ in range(300)]
+    files = [_write(tmp_path / "a.parquet", sorted_rows, row_group_size=100),
+             _write(tmp_path / "b.parquet", other, row_group_size=50),
+             _write(tmp_path / "c.parquet", unsorted)]
+    everything = sorted_rows + other + unsorted
+    for paths in (files[:2], files):
+        trace = TraceFiles(LocalFileSystem(), paths, SCHEMA)
+        rows = [r for r in everything if paths is files or r[1] != "u"]
+        for n in range(40):
+            keys = set(rng.sample(range(6000), rng.choice([1, 10, 200, 1500])))
+            if n % 13 == 5:
+                keys.add(None)  # NULL probed: the group-by-group path
+            got = trace.lookup("k", list(keys))
+            assert _got(got) == _expected(rows, keys, None, None) and got.schema == SCHEMA
+        merged = {f: m for (_, f), (_, m) in trace._merges.items()}
+        assert merged.get(0) is not None and merged.get(1) is not None  # sorted: merged and used
+        assert merged.get(2, None) is None  # unsorted: never merged
+        counts = {f: n for (_, f), (n, _) in trace._merges.items()}
+        assert counts[0] == sum(1 for f, _ in trace._decoded if f == 0)  # merged what is decoded now
+
+
 def test_a_streamed_match_finds_what_a_lookup_finds_and_keeps_nothing_decoded(tmp_path):
     """``matching`` (the bag check's lookup of many keys) is exact on the same files, NULL keys
     included, caches no row group, and stops at its bound on found rows."""
