@@ -325,6 +325,25 @@ def test_w1_sf10_changes_past_two_million_rows_stay_in_process_while_their_memor
     assert policy.engine_for(2_000_000, first_step=False, local_spark=False)[0] == "spark"
 
 
+def test_small_steps_do_not_scale_the_per_row_rate_of_a_large_one():
+    """W1 SF10's history in bench.recompute piece g (2026-11-30, load ~12): the load's two records
+    and one 1,000-row warm-up step of 3.07 s. Scaling the in-process per-row rate by that small
+    step's ratio to the default estimated the next 2.5M-row step at 177 s against a recompute's
+    135 s (kept incremental by min_change_fraction alone); it took 14.86 s. Small steps measure
+    the fixed part: the estimate now stays within 2x of what the step took, and the choice is
+    incremental on the estimates alone."""
+    inputs = 76_507_138
+    history = [cost.Sample("recompute", "arrow", 16_500_000, 0, 28.6135),
+               cost.Sample("incremental", "arrow", 60_006_136, 16_500_000, 231.6434),
+               cost.Sample("incremental", "arrow", 1_002, inputs, 3.0682)]
+    est = cost.estimate(history, 2_499_364, inputs, "arrow", "arrow")
+    assert 14.86 / 2 <= est.incremental <= 14.86 * 2, est
+    unheld = CostPolicy(min_change_rows=0, min_change_fraction=0.0)
+    assert cost.choose(unheld, est, None).mode == "incremental", est
+    # a small step's own estimate still follows what small steps took (the fixed part)
+    assert abs(cost.estimate(history, 1_002, inputs, "arrow", "arrow").incremental - 3.07) < 0.5
+
+
 def test_recompute_on_spark_commits_the_same_timestep(spark, tmp_path):
     circuit = tmp_path / "paths.yaml"
     circuit.write_text(CIRCUIT)

@@ -309,3 +309,20 @@ def test_a_small_w1_step_on_spark_reads_no_state_through_spark_and_lazy_reads_ha
         assert lazy.schema == eager.schema, trace
         assert sorted(lazy.collect()) == sorted(eager.collect()), trace
         assert lazy.materialized
+
+
+def test_a_small_w1_step_on_spark_joins_its_deltas_by_hash_not_by_sort_merge(spark, tmp_path, monkeypatch):
+    """A driver-held step joins two delta-sized values with a shuffled hash join: a sort-merge
+    join adds a sort on each side, two more generated stages per join in the step's one job
+    (W1: 21 stages with them, 13 without)."""
+    from pyspark.sql.classic.dataframe import DataFrame
+
+    plans: list[str] = []
+    real = DataFrame.toArrow
+    monkeypatch.setattr(DataFrame, "toArrow",
+                        lambda self: plans.append(self._jdf.queryExecution().executedPlan().toString()) or real(self))
+    gen = TpchGenerator(str(tmp_path), 0.0005)
+    for count, sites in _steps(spark, tmp_path, W1, gen, rows=60, steps=1):
+        assert count <= MAX_JOBS, f"a small W1 step on Spark ran {count} jobs: {sites}"
+    assert plans and any("ShuffledHashJoin" in p for p in plans), plans
+    assert not any("SortMergeJoin" in p for p in plans), [p for p in plans if "SortMergeJoin" in p]

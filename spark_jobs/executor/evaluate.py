@@ -138,17 +138,18 @@ def _reused(circuit: Circuit) -> set[str]:
             if n > 1 and not is_integral(circuit, nid) and circuit[nid].op != "delay"}
 
 
-def _spark_engine(spark: Any, broadcast_deltas: bool, policy: ExecutionPolicy | None) -> Engine:
+def _spark_engine(spark: Any, broadcast_deltas: bool, policy: ExecutionPolicy | None, held: bool = False) -> Engine:
     from spark_jobs.executor.spark.kernels import SparkEngine
 
-    return SparkEngine(spark, policy or ExecutionPolicy(), broadcast=broadcast_deltas)
+    return SparkEngine(spark, policy or ExecutionPolicy(), broadcast=broadcast_deltas, held=held)
 
 
 def evaluate_step(circuit: Circuit, inputs: Mapping[str, Any], state: StateReader, *,
                   first_step: bool, input_schemas: Mapping[str, Any] | None = None,
                   spark: Any = None, broadcast_deltas: bool = True, persist: bool = False,
                   only: Collection[str] | None = None, external: Callable[[str], Any] | None = None,
-                  engine: Engine | None = None, policy: ExecutionPolicy | None = None) -> StepResult:
+                  engine: Engine | None = None, policy: ExecutionPolicy | None = None,
+                  held: bool = False) -> StepResult:
     """Evaluate one timestep of ``circuit`` on the input deltas and the committed state.
 
     ``engine``: the kernels to run (default: Spark, ``SparkEngine(spark, policy,
@@ -159,8 +160,10 @@ def evaluate_step(circuit: Circuit, inputs: Mapping[str, Any], state: StateReade
     caches them; writing the outputs and the state are separate jobs); call ``release()`` after.
     ``only`` evaluates just these nodes (one stage of a DAG run); the values they read from other
     nodes come from ``external(node_id)``. An Arrow kernel that cannot serve raises ``NotLocal``.
+    ``held``: the step's changes are held on the driver (a few thousand rows; Spark's
+    ``SparkEngine.held``).
     """
-    engine = engine or _spark_engine(spark, broadcast_deltas, policy)
+    engine = engine or _spark_engine(spark, broadcast_deltas, policy, held)
     step = Step(circuit, engine, state, first_step, inputs, input_schemas or {}, StepResult(engine=engine), external)
     begin = getattr(engine, "begin", None)
     if begin is not None:

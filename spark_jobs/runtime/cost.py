@@ -9,8 +9,9 @@ depends on the circuit, the engine and the machine. So each committed step recor
 retained only a few timesteps). For the next step each (mode, engine) gets a rate fitted to its
 own past records, ``seconds = fixed + per_row x rows`` (rows: the change for an incremental step,
 the integrated inputs plus the change for a recompute), by least squares; with no history the
-defaults below (measured on W1 / TPC-H Q3 on this project's 2-core test machine) stand in, and
-with one record its per-row rate is scaled to match it. Nothing here reads data: sizes come
+defaults below (measured on W1 / TPC-H Q3 on this project's 2-core test machine) stand in,
+scaled to the history's overall speed; only records large enough for their per-row part to show
+move the per-row rate (small steps measure the fixed part: ``fit``). Nothing here reads data: sizes come
 from the Parquet footers of the step's files and the manifest's trace entries.
 """
 from __future__ import annotations
@@ -89,25 +90,30 @@ def default_rate(mode: str, engine: str) -> Rate:
 
 
 def fit(samples: Sequence[Sample], default: Rate) -> Rate:
-    """The rate of ``samples`` (all of one mode and engine), robust to a loaded machine's noise:
-    the default's shape scaled by the samples' median ratio to it; where their sizes spread (and
-    some are large enough for the per-row part to show: at least the fixed part), the per-row
-    rate by least squares, held within 4x of the scaled default's; then the fixed part the
-    median of what each sample leaves. Never negative."""
+    """The rate of ``samples`` (all of one mode and engine), robust to a loaded machine's noise.
+    ``default`` is the project's default already scaled to this history's overall speed
+    (``rate``). The per-row rate comes from the samples large enough for their per-row part to
+    show (at least the default's fixed part): by least squares where their sizes spread, held
+    within 4x of ``default``'s, else the default's scaled by those samples' median ratio to it;
+    with no such sample it stays ``default``'s: small steps measure the fixed part, not the rate
+    (W1 SF10, 2026-11-30: after the load and one 1,000-row step of ~1 s at load ~12, scaling the
+    per-row rate by that step's ratio estimated a 2.5M-row in-process step at 177 s, which took
+    15-17 s). Then the fixed part is the median of what each sample leaves. Never negative."""
     if not samples:
         return default
     n = len(samples)
-    ratios = sorted(s.seconds / max(default.seconds(s.rows), 1e-9) for s in samples)
-    scale = ratios[n // 2]
-    per_row = default.per_row * scale
     xs = [float(s.rows) for s in samples]
     ys = [float(s.seconds) for s in samples]
-    big = [x for x in xs if default.per_row * x >= default.fixed]
-    if big and max(xs) >= 2 * max(min(xs), 1.0):
-        mx, my = sum(xs) / n, sum(ys) / n
-        sxx = sum((x - mx) ** 2 for x in xs)
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-        per_row = min(max(slope, per_row / 4), per_row * 4)
+    big = [(x, y) for x, y in zip(xs, ys) if default.per_row * x >= default.fixed]
+    per_row = default.per_row
+    if big:
+        ratios = sorted(y / max(default.seconds(int(x)), 1e-9) for x, y in big)
+        per_row = default.per_row * ratios[len(ratios) // 2]
+        if max(xs) >= 2 * max(min(xs), 1.0):
+            mx, my = sum(xs) / n, sum(ys) / n
+            sxx = sum((x - mx) ** 2 for x in xs)
+            slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+            per_row = min(max(slope, default.per_row / 4), default.per_row * 4)
     left = sorted(max(0.0, y - per_row * x) for x, y in zip(xs, ys))
     return Rate(left[n // 2], per_row, n)
 

@@ -217,7 +217,8 @@ class SparkSteps:
         result = evaluate_step(self.rt.compiled.incremental, deltas, state, first_step=first_step,
                                input_schemas=schemas, broadcast_deltas=self.small if only is None else True,
                                persist=self.persist and only is None and not one_job, policy=self.rt.config.policy,
-                               spark=self.spark, only=only, external=external)
+                               spark=self.spark, only=only, external=external,
+                               held=self.local and self.small)
         self.results.append(result)
         return result
 

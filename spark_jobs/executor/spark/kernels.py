@@ -46,6 +46,9 @@ class SparkEngine:
     spark: SparkSession | None
     policy: ExecutionPolicy = field(default_factory=ExecutionPolicy)
     broadcast: bool = True
+    # the step's changes are held on the driver (``execution.local_change_rows`` rows at most):
+    # a join of two delta-sized values is a shuffled hash join (``join``)
+    held: bool = False
     name: str = "spark"
     narrowing: Narrowing | None = None
     kept: list[DataFrame] = field(default_factory=list)  # what ``settle`` cached
@@ -159,6 +162,10 @@ def join(s: "Step", node: Node) -> DataFrame:
                 narrowed = narrowed.hint("shuffle_hash")  # even a local relation runs a job
                 left, right = (narrowed, right) if pos == 0 else (left, narrowed)
                 broadcast = None
+        elif not left_state and _engine(s).held and node.param("left_keys", ()):
+            # two delta-sized values (a driver-held step): a hash join built on the smaller side,
+            # not a sort-merge join, whose two sorts are two more generated stages each
+            left, right = left.hint("shuffle_hash"), right.hint("shuffle_hash")
     return jn.join(left, right, node.param("left_keys", ()), node.param("right_keys", ()),
                    bool(node.param("null_safe", False)), node.param("left_out", ()), node.param("right_out", ()),
                    broadcast=broadcast, in_list_max=_engine(s).policy.narrow.in_list_max,
