@@ -211,9 +211,10 @@ def _settled(state: Integral, rows: pa.Table) -> pa.Table:
     """Rows read from a trace of several files, consolidated. Why: until compaction, a row
     deleted and inserted again is three records (+1, -1, +1), and a join multiplies them: down a
     chain of joins a step's change grew ~1.1x per join with rows that cancel (a 64-table join of
-    10-row tables went from 10 rows to ~10^5 and out of memory). Committed rows are canonical
-    already (state is written consolidated), so this changes no value, only how many records
-    carry it; this step's own parts are left as they are."""
+    10-row tables went from 10 rows to ~10^5 and out of memory). A single committed file holds no
+    rows that cancel (a merge of deltas nets them out, ``arrow_trace.settle``; it may keep one
+    tuple on several positive rows, which every reader sums), so this changes no value, only how
+    many records carry it; this step's own parts are left as they are."""
     if state.parts or state.trace is None or len(state.trace.paths) < 2 or rows.num_rows < 2 \
             or not zsets.data_columns(rows):
         return rows
