@@ -533,13 +533,13 @@ def _sorted_values(keys: pa.ChunkedArray, wanted: "KeySet") -> tuple[np.ndarray,
     dtype = keys.type
     if wanted.want_null or keys.null_count or not (pa.types.is_integer(dtype) or pa.types.is_date(dtype)):
         return None
-    base = pa.int32() if pa.types.is_date32(dtype) else pa.int64() if pa.types.is_date64(dtype) else dtype
+    base = _number_type(dtype)
     # one cast and one copy for all chunks (a decoded group is a chunk: a lookup in a 1M-row
     # trace cast ~700 chunks one by one, 23k casts in a 10-edge step of the loop on 1M edges)
     values = (keys if base == dtype else keys.cast(base)).to_numpy() if keys.num_chunks else np.zeros(0, np.int64)
     if len(values) > 1 and not bool((values[1:] >= values[:-1]).all()):
         return None
-    return values, wanted.values.cast(base).to_numpy(zero_copy_only=False)
+    return values, _probe_numbers(wanted, dtype)
 
 
 def _held_ranges(keys: pa.ChunkedArray, wanted: "KeySet") -> tuple[np.ndarray, np.ndarray] | None:
@@ -679,7 +679,7 @@ class KeySet:
         self.values = canonical(pa.array(present + ([None] if want_null else []), dtype))
         self.sorted: np.ndarray | None = None
         if (pa.types.is_integer(dtype) or pa.types.is_date(dtype)) and len(present) >= sorted_from:
-            base = pa.int32() if pa.types.is_date32(dtype) else pa.int64() if pa.types.is_date64(dtype) else dtype
+            base = _number_type(dtype)
             self.base = base
             self.sorted = np.sort(pa.array(present, dtype).cast(base).to_numpy(zero_copy_only=False))
 
