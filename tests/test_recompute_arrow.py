@@ -74,7 +74,8 @@ def test_two_pass_recompute_commits_what_incremental_steps_commit(tmp_path, seed
             change = bag.change(10, 5 if t % 3 else 15)  # every third step deletes a lot
             for root in ("incremental", "mixed"):
                 write_change(str(tmp_path / root), name, t, bag.columns, change)
-        want, got = run_step(plain), run_step(mixed)
+        run_step(plain)
+        got = run_step(mixed)
         assert got.mode == ("recompute" if t > 1 else "incremental") and got.engine == "arrow", got.engine_reason
         for view in plain.compiled.spec.outputs:
             assert output_delta(mixed, view) == output_delta(plain, view), f"timestep {t}, view {view}"

@@ -32,12 +32,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from spark_jobs.ir.graph import Circuit
     from spark_jobs.runtime.circuit import CircuitRuntime
 
 BATCH_ROWS = 1_000_000  # rows of an integral evaluated at once in the batch pass (memory: ~a batch of decoded rows)
+READ_THREADS = 2  # integral files decoded at once in the batch pass (``TraceFiles.batches``)
 
 
 @dataclass
@@ -197,7 +196,7 @@ def recompute(rt: "CircuitRuntime", engine: Any, deltas: Mapping[str, Any], own:
         parts: dict[str, list[pa.Table]] = {f: [] for f in wanted}
         change = deltas.get(name)
         columns = read_columns(circuit, name, nodes, wanted)
-        sources = [*(files.batches(batch_rows, columns) if files is not None else ()),
+        sources = [*(files.batches(batch_rows, columns, threads=READ_THREADS) if files is not None else ()),
                    change if change is not None else schemas[name].empty_table()]
         for batch in sources:
             batch = _padded(batch, schemas[name])
