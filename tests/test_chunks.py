@@ -21,7 +21,7 @@ from spark_jobs.state import failpoints
 from tests.engines import Bag, output_delta, write_change
 from tests.policies import config
 from tests.test_paths import CIRCUIT, INPUTS, _traces
-from tests.test_recompute import CDC_CIRCUIT
+from tests.test_recompute import CDC_CIRCUIT, cdc_records
 
 # every step past 5 changed rows is past the memory bound (1 byte a row, 0 base, 7 bytes): 7-row sub-steps
 TINY = {"max_change_rows": 5, "base_memory_bytes": 0, "bytes_per_change_row": 1, "max_memory_bytes": 7}
@@ -75,15 +75,7 @@ def test_sub_steps_of_cdc_and_snapshot_inputs(tmp_path):
     rng = random.Random(3)
     rows: dict[int, dict] = {}
     for t in range(1, 6):
-        records = []
-        for _ in range(10):
-            i = rng.randrange(12)
-            if i in rows and rng.random() < 0.4:
-                records.append({"op": "d", "id": i, "cust": rows.pop(i)["cust"], "amount": 0})
-            else:
-                op = "u" if i in rows else "c"
-                rows[i] = {"id": i, "cust": rng.randrange(4), "amount": rng.randrange(100)}
-                records.append({"op": op, **rows[i]})
+        records = cdc_records(rng, rows, 10)
         customers = pa.table({"cust": pa.array(range(4), pa.int64()),
                               "region": pa.array([rng.choice("ab") for _ in range(4)])})
         for rt in rts.values():
