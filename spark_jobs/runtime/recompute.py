@@ -24,8 +24,7 @@ Phases 1-3 (read, late rows, bag check) run as for an incremental step, on the c
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping
 
 from spark_jobs.errors import DbspError
 from spark_jobs.executor.sources.own_traces import input_trace
@@ -122,33 +121,4 @@ def integrate(rt: "CircuitRuntime", engine: Any, deltas: Mapping[str, Any], stat
     return values, own
 
 
-def appended(rt: "CircuitRuntime", engine: str, writes: Sequence[Any], changes: Mapping[str, Any]) -> list[Any]:
-    """A recompute's state writes with each input's integral (and own trace) *appended* the
-    step's checked change instead of replaced by the integrated value (in-process steps).
-
-    Why: the new integral is the committed one plus the change, which is exactly what an
-    incremental step appends; rewriting it whole re-sorted and re-wrote every input row (and its
-    bag-check sidecars): at W1 SF 0.5 the writes were 3.6 s of an 8.2 s recompute, two thirds of
-    their rows the input integrals (2026-11-30, ``bench.recompute``). The traces hold the same
-    Z-set either way (the tests compare them with an incremental run's); the trace's own deltas
-    are merged and compacted by the store's usual rules. A write of no change (an input without
-    files this step) appends nothing but keeps the trace listed as written (``drop_unwritten``)."""
-    if engine != "arrow":  # Spark's recompute keeps its own path (its writes are DataFrames)
-        return list(writes)
-    from spark_jobs.runtime.step_engines import _padded
-
-    inputs = {trace: name for name, trace in integral_traces(rt).items()}
-    out = []
-    for w in writes:
-        name = inputs.get(w.trace)
-        if name is None or not w.replace:
-            out.append(w)
-            continue
-        change = changes.get(name)
-        schema = w.value.schema
-        value = schema.empty_table() if change is None or change.num_rows == 0 else _padded(change, schema)
-        out.append(dataclasses.replace(w, value=value, replace=False))
-    return out
-
-
-__all__ = ["CannotRecompute", "NoState", "appended", "input_rows", "integral_traces", "integrate", "why_not"]
+__all__ = ["CannotRecompute", "NoState", "input_rows", "integral_traces", "integrate", "why_not"]
