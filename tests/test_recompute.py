@@ -41,6 +41,21 @@ outputs:
 """
 
 
+def cdc_records(rng: random.Random, rows: dict[int, dict], n: int) -> list[dict]:
+    """``n`` random cdc records (creates, updates, deletes) of CDC_CIRCUIT's orders; ``rows``
+    (id -> row) is kept as the table after them."""
+    records = []
+    for _ in range(n):
+        i = rng.randrange(12)
+        if i in rows and rng.random() < 0.4:
+            records.append({"op": "d", "id": i, "cust": rows.pop(i)["cust"], "amount": 0})
+        else:
+            op = "u" if i in rows else "c"
+            rows[i] = {"id": i, "cust": rng.randrange(4), "amount": rng.randrange(100)}
+            records.append({"op": op, **rows[i]})
+    return records
+
+
 # ---- the cost model ----------------------------------------------------------------------------
 def test_fit_recovers_a_linear_rate_and_falls_back_to_defaults():
     default = cost.default_rate("incremental", "arrow")
@@ -392,15 +407,7 @@ def test_cdc_and_snapshot_inputs_recompute_from_their_own_traces(tmp_path, reque
     assert set(integral_traces(rts["always"]).values()) == {"keyed:orders", "snapshot:customers"}
     rows: dict[int, dict] = {}
     for t in range(1, 6):
-        records = []
-        for _ in range(8):
-            i = rng.randrange(12)
-            if i in rows and rng.random() < 0.4:
-                records.append({"op": "d", "id": i, "cust": rows.pop(i)["cust"], "amount": 0})
-            else:
-                op = "u" if i in rows else "c"
-                rows[i] = {"id": i, "cust": rng.randrange(4), "amount": rng.randrange(100)}
-                records.append({"op": op, **rows[i]})
+        records = cdc_records(rng, rows, 8)
         customers = pa.table({"cust": pa.array(range(4), pa.int64()),
                               "region": pa.array([rng.choice("ab") for _ in range(4)])})
         for mode in rts:

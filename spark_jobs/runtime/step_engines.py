@@ -486,6 +486,11 @@ class ArrowSteps:
     def release(self) -> None:
         return None
 
+    def reset(self) -> None:
+        """Start a new step on the same engine settings (a sub-step: ``chunks.py``): the lookups'
+        kept row groups and their counters are dropped."""
+        self._engine = None
+
 
 def _padded(table: Any, schema: Any) -> Any:
     """``table`` with ``schema``'s columns and ``_weight``: a column added to the input since an
