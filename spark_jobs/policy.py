@@ -179,6 +179,12 @@ class ExecutionPolicy:
     # up to this many rows, a Spark step's input changes and view deltas are held on the driver
     local_change_rows: int = 20_000
     collect_extra_rows: int = 1_000  # summary rows collected beside local relations in one job
+    # up to this many rows together, a small Spark step's view deltas and state updates come to
+    # this process as Arrow in ONE job (when it writes the state itself), and the quality gate and
+    # pyarrow take them: past ``local_change_rows`` (a change Spark read) each value was otherwise
+    # computed again by the gate and by Spark's writes (W1 SF 0.2, a 100k-row change on a cluster:
+    # a wasted collect, a collect of the views, the gate's job and the writes' job)
+    collect_rows: int = 1_000_000
     # a Spark value whose plan would hold more IR operators than this is computed first (a local
     # checkpoint): chained joins otherwise build plans Spark's analyzer cannot hold in memory
     max_plan_operators: int = 100

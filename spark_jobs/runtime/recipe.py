@@ -464,6 +464,10 @@ def compute(rt: "CircuitRuntime", engine: StepEngine, work: Work, files: Mapping
     if work.full or work.recompute:
         outputs = {v: engine.view_delta(v, value) for v, value in outputs.items()}
     writes = state_writes(rt, result, evaluated, own, work.full or work.recompute)
+    if work.recompute and not work.full:  # the inputs' integrals: the change appended (recompute.appended)
+        from spark_jobs.runtime.recompute import appended
+
+        writes = appended(rt, writes, deltas)
     return _gated(rt, engine, work, reports, outputs, writes, checked, state, say)
 
 

@@ -306,8 +306,8 @@ def commit_path(rt: CircuitRuntime, files: dict[str, list[InputFile]], records: 
     arrow_reads = step_engines.reads_change_in_process(rt, path.mode, path.change_rows)
 
     def spark_steps() -> step_engines.SparkSteps:
-        return step_engines.SparkSteps(rt, full=full, small=False if large else None,
-                                       driver_writes=reach, arrow_reads=arrow_reads)
+        return step_engines.SparkSteps(rt, full=full, small=False if large else None, driver_writes=reach,
+                                       arrow_reads=arrow_reads, driver_views=path.mode in ("incremental", "recompute"))
 
     try:
         return _compute_and_commit(rt, spark_steps(), files, records, path, say, run_id)
