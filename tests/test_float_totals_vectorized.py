@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from spark_jobs.executor.arrow import aggregate as agg
-from spark_jobs.executor.arrow.zsets import consolidate, total
 from spark_jobs.spec.model import WEIGHT
+from tests.test_counts_vectorized import compare_paths
 
 AGGS = [("s", "sum", "x", False), ("a", "avg", "x", False), ("n", "count", None, False),
         ("v", "sum", "x * 3 - y", False)]
@@ -34,10 +34,6 @@ def _change(rng: random.Random, live: list[tuple]) -> pa.Table:
     return pa.Table.from_pylist([dict(zip(SCHEMA.names, r)) for r in rows], schema=SCHEMA)
 
 
-def _sorted(table: pa.Table) -> list:
-    return sorted(map(repr, consolidate(table).to_pylist())) if table.num_rows else []
-
-
 @pytest.mark.parametrize("group_by", [("g",), ("g", "d")])
 def test_vectorized_float_sums_equal_the_python_path(group_by, monkeypatch):
     calls = []
@@ -45,16 +41,7 @@ def test_vectorized_float_sums_equal_the_python_path(group_by, monkeypatch):
     monkeypatch.setattr(agg, "_float_delta_totals", lambda *a: calls.append(real(*a) is not None) or real(*a))
     rng = random.Random(7 + len(group_by))
     live: list[tuple] = []
-    state_fast = state_slow = None
-    for step in range(25):
-        delta = _change(rng, live)
-        fast = agg._linear_step(delta, state_fast, group_by, AGGS, step == 0, "UTC", "n", vectorized=True)
-        slow = agg._linear_step(delta, state_slow, group_by, AGGS, step == 0, "UTC", "n", vectorized=False)
-        assert fast[0].schema == slow[0].schema and fast[1].schema == slow[1].schema
-        assert _sorted(fast[0]) == _sorted(slow[0]), f"step {step}: view delta"
-        assert sorted(map(repr, fast[1].to_pylist())) == sorted(map(repr, slow[1].to_pylist())), f"step {step}: totals"
-        state_fast = fast[1] if state_fast is None else total([state_fast, fast[1]])
-        state_slow = slow[1] if state_slow is None else total([state_slow, slow[1]])
+    compare_paths([_change(rng, live) for _ in range(25)], group_by, AGGS)
     assert sum(calls) >= 20  # the vectorized path ran (not the fallback)
 
 
