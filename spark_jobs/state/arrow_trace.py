@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from spark_jobs.errors import EXIT_REFUSED, DbspError
 from spark_jobs.policy import StatePolicy
 from spark_jobs.state import stats_sidecar
-from spark_jobs.state.fs import FileSystem, LocalFileSystem
+from spark_jobs.state.fs import FileSystem, sidecars_apply
 from spark_jobs.state.manifest import KINDS, FileStat
 
 WEIGHT = "_weight"  # the Z-set multiplicity column (same name as spark_jobs.spec.model.WEIGHT)
@@ -115,11 +115,9 @@ def _data_file(fs: FileSystem, path: str, index: int, codec: str) -> str:
 
 def _summarize(fs: FileSystem, full: str, rows: int, group_rows: int | None) -> None:
     """Give a sorted data file written on this machine its statistics sidecar
-    (``stats_sidecar``) when it has ``stats_sidecar.MIN_GROUPS`` row groups or more: a new
-    process then admits its row groups without parsing its footer. A file of a few groups (a
-    step's delta, an unsorted file: one group) is as cheap to admit from its footer, and a
-    sidecar would only add a write to every step."""
-    if isinstance(fs, LocalFileSystem) and group_rows and rows >= stats_sidecar.MIN_GROUPS * group_rows:
+    (``stats_sidecar``) when it is ``large_enough`` (counted in full groups of ``group_rows``):
+    a new process then admits its row groups without parsing its footer."""
+    if sidecars_apply(fs) and group_rows and stats_sidecar.large_enough(rows // group_rows):
         stats_sidecar.write(full)
 
 

@@ -19,7 +19,7 @@ from spark_jobs.errors import DbspError, EXIT_FAILED
 from spark_jobs.policy import StatePolicy
 from spark_jobs.state import layout as L
 from spark_jobs.state.failpoints import failpoint
-from spark_jobs.state.fs import LocalFileSystem, filesystem_for
+from spark_jobs.state.fs import filesystem_for, sidecars_apply
 from spark_jobs.state import arrow_trace
 from spark_jobs.state.arrow_trace import arrow_schema
 from spark_jobs.state.lease import Lease
@@ -448,7 +448,7 @@ class Transaction:
         stat = dir_stats(s.fs, path, lambda: s.spark, uri)
         if stat.rows == 0:
             self._discard(rel)
-        elif sort_by and isinstance(s.fs, LocalFileSystem):
+        elif sort_by and sidecars_apply(s.fs):
             self._summarize(path)
         failpoint("after_state_write")
         return stat if stat.rows else None
@@ -662,9 +662,7 @@ class Transaction:
         """Give the files pyarrow writes for these traces (the integrals only the bag check reads)
         a digest sidecar each (``bag_index``), on a local store: the check then reads 32 bytes a
         row instead of decoding the rows."""
-        from spark_jobs.state import bag_index
-
-        if bag_index.applies(self.store.fs):
+        if sidecars_apply(self.store.fs):
             self._bag_indexed.update(trace_ids)
 
     def _sidecars(self, trace_id: str | None) -> "Callable[[str, pa.Table], None] | None":
