@@ -143,8 +143,20 @@ def read_dirs(fs: FileSystem, paths: Sequence[str], schema: pa.Schema) -> pa.Tab
     for path in paths:
         for full, _ in fs.data_files(path):
             with fs.open_read(full) as fh:
-                parts.append(pq.read_table(fh, columns=schema.names).cast(schema))
+                parts.append(_read_columns(fh, schema.names).cast(schema))
     return pa.concat_tables(parts) if parts else schema.empty_table()
+
+
+def _read_columns(fh, names: list[str]) -> pa.Table:
+    """One file's ``names`` columns, through its footer alone: ``pq.read_table`` builds a dataset
+    for it, about 0.3 ms more per file, and a merge of a step's small deltas reads several files
+    per trace. A column the file lacks raises (``pa.ArrowInvalid``, as ``read_table`` does;
+    ``ParquetFile.read`` would leave it out)."""
+    f = pq.ParquetFile(fh)
+    have = set(f.schema_arrow.names)
+    if missing := [c for c in names if c not in have]:
+        raise pa.ArrowInvalid(f"No match for FieldRef.Name({missing[0]}) in the file's columns {sorted(have)}")
+    return f.read(columns=names)
 
 
 def weight_totals(table: pa.Table) -> tuple[int, int]:
