@@ -448,7 +448,7 @@ def compute(rt: "CircuitRuntime", engine: StepEngine, work: Work, files: Mapping
     checked = {n: d for n, d in deltas.items() if spec.inputs[n].expectations}  # declared input expectations
     circuit = rt.compiled.incremental
     evaluated, on = deltas, state
-    if work.recompute:  # Q over the integrated inputs, from no state (recompute.py)
+    if work.recompute and engine.name != "arrow":  # Q over the integrated inputs, from no state (recompute.py)
         from spark_jobs.runtime.recompute import NoState, integrate
 
         say(f"timestep {t}: recomputing the views from the integrated inputs ({work.mode_reason})")
@@ -465,6 +465,13 @@ def compute(rt: "CircuitRuntime", engine: StepEngine, work: Work, files: Mapping
         work.outputs, work.writes = outputs, writes
         return Computed(work, reports, gate)
     say(f"timestep {t}: evaluating {len(circuit.nodes)} operators" + (" (Arrow)" if engine.name == "arrow" else ""))
+    if work.recompute and engine.name == "arrow":  # in two passes, the linear prefixes streamed (recompute_arrow.py)
+        from spark_jobs.runtime import recompute_arrow
+
+        say(f"timestep {t}: recomputing the views from the integrated inputs ({work.mode_reason})")
+        done = recompute_arrow.recompute(rt, engine, deltas, own, state)
+        outputs = {v: engine.view_delta(v, value) for v, value in done.views.items()}
+        return _gated(rt, engine, work, reports, outputs, done.writes, checked, state, say)
     result = engine.evaluate(evaluated, on, first_step=work.full or work.recompute or t == 1, full=work.full)
     outputs = dict(result.outputs)
     if work.full:
@@ -475,11 +482,17 @@ def compute(rt: "CircuitRuntime", engine: StepEngine, work: Work, files: Mapping
     if work.recompute and not work.full:  # the inputs' integrals: the change appended (recompute.appended)
         from spark_jobs.runtime.recompute import appended
 
-        writes = appended(rt, engine.name, writes, deltas)
+        writes = appended(rt, writes, deltas)
+    return _gated(rt, engine, work, reports, outputs, writes, checked, state, say)
+
+
+def _gated(rt: "CircuitRuntime", engine: StepEngine, work: Work, reports: list[InputReport], outputs: dict[str, Any],
+           writes: list[Write], checked: dict[str, Any], state: Any, say: Progress) -> Computed:
+    """Phase 5 of an evaluated step: the view deltas and writes settled, checked by the gate."""
     outputs, writes, checked = engine.settle(outputs, writes, checked)
-    say(f"timestep {t}: checking view deltas ({len(outputs)} view(s)"
+    say(f"timestep {work.timestep}: checking view deltas ({len(outputs)} view(s)"
         + (f", {len(checked)} input(s) with expectations)" if checked else ")"))
-    gate = engine.gate(t, outputs, checked, work.full, work.clock.report(), state)
+    gate = engine.gate(work.timestep, outputs, checked, work.full, work.clock.report(), state)
     work.outputs = outputs
     work.writes = writes
     return Computed(work, reports, gate)

@@ -203,7 +203,10 @@ class StateStore:
         """The trace's Parquet files as of committed timestep t (latest if None), for key
         lookups with pyarrow (no Spark job); None exactly when ``read_trace`` is None."""
         m = self._committed(t)
-        entry = None if m is None else m.traces.get(trace_id)
+        return self._entry_files(None if m is None else m.traces.get(trace_id))
+
+    def _entry_files(self, entry: TraceEntry | None) -> "TraceFiles | None":
+        """The Parquet files of a trace entry (committed, or a transaction's own), for pyarrow lookups."""
         if entry is None or not entry.dirs:
             return None
         listed = [f for d in entry.dirs for f in self.fs.data_files(self.layout.abs(d))]
@@ -814,6 +817,11 @@ class Transaction:
     def read_trace(self, trace_id: str) -> "DataFrame | None":
         """The trace as this transaction has it so far (its own writes included)."""
         return self.store._read_entry(self._traces.get(trace_id))
+
+    def trace_files(self, trace_id: str) -> "TraceFiles | None":
+        """The trace's files as this transaction has them so far (its own writes included), for
+        pyarrow lookups: what a sub-step of a chunked step reads (``runtime/chunks.py``)."""
+        return self.store._entry_files(self._traces.get(trace_id))
 
     def bound(self, trace_id: str, below: Sequence[tuple[str, int]], every_us: int = 0) -> None:
         """Rows of ``trace_id`` whose every ``column`` is below its ``us`` (µs since the epoch)

@@ -416,9 +416,24 @@ def _linear_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str]
     _check_totals(old, accs)
     _check_totals(new, accs)
     outs = _outs(aggs, types)
-    finished = {side: _finish({k: rows.get(k, zero) for k in groups}, slots, sums, outs, timezone)
-                for side, rows in (("old", old), ("new", new))}
+    finished = {"new": _finish(new, slots, sums, outs, timezone), "old": _finish_old(old, groups, zero, slots, sums,
+                                                                                   outs, timezone)}
     return _changes(key_fields, outs, groups, old, new, finished, first_step), totals
+
+
+def _finish_old(old: dict[tuple, dict[str, Any]], groups: list[tuple], zero: dict[str, Any], slots: dict[int, int],
+                sums: dict[int, "_Sum"], outs: list[tuple[str, str, str | None, pa.DataType]], timezone: str
+                ) -> dict[tuple, list[Any]]:
+    """``_finish`` of each touched group's old totals, the groups without any (new groups: every
+    group of a first step or a recompute) finished once as zero totals: finishing is Python per
+    group (W1 SF10 recomputed: 121k groups, a third of the aggregate's time)."""
+    finished = _finish({k: old[k] for k in groups if k in old}, slots, sums, outs, timezone)
+    if len(finished) < len(groups):
+        empty = _finish({None: zero}, slots, sums, outs, timezone)[None]
+        for k in groups:
+            if k not in finished:
+                finished[k] = list(empty)
+    return finished
 
 
 def _counts_step(delta: pa.Table, prev: pa.Table | None, group_by: Sequence[str], aggs: Sequence[Agg],
