@@ -49,6 +49,11 @@ class StatePolicy:
     # bytes on disk; the bag check of a large change decodes half of such an integral
     sorted_compression: str = "none"
     delta_fanout: int = 4  # deltas are merged in size tiers of this fan-out
+    # an in-process step does the tier merges that are due up to this many rows rewritten per row
+    # it appended (its first merge always; a tier of 2 x delta_fanout deltas is merged anyway):
+    # every trace of a circuit gets a delta each step, so their tiers fill together, and W1's
+    # 1,000-row step at SF1 paid 12-34 ms of merges in two of three steps, none in the third
+    merge_rows_per_row: float = 2.0
     # an in-process step compacts or merges a trace of up to this many rows itself (more: Spark).
     # Nexmark q7 at 100k events a step keeps ~2M aggregate rows in its open windows, and a
     # compaction that started Spark for them cost 125 s (37 s of it the JVM) where pyarrow takes a

@@ -157,8 +157,9 @@ def compute(rt: "CircuitRuntime", engine: Any, work: "recipe.Work", files: Mappi
     for i, part in enumerate(split(deltas, n)):
         say(f"timestep {t}: sub-step {i + 1} of {n}: evaluating {sum(d.num_rows for d in part.values()):,} changed rows")
         engine.reset()  # a fresh step: its lookups' memory and counters start again
-        reader = state if i == 0 else TransactionReader(txn)
+        reader = TransactionReader(txn)  # a new one each sub-step: no row groups kept from the last
         result = engine.evaluate(part, reader, first_step=False, full=False)
+        work.bytes_read = (work.bytes_read or 0) + reader.bytes_read()
         for view, value in result.outputs.items():
             outputs.setdefault(view, []).append(value)
         recipe.write_values(txn, recipe.state_writes(rt, result, part, {}, False), {}, batched=False)
