@@ -62,6 +62,7 @@ class SparkSteps:
         self._handed: dict[int, tuple[Any, Any]] = {}  # id(DataFrame) -> (DataFrame, its Arrow table)
         self._stack = ExitStack()
         self._conf_set = False
+        self._states: list[Any] = []  # the state readers this step's values were built over (``_all_local``)
 
     @property
     def spark(self):
@@ -203,6 +204,7 @@ class SparkSteps:
         from spark_jobs.executor.sources import spark_schema
 
         self._conf()
+        self._states.append(state if only is None and external is None else None)
         deltas = dict(deltas)
         if not self.local and only is None:  # too large for the driver: each change computed once
             for name, df in deltas.items():
@@ -282,7 +284,8 @@ class SparkSteps:
                         if table is not None:
                             held[key] = table
                             del rest[key]
-                tables = collect_arrow(self.spark, rest, policy.local_change_rows)[0] if rest else {}
+                tables = collect_arrow(self.spark, rest, policy.local_change_rows,
+                                       gather=self._all_local())[0] if rest else {}
                 if tables is not None:
                     tables.update(held)
             if tables is not None:
@@ -299,6 +302,13 @@ class SparkSteps:
         settled = {view: df.cache() for view, df in outputs.items()}
         self.cached.extend(settled.values())
         return settled, writes, checked
+
+    def _all_local(self) -> bool:
+        """Is every leaf of the step's values a local relation: its changes held on the driver,
+        evaluated once over a state reader (``StoreReader``) through which Spark scanned no
+        trace (every lookup narrowed on the driver, ``read_by_spark``)?"""
+        return (self.local and len(self._states) == 1 and self._states[0] is not None
+                and not getattr(self._states[0], "read_by_spark", lambda: True)())
 
     def gate(self, timestep: int, outputs: Mapping[str, Any], deltas: Mapping[str, Any], full: bool,
              late: Sequence[Any], state: Any) -> "GateReport":
@@ -325,6 +335,7 @@ class SparkSteps:
         self.cached.clear()
         self.tables.clear()
         self._handed.clear()
+        self._states.clear()
         self._stack.close()
         self._conf_set = False
 
@@ -439,6 +450,13 @@ class ArrowSteps:
     def settle(self, outputs: dict[str, Any], writes: list[Any], checked: dict[str, Any]
                ) -> tuple[dict[str, Any], list[Any], dict[str, Any]]:
         return outputs, writes, checked
+
+    def _all_local(self) -> bool:
+        """Is every leaf of the step's values a local relation: its changes held on the driver,
+        evaluated once over a state reader (``StoreReader``) through which Spark scanned no
+        trace (every lookup narrowed on the driver, ``read_by_spark``)?"""
+        return (self.local and len(self._states) == 1 and self._states[0] is not None
+                and not getattr(self._states[0], "read_by_spark", lambda: True)())
 
     def gate(self, timestep: int, outputs: Mapping[str, Any], deltas: Mapping[str, Any], full: bool,
              late: Sequence[Any], state: Any) -> "GateReport":
