@@ -51,6 +51,12 @@ def _log(msg: str) -> None:
     print(f"[bench.recompute {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+# ``--chunk-rows``: every root's execution.arrow.chunk_rows (None: the profile's). A value past what
+# the memory bound holds turns sub-steps off: a step past the bound runs on Spark, as before
+# 2026-11-30 (the A of an A/B against ``runtime/chunks.py``)
+CHUNK_ROWS: int | None = None
+
+
 def _config(root: Path, mode: str, inprocess: bool, rows: int, recompute_inprocess: bool = False):
     """The profile's policy with ``mode``'s ``execution.cost.recompute``. ``inprocess``: every
     step in this process (thresholds raised); ``recompute_inprocess``: only a recompute's
@@ -66,6 +72,8 @@ def _config(root: Path, mode: str, inprocess: bool, rows: int, recompute_inproce
     if inprocess:  # loads, large changes and recomputes in this process (see the docstring)
         cost = replace(cost, arrow_rows=max(cost.arrow_rows, 4 * rows))
         policy = replace(policy, arrow=replace(policy.arrow, max_change_rows=max(policy.arrow.max_change_rows, 2 * rows)))
+    if CHUNK_ROWS is not None:
+        policy = replace(policy, arrow=replace(policy.arrow, chunk_rows=CHUNK_ROWS))
     return config.with_policy(replace(policy, cost=cost))
 
 
@@ -613,8 +621,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="stop when the machine's available memory falls below this (0: never)")
     parser.add_argument("--out", help="results folder (default bench/results)")
     parser.add_argument("--work-dir", help="scratch data roots (default: a temp folder, removed at the end)")
+    parser.add_argument("--chunk-rows", type=int, help="execution.arrow.chunk_rows of every root (past what "
+                        "the memory bound holds: no sub-steps, a step past the bound on Spark)")
     args = parser.parse_args(argv)
     from bench.report import write_results
+
+    global CHUNK_ROWS
+    CHUNK_ROWS = args.chunk_rows
 
     given = [s.strip() for s in (args.sizes or "").split(",") if s.strip()]
     size_steps = {int(s.split("*")[0]): max(1, int(s.split("*")[1])) for s in given if "*" in s}

@@ -49,6 +49,11 @@ class StatePolicy:
     # bytes on disk; the bag check of a large change decodes half of such an integral
     sorted_compression: str = "none"
     delta_fanout: int = 4  # deltas are merged in size tiers of this fan-out
+    # an in-process step does the tier merges that are due up to this many rows rewritten per row
+    # it appended (its first merge always; a tier of 2 x delta_fanout deltas is merged anyway):
+    # every trace of a circuit gets a delta each step, so their tiers fill together, and W1's
+    # 1,000-row step at SF1 paid 12-34 ms of merges in two of three steps, none in the third
+    merge_rows_per_row: float = 2.0
     # an in-process step compacts or merges a trace of up to this many rows itself (more: Spark).
     # Nexmark q7 at 100k events a step keeps ~2M aggregate rows in its open windows, and a
     # compaction that started Spark for them cost 125 s (37 s of it the JVM) where pyarrow takes a
@@ -123,6 +128,13 @@ class ArrowPolicy:
     max_memory_bytes: int = 4 << 30
     base_memory_bytes: int = 1 << 30
     bytes_per_change_row: int = 1_200
+    # past max_memory_bytes (a local profile, `dbsp step`), the step still runs in-process, its
+    # change split into sub-steps of at most this many changed rows applied one after another in
+    # one transaction (``runtime/chunks.py``: one commit, one quality gate). 0: the most rows one
+    # sub-step's estimate fits, (max_memory_bytes - base_memory_bytes) // bytes_per_change_row
+    # (~2.68M). A chunk the bound cannot hold sends the step to Spark. Why: past the bound Spark
+    # cost 4-8x the in-process step (W1 SF10): the bound moved the cliff, it did not remove it
+    chunk_rows: int = 0
     max_lookup_rows: int = 5_000_000  # trace rows a step's lookups may decode and keep (for reuse)...
     # ...past that, a lookup streams the row groups that can hold its keys and keeps only the
     # matches (``TraceFiles.matching``): up to this many rows decoded by a step's streamed
@@ -172,6 +184,12 @@ class ExecutionPolicy:
     # up to this many rows, a Spark step's input changes and view deltas are held on the driver
     local_change_rows: int = 20_000
     collect_extra_rows: int = 1_000  # summary rows collected beside local relations in one job
+    # up to this many rows together, a small Spark step's view deltas and state updates come to
+    # this process as Arrow in ONE job (when it writes the state itself), and the quality gate and
+    # pyarrow take them: past ``local_change_rows`` (a change Spark read) each value was otherwise
+    # computed again by the gate and by Spark's writes (W1 SF 0.2, a 100k-row change on a cluster:
+    # a wasted collect, a collect of the views, the gate's job and the writes' job)
+    collect_rows: int = 1_000_000
     # a Spark value whose plan would hold more IR operators than this is computed first (a local
     # checkpoint): chained joins otherwise build plans Spark's analyzer cannot hold in memory
     max_plan_operators: int = 100
@@ -208,8 +226,17 @@ class ExecutionPolicy:
         ``arrow.max_lookup_rows`` decoded rows and stream past that, so the change is what grows)."""
         return self.arrow.base_memory_bytes + max(0, change_rows) * self.arrow.bytes_per_change_row
 
+    def chunk_rows(self) -> int:
+        """Changed rows of one sub-step of a step past ``arrow.max_memory_bytes`` (``arrow.chunk_rows``,
+        or the most the memory bound fits); 0: not even one sub-step fits (such a step runs on Spark)."""
+        arrow = self.arrow
+        fits = (arrow.max_memory_bytes - arrow.base_memory_bytes) // max(1, arrow.bytes_per_change_row)
+        rows = arrow.chunk_rows or fits
+        return rows if 0 < rows <= fits else 0
+
     def engine_for(self, change_rows: int | None, *, first_step: bool, driver_reach: str | None = None,
-                   unsupported: str | None = None, local_spark: bool = False) -> tuple[str, str]:
+                   unsupported: str | None = None, local_spark: bool = False,
+                   chunked: bool = False) -> tuple[str, str]:
         """The engine of a step, and why: ``(engine, reason)``.
 
         ``change_rows``: rows of the step's input changes (None: unknown without reading them);
@@ -220,7 +247,9 @@ class ExecutionPolicy:
         whenever the step can run on Arrow at all. ``local_spark``: Spark runs on this machine (a
         local profile), so a change past ``arrow.max_change_rows`` still runs in-process while its
         estimated memory fits ``arrow.max_memory_bytes`` (no cliff at the row threshold: Spark
-        would share the same cores); on a cluster or Connect profile it goes to Spark.
+        would share the same cores); on a cluster or Connect profile it goes to Spark. ``chunked``:
+        the caller can run such a step in sub-steps (``runtime/chunks.py``: `dbsp step`), so past the
+        memory bound it stays in-process while one sub-step of ``chunk_rows()`` rows fits.
         """
         if self.engine == "spark":
             return "spark", "the profile sets execution.engine: spark"
@@ -239,9 +268,15 @@ class ExecutionPolicy:
             if local_spark and need <= bound:
                 return "arrow", (f"{over}, in-process: Spark runs on this machine and the step's estimated memory "
                                  f"{need / 2**30:.2f} GiB <= execution.arrow.max_memory_bytes ({bound / 2**30:.2f} GiB)")
+            past = f"{over} and the step's estimated memory {need / 2**30:.2f} GiB > execution.arrow.max_memory_bytes ({bound / 2**30:.2f} GiB)"
+            chunk = self.chunk_rows() if local_spark and chunked and not first_step else 0
+            if chunk:
+                n = -(-change_rows // chunk)
+                return "arrow", (f"{past}, in-process in {n} sub-steps of at most {chunk} rows, one commit "
+                                 f"(execution.arrow.chunk_rows)")
             if local_spark:
-                return "spark", (f"{over} and the step's estimated memory {need / 2**30:.2f} GiB > "
-                                 f"execution.arrow.max_memory_bytes ({bound / 2**30:.2f} GiB)")
+                return "spark", past + ("" if not chunked or first_step else
+                                        ": not even one sub-step fits (execution.arrow.chunk_rows)")
             return "spark", over
         return "arrow", f"{what}{change_rows} changed rows <= execution.arrow.max_change_rows"
 

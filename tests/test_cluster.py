@@ -86,13 +86,15 @@ def test_worker_killed_mid_step(spark, cluster, tmp_path):
 
 def test_w1_on_the_cluster_through_the_policy_equals_a_local_run(spark, cluster, tmp_path):
     """W1 (TPC-H Q3) under the cluster profile, through the same policy as any profile: the load
-    and the large change run on the cluster, the small change in the driver's process (it reaches
-    the state), and every step's views and state equal a local run's of the same changes."""
+    and the large change run on the cluster (Spark reads the change, the driver checks the view
+    deltas and writes the values), the small change in the driver's process (it reaches the
+    state), then a large change recomputed on the cluster; every step's views and state equal a
+    local run's of the same changes, and an all in-process run's."""
     from tests.cluster_driver import W1_CIRCUIT, w1, w1_config
     from tests.engines import output_delta
     from tests.test_paths import _traces
 
-    on_cluster, local = tmp_path / "cluster", tmp_path / "local"
+    on_cluster, local, arrow = tmp_path / "cluster", tmp_path / "local", tmp_path / "arrow"
     proc = subprocess.Popen([sys.executable, "-m", "tests.cluster_driver", "w1", "cluster", str(on_cluster)],
                             cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYSPARK_PYTHON=sys.executable))
@@ -100,13 +102,18 @@ def test_w1_on_the_cluster_through_the_policy_equals_a_local_run(spark, cluster,
     assert proc.returncode == 0, err[-3000:]
     steps = [line.split(":")[0].split() for line in out.splitlines() if line.startswith("committed")]
     assert [s[1:] for s in steps] == [["1", "spark", "incremental"], ["2", "arrow", "incremental"],
-                                      ["3", "spark", steps[2][3]]], out
-    assert "max_change_rows" in out.splitlines()[-1] or steps[2][3] == "recompute", out
+                                      ["3", "spark", steps[2][3]], ["4", "spark", "recompute"]], out
+    assert "max_change_rows" in out.splitlines()[2] or steps[2][3] == "recompute", out
     # the same engines in a local run; the cost model's incremental-or-recompute choice weighs
     # each run's own measured seconds, so the local run is given the cluster's
-    here = [[str(t), engine, mode] for t, engine, mode, _why in w1(None, str(local), [s[3] for s in steps])]
+    modes = [s[3] for s in steps]
+    here = [[str(t), engine, mode] for t, engine, mode, _why in w1(None, str(local), modes)]
     assert here == [s[1:] for s in steps]
+    # and every step in this process (Arrow), the same modes: the engines' differential
+    assert [e for _t, e, _m, _w in w1(None, str(arrow), modes, engine="arrow")] == ["arrow"] * 4
     cluster_rt = open_circuit(W1_CIRCUIT, w1_config("cluster", str(on_cluster)))
-    local_rt = open_circuit(W1_CIRCUIT, w1_config(None, str(local)))
-    assert output_delta(cluster_rt, "q3") == output_delta(local_rt, "q3")
-    assert _traces(cluster_rt) == _traces(local_rt)
+    for other in (local, arrow):
+        other_rt = open_circuit(W1_CIRCUIT, w1_config(None, str(other)))
+        assert output_delta(cluster_rt, "q3") == output_delta(other_rt, "q3"), other
+        assert _traces(cluster_rt) == _traces(other_rt), other
+    assert oracle.view_counter(cluster_rt, "q3") == oracle.view_counter(other_rt, "q3")

@@ -43,11 +43,15 @@ def _sorted(table: pa.Table) -> list:
 def test_vectorized_counts_equal_the_python_path(group_by):
     rng = random.Random(hash(group_by) & 0xFFFF)
     live: list[tuple] = []
+    compare_paths([_change(rng, live) for _ in range(25)], group_by, AGGS)
+
+
+def compare_paths(deltas: list[pa.Table], group_by: tuple, aggs: list) -> None:
+    """Step both paths of ``_linear_step`` through ``deltas``: the same rows, types and totals."""
     state_fast = state_slow = None
-    for step in range(25):
-        delta = _change(rng, live)
-        fast = agg._linear_step(delta, state_fast, group_by, AGGS, step == 0, "UTC", "n", vectorized=True)
-        slow = agg._linear_step(delta, state_slow, group_by, AGGS, step == 0, "UTC", "n", vectorized=False)
+    for step, delta in enumerate(deltas):
+        fast = agg._linear_step(delta, state_fast, group_by, aggs, step == 0, "UTC", "n", vectorized=True)
+        slow = agg._linear_step(delta, state_slow, group_by, aggs, step == 0, "UTC", "n", vectorized=False)
         assert fast[0].schema == slow[0].schema and fast[1].schema == slow[1].schema
         assert _sorted(fast[0]) == _sorted(slow[0]), f"step {step}: view delta"
         assert sorted(map(repr, fast[1].to_pylist())) == sorted(map(repr, slow[1].to_pylist())), f"step {step}: totals"

@@ -184,3 +184,23 @@ def test_small_deltas_merge_in_tiers_and_keep_the_value(spark, tmp_path):
         assert zset(s.read_trace("z")) == {k: w for k, w in acc.items() if w}
         assert sums(s.read_trace("agg")) == acc_sum
     assert most < 10  # 38 appends, a handful of directories
+
+
+def test_a_tier_is_full_when_fanout_timesteps_wrote_into_it():
+    """A step in sub-steps (runtime/chunks.py) writes one delta per sub-step: its deltas count as
+    one timestep's, so a trace's tiers fill at the pace of its timesteps, not of its sub-steps;
+    a full tier merges every delta in it."""
+    from spark_jobs.state.manifest import FileStat, TraceEntry
+    from spark_jobs.state.trace import delta_merge
+
+    def entry(deltas):
+        e = TraceEntry(kind="zset", keys=())
+        e.deltas = [(t, f"d{i}") for i, (t, _) in enumerate(deltas)]
+        e.files = {f"d{i}": FileStat(rows=rows, bytes=rows) for i, (_, rows) in enumerate(deltas)}
+        return e
+
+    two_steps_in_sub_steps = entry([(2, 100), (2, 100), (3, 100), (3, 100)])
+    assert delta_merge(two_steps_in_sub_steps, 4) == []
+    assert delta_merge(entry([(2, 100), (2, 100), (3, 100), (4, 100), (5, 100)]), 4) == [f"d{i}" for i in range(5)]
+    assert delta_merge(entry([(2, 100), (3, 100), (4, 100), (5, 100)]), 4) == ["d0", "d1", "d2", "d3"]
+    assert delta_merge(entry([(2, 100), (3, 100), (4, 100), (5, 1_000)]), 4) == []  # d3 is a tier up

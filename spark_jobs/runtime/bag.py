@@ -28,7 +28,7 @@ from spark_jobs.spec.model import WEIGHT
 from spark_jobs.runtime.reach import driver_reach
 from spark_jobs.state.arrow_fs import normalize, uri_join
 from spark_jobs.state import bag_index
-from spark_jobs.state.fs import filesystem_for
+from spark_jobs.state.fs import filesystem_for, sidecars_apply
 
 ON_NEGATIVE = ("refuse", "quarantine")
 QUARANTINE_DIR = "quarantine"
@@ -137,7 +137,7 @@ def check_tables(rt, tables: Mapping[str, Any], deleted: Mapping[str, int], stat
 def _digest_secret(state) -> bytes | None:
     """The store's bag-digest secret (``state/bag_index.py``), if it has one and is local."""
     store = getattr(state, "store", None)
-    if store is None or not bag_index.applies(store.fs):
+    if store is None or not sidecars_apply(store.fs):
         return None
     return bag_index.secret(store.layout.root)
 

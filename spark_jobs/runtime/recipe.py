@@ -24,6 +24,7 @@ written once, in ``commit``, and holds on every path.
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
@@ -34,6 +35,8 @@ from spark_jobs.runtime.event_time import StepClock, describe as describe_late
 from spark_jobs.runtime.state_bounds import bound_state
 from spark_jobs.runtime.step_types import InputReport, StepReport
 from spark_jobs.state.failpoints import failpoint
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from spark_jobs.quality import GateReport
@@ -205,7 +208,7 @@ def commit(rt: "CircuitRuntime", txn: "Transaction", work: Work) -> "Manifest":
     if work.quarantined:
         txn.set_meta("quarantined", work.quarantined)
     record_cost(txn, work, rt.config.policy.cost.history)
-    return txn.commit()
+    return txn.commit(collect=False)  # garbage collection: in phase 7 (``after_commit``)
 
 
 def drop_unwritten(txn: "Transaction", work: Work) -> None:
@@ -287,8 +290,10 @@ def after_commit(rt: "CircuitRuntime", manifest: "Manifest", say: Progress | Non
                  strict: bool = False, cleanup: Callable[[], None] | None = None) -> Published:
     """Phase 7, after the manifest (and again by a retried DAG commit, which may have crashed
     anywhere in it): the quality report says its timestep committed, ``feed: true`` views get
-    their change files, ``cleanup`` runs (a DAG run's staging), the views are published, then
-    retention (after publishing: it keeps the deltas a table has not caught up with).
+    their change files, ``cleanup`` runs (a DAG run's staging), the state's garbage is collected
+    (old manifests and the trace files only they list: not part of the commit, which returns
+    sooner), the views are published, then retention (after publishing: it keeps the deltas a
+    table has not caught up with).
     ``strict``: a view that failed to publish raises (a DAG task fails and is retried); else it
     stays committed and the next run repairs its table."""
     from spark_jobs.publish import publish_views
@@ -306,6 +311,7 @@ def after_commit(rt: "CircuitRuntime", manifest: "Manifest", say: Progress | Non
     publish_feeds(rt, manifest)
     if cleanup is not None:
         cleanup()
+    collect_garbage(rt)
     fed = time.perf_counter()
     if say is not None:
         say(f"timestep {manifest.timestep}: publishing views")
@@ -317,6 +323,15 @@ def after_commit(rt: "CircuitRuntime", manifest: "Manifest", say: Progress | Non
     note = retention(rt)
     return Published(report, note, {"feeds": round(fed - started, 3), "publish": round(published - fed, 3),
                                     "retention": round(time.perf_counter() - published, 3)})
+
+
+def collect_garbage(rt: "CircuitRuntime") -> None:
+    """The store's garbage collection after a commit; a failure is logged, never raised (the
+    commit stands, and the next commit or ``begin`` removes what is left)."""
+    try:
+        rt.store.collect_garbage()
+    except OSError as exc:
+        log.warning("state garbage collection after the commit failed (%s); the next step retries", exc)
 
 
 def sink_outputs(rt: "CircuitRuntime", say: Progress | None, strict: bool) -> None:
@@ -433,7 +448,7 @@ def compute(rt: "CircuitRuntime", engine: StepEngine, work: Work, files: Mapping
     checked = {n: d for n, d in deltas.items() if spec.inputs[n].expectations}  # declared input expectations
     circuit = rt.compiled.incremental
     evaluated, on = deltas, state
-    if work.recompute:  # Q over the integrated inputs, from no state (recompute.py)
+    if work.recompute and engine.name != "arrow":  # Q over the integrated inputs, from no state (recompute.py)
         from spark_jobs.runtime.recompute import NoState, integrate
 
         say(f"timestep {t}: recomputing the views from the integrated inputs ({work.mode_reason})")
@@ -450,6 +465,13 @@ def compute(rt: "CircuitRuntime", engine: StepEngine, work: Work, files: Mapping
         work.outputs, work.writes = outputs, writes
         return Computed(work, reports, gate)
     say(f"timestep {t}: evaluating {len(circuit.nodes)} operators" + (" (Arrow)" if engine.name == "arrow" else ""))
+    if work.recompute and engine.name == "arrow":  # in two passes, the linear prefixes streamed (recompute_arrow.py)
+        from spark_jobs.runtime import recompute_arrow
+
+        say(f"timestep {t}: recomputing the views from the integrated inputs ({work.mode_reason})")
+        done = recompute_arrow.recompute(rt, engine, deltas, own, state)
+        outputs = {v: engine.view_delta(v, value) for v, value in done.views.items()}
+        return _gated(rt, engine, work, reports, outputs, done.writes, checked, state, say)
     result = engine.evaluate(evaluated, on, first_step=work.full or work.recompute or t == 1, full=work.full)
     outputs = dict(result.outputs)
     if work.full:
@@ -460,11 +482,17 @@ def compute(rt: "CircuitRuntime", engine: StepEngine, work: Work, files: Mapping
     if work.recompute and not work.full:  # the inputs' integrals: the change appended (recompute.appended)
         from spark_jobs.runtime.recompute import appended
 
-        writes = appended(rt, engine.name, writes, deltas)
+        writes = appended(rt, writes, deltas)
+    return _gated(rt, engine, work, reports, outputs, writes, checked, state, say)
+
+
+def _gated(rt: "CircuitRuntime", engine: StepEngine, work: Work, reports: list[InputReport], outputs: dict[str, Any],
+           writes: list[Write], checked: dict[str, Any], state: Any, say: Progress) -> Computed:
+    """Phase 5 of an evaluated step: the view deltas and writes settled, checked by the gate."""
     outputs, writes, checked = engine.settle(outputs, writes, checked)
-    say(f"timestep {t}: checking view deltas ({len(outputs)} view(s)"
+    say(f"timestep {work.timestep}: checking view deltas ({len(outputs)} view(s)"
         + (f", {len(checked)} input(s) with expectations)" if checked else ")"))
-    gate = engine.gate(t, outputs, checked, work.full, work.clock.report(), state)
+    gate = engine.gate(work.timestep, outputs, checked, work.full, work.clock.report(), state)
     work.outputs = outputs
     work.writes = writes
     return Computed(work, reports, gate)

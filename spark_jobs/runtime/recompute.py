@@ -122,21 +122,18 @@ def integrate(rt: "CircuitRuntime", engine: Any, deltas: Mapping[str, Any], stat
     return values, own
 
 
-def appended(rt: "CircuitRuntime", engine: str, writes: Sequence[Any], changes: Mapping[str, Any]) -> list[Any]:
-    """A recompute's state writes with each input's integral (and own trace) *appended* the
-    step's checked change instead of replaced by the integrated value (in-process steps).
+def appended(rt: "CircuitRuntime", writes: Sequence[Any], changes: Mapping[str, Any]) -> list[Any]:
+    """A recompute's state writes on Spark with each input's integral (and own trace)
+    *appended* the step's checked change instead of replaced by the integrated value, as the
+    in-process recompute does (``recompute_arrow.py``).
 
     Why: the new integral is the committed one plus the change, which is exactly what an
-    incremental step appends; rewriting it whole re-sorted and re-wrote every input row (and its
-    bag-check sidecars): at W1 SF 0.5 the writes were 3.6 s of an 8.2 s recompute, two thirds of
-    their rows the input integrals (2026-11-30, ``bench.recompute``). The traces hold the same
-    Z-set either way (the tests compare them with an incremental run's); the trace's own deltas
-    are merged and compacted by the store's usual rules. A write of no change (an input without
-    files this step) appends nothing but keeps the trace listed as written (``drop_unwritten``)."""
-    if engine != "arrow":  # Spark's recompute keeps its own path (its writes are DataFrames)
-        return list(writes)
-    from spark_jobs.runtime.step_engines import _padded
-
+    incremental step appends; rewriting it whole re-sorted and re-wrote every input row: a W1
+    SF 0.2 recomputed step on a cluster rewrote its ~1.7M integrated input rows in 9 jobs. The
+    traces hold the same Z-set either way (the tests compare them with an incremental run's); the
+    trace's own deltas are merged and compacted by the store's usual rules. A write of no change
+    (an input without files this step) appends nothing but keeps the trace listed as written
+    (``drop_unwritten``)."""
     inputs = {trace: name for name, trace in integral_traces(rt).items()}
     out = []
     for w in writes:
@@ -144,11 +141,20 @@ def appended(rt: "CircuitRuntime", engine: str, writes: Sequence[Any], changes: 
         if name is None or not w.replace:
             out.append(w)
             continue
-        change = changes.get(name)
-        schema = w.value.schema
-        value = schema.empty_table() if change is None or change.num_rows == 0 else _padded(change, schema)
-        out.append(dataclasses.replace(w, value=value, replace=False))
+        out.append(dataclasses.replace(w, value=_spark_change(changes.get(name), w.value), replace=False))
     return out
+
+
+def _spark_change(change: Any, integral: Any) -> Any:
+    """An input's checked change (a DataFrame or None) with the columns and types of its
+    ``integral`` (a column added since the integral was written: NULL), no Spark job."""
+    from pyspark.sql import functions as F
+
+    fields = integral.schema.fields
+    if change is None:
+        return integral.sparkSession.createDataFrame([], integral.schema)
+    return change.select(*[(F.col(f.name) if f.name in change.columns else F.lit(None)).cast(f.dataType).alias(f.name)
+                           for f in fields])
 
 
 __all__ = ["CannotRecompute", "NoState", "appended", "input_rows", "integral_traces", "integrate", "why_not"]

@@ -28,7 +28,7 @@ from spark_jobs.executor.sources import InputFile, InputRefused
 from spark_jobs.executor.sources.lateness import change_totals, on_time
 from spark_jobs.executor.sources.reading import refuse_late
 from spark_jobs.policy import ExecutionPolicy
-from spark_jobs.runtime import recipe, step_engines
+from spark_jobs.runtime import chunks, recipe, step_engines
 from spark_jobs.runtime.circuit import CircuitRuntime
 from spark_jobs.runtime.errors import input_errors
 from spark_jobs.runtime.event_time import StepClock, iso
@@ -107,12 +107,13 @@ def _chosen_inputs(rt: CircuitRuntime, full_refresh: bool, say: Progress) -> Cho
     return chosen
 
 
-def choose_engine(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full_refresh: bool = False
-                  ) -> tuple[str, str]:
+def choose_engine(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full_refresh: bool = False,
+                  chunked: bool = False) -> tuple[str, str]:
     """The engine of this step and why (``ExecutionPolicy.engine_for``, from the change's size in
     the input files' footers, whether state exists, and whether this process reaches the files),
     read without Spark. A full refresh rebuilds every state from all retained files: a load, on
-    Spark."""
+    Spark. ``chunked``: this process can run a step past the memory bound in sub-steps
+    (``chunks.py``; `dbsp step`, not a DAG run's stages)."""
     policy = rt.config.policy
     if full_refresh:
         why: str | None = "a full refresh rebuilds the state from every retained file (a load)"
@@ -123,7 +124,7 @@ def choose_engine(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, fu
     first = rt.committed.last_committed() == 0
     return policy.engine_for(rows, first_step=first, driver_reach=reach, unsupported=why,
                              local_spark=rt.config.spark.mode == "local"
-                             and str(rt.config.spark.master).startswith("local"))
+                             and str(rt.config.spark.master).startswith("local"), chunked=chunked)
 
 
 @dataclass
@@ -184,7 +185,7 @@ def _in_process(rt: CircuitRuntime, pending: dict[str, list[InputFile]]) -> bool
 
 
 def choose_path(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full_refresh: bool = False,
-                recompute: bool = False, change: Any = None) -> Path:
+                recompute: bool = False, change: Any = None, chunked: bool = False) -> Path:
     """The mode and engine of this step, read without Spark: the engine of an incremental step
     (``choose_engine``), then the cost model (``cost.choose``): incremental, or recomputed from
     the integrated inputs when that is estimated cheaper (``execution.cost``), on Arrow when the
@@ -194,7 +195,7 @@ def choose_path(rt: CircuitRuntime, pending: dict[str, list[InputFile]], *, full
     from spark_jobs.runtime import recompute as recomputing
     from spark_jobs.runtime.recompute import why_not as recompute_why_not
 
-    engine, reason = choose_engine(rt, pending, full_refresh=full_refresh)
+    engine, reason = choose_engine(rt, pending, full_refresh=full_refresh, chunked=chunked)
     if full_refresh:
         return Path("full_refresh", engine, reason)
     policy = rt.config.policy
@@ -271,7 +272,7 @@ def _run_step(rt: CircuitRuntime, say: Progress, full_refresh: bool, read_files:
     else:
         chosen = _chosen_inputs(rt, full_refresh, say)
     read_files.update(chosen.files)
-    path = choose_path(rt, chosen.files, full_refresh=full_refresh, recompute=recompute, change=plan)
+    path = choose_path(rt, chosen.files, full_refresh=full_refresh, recompute=recompute, change=plan, chunked=True)
     manifest, computed, seconds = commit_path(rt, chosen.files, chosen.records(), path, say)
     done = recipe.after_commit(rt, manifest, say)  # a failed view: committed, the next run repairs it
     report = recipe.step_report(rt, manifest, computed, seconds, chosen.notes())
@@ -305,8 +306,8 @@ def commit_path(rt: CircuitRuntime, files: dict[str, list[InputFile]], records: 
     arrow_reads = step_engines.reads_change_in_process(rt, path.mode, path.change_rows)
 
     def spark_steps() -> step_engines.SparkSteps:
-        return step_engines.SparkSteps(rt, full=full, small=False if large else None,
-                                       driver_writes=reach, arrow_reads=arrow_reads)
+        return step_engines.SparkSteps(rt, full=full, small=False if large else None, driver_writes=reach,
+                                       arrow_reads=arrow_reads, driver_views=path.mode in ("incremental", "recompute"))
 
     try:
         return _compute_and_commit(rt, spark_steps(), files, records, path, say, run_id)
@@ -331,6 +332,7 @@ def _compute_and_commit(rt: CircuitRuntime, engine: "recipe.StepEngine", files: 
     full = path.mode == "full_refresh"
     state = EmptyState() if full else StoreReader(store)
     changing = path.mode == "apply_change"
+    chunk = chunks.sub_step_rows(rt, path) if engine.name == "arrow" else 0
     with store.begin(refresh=full or changing) as txn:
         txn.in_process = engine.name == "arrow"
         path.engine = engine.name
@@ -342,7 +344,10 @@ def _compute_and_commit(rt: CircuitRuntime, engine: "recipe.StepEngine", files: 
             if work.change is None:  # (another writer applied it meanwhile: a plain incremental step)
                 work.mode = "incremental"
         try:
-            computed = recipe.compute(rt, engine, work, files, state, say)
+            if chunk:  # past the memory bound: sub-steps in this transaction, one commit
+                computed = chunks.compute(rt, engine, work, files, state, txn, chunk, say)
+            else:
+                computed = recipe.compute(rt, engine, work, files, state, say)
             say(f"timestep {work.timestep}: writing state")
             work.batched = bool(getattr(engine, "small", False))
             work.bytes_read = (work.bytes_read or 0) + state.bytes_read()

@@ -41,7 +41,8 @@ class SparkSteps:
     name = "spark"
 
     def __init__(self, rt: "CircuitRuntime", *, full: bool = False, small: bool | None = None,
-                 persist: bool = True, driver_writes: bool = False, arrow_reads: bool = False) -> None:
+                 persist: bool = True, driver_writes: bool = False, arrow_reads: bool = False,
+                 driver_views: bool = False) -> None:
         self.rt = rt
         self.full = full
         self.small = bool(small) if small is not None else False  # set by ``count`` unless given
@@ -51,6 +52,7 @@ class SparkSteps:
         self.results: list[Any] = []
         self.local = False  # the changes were brought to the driver (``count``)
         self.settled_arrow = False  # the step's values came to this process as Arrow (``settle``)
+        self.views_arrow = False  # its view deltas and checked changes did (``_views_to_driver``)
         self.unchanged = False  # no input changed (``count``): the values may be known empty without a job
         # this process reads and writes the state itself (``step.driver_reach``): a small step's
         # values are written by pyarrow, not by a Spark job
@@ -58,6 +60,9 @@ class SparkSteps:
         # read, count and bag-check the changes in this process (pyarrow), then hand them to Spark
         # as local relations: set for a small change this process reaches (``step.commit_path``)
         self.arrow_reads = arrow_reads
+        # a step whose state updates Spark writes brings its view deltas here for the in-process
+        # gate (``_views_to_driver``): set for an incremental or recomputed step of ``dbsp step``
+        self.driver_views = driver_views and driver_writes and not full
         self.tables: dict[str, Any] = {}  # the changes as read in-process, after the late rows
         self._handed: dict[int, tuple[Any, Any]] = {}  # id(DataFrame) -> (DataFrame, its Arrow table)
         self._stack = ExitStack()
@@ -232,7 +237,6 @@ class SparkSteps:
     def integrate(self, name: str, trace: str, change: Any, state: Any) -> Any:
         """Input ``name``'s integral after this step: its committed trace plus ``change`` (a recompute)."""
         from spark_jobs.executor.sources import spark_schema
-        from spark_jobs.executor.spark import zset
 
         from pyspark.sql import functions as F
 
@@ -243,8 +247,7 @@ class SparkSteps:
                  for df in (state.read(trace), change) if df is not None]
         if not parts:
             return self.spark.createDataFrame([], spark_schema(self.rt.compiled.spec.inputs[name]))
-        total = parts[0] if len(parts) == 1 else zset.plus(parts[0], parts[1])
-        value = zset.consolidate(total).cache()
+        value = _spark_settled(parts[0], parts[1] if len(parts) > 1 else None).cache()
         self.cached.append(value)
         return value
 
@@ -263,8 +266,10 @@ class SparkSteps:
         """A small step's view deltas, state updates and checked input changes come to this
         process as Arrow tables in ONE job (``collect_arrow``): the gate then runs on them and
         pyarrow writes them, so the step's Spark jobs are that one and the input count's. Where
-        this process cannot write the state itself, or the values are too many rows, the view
-        deltas are computed once (to the driver, or cached) and Spark writes."""
+        this process cannot write the state itself, or the values are more rows than
+        ``execution.collect_rows``, Spark writes the state updates, and the view deltas are
+        computed once (to this process for the in-process gate, ``_views_to_driver``; to the
+        driver's JVM; or cached)."""
         from spark_jobs.executor.spark.local_relations import collect_arrow, collect_local, held_table, known_empty
 
         policy = self.rt.config.policy
@@ -284,8 +289,8 @@ class SparkSteps:
                         if table is not None:
                             held[key] = table
                             del rest[key]
-                tables = collect_arrow(self.spark, rest, policy.local_change_rows,
-                                       gather=self._all_local())[0] if rest else {}
+                limit = max(policy.local_change_rows, policy.collect_rows)
+                tables = collect_arrow(self.spark, rest, limit, gather=self._all_local())[0] if rest else {}
                 if tables is not None:
                     tables.update(held)
             if tables is not None:
@@ -295,13 +300,39 @@ class SparkSteps:
                     w.value = typed[f"write/{i}"]
                 return ({v: typed[f"output/{v}"] for v in outputs}, writes,
                         {n: typed[f"input/{n}"] for n in checked})
+            return self._cached(outputs), writes, checked  # more than collect_rows: Spark writes
+        if self.driver_views:
+            return self._views_to_driver(outputs, writes, checked)
         if self.small and outputs:
             local = collect_local(self.spark, outputs, policy.local_change_rows)[0]
             if local is not None:
                 return local, writes, checked
+        return self._cached(outputs), writes, checked
+
+    def _views_to_driver(self, outputs: dict[str, Any], writes: list[Any], checked: dict[str, Any]
+                         ) -> tuple[dict[str, Any], list[Any], dict[str, Any]]:
+        """A step whose state updates Spark writes (a recompute's whole traces, or more rows than
+        ``execution.collect_rows``), in a process that writes the state itself: its view deltas
+        and checked input changes come here as Arrow in one job, up to ``collect_rows`` rows, and
+        the in-process gate checks them (pyarrow writes them). The gate on Spark computed each
+        view delta again and joined it with the whole old view in adaptive stages (a W1 SF 0.2
+        recomputed step on a cluster: 19 of its 30 s in 25 jobs). Past ``collect_rows``: cached,
+        for the gate and Spark's writes."""
+        from spark_jobs.executor.spark.local_relations import collect_arrow
+
+        frames = {f"output/{v}": df for v, df in outputs.items()}
+        frames.update({f"input/{n}": df for n, df in checked.items()})
+        tables = collect_arrow(self.spark, frames, self.rt.config.policy.collect_rows)[0] if frames else None
+        if tables is None:
+            return self._cached(outputs), writes, checked
+        self.views_arrow = True
+        typed = {key: _typed(tables[key], frames[key]) for key in frames}
+        return {v: typed[f"output/{v}"] for v in outputs}, writes, {n: typed[f"input/{n}"] for n in checked}
+
+    def _cached(self, outputs: dict[str, Any]) -> dict[str, Any]:
         settled = {view: df.cache() for view, df in outputs.items()}
         self.cached.extend(settled.values())
-        return settled, writes, checked
+        return settled
 
     def _all_local(self) -> bool:
         """Is every leaf of the step's values a local relation: its changes held on the driver,
@@ -315,7 +346,7 @@ class SparkSteps:
         from spark_jobs.runtime import refresh
         from spark_jobs.runtime.quality_gate import check_timestep
 
-        if self.settled_arrow:  # the changes are Arrow tables here: the in-process gate, no job
+        if self.settled_arrow or self.views_arrow:  # the changes are Arrow tables here: the in-process gate, no job
             from spark_jobs.runtime.quality_gate import check_timestep_tables
 
             return check_timestep_tables(self.rt, timestep, dict(outputs), dict(deltas), state.trace_files,
@@ -472,6 +503,11 @@ class ArrowSteps:
     def release(self) -> None:
         return None
 
+    def reset(self) -> None:
+        """Start a new step on the same engine settings (a sub-step: ``chunks.py``): the lookups'
+        kept row groups and their counters are dropped."""
+        self._engine = None
+
 
 def _padded(table: Any, schema: Any) -> Any:
     """``table`` with ``schema``'s columns and ``_weight``: a column added to the input since an
@@ -503,6 +539,26 @@ def _settled(table: Any, consolidate: Any) -> Any:
         touched = pc.or_(touched, pc.fill_null(pc.is_nan(first), False))
     touched = pc.fill_null(touched, False)
     return pa.concat_tables([table.filter(pc.invert(touched)), consolidate(table.filter(touched))])
+
+
+def _spark_settled(integral: Any, change: Any) -> Any:
+    """``_settled`` on Spark: the committed integral plus ``change`` with every deleted tuple
+    netted out, consolidating only the rows that share their first column with a row of
+    negative weight (a committed delta's deletions, the change's): the rest is a valid Z-set as
+    it is. Grouping every column of the whole integral shuffled all of it (W1 SF 0.2: ~1.5M rows)
+    in a recomputed step on a cluster; this shuffles the deleted tuples' rows only."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.executor.spark import zset
+    from spark_jobs.spec.model import WEIGHT
+
+    total = change if integral is None else integral if change is None else zset.plus(integral, change)
+    first = total.columns[0]
+    keys = total.where(F.col(WEIGHT) < 0).select(F.col(first).alias("__neg_key")).distinct()
+    touched = F.col(first).eqNullSafe(F.col("__neg_key"))
+    hit = total.join(F.broadcast(keys), touched, "left_semi")
+    rest = total.join(F.broadcast(keys), touched, "left_anti")
+    return zset.plus(rest, zset.consolidate(hit))
 
 
 def _typed(table: Any, frame: Any) -> Any:

@@ -90,14 +90,6 @@ class Stats:
 STATS = Stats()
 
 
-def applies(fs: object) -> bool:
-    """Sidecars are written and read on a local store only: they are memory-mapped, and a remote
-    store's files are checked exactly."""
-    from spark_jobs.state.fs import LocalFileSystem
-
-    return isinstance(fs, LocalFileSystem)
-
-
 @lru_cache(maxsize=65_536)  # asked for every file of an integral at every step (``forget_others``)
 def sidecar_path(data_path: str) -> str:
     folder, name = os.path.split(data_path)

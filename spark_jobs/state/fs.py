@@ -188,6 +188,13 @@ class LocalFileSystem:
     _fsync_dir = _fsync_path
 
 
+def sidecars_apply(fs: object) -> bool:
+    """Does a sidecar (a file's statistics, ``stats_sidecar``; an integral's digests,
+    ``bag_index``) apply to this store? Local stores only: sidecars are memory-mapped, and a
+    remote store's files are read from their footers and checked exactly."""
+    return isinstance(fs, LocalFileSystem)
+
+
 def filesystem_for(root: str) -> FileSystem:
     """Pick the implementation from the root's scheme (plain paths and file:// are local)."""
     return LocalFileSystem() if is_local(root) else ArrowFileSystem()

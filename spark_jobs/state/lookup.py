@@ -23,6 +23,7 @@ from spark_jobs.state.float_keys import canonical, canonical_value
 from spark_jobs.state.fs import FileSystem, LocalFileSystem
 from spark_jobs.state import stats_sidecar
 from spark_jobs.state.rowgroups import FOOTERS, FileIndex, chunk_index
+from spark_jobs.state.trace import WEIGHT
 
 
 # rows decoded at once by a streamed lookup (``matching``): memory stays bounded, and each read
@@ -231,6 +232,44 @@ class TraceFiles:
         """Every row of every file (decoded row groups are kept, as for lookups)."""
         parts = [self._read(f, g) for f, meta in enumerate(self._meta) for g in range(meta.num_row_groups)]
         return pa.concat_tables(parts) if parts else self.schema.empty_table()
+
+    def batches(self, rows: int, columns: "set[str] | None" = None, threads: int = 1) -> Iterator[pa.Table]:
+        """Every row of every file as tables of about ``rows`` rows (the columns of ``schema``
+        a file holds, only ``columns`` and the weight if given; not cast, nothing kept): a whole
+        trace read with a few batches decoded at a time. ``threads``: files decoded at once (a
+        trace's row groups are small, ~1,000 rows for lookups, so one file's decoding barely
+        uses a second core; two files at once do)."""
+        if threads <= 1 or len(self.paths) < 2:
+            for f in range(len(self.paths)):
+                yield from self._file_batches(f, rows, columns)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(threads) as pool:
+            pending = [pool.submit(list, self._file_batches(f, rows, columns)) for f in range(min(threads, len(self.paths)))]
+            for f in range(len(self.paths)):
+                done = pending.pop(0).result()
+                if f + threads < len(self.paths):
+                    pending.append(pool.submit(list, self._file_batches(f + threads, rows, columns)))
+                yield from done
+
+    def _file_batches(self, f: int, rows: int, columns: "set[str] | None") -> Iterator[pa.Table]:
+        with self._open(self.paths[f]) as fh:
+            reader = self._reader(fh, f)
+            names = [n for n in self.schema.names if n in reader.schema_arrow.names
+                     and (columns is None or n in columns or n == WEIGHT)]
+            held: list[pa.RecordBatch] = []
+            count = 0
+            for batch in reader.iter_batches(batch_size=min(rows, THREADED_READ_ROWS), columns=names,
+                                             use_threads=True):
+                held.append(batch)
+                count += batch.num_rows
+                if count >= rows:
+                    yield pa.Table.from_batches(held).combine_chunks()
+                    held, count = [], 0
+            if held:
+                yield pa.Table.from_batches(held).combine_chunks()
+        self.bytes_read += sum(self._index[f].group_bytes(g) for g in range(self._meta[f].num_row_groups))
 
     def lookup(self, column: str, values: Sequence[object], iters: tuple[int | None, int | None] = (None, None),
                iter_column: str | None = None, *, cache: bool = True) -> pa.Table:

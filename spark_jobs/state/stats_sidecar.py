@@ -70,11 +70,18 @@ def _arrow_type(kind: str) -> pa.DataType:
     return {"int": pa.int64(), "date": pa.date32(), "str": pa.string()}[kind]
 
 
+def large_enough(groups: int) -> bool:
+    """Is a file of ``groups`` full row groups worth a sidecar? One of a few groups (a step's
+    delta, an unsorted file) is as cheap to admit from its footer, and a sidecar would only add
+    a write to every step. The one size rule of both writers (pyarrow's, Spark's)."""
+    return groups >= MIN_GROUPS
+
+
 def write_if_large(data_path: str) -> bool:
-    """``write`` for a local file of ``MIN_GROUPS`` row groups or more (one Spark wrote: its
-    group count is known only from its footer); False otherwise."""
+    """``write`` for a local file that is ``large_enough`` (one Spark wrote: its group count is
+    known only from its footer); False otherwise."""
     meta = pq.read_metadata(data_path)
-    return meta.num_row_groups >= MIN_GROUPS and write(data_path, meta)
+    return large_enough(meta.num_row_groups) and write(data_path, meta)
 
 
 def write(data_path: str, meta: pq.FileMetaData | None = None) -> bool:

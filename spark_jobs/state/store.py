@@ -19,7 +19,7 @@ from spark_jobs.errors import DbspError, EXIT_FAILED
 from spark_jobs.policy import StatePolicy
 from spark_jobs.state import layout as L
 from spark_jobs.state.failpoints import failpoint
-from spark_jobs.state.fs import LocalFileSystem, filesystem_for
+from spark_jobs.state.fs import filesystem_for, sidecars_apply
 from spark_jobs.state import arrow_trace
 from spark_jobs.state.arrow_trace import arrow_schema
 from spark_jobs.state.lease import Lease
@@ -124,6 +124,7 @@ class StateStore:
         self.track_commit_times_us = track_commit_times_us
         self._cache: dict[int, Manifest] = {}
         self._open: Transaction | None = None
+        self._uncollected: list[str] = []  # the last commit's own writes, for ``collect_garbage``
         # The writer's lease (state/lease.py), set by the runtime while it holds it: cleanup and
         # the manifest publish check it first, so a writer whose lease was taken over stops.
         self.lease: Lease | None = None
@@ -202,7 +203,10 @@ class StateStore:
         """The trace's Parquet files as of committed timestep t (latest if None), for key
         lookups with pyarrow (no Spark job); None exactly when ``read_trace`` is None."""
         m = self._committed(t)
-        entry = None if m is None else m.traces.get(trace_id)
+        return self._entry_files(None if m is None else m.traces.get(trace_id))
+
+    def _entry_files(self, entry: TraceEntry | None) -> "TraceFiles | None":
+        """The Parquet files of a trace entry (committed, or a transaction's own), for pyarrow lookups."""
         if entry is None or not entry.dirs:
             return None
         listed = [f for d in entry.dirs for f in self.fs.data_files(self.layout.abs(d))]
@@ -344,6 +348,16 @@ class StateStore:
         assert self.manifest(t) is not None
         self.drop_manifests(expired_manifests(self, datetime.now(timezone.utc)), written)
 
+    def collect_garbage(self) -> None:
+        """The garbage collection a ``commit(collect=False)`` left for later (the runtime's phase
+        7): manifests past their retention, then the trace directories no remaining manifest
+        lists. Removing them is never needed for correctness, and deleting a merge's or a
+        compaction's old files cost an SF1 step 27-47 ms before its commit returned. Files a
+        crash leaves unlisted here are removed by the next ``begin`` (``recover``)."""
+        written, self._uncollected = self._uncollected, []
+        if self.last_committed():
+            self._collect_garbage(self.last_committed(), written)
+
     def drop_manifests(self, old: Sequence[int], written: Sequence[str] = ()) -> None:
         """Delete manifests ``old`` (never the latest), then the trace directories that no
         remaining manifest lists (``written``: this commit's superseded writes, likewise)."""
@@ -448,7 +462,7 @@ class Transaction:
         stat = dir_stats(s.fs, path, lambda: s.spark, uri)
         if stat.rows == 0:
             self._discard(rel)
-        elif sort_by and isinstance(s.fs, LocalFileSystem):
+        elif sort_by and sidecars_apply(s.fs):
             self._summarize(path)
         failpoint("after_state_write")
         return stat if stat.rows else None
@@ -662,9 +676,7 @@ class Transaction:
         """Give the files pyarrow writes for these traces (the integrals only the bag check reads)
         a digest sidecar each (``bag_index``), on a local store: the check then reads 32 bytes a
         row instead of decoding the rows."""
-        from spark_jobs.state import bag_index
-
-        if bag_index.applies(self.store.fs):
+        if sidecars_apply(self.store.fs):
             self._bag_indexed.update(trace_ids)
 
     def _sidecars(self, trace_id: str | None) -> "Callable[[str, pa.Table], None] | None":
@@ -806,6 +818,11 @@ class Transaction:
         """The trace as this transaction has it so far (its own writes included)."""
         return self.store._read_entry(self._traces.get(trace_id))
 
+    def trace_files(self, trace_id: str) -> "TraceFiles | None":
+        """The trace's files as this transaction has them so far (its own writes included), for
+        pyarrow lookups: what a sub-step of a chunked step reads (``runtime/chunks.py``)."""
+        return self.store._entry_files(self._traces.get(trace_id))
+
     def bound(self, trace_id: str, below: Sequence[tuple[str, int]], every_us: int = 0) -> None:
         """Rows of ``trace_id`` whose every ``column`` is below its ``us`` (µs since the epoch)
         are dead: no later timestep can read them (a state bound, ``ir/bounds.py``). Every
@@ -876,8 +893,9 @@ class Transaction:
 
     def _rewrites_due(self) -> list["_Rewrite"]:
         """Per trace this step appended to: a compaction into a new base when its deltas outweigh
-        ``compact_fraction`` of the base, else a merge of one full tier of its deltas, if any."""
-        out = []
+        ``compact_fraction`` of the base, else a merge of one full tier of its deltas, if any;
+        in-process, the merges spread over steps (``_merges_now``)."""
+        out, merges = [], []
         policy = self.store.policy
         moved = {tid for tid in self._bounds if tid in self._traces and self._bound_moved(tid, self._traces[tid])}
         for tid in sorted(self._touched | moved):
@@ -886,8 +904,31 @@ class Transaction:
             if tid in moved or needs_compaction(entry, policy.compact_fraction):
                 out.append(_Rewrite(tid, entry, entry.dirs, True, policy.sort_min_rows, below))
             elif dirs := delta_merge(entry, policy.delta_fanout):
-                out.append(_Rewrite(tid, entry, dirs, False, policy.sort_min_rows, below))
-        return out
+                merges.append(_Rewrite(tid, entry, dirs, False, policy.sort_min_rows, below))
+        return out + (self._merges_now(merges) if self.in_process else merges)
+
+    def _merges_now(self, merges: list["_Rewrite"]) -> list["_Rewrite"]:
+        """The tier merges this in-process step does: the most deltas first, then the smallest,
+        up to ``merge_rows_per_row`` rows per row the step appended (at least one; a tier of
+        ``2 x delta_fanout`` deltas always). Every trace of a circuit gets a delta each step, so
+        their tiers fill together and one step paid every trace's merge; the others wait a step
+        or two, one more small delta for lookups to read. On Spark merges share one job: all due."""
+        policy = self.store.policy
+        budget = policy.merge_rows_per_row * self._appended_rows()
+        now, spent = [], 0
+        for r in sorted(merges, key=lambda r: (-len(r.dirs), r.rows, r.trace_id)):
+            if not now or spent + r.rows <= budget or len(r.dirs) >= 2 * policy.delta_fanout:
+                now.append(r)
+                spent += r.rows
+        return now
+
+    def _appended_rows(self) -> int:
+        """Rows of the deltas this transaction appended (so far) to its traces."""
+        rows = 0
+        for tid in self._touched:
+            e = self._traces[tid]
+            rows += sum(e.files[d].rows for t, d in e.deltas if t == self.timestep and d in e.files)
+        return rows
 
     def _next_timeline(self, now: datetime, committed_at: str) -> list[tuple[int, str]]:
         """Commit times to carry: while an age-based retention is set, this one and the earlier
@@ -901,8 +942,9 @@ class Transaction:
         old = [i for i, (_, at) in enumerate(times) if parse_time(at) <= cutoff]
         return times[old[-1]:] if old else times
 
-    def commit(self) -> Manifest:
-        """Compact, then publish the manifest atomically (the commit point), then GC."""
+    def commit(self, *, collect: bool = True) -> Manifest:
+        """Compact, then publish the manifest atomically (the commit point), then GC (or, with
+        ``collect=False``, leave it to ``StateStore.collect_garbage``)."""
         self._check_open()
         s = self.store
         due = self._rewrites_due()
@@ -943,7 +985,10 @@ class Transaction:
         manifest = Manifest.from_json(text)  # detach from this transaction
         s._cache[self.timestep] = manifest
         failpoint("after_manifest")
-        s._collect_garbage(self.timestep, self._written)
+        if collect:
+            s._collect_garbage(self.timestep, self._written)
+        else:
+            s._uncollected = list(self._written)
         self._state = "committed"
         return manifest
 
