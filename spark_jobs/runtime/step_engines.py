@@ -482,13 +482,6 @@ class ArrowSteps:
                ) -> tuple[dict[str, Any], list[Any], dict[str, Any]]:
         return outputs, writes, checked
 
-    def _all_local(self) -> bool:
-        """Is every leaf of the step's values a local relation: its changes held on the driver,
-        evaluated once over a state reader (``StoreReader``) through which Spark scanned no
-        trace (every lookup narrowed on the driver, ``read_by_spark``)?"""
-        return (self.local and len(self._states) == 1 and self._states[0] is not None
-                and not getattr(self._states[0], "read_by_spark", lambda: True)())
-
     def gate(self, timestep: int, outputs: Mapping[str, Any], deltas: Mapping[str, Any], full: bool,
              late: Sequence[Any], state: Any) -> "GateReport":
         from spark_jobs.runtime.quality_gate import check_timestep_tables
