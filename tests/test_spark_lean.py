@@ -326,3 +326,57 @@ def test_a_small_w1_step_on_spark_joins_its_deltas_by_hash_not_by_sort_merge(spa
         assert count <= MAX_JOBS, f"a small W1 step on Spark ran {count} jobs: {sites}"
     assert plans and any("ShuffledHashJoin" in p for p in plans), plans
     assert not any("SortMergeJoin" in p for p in plans), [p for p in plans if "SortMergeJoin" in p]
+
+
+def _w1_steps(spark, root, steps: int, rows: int) -> tuple[list, list[str]]:
+    """W1 loaded in-process, then ``steps`` random small steps on Spark (TPC-H SF 0.0005, seed 1:
+    the same changes in every root): each timestep's view and every trace's rows, and the plans
+    of the steps' collects."""
+    from pyspark.sql.classic.dataframe import DataFrame
+
+    from tests.oracle import view_counter
+
+    root.mkdir()
+    path = root / "circuit.yaml"
+    path.write_text(W1)
+    gen = TpchGenerator(str(root), 0.0005)
+    gen.initial()
+    run_step(open_circuit(str(path), config(root)))
+    rt = open_circuit(str(path), config(root, engine="spark"))
+    plans: list[str] = []
+    real = DataFrame.toArrow
+
+    def to_arrow(self):
+        plans.append(self._jdf.queryExecution().executedPlan().toString())
+        return real(self)
+
+    DataFrame.toArrow = to_arrow  # type: ignore[method-assign]
+    try:
+        seen = []
+        for _ in range(steps):
+            gen.change(rows)
+            report = run_step(rt)
+            assert report.engine == "spark", report
+            traces = {t: sorted(map(tuple, rt.store.read_trace(t).collect()))
+                      for t in sorted(rt.store.manifest().traces) if rt.store.read_trace(t) is not None}
+            seen.append((view_counter(rt, "q3"), traces))
+    finally:
+        DataFrame.toArrow = real  # type: ignore[method-assign]
+    return seen, plans
+
+
+def test_a_small_step_of_local_relations_collects_in_one_partition_with_the_same_views_and_state(
+        spark, tmp_path, monkeypatch):
+    """A driver-held step whose plan scans no trace (``SparkSteps._all_local``) computes the
+    union it collects in one task (``collect_arrow(gather=True)``): no shuffle of every row under
+    the collect's limit (``CollectLimitExec`` over several partitions). Random W1 steps give the
+    same views and state, timestep by timestep, as the same steps collected without it."""
+    from spark_jobs.runtime.step_engines import SparkSteps
+
+    gathered, plans = _w1_steps(spark, tmp_path / "gathered", steps=4, rows=60)
+    collects = [p for p in plans if p.startswith("CollectLimit")]  # (else: optimized to an empty relation)
+    assert collects and all(p.split("\n", 2)[1] == "+- Coalesce 1" for p in collects), [p[:300] for p in plans]
+    monkeypatch.setattr(SparkSteps, "_all_local", lambda self: False)
+    spread, plans = _w1_steps(spark, tmp_path / "spread", steps=4, rows=60)
+    assert plans and not any("Coalesce 1" in p for p in plans)
+    assert gathered == spread

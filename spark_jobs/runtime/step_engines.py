@@ -67,6 +67,7 @@ class SparkSteps:
         self._handed: dict[int, tuple[Any, Any]] = {}  # id(DataFrame) -> (DataFrame, its Arrow table)
         self._stack = ExitStack()
         self._conf_set = False
+        self._states: list[Any] = []  # the state readers this step's values were built over (``_all_local``)
 
     @property
     def spark(self):
@@ -208,6 +209,7 @@ class SparkSteps:
         from spark_jobs.executor.sources import spark_schema
 
         self._conf()
+        self._states.append(state if only is None and external is None else None)
         deltas = dict(deltas)
         if not self.local and only is None:  # too large for the driver: each change computed once
             for name, df in deltas.items():
@@ -288,7 +290,7 @@ class SparkSteps:
                             held[key] = table
                             del rest[key]
                 limit = max(policy.local_change_rows, policy.collect_rows)
-                tables = collect_arrow(self.spark, rest, limit)[0] if rest else {}
+                tables = collect_arrow(self.spark, rest, limit, gather=self._all_local())[0] if rest else {}
                 if tables is not None:
                     tables.update(held)
             if tables is not None:
@@ -332,6 +334,13 @@ class SparkSteps:
         self.cached.extend(settled.values())
         return settled
 
+    def _all_local(self) -> bool:
+        """Is every leaf of the step's values a local relation: its changes held on the driver,
+        evaluated once over a state reader (``StoreReader``) through which Spark scanned no
+        trace (every lookup narrowed on the driver, ``read_by_spark``)?"""
+        return (self.local and len(self._states) == 1 and self._states[0] is not None
+                and not getattr(self._states[0], "read_by_spark", lambda: True)())
+
     def gate(self, timestep: int, outputs: Mapping[str, Any], deltas: Mapping[str, Any], full: bool,
              late: Sequence[Any], state: Any) -> "GateReport":
         from spark_jobs.runtime import refresh
@@ -357,6 +366,7 @@ class SparkSteps:
         self.cached.clear()
         self.tables.clear()
         self._handed.clear()
+        self._states.clear()
         self._stack.close()
         self._conf_set = False
 

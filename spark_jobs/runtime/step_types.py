@@ -83,6 +83,14 @@ class StoreReader:
         t = manifest.timestep  # (pinned: the same read whenever Spark asks for it)
         return LazyFrame(spark, lambda: self.store.read_trace(node_id, t)._jdf, schema)
 
+    def read_by_spark(self) -> bool:
+        """Has Spark been given a plan that scans a trace this step (a read made eagerly, or a
+        lazy read that Spark was asked for)? False: every read so far was narrowed on the driver
+        or never used, so the step's values are made of local relations only."""
+        from spark_jobs.executor.spark.lazy import pending
+
+        return any(df is not None and not pending(df) for df in self._read.values())
+
     def trace_files(self, node_id: str) -> Any:
         """The node's committed trace files for pyarrow lookups (``StateStore.trace_files``),
         footers read once per step."""

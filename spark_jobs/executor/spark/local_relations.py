@@ -197,7 +197,7 @@ def known_empty(df: DataFrame) -> bool:
 
 def collect_arrow(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows: int,
                   extras: Mapping[str, DataFrame] | None = None,
-                  max_extra_rows: int = ExecutionPolicy().collect_extra_rows
+                  max_extra_rows: int = ExecutionPolicy().collect_extra_rows, *, gather: bool = False
                   ) -> tuple[dict[str, pa.Table] | None, dict[str, pa.Table]]:
     """``frames`` and the (small) ``extras`` as Arrow tables in this process, with ONE Spark job.
 
@@ -212,6 +212,14 @@ def collect_arrow(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows
     Spark (``unionByName(allowMissingColumns=True)``): a few Py4J calls per part. (Spelling out
     every other part's column as a typed NULL took parts x columns expressions, each several
     calls and a JVM object to garbage-collect: ~8,000 Py4J round trips in a W1 step.)
+
+    ``gather``: every leaf of the frames' plans is a local relation (the caller knows: the step's
+    changes are held on the driver and no trace was scanned), so the union is computed by one
+    task (``coalesce(1)``, a narrow dependency: the stages below keep theirs) and the limit
+    takes that one partition as it is. Without it, the limit over a union of several
+    partitions shuffles every row into one more stage of the job (``CollectLimitExec``) and the
+    union's last stage runs a task per partition. (Not for a scan of files: one task would read
+    all of them.)
     """
     extras = dict(extras or {})
     parts = list(extras.values()) + list(frames.values())
@@ -229,6 +237,8 @@ def collect_arrow(spark: SparkSession, frames: Mapping[str, DataFrame], max_rows
             tagged = df.toDF(*[alias for alias, _ in layout[i]]).withColumn(_SLOT_COL, F.lit(i))
         union = tagged if union is None else union.unionByName(tagged, allowMissingColumns=True)
     assert union is not None
+    if gather:
+        union = union.coalesce(1)
     with temporary_conf(spark, _collect_conf(spark)):
         table = union.limit(max_rows + 1 + (max_extra_rows if extras else 0)).toArrow()
     slots = table.column(_SLOT_COL)

@@ -196,6 +196,8 @@ def is_local(df: DataFrame) -> bool:
     """Is ``df`` a relation held on the driver (its optimized plan is a LocalRelation)? Kept per
     DataFrame (an immutable plan; asked several times a step: each answer optimizes the plan)."""
     found = _LOCAL.get(df)
+    if found is None and _arrow_table(df) is not None:  # a change handed over, or a selection of one
+        found = _LOCAL[df] = True
     if found is None:
         jdf = getattr(df, "_jdf", None)
         found = jdf is not None and jdf.queryExecution().optimizedPlan().getClass().getSimpleName() == "LocalRelation"
@@ -224,6 +226,14 @@ def local_values(df: DataFrame, column: str, limit: int) -> frozenset | None:
     return values if len(values) <= limit else None
 
 
+def _arrow_table(df: DataFrame) -> Any:
+    """The Arrow table ``df`` holds (``local_relations.arrow_rows``: a local relation made from
+    it, or a plain selection of one), else None; known without asking the JVM."""
+    from spark_jobs.executor.spark.local_relations import arrow_rows
+
+    return arrow_rows(df)
+
+
 def _arrow_values(df: DataFrame, column: str) -> frozenset | None:
     """``local_values`` from the Arrow table ``df`` holds (a change handed to Spark, or a
     selection of one: ``local_relations.arrow_rows``) when the column's Python values are
@@ -231,9 +241,7 @@ def _arrow_values(df: DataFrame, column: str) -> frozenset | None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from spark_jobs.executor.spark.local_relations import arrow_rows
-
-    table = arrow_rows(df)
+    table = _arrow_table(df)
     if table is None or column not in table.column_names:
         return None
     kind = table.schema.field(column).type
