@@ -191,3 +191,31 @@ def test_split_is_tuple_disjoint_and_sums_to_the_change():
         assert total == want
         assert parts[0]["only_floats"] is floats  # no exactly comparable column: kept whole
         assert all("only_floats" not in p for p in parts[1:])
+
+
+def test_windowed_aggregates_with_lateness_in_sub_steps(tmp_path, monkeypatch):
+    """tests/test_windows.py's event stream (tumbling, sliding and global windows, a lateness
+    bound, late rows and deletes) with nearly every step past the memory bound, in sub-steps of 3
+    rows: after every step each view equals DuckDB's from-scratch query and the late rows are
+    counted exactly (the change is read and its late rows dropped once, whole, before the split)."""
+    from dataclasses import replace
+
+    import spark_jobs.runtime.chunks as chunks
+    import tests.test_windows as windows
+
+    def chunked_config(root, engine):
+        cfg = config(root, engine=engine, arrow=dict(TINY, max_change_rows=2, max_memory_bytes=4, chunk_rows=3),
+                     cost={"recompute": "never"})
+        return replace(cfg, views=replace(cfg.views, enabled=False))
+
+    split_steps = []
+    compute = chunks.compute
+
+    def counted(*args, **kwargs):
+        split_steps.append(args[-2])
+        return compute(*args, **kwargs)
+
+    monkeypatch.setattr(windows, "step_config", chunked_config)
+    monkeypatch.setattr(chunks, "compute", counted)
+    windows._run(tmp_path, 40, lambda t: "arrow", check_every=1, seed=11)
+    assert len(split_steps) >= 15 and set(split_steps) == {3}, split_steps
