@@ -148,13 +148,11 @@ def appended(rt: "CircuitRuntime", writes: Sequence[Any], changes: Mapping[str, 
 def _spark_change(change: Any, integral: Any) -> Any:
     """An input's checked change (a DataFrame or None) with the columns and types of its
     ``integral`` (a column added since the integral was written: NULL), no Spark job."""
-    from pyspark.sql import functions as F
+    from spark_jobs.executor.spark import zset
 
-    fields = integral.schema.fields
     if change is None:
         return integral.sparkSession.createDataFrame([], integral.schema)
-    return change.select(*[(F.col(f.name) if f.name in change.columns else F.lit(None)).cast(f.dataType).alias(f.name)
-                           for f in fields])
+    return zset.conformed(change, integral.schema.fields, cast=True)
 
 
 __all__ = ["CannotRecompute", "NoState", "appended", "input_rows", "integral_traces", "integrate", "why_not"]

@@ -237,14 +237,10 @@ class SparkSteps:
     def integrate(self, name: str, trace: str, change: Any, state: Any) -> Any:
         """Input ``name``'s integral after this step: its committed trace plus ``change`` (a recompute)."""
         from spark_jobs.executor.sources import spark_schema
-
-        from pyspark.sql import functions as F
+        from spark_jobs.executor.spark import zset
 
         fields = spark_schema(self.rt.compiled.spec.inputs[name]).fields
-        # a column added to the input since the integral was written: NULL in its old rows
-        parts = [df.select(*[F.col(f.name) if f.name in df.columns else F.lit(None).cast(f.dataType).alias(f.name)
-                             for f in fields])
-                 for df in (state.read(trace), change) if df is not None]
+        parts = [zset.conformed(df, fields) for df in (state.read(trace), change) if df is not None]
         if not parts:
             return self.spark.createDataFrame([], spark_schema(self.rt.compiled.spec.inputs[name]))
         value = _spark_settled(parts[0], parts[1] if len(parts) > 1 else None).cache()

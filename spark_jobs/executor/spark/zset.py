@@ -25,7 +25,7 @@ from spark_jobs.policy import NarrowPolicy
 from spark_jobs.spec.model import WEIGHT
 
 __all__ = [
-    "WEIGHT", "col", "data_columns", "consolidate", "negate", "plus", "local_values", "local_plus", "is_local",
+    "WEIGHT", "col", "conformed", "data_columns", "consolidate", "negate", "plus", "local_values", "local_plus", "is_local",
     "empty", "empty_like", "zset_schema", "null_safe_match", "key_prefilter", "restrict", "from_tuples", "from_rows", "to_counter", "is_consolidated",
 ]
 
@@ -123,6 +123,19 @@ def select_names(df: DataFrame, names: Sequence[str]) -> DataFrame:
 def data_columns(df: DataFrame) -> list[str]:
     """Every column except the weight, in order."""
     return [c for c in df.columns if c != WEIGHT]
+
+
+def conformed(df: DataFrame, fields: Sequence[StructField], *, cast: bool = False) -> DataFrame:
+    """``df`` with exactly ``fields``' columns, in their order: a column added to an input since
+    ``df``'s rows were written is NULL of its type (an integral written before the column
+    existed). ``cast``: the columns ``df`` has are cast to their field's type too (a change
+    appended to a trace takes the trace's types)."""
+    def column(f: StructField) -> Column:
+        if f.name not in df.columns:
+            return F.lit(None).cast(f.dataType).alias(f.name)
+        return F.col(f.name).cast(f.dataType).alias(f.name) if cast else F.col(f.name)
+
+    return df.select(*[column(f) for f in fields])
 
 
 def consolidate(df: DataFrame) -> DataFrame:
